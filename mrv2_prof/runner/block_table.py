@@ -1,0 +1,36 @@
+"""Block tables: a row of KV block ids per request slot, on the device (MRV2 ``block_table.py``).
+
+New blocks are appended with staged writes; a step gathers its rows through ``idx_mapping``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mrv2_prof.runner.staged_write import WriteStats, make_write_tensor
+
+
+class BlockTables:
+    def __init__(
+        self, max_num_reqs: int, max_num_blocks_per_req: int, device: torch.device, staged: bool
+    ) -> None:
+        self.table = make_write_tensor(
+            (max_num_reqs, max_num_blocks_per_req), torch.int32, device, staged
+        )
+        self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)  # blocks held per slot (CPU)
+
+    def set_row(self, slot: int, block_ids: list[int]) -> None:
+        self.num_blocks[slot] = 0
+        self.append(slot, block_ids)
+
+    def append(self, slot: int, block_ids: list[int]) -> None:
+        if block_ids:
+            self.table.stage_write(slot, int(self.num_blocks[slot]), block_ids)
+            self.num_blocks[slot] += len(block_ids)
+
+    def apply_write(self) -> WriteStats | None:
+        return self.table.apply_write()
+
+    def gather(self, idx_mapping: torch.Tensor) -> torch.Tensor:  # [B, max_blocks]
+        return self.table.gpu[idx_mapping.long()]

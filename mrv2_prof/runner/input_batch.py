@@ -1,0 +1,94 @@
+"""Per-step model inputs gathered from persistent state (MRV2 ``input_batch.py``).
+
+The CPU sends only the small per-step arrays (``idx_mapping`` and the number of tokens scheduled
+per request, packed into one fresh pinned buffer); ``input_ids``, ``positions``,
+``query_start_loc``, ``seq_lens``, ``slot_mapping`` and ``logits_indices`` are built on the
+device from the request slots and block tables. ``prepare_inputs_ref`` is the torch reference
+(the CPU path, and the oracle for the Triton kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mrv2_prof.runner.attention import AttentionMetadata
+
+
+@dataclass
+class InputBatch:
+    req_ids: list[str]
+    num_reqs: int
+    num_tokens: int
+    idx_mapping_np: np.ndarray  # [B] batch position -> request slot
+    num_scheduled_tokens_np: np.ndarray  # [B]
+    query_start_loc_np: np.ndarray  # [B+1]
+    seq_lens_np: np.ndarray  # [B]
+    idx_mapping: torch.Tensor  # [B] int32
+    num_scheduled_tokens: torch.Tensor  # [B] int32
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    query_start_loc: torch.Tensor  # [B+1] int32
+    seq_lens: torch.Tensor  # [B] int32
+    slot_mapping: torch.Tensor  # [T] int64
+    logits_indices: torch.Tensor  # [B] int64
+    block_table: torch.Tensor  # [B, max_blocks] int32
+
+    def attn_metadata(self, block_size: int) -> AttentionMetadata:
+        return AttentionMetadata(
+            num_reqs=self.num_reqs,
+            num_tokens=self.num_tokens,
+            query_start_loc=self.query_start_loc,
+            seq_lens=self.seq_lens,
+            block_table=self.block_table,
+            slot_mapping=self.slot_mapping,
+            query_start_loc_np=self.query_start_loc_np,
+            seq_lens_np=self.seq_lens_np,
+            block_size=block_size,
+        )
+
+
+def prepare_inputs_ref(
+    idx_mapping: torch.Tensor,  # [B] int32
+    num_scheduled_tokens: torch.Tensor,  # [B] int32
+    num_tokens: int,  # sum of num_scheduled_tokens, known on the host
+    num_computed_tokens: torch.Tensor,  # [R] int32
+    num_prefill_tokens: torch.Tensor,  # [R] int32
+    prefill_token_ids: torch.Tensor,  # [R, max_model_len] int32
+    last_sampled_tokens: torch.Tensor,  # [R] int64
+    block_table: torch.Tensor,  # [R, max_blocks] int32
+    block_size: int,
+) -> dict[str, torch.Tensor]:
+    """Build the step's inputs; a token at position p < num_prefill_tokens comes from the
+    request's known tokens, later positions from the last sampled token (decode)."""
+    device = idx_mapping.device
+    num_reqs = idx_mapping.shape[0]
+    slots = idx_mapping.long()
+    counts = num_scheduled_tokens.long()
+    query_start_loc = torch.zeros(num_reqs + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=query_start_loc[1:])
+    token_req = torch.repeat_interleave(
+        torch.arange(num_reqs, device=device), counts, output_size=num_tokens
+    )  # [T] batch position of each token
+    token_slot = slots[token_req]  # [T]
+    computed = num_computed_tokens.long()
+    positions = computed[token_slot] + (
+        torch.arange(num_tokens, device=device) - query_start_loc[token_req]
+    )
+    from_prompt = positions < num_prefill_tokens.long()[token_slot]
+    max_len = prefill_token_ids.shape[1]
+    prompt_ids = prefill_token_ids[token_slot, positions.clamp(max=max_len - 1)].long()
+    input_ids = torch.where(from_prompt, prompt_ids, last_sampled_tokens[token_slot])
+    block_ids = block_table[token_slot, positions // block_size].long()
+    slot_mapping = block_ids * block_size + positions % block_size
+    seq_lens = computed[slots] + counts
+    return {
+        "input_ids": input_ids,
+        "positions": positions,
+        "query_start_loc": query_start_loc.to(torch.int32),
+        "seq_lens": seq_lens.to(torch.int32),
+        "slot_mapping": slot_mapping,
+        "logits_indices": query_start_loc[1:] - 1,
+    }

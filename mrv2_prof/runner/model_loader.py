@@ -1,0 +1,159 @@
+"""Builds the model from a preset (random weights by seed) or a local Hugging Face directory.
+
+Corresponds to MRV2's model loading step. The model is built on the ``meta`` device, so no memory
+is spent on weights that are overwritten; checkpoint tensors are then assigned by name. Only
+local directories are read: there are no hub downloads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from mrv2_prof.runner.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.config import ConfigError, ModelSpec
+from mrv2_prof.runner.model import (
+    PRESETS,
+    Attend,
+    CheckpointError,
+    LlamaForCausalLM,
+    ModelArgs,
+    WriteKV,
+    token_ids,
+)
+
+__all__ = ["CheckpointError", "load_model", "load_preset", "load_hf_checkpoint"]
+
+INIT_STD = 0.02
+
+
+def load_model(
+    spec: ModelSpec,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    write_kv: WriteKV = write_kv_ref,
+    attend: Attend = paged_attention_ref,
+) -> tuple[LlamaForCausalLM, ModelArgs]:
+    """The model described by ``spec`` on ``device`` in ``dtype``, in eval mode."""
+    if spec.preset is not None:
+        model = load_preset(spec.preset, spec.seed, device, dtype, write_kv=write_kv, attend=attend)
+    else:
+        model = load_hf_checkpoint(spec.path, device, dtype, write_kv=write_kv, attend=attend)
+    return model.eval().requires_grad_(False), model.args
+
+
+def load_preset(
+    name: str,
+    seed: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    write_kv: WriteKV = write_kv_ref,
+    attend: Attend = paged_attention_ref,
+) -> LlamaForCausalLM:
+    """A preset architecture with weights drawn deterministically from ``seed`` on ``device``."""
+    if name not in PRESETS:
+        raise ConfigError(f"model.preset: {name!r} is not one of {sorted(PRESETS)}")
+    with torch.device("meta"):
+        model = LlamaForCausalLM(PRESETS[name], write_kv, attend)
+    model = model.to(dtype).to_empty(device=device)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for param_name, param in model.named_parameters():
+            if param_name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif param_name.endswith(".bias"):
+                param.zero_()
+            else:
+                param.normal_(0.0, INIT_STD, generator=generator)
+    model.init_buffers()
+    return model
+
+
+def load_hf_checkpoint(
+    path: str | Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    write_kv: WriteKV = write_kv_ref,
+    attend: Attend = paged_attention_ref,
+) -> LlamaForCausalLM:
+    """A Llama/Qwen2 model from ``config.json`` and every ``*.safetensors`` file in ``path``."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: checkpoint directory does not exist")
+    args = read_model_args(directory)
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{directory}: no *.safetensors files")
+    with torch.device("meta"):
+        model = LlamaForCausalLM(args, write_kv, attend)
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    state = _read_tensors(directory, files, expected, dtype)
+    model.load_state_dict(state, strict=True, assign=True)
+    model.init_buffers()
+    return model.to(device)
+
+
+def read_model_args(directory: Path) -> ModelArgs:
+    """``ModelArgs`` from ``config.json``, with eos ids from ``generation_config.json`` if any."""
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise CheckpointError(f"{config_path}: config.json is missing")
+    args = ModelArgs.from_hf_config(_read_json(config_path), str(config_path))
+    generation_path = directory / "generation_config.json"
+    if generation_path.is_file():
+        generation = _read_json(generation_path)
+        eos = token_ids(generation.get("eos_token_id"))
+        bos = generation.get("bos_token_id", args.bos_token_id)
+        args = replace(args, eos_token_ids=eos or args.eos_token_ids, bos_token_id=bos)
+    return args
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _read_tensors(
+    directory: Path,
+    files: list[Path],
+    expected: dict[str, tuple[int, ...]],
+    dtype: torch.dtype,
+) -> dict[str, torch.Tensor]:
+    """Every expected tensor, shape-checked and cast; extra tensors (rotary buffers) are ignored."""
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    if name not in expected or name in state:
+                        continue
+                    found = tuple(f.get_slice(name).get_shape())
+                    if found != expected[name]:
+                        raise CheckpointError(
+                            f"{file}: tensor {name!r} has shape {list(found)}, "
+                            f"expected {list(expected[name])}"
+                        )
+                    state[name] = f.get_tensor(name).to(dtype)
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            message = " ".join(str(exc).split())
+            raise CheckpointError(f"{file}: cannot read safetensors file ({message})") from None
+    missing = [name for name in expected if name not in state]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"{directory}: tensor {missing[0]!r} is missing{more}")
+    return state

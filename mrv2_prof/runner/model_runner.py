@@ -1,0 +1,322 @@
+"""The model runner (MRV2 ``model_runner.py``): persistent state in, one forward + sample out.
+
+``execute_model`` applies the scheduler's diff to the fixed request slots (staged writes), builds
+the step's inputs on the device through ``idx_mapping``, runs the model and the sampler, advances
+the device-side state, and brings the sampled tokens back through the one defined host
+transfer (a pinned buffer and a CUDA event). A dummy batch goes through the same
+``execute_model`` without touching any request state; profiling and warm-up use it.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mrv2_prof.runner.block_table import BlockTables
+from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
+from mrv2_prof.runner.input_batch import InputBatch, prepare_inputs_ref
+from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.model_loader import load_model
+from mrv2_prof.runner.request_states import RequestStates
+from mrv2_prof.runner.sampler import SamplingMetadata, sample
+from mrv2_prof.runner.scheduler import SchedulerOutput
+from mrv2_prof.runner.staged_write import WriteStats
+
+
+@dataclass
+class ModelRunnerOutput:
+    req_ids: list[str]  # batch order
+    sampled_token_ids: list[int]
+    logprobs: list[list[tuple[int, float]]] | None = None
+    write_stats: dict[str, WriteStats] = field(default_factory=dict)
+    output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
+
+
+def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
+    """A request's sampling seed: its own, or one derived from the engine seed and its id."""
+    if seed is not None:
+        return seed
+    return (engine_seed << 32) ^ zlib.crc32(req_id.encode())
+
+
+class ModelRunner:
+    def __init__(self, config: RunnerConfig, model_spec: ModelSpec) -> None:
+        self.config = config
+        self.device = config.resolve_device()
+        self.is_cuda = self.device.type == "cuda"
+        dtype_name = model_spec.dtype or ("bfloat16" if self.is_cuda else "float32")
+        self.dtype = DTYPES[dtype_name]
+        self.info = RuntimeInfo(device=str(self.device), dtype=dtype_name)
+        self._check_switches()
+
+        t0 = time.perf_counter()
+        self.model, self.model_args = load_model(model_spec, self.device, self.dtype)
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        self.info.weight_load_s = time.perf_counter() - t0
+        self.info.model_params = sum(p.numel() for p in self.model.parameters())
+        if config.max_model_len > self.model_args.max_position_embeddings:
+            raise ConfigError(
+                f"runner.max_model_len: {config.max_model_len} exceeds the model's "
+                f"max_position_embeddings {self.model_args.max_position_embeddings}"
+            )
+
+        self.req_states = RequestStates(
+            config.max_num_reqs, config.max_model_len, self.device, config.staged_writes
+        )
+        self.block_tables = BlockTables(
+            config.max_num_reqs, config.max_num_blocks_per_req, self.device, config.staged_writes
+        )
+        self.kv_caches: list[torch.Tensor] | None = None
+        # The one place sampled tokens come back: a pinned buffer and an event.
+        self._host_tokens = torch.zeros(
+            config.max_num_reqs, dtype=torch.int64, pin_memory=self.is_cuda
+        )
+        self._output_ready = torch.cuda.Event() if self.is_cuda else None
+
+    def _check_switches(self) -> None:
+        """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
+        c = self.config
+        unsupported = []
+        if c.kernels == "triton":
+            unsupported.append("runner.kernels: triton kernels are not available; using torch")
+        if c.async_scheduling:
+            unsupported.append("runner.async_scheduling: not available; running synchronously")
+        if c.uva:
+            unsupported.append("runner.uva: not available; prompt tokens are staged to the device")
+        if c.cudagraph_mode != "none":
+            unsupported.append(
+                f"runner.cudagraph_mode: {c.cudagraph_mode} is not available; running eagerly"
+            )
+        if unsupported and c.strict:
+            raise ConfigError(f"{unsupported[0]} (strict: true)")
+        self.info.notes.extend(unsupported)
+
+    # ---- KV cache ------------------------------------------------------------------------------
+    def initialize_kv_cache(self) -> int:
+        """Allocate the paged KV cache: an explicit block count, or what fits in GPU memory
+        after a profiling run. Returns the number of blocks."""
+        c = self.config
+        per_block = kv_cache_bytes_per_block(self.model_args, c.block_size, self.dtype)
+        if c.num_kv_blocks is not None:
+            num_blocks = c.num_kv_blocks
+        elif not self.is_cuda:
+            raise ConfigError(
+                "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory; give a number on CPU"
+            )
+        else:
+            num_blocks = self._profile_num_blocks(per_block)
+        if num_blocks * c.block_size < c.max_model_len:
+            raise ConfigError(
+                f"runner.num_kv_blocks: {num_blocks} blocks of {c.block_size} tokens cannot hold "
+                f"one request of max_model_len {c.max_model_len}"
+            )
+        t0 = time.perf_counter()
+        shape = kv_cache_shape(self.model_args, num_blocks, c.block_size)
+        self.kv_caches = [
+            torch.zeros(shape, dtype=self.dtype, device=self.device)
+            for _ in range(self.model_args.num_hidden_layers)
+        ]
+        self.info.kv_alloc_s = time.perf_counter() - t0
+        self.info.num_kv_blocks = num_blocks
+        self.info.kv_cache_bytes = num_blocks * per_block
+        return num_blocks
+
+    def _profile_num_blocks(self, per_block: int) -> int:
+        c = self.config
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        t0 = time.perf_counter()
+        self.profile_run()
+        torch.cuda.synchronize(self.device)
+        self.info.profile_run_s = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated(self.device)
+        free, total = torch.cuda.mem_get_info(self.device)
+        non_torch = (total - free) - torch.cuda.memory_reserved(self.device)
+        self.info.peak_activation_bytes = peak
+        available = int(total * c.gpu_memory_utilization) - peak - max(non_torch, 0)
+        num_blocks = available // per_block
+        if num_blocks < 1:
+            raise ConfigError(
+                f"runner.gpu_memory_utilization: {c.gpu_memory_utilization} leaves no memory for "
+                f"the KV cache (peak use {peak / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)"
+            )
+        return int(num_blocks)
+
+    def profile_run(self) -> None:
+        """Peak activation memory: the longest prefill chunk, and the widest sampling batch."""
+        c = self.config
+        self.dummy_run(min(c.max_num_batched_tokens, c.max_model_len - 1), 1)
+        num_reqs = min(c.max_num_seqs, c.max_num_batched_tokens)
+        self.dummy_run(num_reqs, num_reqs)
+
+    def dummy_run(self, num_tokens: int, num_reqs: int) -> None:
+        counts = [num_tokens // num_reqs + (i < num_tokens % num_reqs) for i in range(num_reqs)]
+        out = SchedulerOutput(
+            [], [], {f"dummy-{i}": n for i, n in enumerate(counts)}, num_tokens, set()
+        )
+        self.execute_model(out, dummy=True)
+
+    # ---- one step ------------------------------------------------------------------------------
+    def execute_model(self, so: SchedulerOutput, dummy: bool = False) -> ModelRunnerOutput:
+        if dummy:
+            batch, kv_caches, write_stats = self._dummy_batch(so), None, {}
+        else:
+            self._update_states(so)
+            write_stats = self.req_states.apply_writes()
+            bt = self.block_tables.apply_write()
+            if bt is not None:
+                write_stats["block_table"] = bt
+            if so.is_empty:
+                return ModelRunnerOutput([], [], write_stats=write_stats)
+            batch, kv_caches = self._prepare_inputs(so), self.kv_caches
+            assert kv_caches is not None, "initialize_kv_cache() before execute_model()"
+
+        hidden = self.model(
+            batch.input_ids, batch.positions, kv_caches, batch.attn_metadata(self.config.block_size)
+        )  # [T, H]
+        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
+        rs = self.req_states
+        num_logprobs = int(rs.num_logprobs_np[batch.idx_mapping_np].max())
+        meta = SamplingMetadata(
+            idx_mapping=batch.idx_mapping,
+            positions=batch.seq_lens.long(),
+            temperature=rs.temperature,
+            top_k=rs.top_k,
+            top_p=rs.top_p,
+            seeds=rs.seeds,
+            max_num_logprobs=num_logprobs,
+        )
+        out = sample(logits, meta)
+        if dummy:
+            return ModelRunnerOutput(batch.req_ids, [])
+
+        # Advance device-side state; the next step reads it without a host round trip.
+        slots = batch.idx_mapping.long()
+        rs.last_sampled_tokens[slots] = out.sampled_token_ids
+        if self.config.staged_writes:
+            rs.num_computed_tokens.gpu.index_add_(0, slots, batch.num_scheduled_tokens)
+        result = self._to_host(batch, out)
+        result.write_stats = write_stats
+        return result
+
+    def _update_states(self, so: SchedulerOutput) -> None:
+        rs = self.req_states
+        for req_id in so.finished_req_ids:
+            rs.remove_request(req_id)
+        for new in so.scheduled_new_reqs:
+            seed = request_seed(self.config.seed, new.req_id, new.sampling_params.seed)
+            slot = rs.add_request(
+                new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
+            )
+            self.block_tables.set_row(slot, new.block_ids)
+        for cached in so.scheduled_cached_reqs:
+            slot = rs.slot_of[cached.req_id]
+            self.block_tables.append(slot, cached.new_block_ids)
+            if not self.config.staged_writes:
+                rs.set_num_computed(slot, cached.num_computed_tokens)
+
+    def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
+        rs = self.req_states
+        req_ids = list(so.num_scheduled_tokens)
+        num_reqs, num_tokens = len(req_ids), so.total_num_scheduled_tokens
+        idx_np = np.fromiter((rs.slot_of[r] for r in req_ids), dtype=np.int32, count=num_reqs)
+        counts_np = np.fromiter(so.num_scheduled_tokens.values(), dtype=np.int32, count=num_reqs)
+        computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
+        computed.update((d.req_id, d.num_computed_tokens) for d in so.scheduled_cached_reqs)
+        computed_np = np.fromiter((computed[r] for r in req_ids), dtype=np.int32, count=num_reqs)
+        qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
+        np.cumsum(counts_np, out=qsl_np[1:])
+
+        step = torch.from_numpy(np.concatenate([idx_np, counts_np]))  # one small transfer
+        if self.is_cuda:
+            step = step.pin_memory().to(self.device, non_blocking=True)
+        idx_mapping, counts = step[:num_reqs], step[num_reqs:]
+        inputs = prepare_inputs_ref(
+            idx_mapping,
+            counts,
+            num_tokens,
+            rs.num_computed_tokens.gpu,
+            rs.num_prefill_tokens.gpu,
+            rs.prefill_token_ids.gpu,
+            rs.last_sampled_tokens,
+            self.block_tables.table.gpu,
+            self.config.block_size,
+        )
+        return InputBatch(
+            req_ids=req_ids,
+            num_reqs=num_reqs,
+            num_tokens=num_tokens,
+            idx_mapping_np=idx_np,
+            num_scheduled_tokens_np=counts_np,
+            query_start_loc_np=qsl_np,
+            seq_lens_np=computed_np + counts_np,
+            idx_mapping=idx_mapping,
+            num_scheduled_tokens=counts,
+            block_table=self.block_tables.gather(idx_mapping),
+            **inputs,
+        )
+
+    def _dummy_batch(self, so: SchedulerOutput) -> InputBatch:
+        """A batch of fresh prefills over slots 0..B-1 that reads, but never writes, state."""
+        counts_np = np.fromiter(so.num_scheduled_tokens.values(), dtype=np.int32)
+        num_reqs, num_tokens = len(counts_np), int(counts_np.sum())
+        qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
+        np.cumsum(counts_np, out=qsl_np[1:])
+        idx_np = (np.arange(num_reqs) % self.config.max_num_reqs).astype(np.int32)
+        positions = np.concatenate([np.arange(n) for n in counts_np])
+        dev = self.device
+
+        def t(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device=dev, dtype=dtype)
+
+        idx_mapping = t(idx_np, torch.int32)
+        return InputBatch(
+            req_ids=list(so.num_scheduled_tokens),
+            num_reqs=num_reqs,
+            num_tokens=num_tokens,
+            idx_mapping_np=idx_np,
+            num_scheduled_tokens_np=counts_np,
+            query_start_loc_np=qsl_np,
+            seq_lens_np=counts_np.copy(),
+            idx_mapping=idx_mapping,
+            num_scheduled_tokens=t(counts_np, torch.int32),
+            input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=dev),
+            positions=t(positions, torch.int64),
+            query_start_loc=t(qsl_np, torch.int32),
+            seq_lens=t(counts_np, torch.int32),
+            slot_mapping=torch.full((num_tokens,), -1, dtype=torch.int64, device=dev),
+            logits_indices=t(qsl_np[1:] - 1, torch.int64),
+            block_table=self.block_tables.gather(idx_mapping),
+        )
+
+    def _to_host(self, batch: InputBatch, out) -> ModelRunnerOutput:
+        """The designed sync point: wait for this step's sampled tokens (and logprobs)."""
+        n = batch.num_reqs
+        t0 = time.perf_counter_ns()
+        if self.is_cuda:
+            self._host_tokens[:n].copy_(out.sampled_token_ids, non_blocking=True)
+            lp_ids = lp = None
+            if out.logprobs is not None:
+                lp_ids = out.logprob_token_ids.to("cpu", non_blocking=True)
+                lp = out.logprobs.to("cpu", non_blocking=True)
+            self._output_ready.record()
+            self._output_ready.synchronize()
+            tokens = self._host_tokens[:n].tolist()
+        else:
+            tokens = out.sampled_token_ids.tolist()
+            lp_ids, lp = out.logprob_token_ids, out.logprobs
+        wait_ns = time.perf_counter_ns() - t0
+        logprobs = None
+        if lp is not None:
+            counts = self.req_states.num_logprobs_np[batch.idx_mapping_np]
+            ids_l, lp_l = lp_ids.tolist(), lp.tolist()
+            logprobs = [
+                list(zip(ids_l[b][: 1 + counts[b]], lp_l[b][: 1 + counts[b]], strict=True))
+                for b in range(n)
+            ]
+        return ModelRunnerOutput(batch.req_ids, tokens, logprobs, output_wait_ns=wait_ns)

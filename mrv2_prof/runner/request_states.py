@@ -1,0 +1,113 @@
+"""Persistent request state in fixed slots (MRV2 ``states.py``: ``RequestState``).
+
+``max_num_reqs`` rows are allocated once. A request takes a free row when the runner first sees
+it and keeps it until it finishes or is preempted (preemption is treated as finishing; resuming
+re-adds the request as new). Step inputs are gathered from these rows through ``idx_mapping``;
+the rows are never reordered.
+
+Device-resident: prompt token ids (written once per request with a staged write),
+``num_computed_tokens`` (staged write for a new request, then advanced on the device after each
+step), the last sampled token. Small per-request sampling parameters live in unpinned CPU arrays;
+when they change, a fresh pinned snapshot is sent (the CPU never writes memory that an
+in-flight copy reads — no async barrier needed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mrv2_prof.runner.request import SamplingParams
+from mrv2_prof.runner.staged_write import StagedWriteTensor, WriteStats, make_write_tensor
+
+
+def _send(host: np.ndarray, out: torch.Tensor) -> None:
+    src = torch.from_numpy(host)
+    if out.device.type == "cpu":
+        out.copy_(src)
+    else:
+        out.copy_(src.pin_memory(), non_blocking=True)
+
+
+class RequestStates:
+    def __init__(
+        self, max_num_reqs: int, max_model_len: int, device: torch.device, staged_writes: bool
+    ) -> None:
+        self.max_num_reqs = max_num_reqs
+        self.device = device
+        self._free_slots = list(range(max_num_reqs - 1, -1, -1))
+        self.slot_of: dict[str, int] = {}
+
+        self.prefill_token_ids = StagedWriteTensor(
+            (max_num_reqs, max_model_len), torch.int32, device
+        )
+        self.num_prefill_tokens = StagedWriteTensor((max_num_reqs,), torch.int32, device)
+        self.num_computed_tokens = make_write_tensor(
+            (max_num_reqs,), torch.int32, device, staged_writes
+        )
+        self.staged_writes = staged_writes
+        self.last_sampled_tokens = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+
+        # Sampling parameters: CPU arrays are the truth, device copies follow when dirty.
+        self.temperature_np = np.zeros(max_num_reqs, dtype=np.float32)
+        self.top_k_np = np.zeros(max_num_reqs, dtype=np.int32)
+        self.top_p_np = np.ones(max_num_reqs, dtype=np.float32)
+        self.seeds_np = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_logprobs_np = np.zeros(max_num_reqs, dtype=np.int32)
+        self.temperature = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
+        self.top_k = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        self.top_p = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
+        self.seeds = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        self._params_dirty = False
+
+    @property
+    def num_active(self) -> int:
+        return len(self.slot_of)
+
+    def add_request(
+        self,
+        req_id: str,
+        token_ids: list[int],
+        num_computed_tokens: int,
+        params: SamplingParams,
+        seed: int,
+    ) -> int:
+        if not self._free_slots:
+            raise RuntimeError(f"no free request slot (max_num_reqs={self.max_num_reqs})")
+        slot = self._free_slots.pop()
+        self.slot_of[req_id] = slot
+        self.prefill_token_ids.stage_write(slot, 0, token_ids)
+        self.num_prefill_tokens.stage_write(slot, 0, len(token_ids))
+        self.num_computed_tokens.stage_write(slot, 0, num_computed_tokens)
+        self.temperature_np[slot] = params.temperature
+        self.top_k_np[slot] = params.top_k
+        self.top_p_np[slot] = params.top_p
+        self.seeds_np[slot] = seed
+        self.num_logprobs_np[slot] = params.logprobs
+        self._params_dirty = True
+        return slot
+
+    def remove_request(self, req_id: str) -> int | None:
+        slot = self.slot_of.pop(req_id, None)
+        if slot is not None:
+            self._free_slots.append(slot)
+        return slot
+
+    def set_num_computed(self, slot: int, num_computed_tokens: int) -> None:
+        """Dense mode only: the CPU copy is the truth and is re-sent every step."""
+        self.num_computed_tokens.stage_write(slot, 0, num_computed_tokens)
+
+    def apply_writes(self) -> dict[str, WriteStats]:
+        """Send this step's staged writes and, if they changed, the sampling parameters."""
+        stats = {}
+        for name in ("prefill_token_ids", "num_prefill_tokens", "num_computed_tokens"):
+            s = getattr(self, name).apply_write()
+            if s is not None:
+                stats[name] = s
+        if self._params_dirty:
+            _send(self.temperature_np, self.temperature)
+            _send(self.top_k_np, self.top_k)
+            _send(self.top_p_np, self.top_p)
+            _send(self.seeds_np, self.seeds)
+            self._params_dirty = False
+        return stats

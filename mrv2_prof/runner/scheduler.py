@@ -1,0 +1,246 @@
+"""The V1 engine scheduler: token budget, RUNNING before WAITING, chunked prefill, preemption.
+
+Mirrors ``vllm/v1/core/sched/scheduler.py``: each step spends ``max_num_batched_tokens`` on the
+running requests first (a prefill continues in chunks), then admits waiting requests in
+(priority, arrival) order up to ``max_num_seqs``, reusing prefix-cached blocks. When the block
+pool runs dry the lowest-priority running request is preempted: its blocks are freed, it goes
+back to WAITING and is later re-added to the runner as a new request. A step that preempted
+admits nobody from WAITING.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass, field
+
+from mrv2_prof.runner.kv_cache_manager import KVCacheManager
+from mrv2_prof.runner.request import Request, RequestStatus, SamplingParams
+
+
+@dataclass
+class NewRequestData:
+    """A request the runner has not seen (or sees again after a preemption)."""
+
+    req_id: str
+    token_ids: list[int]  # every token known now: prompt, plus outputs when resumed
+    sampling_params: SamplingParams
+    block_ids: list[int]
+    num_computed_tokens: int  # prefix-cache hit
+
+
+@dataclass
+class CachedRequestData:
+    """A request already holding a runner slot: only its new blocks travel."""
+
+    req_id: str
+    new_block_ids: list[int]
+    num_computed_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list[NewRequestData]
+    scheduled_cached_reqs: list[CachedRequestData]
+    num_scheduled_tokens: dict[str, int]  # batch order
+    total_num_scheduled_tokens: int
+    finished_req_ids: set[str]  # leave the runner before this step: finished, aborted, preempted
+    preempted_req_ids: set[str] = field(default_factory=set)
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.num_scheduled_tokens)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.total_num_scheduled_tokens == 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        kv_cache_manager: KVCacheManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+    ) -> None:
+        self.kv = kv_cache_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.requests: dict[str, Request] = {}
+        self.waiting: list[tuple[int, float, int, Request]] = []  # sorted by schedule key
+        self.running: list[Request] = []
+        self._finished_ids: set[str] = set()
+        self._order = itertools.count()
+        self.num_preemptions = 0
+
+    # ---- request lifecycle -------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in flight")
+        if request.num_tokens >= self.max_model_len:
+            raise ValueError(
+                f"request {request.request_id}: prompt of {request.num_tokens} tokens leaves no "
+                f"room under max_model_len {self.max_model_len}"
+            )
+        self.requests[request.request_id] = request
+        self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> None:
+        request.status = (
+            RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+        )
+        bisect.insort(
+            self.waiting, (*request.schedule_key, next(self._order), request), key=lambda e: e[:3]
+        )
+
+    def abort_request(self, request_id: str) -> bool:
+        """Finish a request now, wherever it is. Returns False for an unknown/finished id."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return False
+        self._finish(request, RequestStatus.FINISHED_ABORTED)
+        return True
+
+    def _finish(self, request: Request, status: RequestStatus) -> None:
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting = [e for e in self.waiting if e[3] is not request]
+        self.kv.free(request)
+        request.status = status
+        request.finish_reason = status.value
+        del self.requests[request.request_id]
+        self._finished_ids.add(request.request_id)
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self._enqueue(request)
+
+    def _lowest_priority_running(self) -> Request:
+        """Largest (priority, arrival); among equals the one admitted last."""
+        j = max(range(len(self.running)), key=lambda k: (self.running[k].schedule_key, k))
+        return self.running[j]
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.requests)
+
+    # ---- one step ----------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.max_num_batched_tokens
+        num_scheduled: dict[str, int] = {}
+        new_blocks: dict[str, list[int]] = {}
+        preempted: list[Request] = []
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            while (blocks := self.kv.allocate_slots(request, num_new)) is None:
+                victim = self._lowest_priority_running()
+                if victim.request_id in num_scheduled:  # undo its place in this step
+                    budget += num_scheduled.pop(victim.request_id)
+                    new_blocks.pop(victim.request_id)
+                    i -= 1
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if blocks is None:
+                continue  # the request itself was preempted; self.running[i] is the next one
+            num_scheduled[request.request_id] = num_new
+            new_blocks[request.request_id] = blocks
+            budget -= num_new
+            i += 1
+
+        new_reqs: list[NewRequestData] = []
+        while not preempted and self.waiting and budget > 0:
+            if len(self.running) >= self.max_num_seqs:
+                break
+            request = self.waiting[0][3]
+            cached_blocks, num_cached = self.kv.get_computed_blocks(request)
+            num_new = min(request.num_tokens - num_cached, budget)
+            blocks = self.kv.allocate_slots(request, num_new, cached_blocks, num_cached)
+            if blocks is None:
+                break
+            self.waiting.pop(0)
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_cached
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_cached
+            num_scheduled[request.request_id] = num_new
+            new_reqs.append(
+                NewRequestData(
+                    req_id=request.request_id,
+                    token_ids=list(request.all_token_ids),
+                    sampling_params=request.sampling_params,
+                    block_ids=cached_blocks + blocks,
+                    num_computed_tokens=num_cached,
+                )
+            )
+            budget -= num_new
+
+        new_ids = {d.req_id for d in new_reqs}
+        cached_reqs = [
+            CachedRequestData(rid, new_blocks[rid], self.requests[rid].num_computed_tokens)
+            for rid in num_scheduled
+            if rid not in new_ids
+        ]
+        preempted_ids = {r.request_id for r in preempted}
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached_reqs,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
+            finished_req_ids=self._finished_ids | preempted_ids,
+            preempted_req_ids=preempted_ids,
+        )
+        self._finished_ids = set()
+        for rid, n in num_scheduled.items():
+            self.requests[rid].num_computed_tokens += n
+        return out
+
+    def update_from_output(
+        self,
+        scheduler_output: SchedulerOutput,
+        sampled_token_ids: list[int],
+        logprobs: list[list[tuple[int, float]]] | None = None,
+    ) -> list[Request]:
+        """Append each sampled token whose request computed all its known tokens; return the
+        requests that received a token this step (finished ones have ``is_finished``)."""
+        updated = []
+        for b, rid in enumerate(scheduler_output.num_scheduled_tokens):
+            request = self.requests.get(rid)
+            if request is None or request.num_computed_tokens < request.num_tokens:
+                continue  # aborted meanwhile, or a prefill chunk that is not the last
+            token = sampled_token_ids[b]
+            request.append_output_token(token)
+            if logprobs is not None and request.sampling_params.logprobs:
+                request.output_logprobs.append(logprobs[b])
+            status = self._check_stop(request, token)
+            if status is not None:
+                self._finish(request, status)
+            updated.append(request)
+        return updated
+
+    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
+        params = request.sampling_params
+        if not params.ignore_eos and token in request.eos_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if token in params.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if request.num_output_tokens >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if request.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None

@@ -1,0 +1,187 @@
+"""StagedWriteTensor: device-resident state updated by packed diffs (MRV2 §4).
+
+The base tensor lives on the device. ``stage_write(row, start, values)`` only records the write on
+the CPU; ``apply_write()`` packs every staged write into one contiguous host buffer
+(``rows | starts | lens | offsets | values``), sends it with one non-blocking copy from a fresh
+pinned buffer, and applies it with one scatter. No full CPU→device copy per step, no sync.
+
+``DenseWriteTensor`` is the simpler alternative kept behind ``runner.staged_writes: false``: a
+CPU-resident copy updated in place and sent whole on every apply (V1's approach).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+_NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    """What one ``apply_write`` moved, next to what a dense copy of the tensor would have moved."""
+
+    writes: int
+    rows: int
+    elements: int
+    staged_bytes: int
+    dense_bytes: int
+
+
+def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Send a host tensor from a fresh pinned snapshot (no barrier needed: nothing reuses it)."""
+    if device.type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+class StagedWriteTensor:
+    """A [rows, cols] (or [rows]) integer tensor on ``device``, written by staged ragged diffs."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+        if dtype not in _NUMPY_DTYPES:
+            raise TypeError(f"StagedWriteTensor holds int32/int64, not {dtype}")
+        if len(shape) not in (1, 2):
+            raise ValueError(f"StagedWriteTensor is 1-D or 2-D, got shape {shape}")
+        self.device = torch.device(device)
+        self.gpu = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.num_rows = shape[0]
+        self.num_cols = shape[1] if len(shape) == 2 else 1
+        self._np_dtype = _NUMPY_DTYPES[dtype]
+        self._itemsize = self.gpu.element_size()
+        self._rows: list[int] = []
+        self._starts: list[int] = []
+        self._values: list[np.ndarray] = []
+        self._spans: dict[int, list[tuple[int, int]]] = {}
+
+    @property
+    def dense_bytes(self) -> int:
+        return self.gpu.numel() * self._itemsize
+
+    def stage_write(self, row: int, start: int, values: Sequence[int] | np.ndarray | int) -> None:
+        """Record ``self[row, start:start+len(values)] = values`` for the next ``apply_write``."""
+        vals = np.asarray(values, dtype=self._np_dtype).reshape(-1)
+        end = start + len(vals)
+        if not 0 <= row < self.num_rows or start < 0 or end > self.num_cols:
+            raise IndexError(
+                f"write [{row}, {start}:{end}] outside tensor of shape {tuple(self.gpu.shape)}"
+            )
+        if len(vals) == 0:
+            return
+        spans = self._spans.setdefault(row, [])
+        for s, e in spans:
+            if start < e and s < end:
+                raise ValueError(
+                    f"staged writes overlap in row {row}: [{s}:{e}] and [{start}:{end}]"
+                )
+        spans.append((start, end))
+        self._rows.append(row)
+        self._starts.append(start)
+        self._values.append(vals)
+
+    @property
+    def num_staged(self) -> int:
+        return len(self._rows)
+
+    def apply_write(self) -> WriteStats | None:
+        """Pack, copy once, apply once. Returns what moved, or None when nothing was staged."""
+        n = len(self._rows)
+        if n == 0:
+            return None
+        lens = np.fromiter((len(v) for v in self._values), dtype=self._np_dtype, count=n)
+        offsets = np.zeros(n, dtype=self._np_dtype)
+        np.cumsum(lens[:-1], out=offsets[1:])
+        total = int(lens.sum())
+        packed = np.concatenate(
+            [
+                np.asarray(self._rows, self._np_dtype),
+                np.asarray(self._starts, self._np_dtype),
+                lens,
+                offsets,
+                *self._values,
+            ]
+        )
+        stats = WriteStats(
+            writes=n,
+            rows=len(self._spans),
+            elements=total,
+            staged_bytes=packed.nbytes,
+            dense_bytes=self.dense_bytes,
+        )
+        self._rows, self._starts, self._values, self._spans = [], [], [], {}
+        buf = _to_device(torch.from_numpy(packed), self.device)
+        apply_packed_writes_ref(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
+        return stats
+
+
+def apply_packed_writes_ref(base: torch.Tensor, buf: torch.Tensor, n: int, total: int) -> None:
+    """Torch reference of the apply kernel: scatter ``n`` ragged writes from a packed buffer.
+
+    ``buf`` = rows[n] | starts[n] | lens[n] | offsets[n] | values[total]; ``total`` is known on the
+    host, so no output shape depends on device data (no sync).
+    """
+    rows, starts, lens, offsets = buf[:n], buf[n : 2 * n], buf[2 * n : 3 * n], buf[3 * n : 4 * n]
+    values = buf[4 * n : 4 * n + total]
+    write_id = torch.repeat_interleave(
+        torch.arange(n, device=buf.device), lens.long(), output_size=total
+    )
+    within = torch.arange(total, device=buf.device) - offsets.long()[write_id]
+    flat = rows.long()[write_id] * base.shape[1] + starts.long()[write_id] + within
+    base.view(-1).index_copy_(0, flat, values.to(base.dtype))
+
+
+class DenseWriteTensor:
+    """Same interface, V1 style: writes go to an unpinned CPU copy, sent whole on every apply."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.cpu = torch.zeros(shape, dtype=dtype)
+        self.gpu = torch.zeros(shape, dtype=dtype, device=self.device)
+        self._view = self.cpu.view(shape[0], -1).numpy()
+        self._writes = 0
+        self._rows: set[int] = set()
+        self._elements = 0
+
+    @property
+    def dense_bytes(self) -> int:
+        return self.cpu.numel() * self.cpu.element_size()
+
+    def stage_write(self, row: int, start: int, values: Sequence[int] | np.ndarray | int) -> None:
+        vals = np.asarray(values).reshape(-1)
+        if (
+            not 0 <= row < self._view.shape[0]
+            or start < 0
+            or start + len(vals) > self._view.shape[1]
+        ):
+            raise IndexError(
+                f"write [{row}, {start}:{start + len(vals)}] outside {self._view.shape}"
+            )
+        self._view[row, start : start + len(vals)] = vals
+        self._writes += 1
+        self._rows.add(row)
+        self._elements += len(vals)
+
+    @property
+    def num_staged(self) -> int:
+        return self._writes
+
+    def apply_write(self) -> WriteStats:
+        """Send the whole tensor, as V1 does every step, whether or not anything changed."""
+        stats = WriteStats(
+            self._writes, len(self._rows), self._elements, self.dense_bytes, self.dense_bytes
+        )
+        self._writes, self._rows, self._elements = 0, set(), 0
+        if self.device.type == "cpu":
+            self.gpu.copy_(self.cpu)
+        else:
+            self.gpu.copy_(self.cpu.pin_memory(), non_blocking=True)
+        return stats
+
+
+def make_write_tensor(
+    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, staged: bool
+) -> StagedWriteTensor | DenseWriteTensor:
+    return (StagedWriteTensor if staged else DenseWriteTensor)(shape, dtype, device)

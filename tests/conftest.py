@@ -1,0 +1,80 @@
+"""Shared fixtures: small Hugging Face checkpoints built on the fly in a temporary directory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def make_hf_checkpoint() -> Callable[..., Path]:
+    """A function that saves a small random transformers Llama or Qwen2 model and returns its dir.
+
+    Biases and norm weights are perturbed away from HF's zeros/ones so that every parameter
+    changes the output. ``initializer_range`` is large enough that greedy generations vary.
+    """
+
+    def make(
+        tmp_dir: str | Path,
+        arch: str = "llama",
+        tied: bool = False,
+        num_kv_heads: int = 2,
+        seed: int = 0,
+        vocab_size: int = 256,
+        *,
+        hidden_size: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        intermediate_size: int = 128,
+        max_position_embeddings: int = 512,
+        rope_theta: float = 10000.0,
+        rope_scaling: dict[str, Any] | None = None,
+        eos_token_id: int | list[int] | None = 2,
+        bos_token_id: int | None = 1,
+        initializer_range: float = 0.08,
+        max_shard_size: str | None = None,
+        name: str | None = None,
+    ) -> Path:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import transformers
+
+        config_cls = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[arch]
+        model_cls = {
+            "llama": transformers.LlamaForCausalLM,
+            "qwen2": transformers.Qwen2ForCausalLM,
+        }[arch]
+        config = config_cls(
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=num_kv_heads,
+            max_position_embeddings=max_position_embeddings,
+            rope_theta=rope_theta,
+            rope_scaling=dict(rope_scaling) if rope_scaling else None,  # HF mutates it
+            tie_word_embeddings=tied,
+            eos_token_id=eos_token_id,
+            bos_token_id=bos_token_id,
+            initializer_range=initializer_range,
+        )
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = model_cls(config).to(torch.float32)
+            with torch.no_grad():
+                for param_name, param in model.named_parameters():
+                    if param_name.endswith(".bias"):
+                        param.normal_(0.0, initializer_range)
+                    elif param_name.endswith("norm.weight"):
+                        param.add_(torch.randn_like(param), alpha=0.1)
+        out = Path(tmp_dir) / (name or f"{arch}-{'tied' if tied else 'untied'}-kv{num_kv_heads}")
+        kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+        model.save_pretrained(out, safe_serialization=True, **kwargs)
+        return out
+
+    return make

@@ -1,0 +1,264 @@
+"""End to end: the engine's greedy outputs equal Hugging Face transformers' greedy ``generate``
+token for token, on random checkpoints written as safetensors, under chunked prefill,
+preemption and prefix-cache hits."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.request import RequestStatus, SamplingParams
+
+NEW_TOKENS = 24
+PROMPT_LENS = [1, 5, 9, 17, 30, 12]
+
+
+def prompts_for(seed: int, vocab: int, shared_prefix: int = 0) -> dict[str, list[int]]:
+    rng = random.Random(seed)
+    prefix = [rng.randrange(vocab) for _ in range(shared_prefix)]
+    return {
+        f"p{i}": prefix + [rng.randrange(vocab) for _ in range(n)]
+        for i, n in enumerate(PROMPT_LENS)
+    }
+
+
+def hf_greedy(path, prompts, max_new_tokens, dtype=torch.float32, device="cpu", eos=None):
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    out = {}
+    for rid, ids in prompts.items():
+        x = torch.tensor([ids], device=device)
+        y = model.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        )
+        out[rid] = y[0, len(ids) :].tolist()
+    return out
+
+
+def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **runner):
+    cfg = dict(
+        device=device,
+        max_num_reqs=16,
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=256,
+    )
+    cfg.update(runner)
+    engine = Engine(RunnerConfig(**cfg), ModelSpec(preset=None, path=str(path), dtype=dtype))
+    reqs = engine.generate(prompts, SamplingParams(max_tokens=max_new_tokens))
+    engine.step()  # hands the last finished ids to the runner
+    return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
+
+
+def assert_no_leaks(engine: Engine) -> None:
+    assert engine.kv_cache_manager.num_free_blocks == engine.runner.info.num_kv_blocks
+    engine.kv_cache_manager.check_consistency()
+    assert engine.runner.req_states.num_active == 0
+
+
+CHECKPOINTS = [
+    ("llama", False, 2),  # untied, GQA 4:2
+    ("llama", True, 1),  # tied, MQA-like 4:1
+    ("qwen2", False, 2),  # q/k/v bias
+]
+
+
+@pytest.mark.parametrize(("arch", "tied", "kv_heads"), CHECKPOINTS)
+def test_greedy_matches_transformers(tmp_path, make_hf_checkpoint, arch, tied, kv_heads):
+    path = make_hf_checkpoint(tmp_path, arch, tied, kv_heads, eos_token_id=None)
+    prompts = prompts_for(0, 256)
+    expected = hf_greedy(path, prompts, NEW_TOKENS)
+    engine, got = engine_greedy(path, prompts, NEW_TOKENS)
+    assert got == expected
+    assert_no_leaks(engine)
+
+
+@pytest.mark.parametrize(("arch", "tied", "kv_heads"), [CHECKPOINTS[0], CHECKPOINTS[2]])
+def test_greedy_with_chunked_prefill(tmp_path, make_hf_checkpoint, arch, tied, kv_heads):
+    path = make_hf_checkpoint(tmp_path, arch, tied, kv_heads, eos_token_id=None)
+    prompts = prompts_for(1, 256)
+    expected = hf_greedy(path, prompts, NEW_TOKENS)
+    engine, got = engine_greedy(path, prompts, NEW_TOKENS, max_num_batched_tokens=7)
+    assert got == expected
+    assert_no_leaks(engine)
+
+
+@pytest.mark.parametrize(("arch", "tied", "kv_heads"), [CHECKPOINTS[0], CHECKPOINTS[2]])
+def test_greedy_with_preemption(tmp_path, make_hf_checkpoint, arch, tied, kv_heads):
+    path = make_hf_checkpoint(tmp_path, arch, tied, kv_heads, eos_token_id=None)
+    prompts = prompts_for(2, 256)
+    expected = hf_greedy(path, prompts, NEW_TOKENS)
+    # 32 blocks x 4 = 128 token slots for ~250 tokens of work: requests must be preempted
+    engine, got = engine_greedy(path, prompts, NEW_TOKENS, num_kv_blocks=32)
+    assert engine.scheduler.num_preemptions > 0
+    assert got == expected
+    assert_no_leaks(engine)
+
+
+def test_greedy_with_prefix_cache_hits(tmp_path, make_hf_checkpoint):
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    prompts = prompts_for(3, 256, shared_prefix=13)
+    expected = hf_greedy(path, prompts, NEW_TOKENS)
+    # one request at a time so later ones find the shared prefix cached
+    engine, got = engine_greedy(path, prompts, NEW_TOKENS, max_num_seqs=1)
+    assert engine.kv_cache_manager.prefix_cache_stats.num_hit_tokens >= 12 * (len(prompts) - 1)
+    assert got == expected
+    assert_no_leaks(engine)
+
+
+def test_dense_writes_give_identical_outputs(tmp_path, make_hf_checkpoint):
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    prompts = prompts_for(4, 256)
+    _, staged = engine_greedy(
+        path, prompts, NEW_TOKENS, max_num_batched_tokens=16, num_kv_blocks=40
+    )
+    _, dense = engine_greedy(
+        path, prompts, NEW_TOKENS, max_num_batched_tokens=16, num_kv_blocks=40, staged_writes=False
+    )
+    assert staged == dense == hf_greedy(path, prompts, NEW_TOKENS)
+
+
+def test_eos_from_the_checkpoint_stops_generation(tmp_path, make_hf_checkpoint):
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    prompts = prompts_for(5, 256)
+    free_run = hf_greedy(path, prompts, NEW_TOKENS)
+    eos = free_run["p0"][5]
+    for name in ("config.json", "generation_config.json"):
+        f = path / name
+        if f.exists():
+            cfg = json.loads(f.read_text())
+            cfg["eos_token_id"] = eos
+            f.write_text(json.dumps(cfg))
+    expected = hf_greedy(path, prompts, NEW_TOKENS, eos=eos)
+    engine, got = engine_greedy(path, prompts, NEW_TOKENS)
+    assert got == expected
+    assert got["p0"][-1] == eos and len(got["p0"]) <= 6
+
+
+def test_abort_frees_everything(tmp_path, make_hf_checkpoint):
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    engine = Engine(
+        RunnerConfig(
+            device="cpu",
+            max_num_reqs=8,
+            max_num_seqs=4,
+            max_num_batched_tokens=16,
+            max_model_len=128,
+            block_size=4,
+            num_kv_blocks=64,
+        ),
+        ModelSpec(preset=None, path=str(path)),
+    )
+    prompts = prompts_for(6, 256)
+    reqs = {
+        rid: engine.add_request(rid, ids, SamplingParams(max_tokens=20))
+        for rid, ids in prompts.items()
+    }
+    for _ in range(4):
+        engine.step()
+    assert engine.abort_request("p4")  # mid-prefill or running
+    assert engine.abort_request("p5")  # still waiting, most likely
+    assert not engine.abort_request("nope")
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.step()
+    assert reqs["p4"].status is RequestStatus.FINISHED_ABORTED
+    assert reqs["p5"].finish_reason == "abort"
+    assert all(reqs[r].status is RequestStatus.FINISHED_LENGTH for r in ("p0", "p1", "p2", "p3"))
+    assert_no_leaks(engine)
+
+
+def test_seeded_sampling_does_not_depend_on_batch(tmp_path, make_hf_checkpoint):
+    """Same request seed -> same tokens alone, in a crowd, and in a different order."""
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    cfg = RunnerConfig(
+        device="cpu",
+        max_num_reqs=16,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=128,
+    )
+    prompts = prompts_for(7, 256)
+    params = SamplingParams(temperature=1.0, top_k=50, top_p=0.9, seed=1234, max_tokens=16)
+
+    def run(ids):
+        engine = Engine(cfg, ModelSpec(preset=None, path=str(path)))
+        reqs = {
+            rid: engine.add_request(rid, prompts[rid], params, arrival_time=i)
+            for i, rid in enumerate(ids)
+        }
+        while engine.has_unfinished_requests():
+            engine.step()
+        return {rid: r.output_token_ids for rid, r in reqs.items()}
+
+    alone = run(["p3"])["p3"]
+    crowd = run(list(prompts))
+    reordered = run(list(reversed(prompts)))
+    assert crowd["p3"] == alone == reordered["p3"]
+    assert len(set(map(tuple, crowd.values()))) > 1  # sampling is not degenerate
+
+
+def test_logprobs_are_returned_for_each_token(tmp_path, make_hf_checkpoint):
+    path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
+    engine = Engine(
+        RunnerConfig(
+            device="cpu",
+            max_num_reqs=8,
+            max_num_seqs=4,
+            max_num_batched_tokens=64,
+            max_model_len=128,
+            block_size=4,
+            num_kv_blocks=64,
+        ),
+        ModelSpec(preset=None, path=str(path)),
+    )
+    prompt = prompts_for(8, 256)["p2"]
+    req = engine.add_request("a", prompt, SamplingParams(max_tokens=4, logprobs=3))
+    while engine.has_unfinished_requests():
+        engine.step()
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ids = torch.tensor([prompt + req.output_token_ids])
+    ref = torch.log_softmax(hf(ids).logits[0].float(), -1)
+    for i, (token, entries) in enumerate(
+        zip(req.output_token_ids, req.output_logprobs, strict=True)
+    ):
+        row = ref[len(prompt) - 1 + i]
+        assert entries[0][0] == token and len(entries) == 4
+        top3 = torch.topk(row, 3).indices.tolist()
+        assert [t for t, _ in entries[1:]] == top3
+        for t, lp in entries:
+            assert lp == pytest.approx(row[t].item(), abs=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("arch", "tied", "kv_heads"), CHECKPOINTS)
+def test_greedy_matches_transformers_on_cuda_bf16(
+    tmp_path, make_hf_checkpoint, arch, tied, kv_heads
+):
+    """bf16 on CUDA: every prompt's first 32 greedy tokens equal transformers' (same dtype)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    path = make_hf_checkpoint(tmp_path, arch, tied, kv_heads, eos_token_id=None)
+    prompts = prompts_for(0, 256)
+    expected = hf_greedy(path, prompts, 32, dtype=torch.bfloat16, device="cuda")
+    for runner in ({}, {"max_num_batched_tokens": 7}, {"num_kv_blocks": 32}):
+        engine, got = engine_greedy(path, prompts, 32, dtype="bfloat16", device="cuda", **runner)
+        assert got == expected, runner
+        assert_no_leaks(engine)
