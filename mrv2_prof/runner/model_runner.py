@@ -181,7 +181,8 @@ class ModelRunner:
         )  # [T, H]
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
         rs = self.req_states
-        num_logprobs = int(rs.num_logprobs_np[batch.idx_mapping_np].max())
+        idx = batch.idx_mapping_np
+        num_logprobs = int(rs.num_logprobs_np[idx].max())
         meta = SamplingMetadata(
             idx_mapping=batch.idx_mapping,
             positions=batch.seq_lens.long(),
@@ -190,6 +191,10 @@ class ModelRunner:
             top_p=rs.top_p,
             seeds=rs.seeds,
             max_num_logprobs=num_logprobs,
+            # host-side shortcuts, read from the CPU copies of the parameters (no device read)
+            all_greedy=bool((rs.temperature_np[idx] < 1e-5).all()),
+            no_top_k=not bool((rs.top_k_np[idx] > 0).any()),
+            no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
         )
         out = sample(logits, meta)
         if dummy:

@@ -262,3 +262,23 @@ def test_greedy_matches_transformers_on_cuda_bf16(
         engine, got = engine_greedy(path, prompts, 32, dtype="bfloat16", device="cuda", **runner)
         assert got == expected, runner
         assert_no_leaks(engine)
+
+
+@pytest.mark.gpu
+def test_kv_blocks_from_gpu_memory_after_a_profiling_run():
+    """num_kv_blocks: auto sizes the cache from gpu_memory_utilization after a dummy run that
+    leaves no request state behind."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = RunnerConfig(
+        device="cuda", max_num_batched_tokens=2048, max_model_len=1024, gpu_memory_utilization=0.2
+    )
+    engine = Engine(cfg, ModelSpec(preset="llama-tiny"))
+    info = engine.info
+    total = torch.cuda.mem_get_info()[1]
+    assert info.profile_run_s > 0 and info.peak_activation_bytes > 0
+    assert 0 < info.kv_cache_bytes <= 0.2 * total
+    assert info.kv_cache_bytes > 0.5 * (0.2 * total - info.peak_activation_bytes)
+    assert engine.runner.req_states.num_active == 0
+    reqs = engine.generate({"a": [1, 2, 3], "b": list(range(40))}, SamplingParams(max_tokens=8))
+    assert all(len(r.output_token_ids) == 8 for r in reqs.values())

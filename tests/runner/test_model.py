@@ -161,8 +161,13 @@ def test_mixed_batch_equals_each_request_alone(make_hf_checkpoint, tmp_path):
     def run(batch, caches):
         query_lens = [len(ids) - ctx for ids, ctx, _ in batch]
         slot_mapping = sum((slots(row, ctx, len(ids), bs) for ids, ctx, row in batch), [])
-        meta = metadata(query_lens, [len(ids) for ids, _, _ in batch],
-                        [row for _, _, row in batch], slot_mapping, bs)  # fmt: skip
+        meta = metadata(
+            query_lens,
+            [len(ids) for ids, _, _ in batch],
+            [row for _, _, row in batch],
+            slot_mapping,
+            bs,
+        )
         input_ids = torch.cat([ids[ctx:] for ids, ctx, _ in batch])
         positions = torch.cat([torch.arange(ctx, len(ids)) for ids, ctx, _ in batch])
         with torch.no_grad():
@@ -224,8 +229,9 @@ def test_presets_are_seeded_and_finite():
     first, again, other = weights(0), weights(0), weights(1)
     assert first.keys() == again.keys() and "lm_head.weight" in first
     assert all(torch.equal(first[k], again[k]) for k in first)
-    assert not torch.equal(first["model.layers.0.mlp.up_proj.weight"],
-                           other["model.layers.0.mlp.up_proj.weight"])  # fmt: skip
+    assert not torch.equal(
+        first["model.layers.0.mlp.up_proj.weight"], other["model.layers.0.mlp.up_proj.weight"]
+    )
     model, args = load_model(ModelSpec(preset="llama-tiny"), CPU, torch.float32)
     assert args == PRESETS["llama-tiny"]
     logits = one_shot_logits(model, prompt(16, vocab_size=args.vocab_size))

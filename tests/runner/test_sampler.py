@@ -343,9 +343,12 @@ def check_logprobs(logits: torch.Tensor, meta: SamplingMetadata):
     assert out.logprob_token_ids.shape == (logits.shape[0], 1 + num_logprobs)
     assert out.logprobs.dtype == torch.float32
     assert torch.equal(out.logprob_token_ids[:, 0], out.sampled_token_ids)
-    raw = logits.double().cpu().numpy()
-    want_topk = np.argsort(-raw, axis=1, kind="stable")[:, :num_logprobs]
-    assert np.array_equal(out.logprob_token_ids[:, 1:].cpu().numpy(), want_topk)
+    # The top-K ids are distinct and their logits are the K largest, in order (ties may swap ids).
+    raw = logits.cpu().numpy()
+    topk_ids = out.logprob_token_ids[:, 1:].cpu().numpy()
+    assert all(np.unique(row).size == num_logprobs for row in topk_ids)
+    want_values = -np.sort(-raw, axis=1)[:, :num_logprobs]
+    assert np.array_equal(np.take_along_axis(raw, topk_ids, axis=1), want_values)
     want = torch.log_softmax(logits.double(), dim=-1).gather(1, out.logprob_token_ids)
     torch.testing.assert_close(out.logprobs.double(), want, atol=1e-5, rtol=0)
 
