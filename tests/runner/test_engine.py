@@ -247,21 +247,53 @@ def test_logprobs_are_returned_for_each_token(tmp_path, make_hf_checkpoint):
             assert lp == pytest.approx(row[t].item(), abs=1e-4)
 
 
+BF16_MARGIN = 0.125  # logit units: a near-tie that bf16 rounding may flip
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("arch", "tied", "kv_heads"), CHECKPOINTS)
 def test_greedy_matches_transformers_on_cuda_bf16(
     tmp_path, make_hf_checkpoint, arch, tied, kv_heads
 ):
-    """bf16 on CUDA: every prompt's first 32 greedy tokens equal transformers' (same dtype)."""
+    """bf16 on CUDA, 32 greedy tokens per prompt. bf16 rounding differs between our kernels and
+    transformers', so exact equality holds only up to the first near-tie. The check: feed our
+    tokens back to transformers (bf16, teacher forcing); at every position our token must be
+    transformers' argmax, or within BF16_MARGIN of it; and at most 10% of positions may differ.
+    The exact common prefix with transformers' own ``generate`` is printed for the record."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
+    import transformers
+
     path = make_hf_checkpoint(tmp_path, arch, tied, kv_heads, eos_token_id=None)
     prompts = prompts_for(0, 256)
     expected = hf_greedy(path, prompts, 32, dtype=torch.bfloat16, device="cuda")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+    hf = hf.to("cuda").eval()
     for runner in ({}, {"max_num_batched_tokens": 7}, {"num_kv_blocks": 32}):
         engine, got = engine_greedy(path, prompts, 32, dtype="bfloat16", device="cuda", **runner)
-        assert got == expected, runner
         assert_no_leaks(engine)
+        flips, worst = 0, 0.0
+        for rid, ids in prompts.items():
+            seq = torch.tensor([ids + got[rid]], device="cuda")
+            with torch.no_grad():
+                logits = hf(seq).logits[0, len(ids) - 1 : -1].float()  # [32, V]
+            ours = torch.tensor(got[rid], device="cuda")
+            gap = logits.max(-1).values - logits.gather(1, ours[:, None])[:, 0]
+            flips += int((gap > 0).sum())
+            worst = max(worst, float(gap.max()))
+        prefixes = [common_prefix(got[r], expected[r]) for r in prompts]
+        print(
+            f"{arch} tied={tied} {runner}: exact prefix with generate {prefixes}, "
+            f"{flips} off-argmax positions of {32 * len(prompts)}, worst gap {worst:.4f}"
+        )
+        assert worst <= BF16_MARGIN, (runner, worst)
+        assert flips <= 0.1 * 32 * len(prompts), (runner, flips)
 
 
 @pytest.mark.gpu
