@@ -195,3 +195,31 @@ def test_prompt_too_long_is_refused():
     )
     with pytest.raises(ValueError, match="max_model_len"):
         sched.add_request(Request("x", list(range(16)), SamplingParams()))
+
+
+def test_max_model_len_stops_a_request():
+    kv = KVCacheManager(16, 4)
+    sched = Scheduler(kv, max_num_seqs=2, max_num_batched_tokens=64, max_model_len=12)
+    r = Request("r", list(range(9)), SamplingParams(max_tokens=100))
+    sched.add_request(r)
+    while sched.num_unfinished:
+        so = sched.schedule()
+        sched.update_from_output(so, [5] * so.num_reqs)
+    assert r.num_tokens == 12 and r.output_token_ids == [5, 5, 5]
+    assert r.finish_reason == "length"
+
+
+def test_stop_token_ids_and_eos():
+    kv = KVCacheManager(16, 4)
+    sched = Scheduler(kv, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=32)
+    a = Request("a", [1, 2], SamplingParams(max_tokens=10, stop_token_ids=(7,)))
+    b = Request("b", [3, 4], SamplingParams(max_tokens=10), eos_token_ids=(7,))
+    c = Request("c", [5, 6], SamplingParams(max_tokens=3, ignore_eos=True), eos_token_ids=(7,))
+    for r in (a, b, c):
+        sched.add_request(r)
+    while sched.num_unfinished:
+        so = sched.schedule()
+        sched.update_from_output(so, [7] * so.num_reqs)
+    assert a.output_token_ids == [7] and a.finish_reason == "stop"
+    assert b.output_token_ids == [7] and b.finish_reason == "stop"
+    assert c.output_token_ids == [7, 7, 7] and c.finish_reason == "length"
