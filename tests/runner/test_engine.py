@@ -46,7 +46,8 @@ def hf_greedy(path, prompts, max_new_tokens, dtype=torch.float32, device="cpu", 
     return out
 
 
-def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **runner):
+def make_engine(path, dtype=None, device="cpu", **runner) -> Engine:
+    """An engine on a checkpoint directory, with small test-sized runner settings."""
     cfg = dict(
         device=device,
         max_num_reqs=16,
@@ -57,7 +58,11 @@ def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **run
         num_kv_blocks=256,
     )
     cfg.update(runner)
-    engine = Engine(RunnerConfig(**cfg), ModelSpec(preset=None, path=str(path), dtype=dtype))
+    return Engine(RunnerConfig(**cfg), ModelSpec(preset=None, path=str(path), dtype=dtype))
+
+
+def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **runner):
+    engine = make_engine(path, dtype, device, **runner)
     reqs = engine.generate(prompts, SamplingParams(max_tokens=max_new_tokens))
     engine.step()  # hands the last finished ids to the runner
     return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
@@ -150,18 +155,7 @@ def test_eos_from_the_checkpoint_stops_generation(tmp_path, make_hf_checkpoint):
 
 def test_abort_frees_everything(tmp_path, make_hf_checkpoint):
     path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
-    engine = Engine(
-        RunnerConfig(
-            device="cpu",
-            max_num_reqs=8,
-            max_num_seqs=4,
-            max_num_batched_tokens=16,
-            max_model_len=128,
-            block_size=4,
-            num_kv_blocks=64,
-        ),
-        ModelSpec(preset=None, path=str(path)),
-    )
+    engine = make_engine(path, max_num_seqs=4, max_num_batched_tokens=16, num_kv_blocks=64)
     prompts = prompts_for(6, 256)
     reqs = {
         rid: engine.add_request(rid, ids, SamplingParams(max_tokens=20))
@@ -184,20 +178,11 @@ def test_abort_frees_everything(tmp_path, make_hf_checkpoint):
 def test_seeded_sampling_does_not_depend_on_batch(tmp_path, make_hf_checkpoint):
     """Same request seed -> same tokens alone, in a crowd, and in a different order."""
     path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
-    cfg = RunnerConfig(
-        device="cpu",
-        max_num_reqs=16,
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=128,
-        block_size=4,
-        num_kv_blocks=128,
-    )
     prompts = prompts_for(7, 256)
     params = SamplingParams(temperature=1.0, top_k=50, top_p=0.9, seed=1234, max_tokens=16)
 
     def run(ids):
-        engine = Engine(cfg, ModelSpec(preset=None, path=str(path)))
+        engine = make_engine(path, max_num_batched_tokens=64, num_kv_blocks=128)
         reqs = {
             rid: engine.add_request(rid, prompts[rid], params, arrival_time=i)
             for i, rid in enumerate(ids)
@@ -215,18 +200,7 @@ def test_seeded_sampling_does_not_depend_on_batch(tmp_path, make_hf_checkpoint):
 
 def test_logprobs_are_returned_for_each_token(tmp_path, make_hf_checkpoint):
     path = make_hf_checkpoint(tmp_path, "llama", False, 2, eos_token_id=None)
-    engine = Engine(
-        RunnerConfig(
-            device="cpu",
-            max_num_reqs=8,
-            max_num_seqs=4,
-            max_num_batched_tokens=64,
-            max_model_len=128,
-            block_size=4,
-            num_kv_blocks=64,
-        ),
-        ModelSpec(preset=None, path=str(path)),
-    )
+    engine = make_engine(path, max_num_seqs=4, max_num_batched_tokens=64, num_kv_blocks=64)
     prompt = prompts_for(8, 256)["p2"]
     req = engine.add_request("a", prompt, SamplingParams(max_tokens=4, logprobs=3))
     while engine.has_unfinished_requests():
