@@ -22,7 +22,7 @@ from mrv2_prof.runner.input_batch import InputBatch, prepare_inputs_ref
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.model_loader import load_model
 from mrv2_prof.runner.request_states import RequestStates
-from mrv2_prof.runner.sampler import SamplingMetadata, sample
+from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata, sample
 from mrv2_prof.runner.scheduler import SchedulerOutput
 from mrv2_prof.runner.staged_write import WriteStats
 
@@ -192,7 +192,7 @@ class ModelRunner:
             seeds=rs.seeds,
             max_num_logprobs=num_logprobs,
             # host-side shortcuts, read from the CPU copies of the parameters (no device read)
-            all_greedy=bool((rs.temperature_np[idx] < 1e-5).all()),
+            all_greedy=bool((rs.temperature_np[idx] < GREEDY_TEMPERATURE).all()),
             no_top_k=not bool((rs.top_k_np[idx] > 0).any()),
             no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
         )

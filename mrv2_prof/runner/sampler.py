@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 _MASK32 = 0xFFFFFFFF
-_GREEDY_TEMPERATURE = 1e-5  # temperature below this samples greedily
+GREEDY_TEMPERATURE = 1e-5  # temperature below this samples greedily
 
 
 @dataclass
@@ -143,7 +143,7 @@ def sample(logits: torch.Tensor, meta: SamplingMetadata) -> SamplerOutput:
         sampled = greedy_ids
     else:
         temperature = meta.temperature[idx]  # [B]
-        is_greedy = temperature < _GREEDY_TEMPERATURE
+        is_greedy = temperature < GREEDY_TEMPERATURE
         scaled = logits / torch.where(is_greedy, 1.0, temperature)[:, None]
         if not (meta.no_top_k and meta.no_top_p):
             scaled = apply_top_k_top_p(
