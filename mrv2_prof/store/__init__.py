@@ -1,0 +1,17 @@
+"""The DuckDB run database (DESIGN §5): schema, writer, run lookup and metric queries. No torch."""
+
+from mrv2_prof.store.db import Store, StoreError
+from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.store.schema import FINISH_STATUSES, RUN_STATUSES, SCHEMA_VERSION, TABLES
+
+__all__ = [
+    "FINISH_STATUSES",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "Percentiles",
+    "RunSummary",
+    "Store",
+    "StoreError",
+    "run_summary",
+]

@@ -1,0 +1,193 @@
+"""The run summary, computed in SQL from the stored tables (definitions: DESIGN §4).
+
+Latency metrics cover completed requests only (finish reason ``stop`` or ``length``); percentiles
+use DuckDB's ``quantile_cont``, the same linear interpolation as numpy's default percentile and
+vLLM's ``bench serve``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mrv2_prof.store.db import Store, no_run_error
+
+PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+
+_NS_PER_MS = 1e6
+_COMPLETED = "finish_reason IN ('stop', 'length')"
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Percentiles and mean of one latency metric; values are ``None`` when ``count`` is 0."""
+
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    mean: float | None
+    count: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    label: str | None
+    scenario_name: str | None
+    status: str
+    error: str | None
+    device: str | None
+    duration_s: float  # last finish − first arrival over all requests; 0 without requests
+    num_requests: int
+    num_completed: int  # finish reason stop or length
+    num_aborted: int
+    num_unfinished: int
+    steps: int
+    prompt_tokens: int
+    output_tokens: int
+    requests_per_s: float  # completed requests / duration_s; 0 when duration_s is 0
+    output_tokens_per_s: float  # all output tokens / duration_s; 0 when duration_s is 0
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    itl_ms: Percentiles
+    e2e_ms: Percentiles
+    num_preemptions: int
+    prefix_cache_hit_rate: float | None  # cached / prompt tokens; None without prompt tokens
+    staged_bytes: int
+    dense_bytes: int
+    num_syncs: int
+    sync_blocked_ms: float
+    graph_hit_rate: float | None  # fraction of graph dispatches that hit; None without dispatches
+    info: dict[str, Any]
+
+
+def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
+    """The one row of an aggregate query with one ``?`` for the run id."""
+    row = store.connection.execute(sql, [run_id]).fetchone()
+    assert row is not None  # an aggregate without GROUP BY always returns a row
+    return row
+
+
+def _percentiles(store: Store, values_sql: str, run_id: str) -> Percentiles:
+    """Percentiles over column ``v`` of ``values_sql`` (a query with one ``?`` for the run id)."""
+    quantiles = ", ".join(str(q) for q in PERCENTILES)
+    qs, mean, count = _row(
+        store,
+        f"SELECT quantile_cont(v, [{quantiles}]), avg(v), count(v) "
+        f"FROM ({values_sql}) WHERE v IS NOT NULL",
+        run_id,
+    )
+    p50, p90, p95, p99 = qs if qs is not None else (None,) * len(PERCENTILES)
+    return Percentiles(p50=p50, p90=p90, p95=p95, p99=p99, mean=mean, count=int(count))
+
+
+def _latencies(store: Store, run_id: str) -> dict[str, Percentiles]:
+    completed = f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED}"
+    ms = f"/ {_NS_PER_MS}"
+    return {
+        "ttft_ms": _percentiles(
+            store, f"SELECT (first_token_ns - arrival_ns) {ms} AS v FROM ({completed})", run_id
+        ),
+        "tpot_ms": _percentiles(
+            store,
+            f"SELECT (finish_ns - first_token_ns) {ms} / (output_tokens - 1) AS v "
+            f"FROM ({completed}) WHERE output_tokens > 1",
+            run_id,
+        ),
+        "itl_ms": _percentiles(
+            store,
+            f"""
+            SELECT (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) {ms} AS v
+            FROM tokens t JOIN ({completed}) r USING (run_id, req_id)
+            """,
+            run_id,
+        ),
+        "e2e_ms": _percentiles(
+            store, f"SELECT (finish_ns - arrival_ns) {ms} AS v FROM ({completed})", run_id
+        ),
+    }
+
+
+def run_summary(store: Store, run_id: str) -> RunSummary:
+    """Summarise run ``run_id`` (an exact id; resolve user input with ``Store.resolve_run``)."""
+    run = store.connection.execute(
+        "SELECT label, scenario_name, status, error, device, info FROM runs WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    if run is None:
+        raise no_run_error(store.path, run_id)
+    label, scenario_name, status, error, device, info_json = run
+
+    (
+        num_requests,
+        num_completed,
+        num_aborted,
+        num_unfinished,
+        prompt_tokens,
+        output_tokens,
+        num_preemptions,
+        cached_tokens,
+        duration_ns,
+    ) = _row(
+        store,
+        f"""
+        SELECT count(*),
+               count(*) FILTER (WHERE {_COMPLETED}),
+               count(*) FILTER (WHERE finish_reason = 'abort'),
+               count(*) FILTER (WHERE finish_reason IS NULL),
+               coalesce(sum(prompt_tokens), 0)::BIGINT,
+               coalesce(sum(output_tokens), 0)::BIGINT,
+               coalesce(sum(num_preemptions), 0)::BIGINT,
+               coalesce(sum(cached_tokens), 0)::BIGINT,
+               coalesce(max(finish_ns) - min(arrival_ns), 0)::BIGINT
+        FROM requests WHERE run_id = ?
+        """,
+        run_id,
+    )
+    duration_s = max(duration_ns, 0) / 1e9
+
+    staged_bytes, dense_bytes = _row(
+        store,
+        "SELECT coalesce(sum(staged_bytes), 0)::BIGINT, coalesce(sum(dense_bytes), 0)::BIGINT "
+        "FROM staged_writes WHERE run_id = ?",
+        run_id,
+    )
+    num_syncs, sync_blocked_ns = _row(
+        store,
+        "SELECT count(*), coalesce(sum(blocked_ns), 0)::BIGINT FROM syncs WHERE run_id = ?",
+        run_id,
+    )
+    (num_steps,) = _row(store, "SELECT count(*) FROM steps WHERE run_id = ?", run_id)
+    (graph_hit_rate,) = _row(
+        store, "SELECT avg(hit::DOUBLE) FROM graph_dispatch WHERE run_id = ?", run_id
+    )
+
+    return RunSummary(
+        run_id=run_id,
+        label=label,
+        scenario_name=scenario_name,
+        status=status,
+        error=error,
+        device=device,
+        duration_s=duration_s,
+        num_requests=num_requests,
+        num_completed=num_completed,
+        num_aborted=num_aborted,
+        num_unfinished=num_unfinished,
+        steps=num_steps,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        requests_per_s=num_completed / duration_s if duration_s > 0 else 0.0,
+        output_tokens_per_s=output_tokens / duration_s if duration_s > 0 else 0.0,
+        **_latencies(store, run_id),
+        num_preemptions=num_preemptions,
+        prefix_cache_hit_rate=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
+        staged_bytes=staged_bytes,
+        dense_bytes=dense_bytes,
+        num_syncs=num_syncs,
+        sync_blocked_ms=sync_blocked_ns / _NS_PER_MS,
+        graph_hit_rate=graph_hit_rate,
+        info=json.loads(info_json) if info_json else {},
+    )

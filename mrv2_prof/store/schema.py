@@ -1,0 +1,165 @@
+"""The run database's schema (DESIGN §5): one table per probe, keyed by ``run_id``.
+
+``TABLES`` is the single source of the column lists; the DDL, the writer's column checks and the
+docs are derived from it. Every timestamp is int64 ns of ``time.perf_counter_ns()``.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+RUN_STATUSES = ("running", "completed", "failed", "aborted")
+FINISH_STATUSES = ("completed", "failed", "aborted")
+
+TABLES: dict[str, list[tuple[str, str]]] = {
+    "runs": [
+        ("run_id", "VARCHAR"),
+        ("scenario_name", "VARCHAR"),
+        ("label", "VARCHAR"),  # scenario name plus matrix combination
+        ("matrix_combo", "VARCHAR"),  # JSON object of the combination, or NULL
+        ("scenario_yaml", "VARCHAR"),
+        ("status", "VARCHAR"),  # running | completed | failed | aborted
+        ("started_ns", "BIGINT"),  # perf_counter_ns clock, comparable with every *_ns column
+        ("ended_ns", "BIGINT"),
+        ("started_at", "TIMESTAMP"),  # wall clock (local time), for listing and ordering runs
+        ("device", "VARCHAR"),
+        ("versions", "VARCHAR"),  # JSON
+        ("error", "VARCHAR"),
+        ("info", "VARCHAR"),  # JSON of runtime facts: dtype, model_params, num_kv_blocks, notes
+    ],
+    "steps": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("cpu_start_ns", "BIGINT"),
+        ("cpu_end_ns", "BIGINT"),
+        ("gpu_start_ns", "BIGINT"),
+        ("gpu_end_ns", "BIGINT"),
+        ("num_reqs", "INTEGER"),
+        ("num_tokens", "INTEGER"),
+        ("num_prefill_tokens", "INTEGER"),
+        ("num_decode_tokens", "INTEGER"),
+        ("graph_mode", "VARCHAR"),
+        ("overlap_frac", "DOUBLE"),
+        ("bubble_ns", "BIGINT"),
+        ("output_wait_ns", "BIGINT"),
+        ("num_waiting", "INTEGER"),
+        ("num_running", "INTEGER"),
+        ("kv_used_blocks", "INTEGER"),
+        ("num_preempted", "INTEGER"),
+    ],
+    "spans": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("track", "VARCHAR"),  # cpu | gpu
+        ("name", "VARCHAR"),
+        ("start_ns", "BIGINT"),
+        ("end_ns", "BIGINT"),
+    ],
+    "syncs": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("t_ns", "BIGINT"),
+        ("kind", "VARCHAR"),
+        ("site", "VARCHAR"),  # file:line of the first frame in mrv2_prof
+        ("blocked_ns", "BIGINT"),
+    ],
+    "graph_dispatch": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("num_tokens", "INTEGER"),
+        ("padded_tokens", "INTEGER"),
+        ("requested_mode", "VARCHAR"),
+        ("mode", "VARCHAR"),
+        ("hit", "BOOLEAN"),
+        ("reason", "VARCHAR"),
+    ],
+    "graph_captures": [
+        ("run_id", "VARCHAR"),
+        ("key", "VARCHAR"),
+        ("mode", "VARCHAR"),
+        ("num_tokens", "INTEGER"),
+        ("capture_s", "DOUBLE"),
+        ("mem_bytes", "BIGINT"),
+    ],
+    "staged_writes": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("tensor", "VARCHAR"),
+        ("rows", "INTEGER"),
+        ("elements", "BIGINT"),
+        ("staged_bytes", "BIGINT"),
+        ("dense_bytes", "BIGINT"),
+    ],
+    "requests": [
+        ("run_id", "VARCHAR"),
+        ("req_id", "VARCHAR"),
+        ("arrival_ns", "BIGINT"),
+        ("first_token_ns", "BIGINT"),
+        ("finish_ns", "BIGINT"),
+        ("prompt_tokens", "INTEGER"),
+        ("output_tokens", "INTEGER"),
+        ("num_preemptions", "INTEGER"),
+        ("finish_reason", "VARCHAR"),  # stop | length | abort, NULL while unfinished
+        ("cached_tokens", "INTEGER"),  # prefix-cache hit tokens at first scheduling
+    ],
+    "tokens": [
+        ("run_id", "VARCHAR"),
+        ("req_id", "VARCHAR"),
+        ("idx", "INTEGER"),  # 0-based output position
+        ("t_ns", "BIGINT"),  # host time the token was known
+        ("token_id", "INTEGER"),
+    ],
+    "gpu_samples": [
+        ("run_id", "VARCHAR"),
+        ("t_ns", "BIGINT"),
+        ("gpu_util", "DOUBLE"),
+        ("mem_used_bytes", "BIGINT"),
+        ("power_w", "DOUBLE"),
+        ("sm_clock_mhz", "DOUBLE"),
+    ],
+    "copies": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("direction", "VARCHAR"),
+        ("bytes", "BIGINT"),
+        ("pinned", "BOOLEAN"),
+        ("contiguous", "BOOLEAN"),
+        ("non_blocking", "BOOLEAN"),
+        ("host_ns", "BIGINT"),
+    ],
+    "kernels": [
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),
+        ("phase", "VARCHAR"),
+        ("name", "VARCHAR"),
+        ("start_ns", "BIGINT"),
+        ("end_ns", "BIGINT"),
+        ("stream", "BIGINT"),
+    ],
+}
+
+META_TABLE = "meta"
+
+
+def quote(name: str) -> str:
+    """A DuckDB identifier, quoted (column names such as ``key`` and ``bytes`` stay safe)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_ddl(table: str) -> str:
+    """CREATE TABLE for one table of ``TABLES``: ``run_id`` is NOT NULL, and the key of ``runs``."""
+    cols = []
+    for name, sql_type in TABLES[table]:
+        if name == "run_id":
+            sql_type += " PRIMARY KEY" if table == "runs" else " NOT NULL"
+        cols.append(f"{quote(name)} {sql_type}")
+    return f"CREATE TABLE {quote(table)} ({', '.join(cols)})"
+
+
+def schema_ddl() -> list[str]:
+    """Every statement that creates an empty run database at ``SCHEMA_VERSION``."""
+    return [
+        f"CREATE TABLE {META_TABLE} (key VARCHAR PRIMARY KEY, value VARCHAR)",
+        *(table_ddl(table) for table in TABLES),
+        f"INSERT INTO {META_TABLE} VALUES ('schema_version', '{SCHEMA_VERSION}')",
+    ]

@@ -1,0 +1,182 @@
+"""run_summary against a hand-worked run: every expected number is derived in the comments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mrv2_prof.store import Percentiles, Store, StoreError, run_summary
+
+MS = 1_000_000  # ns
+T0 = 5_000_000_000_000  # a realistic perf_counter_ns origin; only differences matter
+
+# Run "abc123", times in ms after T0:
+#   req  arrival first finish prompt out preempt reason cached  token times
+#   r0      0     10    40    100    4     0    stop     32    10 20 30 40
+#   r1      5     25    85     50    3     1    length    0    25 45 85
+#   r2     20     50    60     30    2     2    abort    16    50 60
+#   r3     30      -     -     20    0     0    (none)    0    -
+#   r4     40     45    45     60    1     0    stop      0    45
+REQUESTS = {
+    "req_id": ["r0", "r1", "r2", "r3", "r4"],
+    "arrival_ns": [T0 + ms * MS for ms in (0, 5, 20, 30, 40)],
+    "first_token_ns": [T0 + 10 * MS, T0 + 25 * MS, T0 + 50 * MS, None, T0 + 45 * MS],
+    "finish_ns": [T0 + 40 * MS, T0 + 85 * MS, T0 + 60 * MS, None, T0 + 45 * MS],
+    "prompt_tokens": [100, 50, 30, 20, 60],
+    "output_tokens": [4, 3, 2, 0, 1],
+    "num_preemptions": [0, 1, 2, 0, 0],
+    "finish_reason": ["stop", "length", "abort", None, "stop"],
+    "cached_tokens": [32, 0, 16, 0, 0],
+}
+TOKEN_MS = {"r0": [10, 20, 30, 40], "r1": [25, 45, 85], "r2": [50, 60], "r4": [45]}
+
+
+def _begin(store: Store, run_id: str, info: dict | None = None) -> None:
+    store.begin_run(
+        run_id,
+        scenario_name="mix",
+        label="mix[runner.cudagraph_mode=full]",
+        matrix_combo={"runner.cudagraph_mode": "full"},
+        scenario_yaml="name: mix\n",
+        device="cpu",
+        versions={},
+        started_ns=T0,
+        info=info,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(tmp_path / "runs.duckdb")
+    _begin(store, "abc123", info={"dtype": "float32", "notes": ["cpu: no cuda events"]})
+    store.append("abc123", "requests", REQUESTS)
+    # tokens stored in reverse order: ITL must order them by idx, not by insertion
+    rows = [(req, idx, ms) for req, times in TOKEN_MS.items() for idx, ms in enumerate(times)]
+    rows.reverse()
+    store.append(
+        "abc123",
+        "tokens",
+        {
+            "req_id": [req for req, _, _ in rows],
+            "idx": np.array([idx for _, idx, _ in rows], dtype=np.int32),
+            "t_ns": np.array([T0 + ms * MS for _, _, ms in rows], dtype=np.int64),
+            "token_id": np.arange(len(rows)),
+        },
+    )
+    store.append("abc123", "steps", {"step": np.arange(3)})
+    store.append(
+        "abc123",
+        "staged_writes",
+        {
+            "step": [0, 1],
+            "tensor": ["block_table", "num_computed_tokens"],
+            "staged_bytes": [96, 16],
+            "dense_bytes": [4096, 4096],
+        },
+    )
+    store.append("abc123", "syncs", {"step": [0, 2], "blocked_ns": [1_500_000, 500_000]})
+    store.append("abc123", "graph_dispatch", {"step": [0, 1, 2, 3], "hit": [1, 1, 0, 1]})
+
+    # another run in the same file, with colliding request ids: must not leak into abc123
+    _begin(store, "def456")
+    store.append(
+        "def456",
+        "requests",
+        {
+            "req_id": ["r0"],
+            "arrival_ns": [0],
+            "first_token_ns": [900 * MS],
+            "finish_ns": [9_000 * MS],
+            "prompt_tokens": [1000],
+            "output_tokens": [50],
+            "finish_reason": ["stop"],
+            "cached_tokens": [1000],
+        },
+    )
+    store.append("def456", "tokens", {"req_id": ["r0", "r0"], "idx": [0, 1], "t_ns": [0, 10**12]})
+    store.append("def456", "staged_writes", {"staged_bytes": [10**9], "dense_bytes": [10**9]})
+    store.append("def456", "syncs", {"blocked_ns": [10**9]})
+    store.append("def456", "graph_dispatch", {"hit": [False] * 10})
+    store.append("def456", "steps", {"step": np.arange(10)})
+    yield store
+    store.close()
+
+
+def _assert_percentiles(got: Percentiles, p50, p90, p95, p99, mean, count, values) -> None:
+    assert (got.p50, got.p90, got.p95, got.p99, got.mean) == pytest.approx(
+        (p50, p90, p95, p99, mean)
+    )
+    assert got.count == count
+    # cross-check of the hand-worked numbers against numpy's default (linear) percentile
+    assert np.percentile(values, [50, 90, 95, 99]) == pytest.approx([p50, p90, p95, p99])
+    assert np.mean(values) == pytest.approx(mean)
+
+
+def test_run_summary_hand_worked(store: Store) -> None:
+    s = run_summary(store, "abc123")
+    assert (s.run_id, s.label, s.scenario_name, s.status, s.error, s.device) == (
+        "abc123",
+        "mix[runner.cudagraph_mode=full]",
+        "mix",
+        "running",
+        None,
+        "cpu",
+    )
+    assert s.info == {"dtype": "float32", "notes": ["cpu: no cuda events"]}
+
+    # counts: 5 requests; completed r0, r1, r4; aborted r2; unfinished r3
+    assert (s.num_requests, s.num_completed, s.num_aborted, s.num_unfinished) == (5, 3, 1, 1)
+    assert s.steps == 3
+    assert s.prompt_tokens == 100 + 50 + 30 + 20 + 60 == 260
+    assert s.output_tokens == 4 + 3 + 2 + 0 + 1 == 10
+    assert s.num_preemptions == 3
+
+    # duration: last finish 85 ms (r1) - first arrival 0 ms (r0) = 0.085 s
+    assert s.duration_s == pytest.approx(0.085)
+    assert s.requests_per_s == pytest.approx(3 / 0.085)  # 35.29 completed requests/s
+    assert s.output_tokens_per_s == pytest.approx(10 / 0.085)  # 117.6 tokens/s
+
+    # TTFT over completed r0, r1, r4: 10, 20, 5 -> sorted 5, 10, 20; rank = q * (3 - 1)
+    # p50 rank 1 -> 10; p90 rank 1.8 -> 10 + 0.8 * 10 = 18; p95 -> 19; p99 -> 19.8; mean 35/3
+    _assert_percentiles(s.ttft_ms, 10, 18, 19, 19.8, 35 / 3, 3, [10, 20, 5])
+
+    # TPOT: r0 (40 - 10) / 3 = 10; r1 (85 - 25) / 2 = 30; r4 has one token, so none
+    # sorted 10, 30; rank = q: p50 20, p90 28, p95 29, p99 29.8; mean 20
+    _assert_percentiles(s.tpot_ms, 20, 28, 29, 29.8, 20, 2, [10, 30])
+
+    # ITL: r0 gaps 10, 10, 10; r1 gaps 20, 40; r4 none; r2's 10 is aborted, excluded
+    # sorted 10, 10, 10, 20, 40; rank = 4q: p50 rank 2 -> 10; p90 rank 3.6 -> 20 + 0.6 * 20 = 32;
+    # p95 rank 3.8 -> 36; p99 rank 3.96 -> 39.2; mean 90 / 5 = 18
+    _assert_percentiles(s.itl_ms, 10, 32, 36, 39.2, 18, 5, [10, 10, 10, 20, 40])
+
+    # E2E over r0, r1, r4: 40, 80, 5 -> sorted 5, 40, 80; rank = 2q
+    # p50 40; p90 rank 1.8 -> 40 + 0.8 * 40 = 72; p95 76; p99 79.2; mean 125 / 3
+    _assert_percentiles(s.e2e_ms, 40, 72, 76, 79.2, 125 / 3, 3, [40, 80, 5])
+
+    # prefix cache: (32 + 16) cached of 260 prompt tokens
+    assert s.prefix_cache_hit_rate == pytest.approx(48 / 260)
+    assert (s.staged_bytes, s.dense_bytes) == (96 + 16, 2 * 4096)
+    assert s.num_syncs == 2
+    assert s.sync_blocked_ms == pytest.approx(2.0)  # 1.5 ms + 0.5 ms
+    assert s.graph_hit_rate == pytest.approx(0.75)  # 3 hits of 4 dispatches
+
+
+def test_run_summary_of_an_empty_run(store: Store) -> None:
+    _begin(store, "0a0a0a")
+    store.finish_run("0a0a0a", "aborted", ended_ns=T0 + 1, error="KeyboardInterrupt")
+    s = run_summary(store, "0a0a0a")
+    assert (s.status, s.error, s.info) == ("aborted", "KeyboardInterrupt", {})
+    assert (s.duration_s, s.requests_per_s, s.output_tokens_per_s) == (0.0, 0.0, 0.0)
+    assert (s.num_requests, s.steps, s.num_syncs, s.staged_bytes) == (0, 0, 0, 0)
+    none = Percentiles(p50=None, p90=None, p95=None, p99=None, mean=None, count=0)
+    assert s.ttft_ms == s.tpot_ms == s.itl_ms == s.e2e_ms == none
+    assert s.prefix_cache_hit_rate is None
+    assert s.graph_hit_rate is None
+
+
+def test_run_summary_unknown_run(store: Store) -> None:
+    with pytest.raises(StoreError, match="no run 'zzz999'"):
+        run_summary(store, "zzz999")
