@@ -94,6 +94,7 @@ class RunnerSection(_Section):
     block_size: PosInt = 16
     num_kv_blocks: int | Literal["auto"] = "auto"
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.8
+    enable_prefix_caching: bool = True
     kernels: Literal["triton", "torch"] = "triton"
     async_scheduling: bool = True
     staged_writes: bool = True
@@ -212,10 +213,11 @@ class SharedPrefix(_Section):
 class WorkloadSection(_Section):
     """Synthetic traffic, or a ``trace`` file (JSONL, resolved against the scenario's directory).
 
-    When ``trace`` is set, every synthetic key except ``num_requests`` is ignored.
+    ``num_requests`` unset means 16 synthetic requests, or every line of a trace. When ``trace``
+    is set, the synthetic keys (arrival, lengths, shared_prefix, abort_fraction) are ignored.
     """
 
-    num_requests: PosInt = 16
+    num_requests: PosInt | None = None
     arrival: Arrival = Arrival()
     prompt_len: LengthDist = UniformLen(dist="uniform", min=16, max=96)
     output_len: LengthDist = FixedLen(dist="fixed", value=32)

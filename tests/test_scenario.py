@@ -109,7 +109,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert r.async_scheduling and r.staged_writes and r.uva and not r.strict
     assert r.cudagraph_mode == "full_and_piecewise" and r.cudagraph_capture_sizes == "auto"
     w = s.workload
-    assert w.num_requests == 16 and w.arrival.pattern == "burst" and w.abort_fraction == 0
+    assert w.num_requests is None and w.arrival.pattern == "burst" and w.abort_fraction == 0
     assert w.ignore_eos and not w.as_fast_as_possible and w.trace is None
     assert s.probes.nvtx and s.probes.nvml_hz == 20 and s.store.db == "runs.duckdb"
     assert expand_matrix(s) == [("x", s)]
