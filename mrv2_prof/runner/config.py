@@ -65,6 +65,13 @@ class RunnerConfig:
             raise ConfigError(f"runner.device: {self.device!r} is not one of auto, cuda, cpu")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ConfigError(f"runner.num_kv_blocks: must be >= 1, got {self.num_kv_blocks}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks * self.block_size < (
+            self.max_model_len
+        ):
+            raise ConfigError(
+                f"runner.num_kv_blocks: {self.num_kv_blocks} blocks of {self.block_size} tokens "
+                f"cannot hold one request of max_model_len {self.max_model_len}"
+            )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError("runner.gpu_memory_utilization: must be in (0, 1]")
         if self.max_num_seqs > self.max_num_reqs:

@@ -2,7 +2,8 @@
 
 Owns the scheduler, the KV cache manager and the model runner; requests enter with
 ``add_request`` and can be aborted at any time. This is the synchronous loop: each step waits for
-its sampled tokens before the next is scheduled.
+its sampled tokens before the next is scheduled. Every step, token and request lifecycle event is
+reported to the probe (``probes.api``); the default probe records nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from mrv2_prof.probes import api as probes
+from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.model_runner import ModelRunner, ModelRunnerOutput
@@ -28,9 +31,12 @@ class StepResult:
 
 
 class Engine:
-    def __init__(self, config: RunnerConfig, model_spec: ModelSpec) -> None:
+    def __init__(
+        self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
+    ) -> None:
         self.config = config
-        self.runner = ModelRunner(config, model_spec)
+        self.probe = probe if probe is not None else Probe()
+        self.runner = ModelRunner(config, model_spec, self.probe)
         num_blocks = self.runner.initialize_kv_cache()
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
@@ -57,6 +63,7 @@ class Engine:
         arrival_time: float | None = None,
         priority: int = 0,
     ) -> Request:
+        """Queue a request. ``arrival_time`` is in seconds on the ``perf_counter`` clock."""
         bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(
@@ -67,24 +74,70 @@ class Engine:
             request_id=request_id,
             prompt_token_ids=list(prompt_token_ids),
             sampling_params=sampling_params or SamplingParams(),
-            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+            arrival_time=time.perf_counter() if arrival_time is None else arrival_time,
             priority=priority,
             eos_token_ids=self.eos_token_ids,
         )
         self.scheduler.add_request(request)
+        self.probe.request_arrival(
+            request_id, round(request.arrival_time * 1e9), len(prompt_token_ids)
+        )
         return request
 
     def abort_request(self, request_id: str) -> bool:
-        return self.scheduler.abort_request(request_id)
+        request = self.scheduler.requests.get(request_id)
+        if not self.scheduler.abort_request(request_id):
+            return False
+        self._record_finish(request, time.perf_counter_ns())
+        return True
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_kv_blocks_used(self) -> int:
+        pool = self.kv_cache_manager.block_pool
+        return pool.num_blocks - pool.num_free_blocks
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.num_unfinished > 0
 
     def step(self) -> StepResult:
+        p = self.probe
         t0 = time.perf_counter_ns()
+        p.step_begin(self.step_index)
+        p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule()
+        p.end(probes.SCHEDULE)
+        num_prefill = self._num_prefill_tokens(so) if p.enabled else 0
+        p.begin(probes.EXECUTE)
         out = self.runner.execute_model(so)
+        p.end(probes.EXECUTE)
+        p.begin(probes.UPDATE)
         updated = self.scheduler.update_from_output(so, out.sampled_token_ids, out.logprobs)
+        p.end(probes.UPDATE)
+        if p.enabled:
+            t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
+            for r in updated:
+                p.token(r.request_id, r.num_output_tokens - 1, t_ns, r.output_token_ids[-1])
+                if r.is_finished:
+                    self._record_finish(r, t_ns)
+            p.step_end(
+                so.num_reqs,
+                so.total_num_scheduled_tokens,
+                num_prefill,
+                self.num_waiting,
+                self.num_running,
+                self.num_kv_blocks_used,
+                len(so.preempted_req_ids),
+                out.output_wait_ns,
+                self.runner.graph_mode_of_last_step,
+            )
         result = StepResult(
             step=self.step_index,
             scheduler_output=so,
@@ -95,6 +148,26 @@ class Engine:
         )
         self.step_index += 1
         return result
+
+    def _num_prefill_tokens(self, so: SchedulerOutput) -> int:
+        """Tokens of this step that are not a decode (one new token after the prompt)."""
+        requests = self.scheduler.requests
+        num_prefill = 0
+        for rid, n in so.num_scheduled_tokens.items():
+            r = requests[rid]
+            if n != 1 or r.num_computed_tokens - 1 < r.num_prompt_tokens:
+                num_prefill += n
+        return num_prefill
+
+    def _record_finish(self, r: Request, t_ns: int) -> None:
+        self.probe.request_finish(
+            r.request_id,
+            t_ns,
+            r.num_output_tokens,
+            r.num_preemptions,
+            r.finish_reason,
+            r.num_cached_tokens,
+        )
 
     def generate(
         self, prompts: dict[str, list[int]], sampling_params: SamplingParams | None = None

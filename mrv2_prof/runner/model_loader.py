@@ -48,6 +48,20 @@ def load_model(
     return model.eval().requires_grad_(False), model.args
 
 
+def model_args_for(spec: ModelSpec) -> ModelArgs:
+    """The architecture ``spec`` names, read without loading weights (for checks before a run)."""
+    if spec.preset is not None:
+        if spec.preset not in PRESETS:
+            raise ConfigError(f"model.preset: {spec.preset!r} is not one of {sorted(PRESETS)}")
+        return PRESETS[spec.preset]
+    directory = Path(spec.path)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: checkpoint directory does not exist")
+    if not any(directory.glob("*.safetensors")):
+        raise CheckpointError(f"{directory}: no *.safetensors files")
+    return read_model_args(directory)
+
+
 def load_preset(
     name: str,
     seed: int,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mrv2_prof.probes import api as probes
+from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.block_table import BlockTables
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
 from mrv2_prof.runner.input_batch import InputBatch, prepare_inputs_ref
@@ -36,6 +38,10 @@ class ModelRunnerOutput:
     output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
 
 
+_NO_PROBE = Probe()  # dummy runs are start-up work, not steps
+_OUTPUT_WAIT_SITE = "mrv2_prof/runner/model_runner.py:ModelRunner._to_host"
+
+
 def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
     """A request's sampling seed: its own, or one derived from the engine seed and its id."""
     if seed is not None:
@@ -44,13 +50,17 @@ def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
 
 
 class ModelRunner:
-    def __init__(self, config: RunnerConfig, model_spec: ModelSpec) -> None:
+    def __init__(
+        self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
+    ) -> None:
         self.config = config
+        self.probe = probe if probe is not None else Probe()
         self.device = config.resolve_device()
         self.is_cuda = self.device.type == "cuda"
         dtype_name = model_spec.dtype or ("bfloat16" if self.is_cuda else "float32")
         self.dtype = DTYPES[dtype_name]
         self.info = RuntimeInfo(device=str(self.device), dtype=dtype_name)
+        self.graph_mode_of_last_step = "none"
         self._check_switches()
 
         t0 = time.perf_counter()
@@ -82,6 +92,14 @@ class ModelRunner:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
         c = self.config
         unsupported = []
+        if c.device == "auto" and not self.is_cuda:
+            self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
+        if c.cudagraph_mode == "none":
+            self._graph_reason = "cudagraph_mode is none"
+        elif not self.is_cuda:
+            self._graph_reason = "CUDA graphs need a CUDA device"
+        else:
+            self._graph_reason = "no CUDA graph manager in this build"
         if c.kernels == "triton":
             unsupported.append("runner.kernels: triton kernels are not available; using torch")
         if c.async_scheduling:
@@ -163,23 +181,40 @@ class ModelRunner:
 
     # ---- one step ------------------------------------------------------------------------------
     def execute_model(self, so: SchedulerOutput, dummy: bool = False) -> ModelRunnerOutput:
+        p = self.probe if not dummy else _NO_PROBE
         if dummy:
             batch, kv_caches, write_stats = self._dummy_batch(so), None, {}
         else:
+            p.begin(probes.PREPARE)
             self._update_states(so)
             write_stats = self.req_states.apply_writes()
             bt = self.block_tables.apply_write()
             if bt is not None:
                 write_stats["block_table"] = bt
+            for name, ws in write_stats.items():
+                p.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
             if so.is_empty:
+                p.end(probes.PREPARE)
                 return ModelRunnerOutput([], [], write_stats=write_stats)
             batch, kv_caches = self._prepare_inputs(so), self.kv_caches
             assert kv_caches is not None, "initialize_kv_cache() before execute_model()"
+            p.end(probes.PREPARE)
+            p.graph_dispatch(
+                batch.num_tokens,
+                batch.num_tokens,
+                self.config.cudagraph_mode,
+                "none",
+                False,
+                self._graph_reason,
+            )
 
+        p.begin(probes.FORWARD)
         hidden = self.model(
             batch.input_ids, batch.positions, kv_caches, batch.attn_metadata(self.config.block_size)
         )  # [T, H]
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
+        p.end(probes.FORWARD)
+        p.begin(probes.SAMPLE)
         rs = self.req_states
         idx = batch.idx_mapping_np
         num_logprobs = int(rs.num_logprobs_np[idx].max())
@@ -197,6 +232,7 @@ class ModelRunner:
             no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
         )
         out = sample(logits, meta)
+        p.end(probes.SAMPLE)
         if dummy:
             return ModelRunnerOutput(batch.req_ids, [])
 
@@ -302,6 +338,7 @@ class ModelRunner:
     def _to_host(self, batch: InputBatch, out) -> ModelRunnerOutput:
         """The designed sync point: wait for this step's sampled tokens (and logprobs)."""
         n = batch.num_reqs
+        self.probe.begin(probes.OUTPUT_WAIT)
         t0 = time.perf_counter_ns()
         if self.is_cuda:
             self._host_tokens[:n].copy_(out.sampled_token_ids, non_blocking=True)
@@ -316,6 +353,8 @@ class ModelRunner:
             tokens = out.sampled_token_ids.tolist()
             lp_ids, lp = out.logprob_token_ids, out.logprobs
         wait_ns = time.perf_counter_ns() - t0
+        self.probe.end(probes.OUTPUT_WAIT)
+        self.probe.sync("output_wait", _OUTPUT_WAIT_SITE, wait_ns)
         logprobs = None
         if lp is not None:
             counts = self.req_states.num_logprobs_np[batch.idx_mapping_np]
