@@ -1,0 +1,27 @@
+"""Where the live dashboard gets its snapshots from: the parent's end of the runner's queue.
+
+The dashboard only sees this protocol, so it can be driven by a scripted fake in tests and never
+imports the runner (DESIGN.md §1: the runner lives in its own process).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mrv2_prof.snapshot import Snapshot
+
+
+class SnapshotSource(Protocol):
+    """A non-blocking feed of live snapshots from one run."""
+
+    def poll(self) -> tuple[Snapshot | None, bool]:
+        """Return the newest snapshot since the last poll (``None`` if none came) and ``done``.
+
+        ``done`` is true once the run has ended (finished, stopped, aborted or failed) and every
+        snapshot it sent has been returned. Must not block.
+        """
+        ...
+
+    def request_stop(self) -> None:
+        """Ask the runner to stop cleanly, keeping the data recorded so far. Must not block."""
+        ...

@@ -1,0 +1,29 @@
+"""Run progress: requests done (finished + aborted) of the workload's total, and elapsed time."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ProgressBar, Static
+
+from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.tui.format import format_count, format_duration
+
+
+class RunProgress(Vertical):
+    """A progress bar over requests with a ``done / total · elapsed`` line under it."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("waiting for the first snapshot…", id="run-label", markup=False)
+        yield ProgressBar(total=None, show_eta=False, id="run-bar")
+        yield Static("", id="run-counts", markup=False)
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.query_one("#run-label", Static).update(f"{snapshot.label}  ({snapshot.run_id})")
+        self.query_one("#run-bar", ProgressBar).update(
+            total=snapshot.num_requests, progress=snapshot.num_done
+        )
+        self.query_one("#run-counts", Static).update(
+            f"{format_count(snapshot.num_done)} / {format_count(snapshot.num_requests)} requests"
+            f"  ·  elapsed {format_duration(snapshot.elapsed_s)}"
+        )
