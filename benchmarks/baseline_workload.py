@@ -1,7 +1,6 @@
-"""The embedded default workload: a seeded batch of synthetic requests through the engine.
-
-Used by ``mrv2-prof run`` until scenario files drive it, and by the runner baseline benchmark.
-Returns plain numbers; printing is the CLI's job.
+"""The runner baseline benchmark's workload: a seeded batch of requests straight through the
+engine, without the harness (no probe, no store, no runner process), so that the numbers are the
+runner's own. Returns plain numbers; the benchmark prints them.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import platform
 import time
 
 import torch
+from baseline_workload import QuickstartWorkload, run_workload
 
-from mrv2_prof.quickstart import QuickstartWorkload, run_workload
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 
 

@@ -1,21 +1,32 @@
-"""The ``mrv2-prof`` command line. Bad input ends with one line on stderr and exit code 2."""
+"""The ``mrv2-prof`` command line. Bad input ends with one line on stderr and exit code 2.
+
+Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a run failed,
+2 bad input (scenario, overrides, trace, checkpoint, database), 130 interrupted with Ctrl-C.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mrv2_prof.quickstart import QuickstartWorkload, RunSummary, run_workload
-from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
-from mrv2_prof.runner.model_loader import CheckpointError
+from mrv2_prof.scenario import (
+    Scenario,
+    ScenarioError,
+    expand_matrix,
+    load_quickstart,
+    load_scenario,
+)
+from mrv2_prof.store import Store, StoreError
+from mrv2_prof.summary import render_comparison, render_runs, render_summary
 
 app = typer.Typer(
-    help="Profile an embedded vLLM Model Runner V2 style runner.",
+    help="Profile an embedded vLLM Model Runner V2 style runner: run a scenario, watch it live, "
+    "then query the run in DuckDB.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -23,9 +34,11 @@ app = typer.Typer(
 err = Console(stderr=True)
 out = Console()
 
+DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
+
 
 def fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(2)
 
 
@@ -34,130 +47,177 @@ def main() -> None:
     """mrv2-prof: what each MRV2 mechanism buys on your GPU and workload."""
 
 
+def _combo(base: Scenario, scenario: Scenario) -> dict[str, Any] | None:
+    if not base.matrix:
+        return None
+    data = scenario.model_dump(mode="json")
+    combo = {}
+    for key in base.matrix:
+        node: Any = data
+        for part in key.split("."):
+            node = node[part]
+        combo[key] = node
+    return combo
+
+
+def _preflight(scenario: Scenario) -> None:
+    """Checks that need the model's shape: done before anything is written."""
+    from mrv2_prof.runner.model_loader import model_args_for
+    from mrv2_prof.workload import build_workload
+
+    scenario.runner_config()
+    args = model_args_for(scenario.model_spec())
+    build_workload(
+        scenario.workload,
+        seed=scenario.seed,
+        vocab_size=args.vocab_size,
+        max_model_len=scenario.runner.max_model_len,
+        source=scenario._source,
+    )
+
+
 @app.command()
 def run(
-    preset: str = typer.Option("llama-tiny", help="Model preset with random weights by seed."),
-    model_path: Path = typer.Option(
-        None, "--model-path", help="Local Hugging Face directory (config.json + *.safetensors)."
+    scenario_file: Path = typer.Argument(
+        None,
+        metavar="SCENARIO",
+        help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
+        show_default=False,
     ),
-    device: str = typer.Option("auto", help="auto | cuda | cpu"),
-    dtype: str = typer.Option(
-        None, help="float32 | bfloat16 | float16 (default: fp32 on CPU, bf16 on CUDA)"
+    db: Path = typer.Option(None, "--db", help=DB_HELP, show_default=False),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a scenario key (repeatable), e.g. --set runner.async_scheduling=false.",
     ),
-    num_requests: int = typer.Option(16, min=1, help="Synthetic requests, all arriving at once."),
-    prompt_len: str = typer.Option("16:96", help="Prompt length MIN:MAX (uniform)."),
-    output_len: int = typer.Option(32, min=1, help="Output tokens per request (EOS ignored)."),
-    temperature: float = typer.Option(0.0, min=0.0, help="0 = greedy."),
-    max_num_seqs: int = typer.Option(256, min=1),
-    max_num_batched_tokens: int = typer.Option(2048, min=1),
-    max_model_len: int = typer.Option(1024, min=2),
-    block_size: int = typer.Option(16, min=1),
-    num_kv_blocks: int = typer.Option(
-        None, min=1, help="KV cache blocks (default: 512 on CPU, from memory on CUDA)."
+    headless: bool = typer.Option(
+        False,
+        "--headless",
+        help="A progress bar instead of the live dashboard (implied w/o a TTY).",
     ),
-    staged_writes: bool = typer.Option(True, help="StagedWriteTensor (off: dense copy per step)."),
-    seed: int = typer.Option(0),
-    json_out: Path = typer.Option(None, "--json", help="Also write the summary as JSON here."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Anything the runner cannot honour is an error, not a note."
+    ),
 ) -> None:
-    """Run the embedded quickstart workload through the MRV2 runner and print a summary.
+    """Run a scenario (every combination of its matrix) and store it in DuckDB.
 
-    With no options this is a CPU-safe run of the tiny preset. Scenario files, the DuckDB store
-    and the live dashboard build on this command.
+    The runner works in its own process; this one shows a live dashboard (q stops the run and
+    keeps the data) or, with --headless or without a terminal, a progress bar. Each run ends
+    with a summary table; query it later with `mrv2-prof runs` and `mrv2-prof show`.
+
+    Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
+    """
+    from mrv2_prof.harness import RunJob, scenario_yaml
+    from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.model import CheckpointError
+
+    sets = list(overrides) + (["runner.strict=true"] if strict else [])
+    try:
+        if scenario_file is None:
+            if sets:
+                fail("--set needs a SCENARIO file (the embedded quickstart takes no overrides)")
+            base = load_quickstart()
+        else:
+            base = load_scenario(scenario_file, sets)
+        runs = expand_matrix(base)
+        for _, scenario in runs:
+            _preflight(scenario)
+    except (ScenarioError, ConfigError, CheckpointError) as exc:
+        fail(str(exc))
+    db_path = db if db is not None else Path(base.store.db)
+    try:
+        Store.open(db_path).close()
+    except StoreError as exc:
+        fail(str(exc))
+
+    live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
+    outcomes = []
+    for label, scenario in runs:
+        data = scenario.model_dump(mode="json")
+        job = RunJob(data, scenario_yaml(data), label, _combo(base, scenario), str(db_path))
+        runner = _launch(job, live)
+        outcome = runner.outcome
+        outcomes.append(outcome)
+        if outcome.run_id is not None and not outcome.facts.get("died"):
+            _print_summary(db_path, outcome.run_id)
+        elif outcome.run_id is not None:
+            _mark_dead(db_path, outcome)
+        if outcome.exit_code == 2:
+            fail(outcome.error or "bad input")
+        if outcome.error and outcome.status == "failed":
+            err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+        if runner.interrupted or outcome.status == "aborted":
+            break
+    if len(outcomes) > 1:
+        with Store.open(db_path, read_only=True) as store:
+            out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+    last = outcomes[-1]
+    if last.status == "aborted" and last.error and "SIGINT" in last.error:
+        raise typer.Exit(130)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _launch(job, live: bool):
+    from mrv2_prof.launcher import run_dashboard, run_headless
+
+    return run_dashboard(job) if live else run_headless(job, err)
+
+
+def _print_summary(db_path: Path, run_id: str) -> None:
+    try:
+        with Store.open(db_path, read_only=True) as store:
+            out.print(render_summary(store, run_id))
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def _mark_dead(db_path: Path, outcome) -> None:
+    import time
+
+    with Store.open(db_path) as store:
+        store.finish_run(
+            outcome.run_id, "failed", ended_ns=time.perf_counter_ns(), error=outcome.error
+        )
+    err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+
+
+@app.command()
+def runs(db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file.")) -> None:
+    """List the runs stored in a DuckDB file, newest first.
+
+    Example:  mrv2-prof runs --db runs.duckdb
     """
     try:
-        lo, hi = (int(x) for x in prompt_len.split(":"))
-        if not 1 <= lo <= hi:
-            raise ValueError
-    except ValueError:
-        fail(f"--prompt-len: expected MIN:MAX with 1 <= MIN <= MAX, got {prompt_len!r}")
+        with Store.open(db, read_only=True) as store:
+            out.print(render_runs(store.list_runs(), str(db)))
+    except StoreError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def show(
+    run_id: str = typer.Argument(
+        ..., metavar="RUN_ID", help="A run id, a unique prefix of one, or 'latest'."
+    ),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Print the summary of a stored run again.
+
+    Example:  mrv2-prof show latest --db runs.duckdb
+    """
+    from dataclasses import asdict
+
+    from mrv2_prof.store.metrics import run_summary
+
     try:
-        spec = ModelSpec(
-            preset=None if model_path else preset,
-            path=str(model_path) if model_path else None,
-            dtype=dtype,
-            seed=seed,
-        )
-        config = RunnerConfig(
-            device=device,
-            max_num_seqs=max_num_seqs,
-            max_num_reqs=max(1024, max_num_seqs),
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            block_size=block_size,
-            num_kv_blocks=num_kv_blocks
-            if num_kv_blocks or device == "cuda"
-            else _cpu_blocks(device),
-            staged_writes=staged_writes,
-            seed=seed,
-        )
-        workload = QuickstartWorkload(
-            num_requests=num_requests,
-            prompt_len_min=lo,
-            prompt_len_max=hi,
-            output_len=output_len,
-            temperature=temperature,
-            seed=seed,
-        )
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} tokens"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("loading model", total=num_requests * output_len)
-
-            def on_step(done: int, total: int) -> None:
-                progress.update(task, description="generating", completed=done)
-
-            summary = run_workload(config, spec, workload, on_step)
-    except (ConfigError, CheckpointError) as e:
-        fail(str(e))
-    except ValueError as e:
-        fail(str(e))
-    _print_summary(summary)
-    if json_out is not None:
-        json_out.write_text(json.dumps(dataclasses.asdict(summary), indent=2))
-
-
-def _cpu_blocks(device: str) -> int | None:
-    """On CPU the cache size cannot be derived from GPU memory: use a fixed default."""
-    import torch
-
-    if device == "cpu" or not torch.cuda.is_available():
-        return 512
-    return None
-
-
-def _print_summary(s: RunSummary) -> None:
-    from rich.table import Table
-
-    t = Table(title="mrv2-prof run", show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column(justify="right")
-    rows = [
-        ("device / dtype", f"{s.device} / {s.dtype}"),
-        ("model parameters", f"{s.model_params / 1e6:.1f} M"),
-        ("KV cache blocks", str(s.num_kv_blocks)),
-        ("requests", str(s.num_requests)),
-        ("steps", str(s.steps)),
-        ("prompt / output tokens", f"{s.prompt_tokens} / {s.output_tokens}"),
-        ("start-up", f"{s.startup_s:.2f} s"),
-        ("wall time", f"{s.wall_s:.2f} s"),
-        ("output tokens/s", f"{s.output_tokens_per_s:.1f}"),
-        ("total tokens/s", f"{s.total_tokens_per_s:.1f}"),
-        ("step wall p50", f"{s.step_wall_ms_p50:.2f} ms"),
-        ("step host p50 / p90", f"{s.step_host_ms_p50:.2f} / {s.step_host_ms_p90:.2f} ms"),
-        (
-            "decode step wall / host p50",
-            f"{s.decode_step_wall_ms_p50:.2f} / {s.decode_step_host_ms_p50:.2f} ms",
-        ),
-        ("preemptions", str(s.num_preemptions)),
-        ("prefix-cache hit tokens", str(s.prefix_cache_hit_tokens)),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    out.print(t)
-    for note in s.notes:
-        out.print(f"[yellow]note:[/] {note}", highlight=False)
+        with Store.open(db, read_only=True) as store:
+            rid = store.resolve_run(run_id)
+            if as_json:
+                out.print_json(json.dumps(asdict(run_summary(store, rid)), default=str))
+            else:
+                out.print(render_summary(store, rid))
+    except StoreError as exc:
+        fail(str(exc))

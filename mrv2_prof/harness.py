@@ -1,0 +1,341 @@
+"""The runner process (DESIGN §1): Scenario → Workload → Engine step loop → store.
+
+``runner_main`` is the target of the spawned process. It owns the run row from start to end: the
+row is written as ``running`` before the model loads, the probe buffers are flushed to the store
+about once a second (each flush is itself a ``flush`` span), and the row is finished as
+``completed``, ``aborted`` (SIGINT or a stop request from the parent) or ``failed`` (with the
+error). Arrivals are honoured in wall time (open loop): a request arrives at ``t0 + arrival_s``
+even when the runner is busy, so queueing counts towards its latency. About four times a second
+a ``Snapshot`` goes to the parent; the parent never touches the engine.
+
+Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
+``("started", facts)``, ``("snapshot", Snapshot)``, ``("done", outcome)``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import signal
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mrv2_prof import __version__
+from mrv2_prof.probes import api as probes
+from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.store import Store, StoreError
+
+SNAPSHOT_INTERVAL_NS = 250_000_000
+FLUSH_INTERVAL_NS = 1_000_000_000
+_ITL_WINDOW = 8192  # live ITL percentiles cover the most recent gaps
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Everything the runner process needs; plain data so it pickles under ``spawn``."""
+
+    scenario: dict[str, Any]  # Scenario.model_dump(mode="json"), overrides and matrix applied
+    scenario_yaml: str
+    label: str
+    matrix_combo: dict[str, Any] | None
+    db_path: str
+
+
+@dataclass
+class Outcome:
+    run_id: str | None
+    status: str  # completed | aborted | failed
+    error: str | None = None
+    exit_code: int = 0  # 2: bad input (scenario, checkpoint, config, database)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class _Interrupted:
+    """SIGINT in the runner sets a flag; the loop stops between steps, never inside a write."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.flag = True
+
+
+def _versions() -> dict[str, str]:
+    import duckdb
+    import torch
+
+    v = {
+        "mrv2_prof": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "duckdb": duckdb.__version__,
+    }
+    if torch.cuda.is_available():
+        v["cuda"] = str(torch.version.cuda)
+        v["gpu"] = torch.cuda.get_device_name()
+    return v
+
+
+def _arrow(cols: dict[str, np.ndarray]) -> dict[str, Any]:
+    """-1 in a ``*_ns`` column means "not measured": stored as NULL."""
+    return {
+        k: pa.array(v, mask=v < 0) if k.endswith("_ns") and v.dtype.kind == "i" else v
+        for k, v in cols.items()
+    }
+
+
+class LiveStats:
+    """Running aggregates for the snapshot, updated from each step's result."""
+
+    def __init__(self, run_id: str, label: str, num_requests: int, num_kv_blocks: int) -> None:
+        self.run_id, self.label = run_id, label
+        self.num_requests, self.num_kv_blocks = num_requests, num_kv_blocks
+        self.t0_ns = time.perf_counter_ns()
+        self.steps = self.output_tokens = self.num_finished = self.num_aborted = 0
+        self.staged_bytes = self.dense_bytes = 0
+        self.ttft_ms: list[float] = []
+        self.itl_ms = np.zeros(_ITL_WINDOW)
+        self.num_itl = 0
+        self.last_token_ns: dict[str, int] = {}
+        self._last = (self.t0_ns, 0, 0)  # (t_ns, steps, output_tokens) at the last snapshot
+
+    def on_step(self, res, t_ns: int) -> None:
+        self.steps += 1
+        self.output_tokens += len(res.updated)
+        for ws in res.runner_output.write_stats.values():
+            self.staged_bytes += ws.staged_bytes
+            self.dense_bytes += ws.dense_bytes
+        for r in res.updated:
+            rid = r.request_id
+            prev = self.last_token_ns.get(rid)
+            if prev is None:
+                self.ttft_ms.append((t_ns - r.arrival_time * 1e9) / 1e6)
+            else:
+                self.itl_ms[self.num_itl % _ITL_WINDOW] = (t_ns - prev) / 1e6
+                self.num_itl += 1
+            if r.is_finished:
+                self.last_token_ns.pop(rid, None)
+                self.num_finished += r.finish_reason != "abort"
+            else:
+                self.last_token_ns[rid] = t_ns
+
+    def on_abort(self, req_id: str) -> None:
+        self.num_aborted += 1
+        self.last_token_ns.pop(req_id, None)
+
+    def snapshot(self, engine) -> Snapshot:
+        now = time.perf_counter_ns()
+        t_last, steps_last, tokens_last = self._last
+        dt_s = max((now - t_last) / 1e9, 1e-9)
+        self._last = (now, self.steps, self.output_tokens)
+        itl = self.itl_ms[: min(self.num_itl, _ITL_WINDOW)]
+
+        def pct(values, q: float) -> float | None:
+            return float(np.percentile(values, q)) if len(values) else None
+
+        return Snapshot(
+            run_id=self.run_id,
+            label=self.label,
+            elapsed_s=(now - self.t0_ns) / 1e9,
+            steps=self.steps,
+            steps_per_s=(self.steps - steps_last) / dt_s,
+            output_tokens=self.output_tokens,
+            tokens_per_s=(self.output_tokens - tokens_last) / dt_s,
+            num_requests=self.num_requests,
+            num_waiting=engine.num_waiting,
+            num_running=engine.num_running,
+            num_finished=self.num_finished,
+            num_aborted=self.num_aborted,
+            ttft_ms_p50=pct(self.ttft_ms, 50),
+            ttft_ms_p99=pct(self.ttft_ms, 99),
+            itl_ms_p50=pct(itl, 50),
+            itl_ms_p99=pct(itl, 99),
+            kv_usage=engine.num_kv_blocks_used / max(self.num_kv_blocks, 1),
+            num_preemptions=engine.scheduler.num_preemptions,
+            staged_bytes=self.staged_bytes,
+            dense_bytes=self.dense_bytes,
+        )
+
+
+def _drive(engine, requests, probe, flush, emit, live: LiveStats, should_stop) -> bool:
+    """The open-loop step loop. Returns True when every request finished, False when stopped."""
+    from mrv2_prof.runner.request import SamplingParams
+
+    pending = deque(requests)
+    abort_at: dict[str, int] = {}
+    t0 = live.t0_ns
+    next_snapshot, next_flush = t0 + SNAPSHOT_INTERVAL_NS, t0 + FLUSH_INTERVAL_NS
+    while True:
+        if should_stop():
+            return False
+        now = time.perf_counter_ns()
+        while pending and t0 + round(pending[0].arrival_s * 1e9) <= now:
+            w = pending.popleft()
+            params = SamplingParams(
+                temperature=w.temperature,
+                top_k=w.top_k,
+                top_p=w.top_p,
+                seed=w.seed,
+                max_tokens=w.max_tokens,
+                logprobs=w.logprobs,
+                ignore_eos=w.ignore_eos,
+            )
+            arrival_s = (t0 + round(w.arrival_s * 1e9)) / 1e9
+            engine.add_request(w.req_id, list(w.prompt_token_ids), params, arrival_time=arrival_s)
+            if w.abort_after_tokens == 0:
+                engine.abort_request(w.req_id)
+                live.on_abort(w.req_id)
+            elif w.abort_after_tokens is not None:
+                abort_at[w.req_id] = w.abort_after_tokens
+        if engine.has_unfinished_requests():
+            res = engine.step()
+            now = time.perf_counter_ns()
+            live.on_step(res, now)
+            for r in res.updated:
+                k = abort_at.get(r.request_id)
+                if k is not None and not r.is_finished and r.num_output_tokens >= k:
+                    engine.abort_request(r.request_id)
+                    live.on_abort(r.request_id)
+        elif pending:
+            wait_ns = t0 + round(pending[0].arrival_s * 1e9) - now
+            time.sleep(min(max(wait_ns, 0), next_snapshot - now, 50_000_000) / 1e9)
+            now = time.perf_counter_ns()
+        else:
+            return True
+        if now >= next_snapshot:
+            emit(("snapshot", live.snapshot(engine)))
+            next_snapshot = now + SNAPSHOT_INTERVAL_NS
+        if now >= next_flush or probe.fill > 0.5:
+            flush()
+            next_flush = time.perf_counter_ns() + FLUSH_INTERVAL_NS
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, ValueError) else f"{type(exc).__name__}: {text}"
+
+
+def runner_main(job: RunJob, queue, stop_event) -> None:
+    """Entry point of the spawned runner process."""
+    interrupted = _Interrupted()
+    emit = queue.put
+    try:
+        store = Store.open(job.db_path)
+    except StoreError as exc:
+        emit(("done", Outcome(None, "failed", str(exc), exit_code=2)))
+        return
+    try:
+        outcome = _run(job, store, emit, lambda: interrupted.flag or stop_event.is_set())
+    except Exception as exc:  # before the run row existed, or while finishing it
+        outcome = Outcome(None, "failed", _one_line(exc), exit_code=1)
+    if outcome.status == "aborted":
+        outcome.error = "interrupted (SIGINT)" if interrupted.flag else "stopped by the user"
+    try:
+        if outcome.run_id is not None:
+            store.finish_run(
+                outcome.run_id,
+                outcome.status,
+                ended_ns=time.perf_counter_ns(),
+                error=outcome.error,
+            )
+    finally:
+        store.close()
+        emit(("done", outcome))
+
+
+def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
+    from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.model import CheckpointError
+    from mrv2_prof.scenario import Scenario, ScenarioError
+
+    scenario = Scenario.model_validate(job.scenario)
+    run_id = store.new_run_id()
+    store.begin_run(
+        run_id,
+        scenario_name=scenario.name,
+        label=job.label,
+        matrix_combo=job.matrix_combo,
+        scenario_yaml=job.scenario_yaml,
+        device=scenario.runner.device,
+        versions=_versions(),
+        started_ns=time.perf_counter_ns(),
+    )
+    emit(("begun", run_id))
+    probe = RecordingProbe()
+    outcome = Outcome(run_id, "failed")
+    engine = None
+
+    def flush() -> None:
+        probe.begin(probes.FLUSH)
+        batches = probe.drain()
+        for table, cols in batches.items():
+            store.append(run_id, table, _arrow(cols))
+        probe.end(probes.FLUSH)
+
+    try:
+        from mrv2_prof.runner.engine import Engine
+        from mrv2_prof.workload import build_workload
+
+        t0 = time.perf_counter()
+        engine = Engine(scenario.runner_config(), scenario.model_spec(), probe)
+        info = engine.info
+        requests = build_workload(
+            scenario.workload,
+            seed=scenario.seed,
+            vocab_size=engine.vocab_size,
+            max_model_len=scenario.runner.max_model_len,
+            source=scenario._source,
+        )
+        outcome.facts = {
+            "device": info.device,
+            "dtype": info.dtype,
+            "model_params": info.model_params,
+            "num_kv_blocks": info.num_kv_blocks,
+            "kv_cache_bytes": info.kv_cache_bytes,
+            "weight_load_s": info.weight_load_s,
+            "startup_s": time.perf_counter() - t0,
+            "num_requests": len(requests),
+            "notes": list(info.notes),
+        }
+        store.update_run(run_id, device=info.device, info=outcome.facts)
+        emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
+        live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks)
+        done = _drive(engine, requests, probe, flush, emit, live, should_stop)
+        outcome.status = "completed" if done else "aborted"
+        emit(("snapshot", live.snapshot(engine)))
+    except (ConfigError, CheckpointError, ScenarioError) as exc:
+        outcome.error, outcome.exit_code = _one_line(exc), 2
+    except Exception as exc:  # a runner bug: keep the data and the traceback
+        outcome.error, outcome.exit_code = _one_line(exc), 1
+        outcome.facts["traceback"] = traceback.format_exc()
+        store.update_run(run_id, info=outcome.facts)
+    finally:
+        if engine is not None:
+            _close_unfinished(engine, probe)
+        flush()
+    return outcome
+
+
+def _close_unfinished(engine, probe: RecordingProbe) -> None:
+    """Requests still in flight at the end of a stopped run: stored without a finish."""
+    for req_id in probe.unfinished():
+        r = engine.scheduler.requests.get(req_id)
+        if r is not None:
+            probe.request_finish(
+                req_id, -1, r.num_output_tokens, r.num_preemptions, None, r.num_cached_tokens
+            )
+
+
+def scenario_yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False)

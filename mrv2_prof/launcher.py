@@ -1,0 +1,187 @@
+"""The parent side of a run (DESIGN §1): spawn the runner process, relay its snapshots to a view.
+
+The runner runs in its own spawned process so the dashboard never shares its interpreter. The
+parent only reads small messages from a queue: the live dashboard (``tui``) or a rich progress
+bar renders them. Ctrl-C (SIGINT) or ``q`` asks the runner to stop between two steps; it then
+flushes everything and marks the run ``aborted``. A second Ctrl-C terminates it; a runner that
+dies without saying so has its run row marked ``failed`` by the parent.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mrv2_prof.harness import Outcome, RunJob, runner_main
+from mrv2_prof.snapshot import Snapshot
+
+_JOIN_TIMEOUT_S = 60.0
+
+
+class RunnerProcess:
+    """One spawned runner and its message queue; also a ``SnapshotSource`` for the dashboard."""
+
+    def __init__(self, job: RunJob) -> None:
+        ctx = mp.get_context("spawn")
+        self.queue = ctx.Queue()
+        self.stop_event = ctx.Event()
+        self.process = ctx.Process(target=runner_main, args=(job, self.queue, self.stop_event))
+        self.run_id: str | None = None
+        self.facts: dict | None = None
+        self.outcome: Outcome | None = None
+        self.interrupted = False
+        self.on_started: Callable[[dict], None] | None = None
+        self._latest: Snapshot | None = None
+
+    def start(self) -> None:
+        self.process.start()
+
+    # ---- messages -------------------------------------------------------------------------------
+    def _handle(self, kind: str, payload) -> None:
+        if kind == "begun":
+            self.run_id = payload
+        elif kind == "started":
+            self.facts = payload
+            if self.on_started is not None:
+                self.on_started(payload)
+        elif kind == "snapshot":
+            self._latest = payload
+        elif kind == "done":
+            self.outcome = payload
+
+    def pump(self, timeout_s: float = 0.0) -> None:
+        """Handle every waiting message (waiting up to ``timeout_s`` for the first)."""
+        try:
+            msg = self.queue.get(timeout=timeout_s) if timeout_s else self.queue.get_nowait()
+            while True:
+                self._handle(*msg)
+                msg = self.queue.get_nowait()
+        except queue_mod.Empty:
+            pass
+        if self.outcome is None and not self.process.is_alive():
+            self._drain_after_exit()
+
+    def _drain_after_exit(self) -> None:
+        """The process is gone: read what it sent last, else record that it died."""
+        deadline = time.monotonic() + 2.0
+        while self.outcome is None and time.monotonic() < deadline:
+            try:
+                self._handle(*self.queue.get(timeout=0.1))
+            except queue_mod.Empty:
+                continue
+        if self.outcome is None:
+            code = self.process.exitcode
+            self.outcome = Outcome(
+                self.run_id, "failed", f"runner process died (exit code {code})", exit_code=1
+            )
+            self.outcome.facts["died"] = True
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    # ---- SnapshotSource -------------------------------------------------------------------------
+    def poll(self) -> tuple[Snapshot | None, bool]:
+        self.pump()
+        snap, self._latest = self._latest, None
+        return snap, self.done
+
+    def request_stop(self) -> None:
+        self.stop_event.set()
+
+    def join(self) -> Outcome:
+        while not self.done:
+            self.pump(0.2)
+        self.process.join(_JOIN_TIMEOUT_S)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join()
+        assert self.outcome is not None
+        return self.outcome
+
+
+class _SigintToStop:
+    """While a run is live: first SIGINT asks the runner to stop, a second one terminates it."""
+
+    def __init__(self, runner: RunnerProcess) -> None:
+        self.runner = runner
+
+    def __enter__(self) -> _SigintToStop:
+        self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGINT, self._old)
+
+    def _handle(self, signum, frame) -> None:
+        if self.runner.interrupted:
+            self.runner.process.terminate()
+        self.runner.interrupted = True
+        self.runner.request_stop()
+
+
+def run_headless(job: RunJob, console: Console) -> RunnerProcess:
+    """Run one job with a rich progress bar; returns the finished ``RunnerProcess``."""
+    runner = RunnerProcess(job)
+
+    def started(facts: dict) -> None:
+        console.print(
+            f"[bold]{facts['label']}[/] run [cyan]{facts['run_id']}[/] on {facts['device']} "
+            f"({facts['dtype']}): "
+            f"{facts['model_params'] / 1e6:.1f}M params, {facts['num_kv_blocks']} KV blocks, "
+            f"start-up {facts['startup_s']:.1f} s"
+        )
+        for note in facts["notes"]:
+            console.print(f"  [yellow]note[/] {note}")
+
+    runner.on_started = started
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+    )
+    with _SigintToStop(runner), Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("loading", total=None, stats="")
+        runner.start()
+        while not runner.done:
+            runner.pump(0.2)
+            snap, _ = runner.poll()
+            if snap is not None:
+                progress.update(
+                    task,
+                    description="requests",
+                    total=snap.num_requests,
+                    completed=snap.num_done,
+                    stats=_progress_stats(snap),
+                )
+        runner.join()
+    return runner
+
+
+def run_dashboard(job: RunJob) -> RunnerProcess:
+    """Run one job under the live Textual dashboard."""
+    from mrv2_prof.tui.dashboard import DashboardApp
+
+    runner = RunnerProcess(job)
+    with _SigintToStop(runner):
+        runner.start()
+        DashboardApp(runner, title=job.label).run()
+        runner.join()
+    return runner
+
+
+def _progress_stats(s: Snapshot) -> str:
+    ttft = f"{s.ttft_ms_p50:.0f}" if s.ttft_ms_p50 is not None else "-"
+    return (
+        f"{s.tokens_per_s:7.1f} tok/s  {s.steps_per_s:5.1f} steps/s  "
+        f"run {s.num_running} wait {s.num_waiting}  TTFT p50 {ttft} ms  "
+        f"KV {100 * s.kv_usage:3.0f}%"
+    )

@@ -1,0 +1,132 @@
+"""The summary tables a run ends with (and ``show`` prints again), built from the store.
+
+Returns rich renderables; the CLI prints them. Numbers come from ``store.metrics`` only, so the
+live run, ``show`` and the tests all read the same definitions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from mrv2_prof.store import Store
+from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _pct_row(name: str, p: Percentiles) -> tuple[str, ...]:
+    return (name, _ms(p.p50), _ms(p.p90), _ms(p.p95), _ms(p.p99), _ms(p.mean), str(p.count))
+
+
+def summary_tables(s: RunSummary) -> Group:
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    info = s.info or {}
+    status = s.status if not s.error else f"{s.status} ({s.error})"
+    params = info.get("model_params")
+    rows = [
+        ("run", f"{s.run_id}  {s.label}"),
+        ("status", status),
+        ("device / dtype", f"{s.device} / {info.get('dtype', '?')}"),
+        ("model", f"{params / 1e6:,.1f} M parameters" if params else "?"),
+        ("KV cache", f"{info.get('num_kv_blocks', '?')} blocks"),
+        (
+            "requests",
+            f"{s.num_requests} ({s.num_completed} completed, {s.num_aborted} aborted, "
+            f"{s.num_unfinished} unfinished)",
+        ),
+        ("steps", f"{s.steps:,}"),
+        ("tokens", f"{s.prompt_tokens:,} prompt, {s.output_tokens:,} output"),
+        ("duration", f"{s.duration_s:,.2f} s (first arrival to last finish)"),
+        (
+            "throughput",
+            f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} output tok/s",
+        ),
+        ("preemptions", f"{s.num_preemptions}"),
+        (
+            "prefix cache",
+            "-"
+            if s.prefix_cache_hit_rate is None
+            else f"{100 * s.prefix_cache_hit_rate:.1f}% of prompt tokens hit",
+        ),
+        (
+            "staged writes",
+            f"{_bytes(s.staged_bytes)} moved vs {_bytes(s.dense_bytes)} for dense copies",
+        ),
+        ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
+        (
+            "CUDA graphs",
+            "-" if s.graph_hit_rate is None else f"{100 * s.graph_hit_rate:.0f}% of steps replayed",
+        ),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    lat = Table(title="latency (ms, completed requests)", title_justify="left")
+    for col in ("metric", "p50", "p90", "p95", "p99", "mean", "n"):
+        lat.add_column(col, justify="left" if col == "metric" else "right")
+    lat.add_row(*_pct_row("TTFT", s.ttft_ms))
+    lat.add_row(*_pct_row("TPOT", s.tpot_ms))
+    lat.add_row(*_pct_row("ITL", s.itl_ms))
+    lat.add_row(*_pct_row("E2E", s.e2e_ms))
+    parts: list = [head, lat]
+    for note in info.get("notes", []):
+        parts.append(Text.assemble(("note ", "yellow"), note))
+    return Group(*parts)
+
+
+def render_summary(store: Store, run_id: str) -> Group:
+    return summary_tables(run_summary(store, run_id))
+
+
+def render_comparison(store: Store, run_ids: list[str]) -> Table:
+    """One row per run of a matrix sweep."""
+    t = Table(title="matrix", title_justify="left")
+    for col in (
+        "run", "label", "status", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
+        "E2E p50", "staged / dense",
+    ):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("run", "label", "status") else "right")
+    for rid in run_ids:
+        s = run_summary(store, rid)
+        ratio = f"{s.staged_bytes / s.dense_bytes:.2f}" if s.dense_bytes else "-"
+        t.add_row(
+            s.run_id, s.label, s.status, f"{s.output_tokens_per_s:,.1f}",
+            _ms(s.ttft_ms.p50), _ms(s.ttft_ms.p99), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99),
+            _ms(s.e2e_ms.p50), ratio,
+        )  # fmt: skip
+    return t
+
+
+def render_runs(rows: list[dict], db: str) -> Table:
+    t = Table(title=f"runs in {db}", title_justify="left")
+    for col in ("run", "label", "status", "started", "duration", "requests", "output tokens"):
+        t.add_column(col, justify="right" if col in ("requests", "output tokens") else "left")
+    for r in rows:
+        started = r.get("started_at")
+        started_s = (
+            started.strftime("%Y-%m-%d %H:%M:%S") if isinstance(started, dt.datetime) else ""
+        )
+        dur = ""
+        if r.get("ended_ns") and r.get("started_ns"):
+            dur = f"{(r['ended_ns'] - r['started_ns']) / 1e9:,.1f} s"
+        status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+        t.add_row(
+            r["run_id"], r["label"], status, started_s, dur, str(r.get("num_requests") or 0),
+            str(r.get("output_tokens") or 0),
+        )  # fmt: skip
+    return t
