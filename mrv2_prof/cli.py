@@ -62,10 +62,15 @@ def _combo(base: Scenario, scenario: Scenario) -> dict[str, Any] | None:
 
 def _preflight(scenario: Scenario) -> None:
     """Checks that need the model's shape: done before anything is written."""
+    from mrv2_prof.probes.support import unavailable_probe_notes
+    from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model_loader import model_args_for
     from mrv2_prof.workload import build_workload
 
     scenario.runner_config()
+    notes = unavailable_probe_notes(scenario.probes.model_dump())
+    if notes and scenario.runner.strict:
+        raise ConfigError(f"{notes[0]} (strict: true)")
     args = model_args_for(scenario.model_spec())
     build_workload(
         scenario.workload,

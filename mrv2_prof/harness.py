@@ -29,6 +29,7 @@ import pyarrow as pa
 from mrv2_prof import __version__
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store, StoreError
 
@@ -304,7 +305,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             "weight_load_s": info.weight_load_s,
             "startup_s": time.perf_counter() - t0,
             "num_requests": len(requests),
-            "notes": list(info.notes),
+            "notes": list(info.notes) + unavailable_probe_notes(scenario.probes.model_dump()),
         }
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))

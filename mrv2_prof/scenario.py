@@ -427,6 +427,8 @@ workload:
   prompt_len: {dist: uniform, min: 16, max: 96}
   output_len: {dist: fixed, value: 32}
   sampling: {temperature: 0.0}   # greedy
+# GPU probes off: on a CPU there is no GPU timeline, NVML or CUDA sync to record.
+probes: {nvtx: false, cuda_events: false, sync_finder: false, copy_audit: false, nvml_hz: 0}
 """
 
 

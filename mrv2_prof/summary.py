@@ -32,6 +32,15 @@ def _pct_row(name: str, p: Percentiles) -> tuple[str, ...]:
     return (name, _ms(p.p50), _ms(p.p90), _ms(p.p95), _ms(p.p99), _ms(p.mean), str(p.count))
 
 
+def _graphs(s: RunSummary) -> str:
+    if s.graph_hit_rate is None:
+        return "-"
+    text = f"{100 * s.graph_hit_rate:.0f}% of steps replayed a graph"
+    if s.graph_fallback_reason:
+        text += f"; most fallbacks: {s.graph_fallback_reason}"
+    return text
+
+
 def summary_tables(s: RunSummary) -> Group:
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
@@ -69,10 +78,7 @@ def summary_tables(s: RunSummary) -> Group:
             f"{_bytes(s.staged_bytes)} moved vs {_bytes(s.dense_bytes)} for dense copies",
         ),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
-        (
-            "CUDA graphs",
-            "-" if s.graph_hit_rate is None else f"{100 * s.graph_hit_rate:.0f}% of steps replayed",
-        ),
+        ("CUDA graphs", _graphs(s)),
     ]
     for k, v in rows:
         head.add_row(k, v)

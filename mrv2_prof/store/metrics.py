@@ -60,6 +60,7 @@ class RunSummary:
     num_syncs: int
     sync_blocked_ms: float
     graph_hit_rate: float | None  # fraction of graph dispatches that hit; None without dispatches
+    graph_fallback_reason: str | None  # the most frequent reason of the dispatches that missed
     info: dict[str, Any]
 
 
@@ -163,6 +164,11 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
     (graph_hit_rate,) = _row(
         store, "SELECT avg(hit::DOUBLE) FROM graph_dispatch WHERE run_id = ?", run_id
     )
+    (graph_fallback_reason,) = _row(
+        store,
+        "SELECT mode(reason) FROM graph_dispatch WHERE run_id = ? AND NOT hit",
+        run_id,
+    )
 
     return RunSummary(
         run_id=run_id,
@@ -189,5 +195,6 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         num_syncs=num_syncs,
         sync_blocked_ms=sync_blocked_ns / _NS_PER_MS,
         graph_hit_rate=graph_hit_rate,
+        graph_fallback_reason=graph_fallback_reason,
         info=json.loads(info_json) if info_json else {},
     )

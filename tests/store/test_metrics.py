@@ -78,7 +78,11 @@ def store(tmp_path: Path) -> Iterator[Store]:
         },
     )
     store.append("abc123", "syncs", {"step": [0, 2], "blocked_ns": [1_500_000, 500_000]})
-    store.append("abc123", "graph_dispatch", {"step": [0, 1, 2, 3], "hit": [1, 1, 0, 1]})
+    store.append(
+        "abc123",
+        "graph_dispatch",
+        {"step": [0, 1, 2, 3], "hit": [1, 1, 0, 1], "reason": ["a", "a", "prefill", "a"]},
+    )
 
     # another run in the same file, with colliding request ids: must not leak into abc123
     _begin(store, "def456")
@@ -99,7 +103,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
     store.append("def456", "tokens", {"req_id": ["r0", "r0"], "idx": [0, 1], "t_ns": [0, 10**12]})
     store.append("def456", "staged_writes", {"staged_bytes": [10**9], "dense_bytes": [10**9]})
     store.append("def456", "syncs", {"blocked_ns": [10**9]})
-    store.append("def456", "graph_dispatch", {"hit": [False] * 10})
+    store.append("def456", "graph_dispatch", {"hit": [False] * 10, "reason": ["other"] * 10})
     store.append("def456", "steps", {"step": np.arange(10)})
     yield store
     store.close()
@@ -162,6 +166,7 @@ def test_run_summary_hand_worked(store: Store) -> None:
     assert s.num_syncs == 2
     assert s.sync_blocked_ms == pytest.approx(2.0)  # 1.5 ms + 0.5 ms
     assert s.graph_hit_rate == pytest.approx(0.75)  # 3 hits of 4 dispatches
+    assert s.graph_fallback_reason == "prefill"  # the reason of the one miss, not of hits
 
 
 def test_run_summary_of_an_empty_run(store: Store) -> None:

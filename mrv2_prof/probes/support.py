@@ -1,0 +1,33 @@
+"""Which scenario probes this build can record, and a note for each one it cannot.
+
+The ``probes`` section asks for measurements (NVTX ranges, CUDA-event GPU timeline, the sync
+finder, the copy audit, NVML telemetry, a kernel trace). A probe asked for but not available is
+never silently skipped: it becomes a note on the run, or an error under ``runner.strict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Recorded by every run regardless of the section: CPU-clock phase spans, steps, staged writes,
+# graph dispatch decisions, the explicit output wait, requests and tokens.
+AVAILABLE: frozenset[str] = frozenset()
+
+_WHAT = {
+    "nvtx": "NVTX ranges",
+    "cuda_events": "the CUDA-event GPU timeline (steps.gpu_*_ns, overlap, bubbles)",
+    "sync_finder": "the sync finder (implicit syncs by source site)",
+    "copy_audit": "the host-device copy audit (copies table)",
+    "nvml_hz": "NVML telemetry (gpu_samples)",
+    "kernel_trace": "the kernel trace (kernels table)",
+}
+
+
+def unavailable_probe_notes(probes: dict[str, Any]) -> list[str]:
+    """One note per requested probe this build does not record."""
+    notes = []
+    for key, what in _WHAT.items():
+        wanted = bool(probes.get(key))
+        if wanted and key not in AVAILABLE:
+            notes.append(f"probes.{key}: not recorded by this build ({what})")
+    return notes
