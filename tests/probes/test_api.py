@@ -1,0 +1,722 @@
+"""The probe API: RecordingProbe's drained tables against a scripted sequence of hooks on a fake
+clock, buffer growth, no allocation per event in steady state, the no-op Probe's signatures, and
+an Engine run on the CPU whose drained tables are checked against the engine's own results."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import random
+import tracemalloc
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mrv2_prof.probes import api
+from mrv2_prof.probes.api import PHASES, Probe, RecordBuffer, RecordingProbe
+from mrv2_prof.store.schema import TABLES
+
+HOOKS = (
+    "step_begin",
+    "step_end",
+    "begin",
+    "end",
+    "staged_write",
+    "graph_dispatch",
+    "graph_capture",
+    "sync",
+    "request_arrival",
+    "token",
+    "request_finish",
+)
+SITE = "mrv2_prof/runner/model_runner.py:ModelRunner._to_host"
+COLUMNS = {
+    "steps": [
+        "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
+        "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
+        "output_wait_ns", "graph_mode",
+    ],
+    "spans": ["step", "track", "name", "start_ns", "end_ns"],
+    "staged_writes": ["step", "tensor", "rows", "elements", "staged_bytes", "dense_bytes"],
+    "graph_dispatch": [
+        "step", "num_tokens", "padded_tokens", "requested_mode", "mode", "hit", "reason",
+    ],
+    "syncs": ["step", "t_ns", "kind", "site", "blocked_ns"],
+    "tokens": ["req_id", "idx", "t_ns", "token_id"],
+    "requests": [
+        "req_id", "arrival_ns", "first_token_ns", "finish_ns", "prompt_tokens", "output_tokens",
+        "num_preemptions", "finish_reason", "cached_tokens",
+    ],
+    "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes"],
+}  # fmt: skip
+
+
+def col(tables, table: str, name: str) -> list:
+    return tables[table][name].tolist()
+
+
+def rows(tables, table: str, names: list[str] | None = None) -> list[tuple]:
+    names = COLUMNS[table] if names is None else names
+    return list(zip(*(col(tables, table, n) for n in names), strict=True))
+
+
+def num_rows(cols: dict[str, np.ndarray]) -> int:
+    lengths = {len(v) for v in cols.values()}
+    assert len(lengths) == 1, {k: len(v) for k, v in cols.items()}
+    return lengths.pop()
+
+
+# ---- a scripted sequence on a fake clock ---------------------------------------------------------
+class FakeClock:
+    """``perf_counter_ns`` stand-in: 1000, 1007, 1014, ...; ``last`` is the latest reading."""
+
+    def __init__(self) -> None:
+        self.last = 993
+
+    def __call__(self) -> int:
+        self.last += 7
+        return self.last
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    c = FakeClock()
+    monkeypatch.setattr(api, "perf_counter_ns", c)
+    return c
+
+
+class Scripted:
+    """Calls the probe's hooks as the runner does and keeps the rows each table must then hold
+    (``rows`` order, without ``track``), timestamps taken from the fake clock's readings."""
+
+    def __init__(self, probe: RecordingProbe, clock: FakeClock) -> None:
+        self.p, self.clock, self.step = probe, clock, -1
+        self.want: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+
+    def step_begin(self, step: int) -> None:
+        self.p.step_begin(step)
+        self.step, self.step_start = step, self.clock.last
+
+    def step_end(self, num_reqs, num_tokens, num_prefill, *rest) -> None:
+        self.p.step_end(num_reqs, num_tokens, num_prefill, *rest)
+        num_decode = num_tokens - num_prefill
+        counts = (num_reqs, num_tokens, num_prefill, num_decode, *rest)
+        self.want["steps"].append((self.step, self.step_start, self.clock.last, *counts))
+        self.want["spans"].append((self.step, "step", self.step_start, self.clock.last))
+
+    @contextmanager
+    def phase(self, phase: int):
+        self.p.begin(phase)
+        start = self.clock.last
+        yield
+        self.p.end(phase)
+        self.want["spans"].append((self.step, PHASES[phase], start, self.clock.last))
+
+    def staged_write(self, *args) -> None:
+        self.p.staged_write(*args)
+        self.want["staged_writes"].append((self.step, *args))
+
+    def graph_dispatch(self, *args) -> None:
+        self.p.graph_dispatch(*args)
+        self.want["graph_dispatch"].append((self.step, *args))
+
+    def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
+        self.p.sync(kind, site, blocked_ns, t_ns)
+        began_ns = self.clock.last - blocked_ns if t_ns < 0 else t_ns  # when the wait began
+        self.want["syncs"].append((self.step, began_ns, kind, site, blocked_ns))
+
+    def token(self, *args) -> None:
+        self.p.token(*args)
+        self.want["tokens"].append(args)
+
+
+def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
+    """Three steps of every hook; requests that finish, never get a token, never arrive, and one
+    that never finishes."""
+    s = Scripted(p, clock)
+    p.request_arrival("a", 10, 5)
+    p.request_arrival("b", 20, 3)
+    p.request_arrival("c", 30, 4)  # never gets a token; finished without a reason or a time
+    p.request_arrival("d", 40, 2)  # never finishes
+    p.request_arrival("none", 50, 1)  # the same string as a graph mode: one intern table
+    modes = ("none", "piecewise", "full")
+    reasons = ("padded → 8", "captured: 8 tokens", "")
+    for k in range(3):
+        s.step_begin(10 + k)
+        with s.phase(api.SCHEDULE):
+            pass
+        with s.phase(api.EXECUTE):
+            with s.phase(api.PREPARE):
+                s.staged_write("block_table", k + 1, 4 * k + 3, 12 * k + 40, 2048)
+                if k == 0:
+                    s.staged_write("prefill_token_ids", 2, 9, 100, 1 << 40)  # needs int64
+            s.graph_dispatch(5 + k, 8, "full", modes[k], k == 1, reasons[k])
+            for phase in (api.FORWARD, api.SAMPLE, api.OUTPUT_WAIT):
+                with s.phase(phase):
+                    pass
+            s.sync("output_wait", SITE, 3 + k)
+        with s.phase(api.UPDATE):
+            s.token("a", k, 5000 + k, 100 + k)
+            if k >= 1:
+                s.token("b", k - 1, 5000 + k, 200 + k)
+            s.token("none", k, 5000 + k, 300 + k)
+        s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
+    s.sync("item", "mrv2_prof/x.py:3", 100, t_ns=12345)  # an explicit time is kept
+    p.graph_capture("full:8", "full", 8, 0.25, 1 << 33)
+    p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)
+    p.request_finish("a", 6000, 3, 1, "length", 4)
+    p.request_finish("b", 6001, 2, 0, "stop", 0)
+    p.request_finish("c", -1, 0, 0, None, -1)
+    p.request_finish("e", 6002, 0, 0, "abort", 0)  # never arrived
+    p.request_finish("none", 6003, 3, 0, "length", 0)
+    s.want["requests"] = [
+        # req_id, arrival, first token, finish, prompt, output, preemptions, reason, cached
+        ("a", 10, 5000, 6000, 5, 3, 1, "length", 4),
+        ("b", 20, 5001, 6001, 3, 2, 0, "stop", 0),
+        ("c", 30, -1, -1, 4, 0, 0, None, 0),  # cached -1 (never scheduled) is stored as 0
+        ("e", -1, -1, 6002, 0, 0, 0, "abort", 0),
+        ("none", 50, 5000, 6003, 1, 3, 0, "length", 0),
+    ]
+    s.want["graph_captures"] = [
+        ("full:8", "full", 8, 0.25, 1 << 33),
+        ("piecewise:16", "piecewise", 16, 1.5, 0),
+    ]
+    return s
+
+
+def test_drain_returns_exactly_what_was_recorded(clock):
+    p = RecordingProbe()
+    s = run_script(p, clock)
+    t = p.drain()
+
+    assert set(t) == set(COLUMNS)
+    for table, cols in t.items():
+        assert list(cols) == COLUMNS[table], table
+        assert set(cols) <= {name for name, _ in TABLES[table]} - {"run_id"}, table
+        num_rows(cols)
+    for table, want in s.want.items():
+        names = [c for c in COLUMNS[table] if c != "track"]
+        assert rows(t, table, names) == want, table
+    assert col(t, "spans", "track") == ["cpu"] * len(s.want["spans"])
+    assert col(t, "steps", "graph_mode") == ["none", "piecewise", "full"]
+    assert col(t, "steps", "num_decode_tokens") == [5, 6, 7]
+
+    int64 = ["step", "cpu_start_ns", "output_wait_ns", "start_ns", "end_ns", "t_ns", "elements",
+             "staged_bytes", "dense_bytes", "arrival_ns", "first_token_ns", "finish_ns",
+             "mem_bytes"]  # fmt: skip
+    for table, cols in t.items():
+        for name, values in cols.items():
+            if name in int64:
+                assert values.dtype == np.int64, (table, name)
+            elif name in ("num_tokens", "num_reqs", "rows", "idx", "output_tokens"):
+                assert values.dtype == np.int32, (table, name)
+    assert t["graph_dispatch"]["hit"].dtype == np.bool_
+    assert t["graph_captures"]["capture_s"].dtype == np.float64
+    strings = [("steps", "graph_mode"), ("spans", "name"), ("spans", "track"),
+               ("staged_writes", "tensor"), ("syncs", "site"), ("tokens", "req_id"),
+               ("requests", "req_id"), ("requests", "finish_reason")]  # fmt: skip
+    for table, name in strings:
+        assert t[table][name].dtype == object, (table, name)
+        assert all(v is None or type(v) is str for v in col(t, table, name)), (table, name)
+
+
+def test_second_drain_is_empty_and_later_records_start_fresh(clock):
+    p = RecordingProbe()
+    run_script(p, clock)
+    first = p.drain()
+    kept = {table: {k: v.copy() for k, v in cols.items()} for table, cols in first.items()}
+    second = p.drain()
+    assert set(second) == set(COLUMNS) - {"graph_captures"}  # captures only when there are some
+    for cols in second.values():
+        assert num_rows(cols) == 0
+
+    # "d" arrived before both drains: its arrival survives them, its first token comes after
+    p.step_begin(13)
+    start = clock.last
+    p.token("d", 0, 7000, 42)
+    p.token("d", 1, 7100, 43)
+    p.staged_write("block_table", 1, 1, 20, 2048)
+    p.step_end(1, 1, 0, 0, 1, 3, 0, 0, "none")
+    p.request_finish("d", 7200, 2, 0, "length", 0)
+    third = p.drain()
+    assert rows(third, "steps", ["step", "cpu_start_ns", "cpu_end_ns", "num_decode_tokens"]) == [
+        (13, start, clock.last, 1)
+    ]
+    assert rows(third, "spans", ["step", "name"]) == [(13, "step")]
+    assert rows(third, "tokens") == [("d", 0, 7000, 42), ("d", 1, 7100, 43)]
+    assert rows(third, "requests") == [("d", 40, 7000, 7200, 2, 2, 0, "length", 0)]
+    assert rows(third, "staged_writes", ["step", "tensor"]) == [(13, "block_table")]
+    assert num_rows(third["syncs"]) == num_rows(third["graph_dispatch"]) == 0
+    # the first drain's arrays are copies: writing new rows did not change them
+    for table, cols in kept.items():
+        for k, v in cols.items():
+            np.testing.assert_array_equal(first[table][k], v)
+
+
+def test_unfinished_lists_arrived_but_not_finished(clock):
+    p = RecordingProbe()
+    assert p.unfinished() == []
+    run_script(p, clock)
+    assert p.unfinished() == ["d"]
+    p.request_arrival("f", 60, 7)
+    p.token("f", 0, 61, 1)
+    assert sorted(p.unfinished()) == ["d", "f"]
+    p.drain()
+    assert sorted(p.unfinished()) == ["d", "f"]  # a drain does not forget arrivals
+    p.request_finish("d", -1, 0, 0, None, 0)  # how the harness closes an interrupted run
+    assert p.unfinished() == ["f"]
+    p.request_finish("f", 70, 1, 0, "length", 0)
+    assert p.unfinished() == []
+
+
+# ---- growth -------------------------------------------------------------------------------------
+def test_record_buffer_fill_and_growth():
+    b = RecordBuffer({"x": np.int64, "y": np.int32}, 2)
+    assert b.fill == 0.0
+    for i in range(2):
+        j = b.reserve()
+        b.x[j], b.y[j] = 10 * i, i
+        b.n = j + 1
+    assert b.capacity == 2 and b.fill == 1.0  # full, not yet grown
+    j = b.reserve()
+    assert (j, b.capacity) == (2, 4)
+    b.x[j], b.y[j] = 20, 2
+    b.n = j + 1
+    assert b.fill == 0.75
+    assert b.x is b.cols["x"] and b.y is b.cols["y"]
+    assert b.reserve(9) == 3 and b.capacity == 12  # more than double: exactly what is asked
+    out = b.take()
+    assert out["x"].tolist() == [0, 10, 20] and out["y"].tolist() == [0, 1, 2]
+    assert out["y"].dtype == np.int32 and b.n == 0 and b.fill == 0.0
+
+
+def test_tiny_capacity_grows_without_losing_or_reordering(clock):
+    p = RecordingProbe(capacity=2)
+    s = Scripted(p, clock)
+    counts = (1, 1, 1, 0, 1, 1, 0, 0, "none")
+    assert p.fill == 0.0
+    s.step_begin(0)
+    s.step_end(*counts)
+    assert p.fill == 0.5  # steps: 1 row of 2
+    s.step_begin(1)
+    s.step_end(*counts)
+    assert p.fill == 1.0  # reported full before it grows
+    s.step_begin(2)
+    s.step_end(*counts)
+    assert p.fill == 0.75 and p.steps.capacity == 4
+
+    rng = random.Random(0)
+    reqs = [f"r{i}" for i in range(37)]
+    for r in reqs:
+        p.request_arrival(r, 1, 2)
+    n = 1000
+    for i in range(n):
+        s.token(rng.choice(reqs), i, 10 * i, 3 * i)
+        s.staged_write(f"t{i % 5}", i, 2 * i, 3 * i, 4 * i)
+        with s.phase(i % len(PHASES)):
+            pass
+        s.sync("k", f"s{i % 3}", i, i)
+        s.graph_dispatch(i, i + 1, "full", "none", i % 2 == 0, "r")
+    for i, r in enumerate(reqs):
+        p.request_finish(r, i, 0, 0, "length", 0)
+    assert p.tokens.capacity >= n > 16 * 2
+    t = p.drain()
+    for table in ("steps", "spans", "staged_writes", "graph_dispatch", "syncs", "tokens"):
+        names = [c for c in COLUMNS[table] if c != "track"]
+        assert rows(t, table, names) == s.want[table], table
+    assert col(t, "requests", "req_id") == reqs
+    assert col(t, "requests", "finish_ns") == list(range(len(reqs)))
+
+
+# ---- no allocation per event --------------------------------------------------------------------
+def record_events(p: RecordingProbe, n: int) -> None:
+    """n events of each kind the runner records per step, called as the runner calls them."""
+    for i in range(n):
+        if i % 10 == 0:
+            p.step_begin(i)
+        p.begin(api.FORWARD)
+        p.end(api.FORWARD)
+        p.staged_write("block_table", 3, 12, 60, 2048)
+        p.graph_dispatch(8, 8, "none", "none", False, "cudagraph_mode is none")
+        p.sync("output_wait", SITE, 1500)
+        p.token("req-1", 1 + i, 123456789, 17)
+        if i % 10 == 9:
+            p.step_end(8, 8, 0, 0, 8, 40, 0, 1500, "none")
+
+
+def traced_bytes(fn) -> int:
+    """Bytes still allocated after ``fn()`` that were allocated during it (numpy included)."""
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        fn()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return after - before
+
+
+def test_recording_allocates_nothing_per_event_in_steady_state():
+    p = RecordingProbe()
+    p.request_arrival("req-1", 1, 4)
+    record_events(p, 100)  # warm-up: interning, the first-token entry
+    p.drain()
+    cols = {id(b): dict(b.cols) for b in p._buffers}
+    attrs = {id(b): {k: getattr(b, k) for k in b.cols} for b in p._buffers}
+    n = 10_000
+    grown = traced_bytes(lambda: record_events(p, n))
+    assert p.spans.n == n + n // 10 and p.tokens.n == n and p.fill < 1.0
+    for b in p._buffers:
+        for k, arr in b.cols.items():
+            assert arr is cols[id(b)][k] and getattr(b, k) is attrs[id(b)][k], k
+    assert grown < 50_000, f"{grown} bytes retained for {n} events"
+
+
+def test_the_allocation_bound_would_catch_a_tuple_per_event():
+    """Calibrates the bound above: one small tuple per event retains far more than 50 KB."""
+    sink = []
+    grown = traced_bytes(lambda: sink.extend((i, i + 1, 1 << 40) for i in range(10_000)))
+    assert grown > 500_000
+
+
+# ---- the no-op probe ----------------------------------------------------------------------------
+@pytest.mark.parametrize("hook", HOOKS)
+def test_noop_probe_has_every_hook_with_the_same_signature(hook):
+    base, rec = getattr(Probe, hook), getattr(RecordingProbe, hook)
+    assert rec is not base  # RecordingProbe records it
+    assert inspect.signature(base) == inspect.signature(rec)
+
+
+def test_the_hooks_are_all_the_public_methods():
+    def public(cls) -> set[str]:
+        return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+
+    assert public(Probe) == set(HOOKS)
+    assert public(RecordingProbe) - set(HOOKS) == {"intern", "drain", "unfinished"}
+
+
+def probe_calls(source: str) -> set[str]:
+    """Methods called on ``self.probe`` or on a local bound from an expression naming a probe."""
+    called = set()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        local = {
+            target.id
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Assign) and "probe" in ast.unparse(node.value).lower()
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = ast.unparse(node.func.value)
+                if owner in local or owner == "self.probe":
+                    called.add(node.func.attr)
+    return called
+
+
+def test_every_hook_the_runner_calls_exists_on_the_noop_probe():
+    root = Path(api.__file__).parents[1]
+    called = set()
+    for rel in ("runner/engine.py", "runner/model_runner.py"):
+        called |= probe_calls((root / rel).read_text())
+    assert {"step_begin", "step_end", "token", "staged_write", "sync"} <= called
+    assert called <= set(HOOKS), called - set(HOOKS)
+
+
+def test_noop_probe_records_nothing():
+    p = Probe()
+    assert p.enabled is False and RecordingProbe.enabled is True
+    p.step_begin(0)
+    p.step_end(1, 1, 1, 0, 1, 1, 0, 0, "none")
+    p.begin(api.FORWARD)
+    p.end(api.FORWARD)
+    p.staged_write("t", 1, 1, 1, 1)
+    p.graph_dispatch(1, 1, "none", "none", False, "r")
+    p.graph_capture("k", "full", 1, 0.1, 1)
+    p.sync("k", "s", 1)
+    p.sync("k", "s", 1, t_ns=5)
+    p.request_arrival("a", 1, 1)
+    p.token("a", 0, 1, 1)
+    p.request_finish("a", 1, 1, 0, "length", 0)
+    assert vars(p) == {}
+
+
+# ---- an engine on the CPU -----------------------------------------------------------------------
+PROMPT_LENS = [3, 40, 9, 70, 1, 17]  # 40, 70 and 17 exceed the token budget: chunked prefill
+MAX_TOKENS = 8
+BUDGET = 16
+
+
+def make_engine(probe: Probe | None = None):
+    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+    from mrv2_prof.runner.engine import Engine
+
+    config = RunnerConfig(
+        device="cpu",
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
+        max_num_reqs=16,
+        max_num_seqs=8,
+        max_num_batched_tokens=BUDGET,
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=256,
+    )
+    return Engine(config, ModelSpec(preset="llama-tiny"), probe)
+
+
+def add_prompts(engine) -> dict:
+    from mrv2_prof.runner.request import SamplingParams
+
+    rng = random.Random(0)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    return {
+        f"r{i}": engine.add_request(
+            f"r{i}", [rng.randrange(engine.vocab_size) for _ in range(n)], params, 0.5 * i
+        )
+        for i, n in enumerate(PROMPT_LENS)
+    }
+
+
+def run_engine(probe: Probe | None, drain_every: int = 0):
+    """Run to completion plus one empty step. Returns the engine, its requests, the step results,
+    (num_waiting, num_running, kv blocks used) after each step, and the drained tables
+    concatenated over every drain (``None`` without a RecordingProbe)."""
+    engine = make_engine(probe)
+    reqs = add_prompts(engine)
+    results, states, drains = [], [], []
+
+    def step() -> None:
+        results.append(engine.step())
+        states.append((engine.num_waiting, engine.num_running, engine.num_kv_blocks_used))
+        if drain_every and len(results) % drain_every == 0:
+            drains.append(probe.drain())
+
+    while engine.has_unfinished_requests():
+        step()
+    step()  # empty: hands the last finished ids to the runner
+    tables = None
+    if isinstance(probe, RecordingProbe):
+        drains.append(probe.drain())
+        tables = {
+            table: {k: np.concatenate([d[table][k] for d in drains]) for k in cols}
+            for table, cols in drains[0].items()
+        }
+    return engine, reqs, results, states, tables
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return run_engine(RecordingProbe())
+
+
+def spans_of(tables) -> dict[int, dict[str, tuple[int, int]]]:
+    """step → {phase name: (start_ns, end_ns)}; each name must occur once per step."""
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for step, name, start, end in rows(tables, "spans", ["step", "name", "start_ns", "end_ns"]):
+        assert name not in out.setdefault(step, {}), (step, name)
+        out[step][name] = (start, end)
+    return out
+
+
+def test_engine_steps_match_the_scheduler(recorded):
+    _, reqs, results, states, t = recorded
+    n = len(results)
+    assert results[-1].scheduler_output.is_empty  # the extra step at the end
+    assert [r.step for r in results] == col(t, "steps", "step") == list(range(n))
+    scheduled = [r.scheduler_output for r in results]
+    assert col(t, "steps", "num_tokens") == [so.total_num_scheduled_tokens for so in scheduled]
+    assert col(t, "steps", "num_reqs") == [so.num_reqs for so in scheduled]
+    assert rows(t, "steps", ["num_waiting", "num_running", "kv_used_blocks"]) == states
+    assert col(t, "steps", "num_preempted") == [0] * n
+    assert col(t, "steps", "output_wait_ns") == [r.runner_output.output_wait_ns for r in results]
+    assert col(t, "steps", "graph_mode") == ["none"] * n
+
+    # prefill vs decode, from our own count of each request's computed tokens
+    computed = dict.fromkeys(reqs, 0)
+    prompt_done_at: dict[str, int] = {}
+    want_prefill, want_decode = [], []
+    for step, so in enumerate(scheduled):
+        assert all(d.num_computed_tokens == 0 for d in so.scheduled_new_reqs)  # no cache hits
+        decode = 0
+        for rid, k in so.num_scheduled_tokens.items():
+            prompt_len = reqs[rid].num_prompt_tokens
+            if k == 1 and computed[rid] >= prompt_len:
+                decode += 1
+                assert prompt_done_at[rid] < step
+            computed[rid] += k
+            if computed[rid] >= prompt_len:
+                prompt_done_at.setdefault(rid, step)
+        want_decode.append(decode)
+        want_prefill.append(so.total_num_scheduled_tokens - decode)
+    assert col(t, "steps", "num_prefill_tokens") == want_prefill
+    assert col(t, "steps", "num_decode_tokens") == want_decode
+    assert any(p and d for p, d in zip(want_prefill, want_decode, strict=True))  # mixed steps
+    assert max(col(t, "steps", "num_tokens")) == BUDGET  # chunked: the budget was the limit
+
+    # the step span is the steps row, and lies within the engine's own host time
+    spans = spans_of(t)
+    step_rows = rows(t, "steps", ["cpu_start_ns", "cpu_end_ns"])
+    for res, (start, end) in zip(results, step_rows, strict=True):
+        assert spans[res.step]["step"] == (start, end)
+        assert 0 < end - start <= res.host_ns
+
+
+def test_engine_tokens_and_requests_match_the_requests(recorded):
+    engine, reqs, results, _, t = recorded
+    want, seen = [], dict.fromkeys(reqs, 0)
+    for res in results:
+        for r in res.updated:
+            idx = seen[r.request_id]
+            seen[r.request_id] += 1
+            want.append((res.step, r.request_id, idx, r.output_token_ids[idx]))
+    assert rows(t, "tokens", ["req_id", "idx", "token_id"]) == [w[1:] for w in want]
+    for rid, r in reqs.items():
+        assert [tok for _, q, _, tok in want if q == rid] == r.output_token_ids
+        assert len(r.output_token_ids) == MAX_TOKENS
+    step_rows = rows(t, "steps", ["cpu_start_ns", "cpu_end_ns"])
+    for (step, *_), t_ns in zip(want, col(t, "tokens", "t_ns"), strict=True):
+        assert step_rows[step][0] <= t_ns <= step_rows[step][1]
+
+    first, last = {}, {}
+    for rid, t_ns in rows(t, "tokens", ["req_id", "t_ns"]):
+        first.setdefault(rid, t_ns)
+        last[rid] = t_ns
+    finished = [r.request_id for res in results for r in res.finished]
+    assert col(t, "requests", "req_id") == finished and sorted(finished) == sorted(reqs)
+    assert rows(t, "requests") == [
+        (
+            rid,
+            round(reqs[rid].arrival_time * 1e9),
+            first[rid],
+            last[rid],  # finished when its last token was known
+            reqs[rid].num_prompt_tokens,
+            MAX_TOKENS,
+            0,
+            "length",
+            0,
+        )
+        for rid in finished
+    ]
+    assert engine.probe.unfinished() == []
+
+
+def test_engine_spans_nest_within_each_step(recorded):
+    _, _, results, _, t = recorded
+    assert set(col(t, "spans", "track")) == {"cpu"}
+    spans = spans_of(t)
+    device_work = {"forward", "sample", "output_wait"}
+    for res in results:
+        s = spans[res.step]
+        empty = res.scheduler_output.is_empty
+        host_work = {"step", "schedule", "execute", "prepare", "update"}
+        want = host_work if empty else host_work | device_work
+        assert set(s) == want, res.step
+        assert all(start <= end for start, end in s.values())
+
+        def inside(inner: str, outer: str, s=s) -> bool:
+            return s[outer][0] <= s[inner][0] and s[inner][1] <= s[outer][1]
+
+        def before(a: str, b: str, s=s) -> bool:
+            return s[a][1] <= s[b][0]
+
+        assert all(inside(name, "step") for name in ("schedule", "execute", "update"))
+        assert before("schedule", "execute") and before("execute", "update")
+        assert all(inside(name, "execute") for name in set(s) & (device_work | {"prepare"}))
+        if not empty:
+            assert before("prepare", "forward") and before("forward", "sample")
+            assert before("sample", "output_wait")
+
+
+def test_engine_syncs_staged_writes_and_graph_dispatch(recorded):
+    _, _, results, _, t = recorded
+    non_empty = [r for r in results if not r.scheduler_output.is_empty]
+    assert len(non_empty) == len(results) - 1
+    assert rows(t, "syncs", ["step", "kind", "site", "blocked_ns"]) == [
+        (r.step, "output_wait", SITE, r.runner_output.output_wait_ns) for r in non_empty
+    ]
+    step_rows = rows(t, "steps", ["cpu_start_ns", "cpu_end_ns"])
+    for step, t_ns in rows(t, "syncs", ["step", "t_ns"]):
+        assert step_rows[step][0] <= t_ns <= step_rows[step][1]
+
+    assert rows(t, "graph_dispatch") == [
+        (r.step, n, n, "none", "none", False, "cudagraph_mode is none")
+        for r in non_empty
+        for n in [r.scheduler_output.total_num_scheduled_tokens]
+    ]
+
+    want = [
+        (r.step, name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
+        for r in results
+        for name, ws in r.runner_output.write_stats.items()
+    ]
+    assert want and rows(t, "staged_writes") == want
+    assert "block_table" in col(t, "staged_writes", "tensor")
+    assert all(s <= d for s, d in rows(t, "staged_writes", ["staged_bytes", "dense_bytes"]))
+    assert "graph_captures" not in t
+
+
+def test_draining_mid_run_loses_nothing(recorded):
+    """The harness drains about once a second: the drains together equal one drain, apart from
+    timestamps (requests arrive before one drain and get tokens or finish after it)."""
+    _, _, results, _, once = recorded
+    _, _, results2, _, often = run_engine(RecordingProbe(), drain_every=2)
+    assert len(results2) == len(results)
+    timeless = {
+        "steps": ["step", "num_tokens", "num_prefill_tokens", "num_reqs", "kv_used_blocks"],
+        "spans": ["step", "name"],
+        "tokens": ["req_id", "idx", "token_id"],
+        "requests": ["req_id", "arrival_ns", "prompt_tokens", "output_tokens", "finish_reason"],
+        "staged_writes": ["step", "tensor", "rows", "staged_bytes"],
+        "graph_dispatch": ["step", "num_tokens", "reason"],
+        "syncs": ["step", "kind", "site"],
+    }
+    for table, names in timeless.items():
+        assert rows(often, table, names) == rows(once, table, names), table
+    first_ns = dict(rows(often, "tokens", ["req_id", "t_ns"])[::-1])  # idx 0 written last
+    assert rows(often, "requests", ["req_id", "first_token_ns"]) == [
+        (rid, first_ns[rid]) for rid in col(often, "requests", "req_id")
+    ]
+
+
+def test_probes_do_not_change_the_tokens(recorded):
+    _, reqs, _, _, _ = recorded
+    engine, plain, _, _, _ = run_engine(None)
+    assert type(engine.probe) is Probe and engine.runner.probe is engine.probe
+    assert {rid: r.output_token_ids for rid, r in plain.items()} == {
+        rid: r.output_token_ids for rid, r in reqs.items()
+    }
+
+
+def test_aborted_and_interrupted_requests():
+    p = RecordingProbe()
+    engine = make_engine(p)
+    reqs = add_prompts(engine)
+    for _ in range(3):
+        engine.step()
+    assert sorted(p.unfinished()) == sorted(engine.scheduler.requests)
+    waiting = [e[3].request_id for e in engine.scheduler.waiting]
+    running = [r.request_id for r in engine.scheduler.running if r.num_output_tokens]
+    assert waiting and running
+    assert engine.abort_request(waiting[-1]) and engine.abort_request(running[0])
+    assert sorted(p.unfinished()) == sorted(engine.scheduler.requests)
+    while engine.has_unfinished_requests():
+        engine.step()
+    t = p.drain()
+    assert p.unfinished() == []
+    names = ["req_id", "arrival_ns", "first_token_ns", "output_tokens", "finish_reason"]
+    got = {row[0]: row[1:] for row in rows(t, "requests", names)}
+    assert set(got) == set(reqs)
+    never_ran = reqs[waiting[-1]]
+    assert got[never_ran.request_id] == (round(never_ran.arrival_time * 1e9), -1, 0, "abort")
+    arrival, first_ns, output, reason = got[running[0]]
+    assert reason == "abort" and output == reqs[running[0]].num_output_tokens > 0
+    tokens = col(t, "tokens", "req_id")
+    assert first_ns == col(t, "tokens", "t_ns")[tokens.index(running[0])]
+    assert all(tokens.count(rid) == r.num_output_tokens for rid, r in reqs.items())
