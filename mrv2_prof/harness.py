@@ -1,8 +1,9 @@
 """The runner process (DESIGN §1): Scenario → Workload → Engine step loop → store.
 
 ``runner_main`` is the target of the spawned process. It owns the run row from start to end: the
-row is written as ``running`` before the model loads, the probe buffers are flushed to the store
-about once a second (each flush is itself a ``flush`` span), and the row is finished as
+row is written as ``running`` before the model loads; the probe buffers are drained about once a
+second and written by a background thread (the drain and hand-over is the ``flush`` span, the
+DuckDB insert stays off the step loop); and the row is finished as
 ``completed``, ``aborted`` (SIGINT or a stop request from the parent) or ``failed`` (with the
 error). Arrivals are honoured in wall time (open loop): a request arrives at ``t0 + arrival_s``
 even when the runner is busy, so queueing counts towards its latency. About four times a second
@@ -31,7 +32,7 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import RecordingProbe
 from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.store import Store, StoreError
+from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 SNAPSHOT_INTERVAL_NS = 250_000_000
 FLUSH_INTERVAL_NS = 1_000_000_000
@@ -274,12 +275,15 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     probe = RecordingProbe()
     outcome = Outcome(run_id, "failed")
     engine = None
+    writer: BackgroundWriter | None = None
 
     def flush() -> None:
         probe.begin(probes.FLUSH)
         batches = probe.drain()
-        for table, cols in batches.items():
-            store.append(run_id, table, _arrow(cols))
+        if writer is None:
+            store.append_batches(run_id, {t: _arrow(cols) for t, cols in batches.items()})
+        else:
+            writer.submit({t: _arrow(cols) for t, cols in batches.items()})
         probe.end(probes.FLUSH)
 
     try:
@@ -310,6 +314,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks)
+        writer = BackgroundWriter(store, run_id).start()
         done = _drive(engine, requests, probe, flush, emit, live, should_stop)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
@@ -322,7 +327,12 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     finally:
         if engine is not None:
             _close_unfinished(engine, probe)
-        flush()
+        try:
+            flush()
+            if writer is not None:
+                writer.close()  # everything drained is written before the run row is finished
+        except Exception as exc:  # the store itself failed (disk full, ...)
+            outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome
 
 

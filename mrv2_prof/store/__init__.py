@@ -3,8 +3,10 @@
 from mrv2_prof.store.db import Store, StoreError
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.store.schema import FINISH_STATUSES, RUN_STATUSES, SCHEMA_VERSION, TABLES
+from mrv2_prof.store.writer import BackgroundWriter
 
 __all__ = [
+    "BackgroundWriter",
     "FINISH_STATUSES",
     "RUN_STATUSES",
     "SCHEMA_VERSION",

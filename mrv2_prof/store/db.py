@@ -270,6 +270,19 @@ class Store:
             self._con.unregister(_BATCH_VIEW)
         return num_rows
 
+    def append_batches(
+        self, run_id: str, batches: Mapping[str, Mapping[str, np.ndarray | Sequence[Any]]]
+    ) -> int:
+        """Append several tables' batches in one transaction (one commit); all or nothing."""
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            num_rows = sum(self.append(run_id, table, cols) for table, cols in batches.items())
+        except BaseException:
+            self._con.execute("ROLLBACK")
+            raise
+        self._con.execute("COMMIT")
+        return num_rows
+
     # --- lookup ----------------------------------------------------------------------------
 
     def list_runs(self) -> list[dict[str, Any]]:
