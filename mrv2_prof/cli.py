@@ -31,8 +31,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
-out = Console()
+# Piped or logged output is not cut to 80 columns (tables of a matrix sweep are wide).
+_WIDTH = None if sys.stdout.isatty() else 140
+err = Console(stderr=True, width=_WIDTH)
+out = Console(width=_WIDTH)
 
 DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
 

@@ -7,6 +7,7 @@ live run, ``show`` and the tests all read the same definitions.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from rich.console import Group
 from rich.table import Table
@@ -100,20 +101,29 @@ def render_summary(store: Store, run_id: str) -> Group:
 
 
 def render_comparison(store: Store, run_ids: list[str]) -> Table:
-    """One row per run of a matrix sweep."""
+    """One row per run of a matrix sweep; a column per matrix key holds its value."""
+    combos = {}
+    for rid in run_ids:
+        row = store.connection.execute(
+            "SELECT matrix_combo FROM runs WHERE run_id = ?", [rid]
+        ).fetchone()
+        combos[rid] = json.loads(row[0]) if row and row[0] else {}
+    keys = list(dict.fromkeys(k for c in combos.values() for k in c))
     t = Table(title="matrix", title_justify="left")
-    for col in (
-        "run", "label", "status", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99",
-        "E2E p50", "staged / dense",
-    ):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("run", "label", "status") else "right")
+    t.add_column("run")
+    for key in keys:
+        t.add_column(key.rsplit(".", 1)[-1], overflow="fold")
+    t.add_column("status", no_wrap=True)
+    for col in ("tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms"):
+        t.add_column(col, justify="right")
+    t.add_column("staged/dense", justify="right")
     for rid in run_ids:
         s = run_summary(store, rid)
-        ratio = f"{s.staged_bytes / s.dense_bytes:.2f}" if s.dense_bytes else "-"
+        ratio = f"{s.staged_bytes / s.dense_bytes:.4f}" if s.dense_bytes else "-"
+        values = [json.dumps(combos[rid].get(k)).strip('"') for k in keys]
         t.add_row(
-            s.run_id, s.label, s.status, f"{s.output_tokens_per_s:,.1f}",
-            _ms(s.ttft_ms.p50), _ms(s.ttft_ms.p99), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99),
-            _ms(s.e2e_ms.p50), ratio,
+            s.run_id, *values, s.status, f"{s.output_tokens_per_s:,.1f}",
+            _ms(s.ttft_ms.p50), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99), _ms(s.e2e_ms.p50), ratio,
         )  # fmt: skip
     return t
 

@@ -232,6 +232,8 @@ def test_trace_replay_keeps_ids_and_tokens(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
     runs = query(db, "SELECT run_id, label, matrix_combo FROM runs ORDER BY label")
+    table = proc.stdout.split("matrix", 1)[1]  # the comparison table closes the sweep
+    assert "staged_writes" in table and all(rid in table for rid, _, _ in runs)
     assert [(label, json.loads(combo)) for _, label, combo in runs] == [
         ("replay[runner.staged_writes=false]", {"runner.staged_writes": False}),
         ("replay[runner.staged_writes=true]", {"runner.staged_writes": True}),

@@ -15,11 +15,11 @@ AVAILABLE: frozenset[str] = frozenset()
 
 _WHAT = {
     "nvtx": "NVTX ranges",
-    "cuda_events": "the CUDA-event GPU timeline (steps.gpu_*_ns, overlap, bubbles)",
-    "sync_finder": "the sync finder (implicit syncs by source site)",
-    "copy_audit": "the host-device copy audit (copies table)",
-    "nvml_hz": "NVML telemetry (gpu_samples)",
-    "kernel_trace": "the kernel trace (kernels table)",
+    "cuda_events": "GPU timeline, overlap and bubbles",
+    "sync_finder": "implicit syncs by source site",
+    "copy_audit": "the copies table",
+    "nvml_hz": "NVML telemetry",
+    "kernel_trace": "the kernels table",
 }
 
 
