@@ -146,10 +146,8 @@ def run(
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
-        if outcome.run_id is not None and not outcome.facts.get("died"):
+        if outcome.run_id is not None:
             _print_summary(db_path, outcome.run_id)
-        elif outcome.run_id is not None:
-            _mark_dead(db_path, outcome)
         if outcome.exit_code == 2:
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
@@ -178,16 +176,6 @@ def _print_summary(db_path: Path, run_id: str) -> None:
             out.print(render_summary(store, run_id))
     except StoreError as exc:
         fail(str(exc))
-
-
-def _mark_dead(db_path: Path, outcome) -> None:
-    import time
-
-    with Store.open(db_path) as store:
-        store.finish_run(
-            outcome.run_id, "failed", ended_ns=time.perf_counter_ns(), error=outcome.error
-        )
-    err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
 
 
 @app.command()

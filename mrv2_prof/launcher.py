@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mrv2_prof.harness import Outcome, RunJob, runner_main
 from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.store import Store
 
 _JOIN_TIMEOUT_S = 60.0
 
@@ -28,6 +29,7 @@ class RunnerProcess:
     """One spawned runner and its message queue; also a ``SnapshotSource`` for the dashboard."""
 
     def __init__(self, job: RunJob) -> None:
+        self.job = job
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
         self.stop_event = ctx.Event()
@@ -80,7 +82,17 @@ class RunnerProcess:
             self.outcome = Outcome(
                 self.run_id, "failed", f"runner process died (exit code {code})", exit_code=1
             )
-            self.outcome.facts["died"] = True
+            self._mark_failed()
+
+    def _mark_failed(self) -> None:
+        """The runner cannot finish its row any more: the parent does (its steps are kept)."""
+        if self.run_id is None or self.outcome is None:
+            return
+        self.process.join(_JOIN_TIMEOUT_S)  # its lock on the file goes with it
+        with Store.open(self.job.db_path) as store:
+            store.finish_run(
+                self.run_id, "failed", ended_ns=time.perf_counter_ns(), error=self.outcome.error
+            )
 
     @property
     def done(self) -> bool:
