@@ -78,3 +78,17 @@ def make_hf_checkpoint() -> Callable[..., Path]:
         return out
 
     return make
+
+
+@pytest.fixture
+def quickstart_job(tmp_path):
+    """A ``RunJob`` of the shipped quickstart with ``--set`` overrides, writing to tmp_path."""
+    from mrv2_prof.harness import RunJob, scenario_yaml
+    from mrv2_prof.scenario import load_scenario
+
+    def make(*sets: str) -> RunJob:
+        s = load_scenario(Path(__file__).resolve().parents[1] / "scenarios/quickstart.yaml", sets)
+        data = s.model_dump(mode="json")
+        return RunJob(data, scenario_yaml(data), s.name, None, str(tmp_path / "runs.duckdb"))
+
+    return make

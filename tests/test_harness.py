@@ -8,25 +8,15 @@ import queue
 import signal
 import threading
 import time
-from pathlib import Path
 
 import duckdb
 
-from mrv2_prof.harness import RunJob, runner_main, scenario_yaml
+from mrv2_prof.harness import runner_main
 from mrv2_prof.launcher import RunnerProcess
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.scenario import load_scenario
-
-QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
 
 
-def job_for(tmp_path: Path, *sets: str) -> RunJob:
-    s = load_scenario(QUICKSTART, sets)
-    data = s.model_dump(mode="json")
-    return RunJob(data, scenario_yaml(data), s.name, None, str(tmp_path / "runs.duckdb"))
-
-
-def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(tmp_path, monkeypatch):
+def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(quickstart_job, monkeypatch):
     original = Engine.step
 
     def failing_step(self):
@@ -35,7 +25,7 @@ def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(tmp_path, monke
         return original(self)
 
     monkeypatch.setattr(Engine, "step", failing_step)
-    job = job_for(tmp_path)
+    job = quickstart_job()
     messages: queue.Queue = queue.Queue()
     sigint = signal.getsignal(signal.SIGINT)
     try:
@@ -66,9 +56,9 @@ def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(tmp_path, monke
     assert unfinished == 16
 
 
-def test_a_killed_runner_is_marked_failed_by_the_parent(tmp_path):
-    job = job_for(
-        tmp_path, "workload.num_requests=300", "workload.output_len={dist: fixed, value: 300}"
+def test_a_killed_runner_is_marked_failed_by_the_parent(quickstart_job):
+    job = quickstart_job(
+        "workload.num_requests=300", "workload.output_len={dist: fixed, value: 300}"
     )
     runner = RunnerProcess(job)
     runner.start()

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
 import pytest
 
-from mrv2_prof.harness import RunJob, scenario_yaml
 from mrv2_prof.launcher import RunnerProcess
-from mrv2_prof.scenario import load_scenario
 from mrv2_prof.tui.dashboard import DashboardApp
 from mrv2_prof.tui.format import format_count
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.yaml"
-
-
-def job_for(tmp_path: Path, *sets: str) -> RunJob:
-    s = load_scenario(QUICKSTART, sets)
-    data = s.model_dump(mode="json")
-    return RunJob(data, scenario_yaml(data), s.name, None, str(tmp_path / "runs.duckdb"))
-
 
 @pytest.mark.asyncio
-async def test_dashboard_shows_a_live_run_and_q_stops_it(tmp_path):
-    job = job_for(
-        tmp_path, "workload.num_requests=300", "workload.output_len={dist: fixed, value: 300}"
+async def test_dashboard_shows_a_live_run_and_q_stops_it(quickstart_job):
+    job = quickstart_job(
+        "workload.num_requests=300", "workload.output_len={dist: fixed, value: 300}"
     )
     runner = RunnerProcess(job)
     runner.start()
@@ -55,8 +43,8 @@ async def test_dashboard_shows_a_live_run_and_q_stops_it(tmp_path):
     assert status == "aborted" and steps >= live.steps
 
 
-def test_headless_runner_reports_snapshots_and_done(tmp_path):
-    runner = RunnerProcess(job_for(tmp_path, "workload.num_requests=4"))
+def test_headless_runner_reports_snapshots_and_done(quickstart_job):
+    runner = RunnerProcess(quickstart_job("workload.num_requests=4"))
     seen = []
     runner.start()
     while not runner.done:
