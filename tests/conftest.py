@@ -1,4 +1,8 @@
-"""Shared fixtures: small Hugging Face checkpoints built on the fly in a temporary directory."""
+"""Shared fixtures: small Hugging Face checkpoints built on the fly in a temporary directory.
+
+Without CUDA, Triton kernels run in the interpreter: Triton reads ``TRITON_INTERPRET`` when its
+functions are decorated (at import), so it is set here, before any test module imports triton.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ from typing import Any
 
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

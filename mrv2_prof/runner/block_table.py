@@ -8,15 +8,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrv2_prof.runner.staged_write import WriteStats, make_write_tensor
+from mrv2_prof.runner.staged_write import ApplyFn, WriteStats, make_write_tensor
 
 
 class BlockTables:
     def __init__(
-        self, max_num_reqs: int, max_num_blocks_per_req: int, device: torch.device, staged: bool
+        self,
+        max_num_reqs: int,
+        max_num_blocks_per_req: int,
+        device: torch.device,
+        staged: bool,
+        apply_fn: ApplyFn | None = None,
     ) -> None:
         self.table = make_write_tensor(
-            (max_num_reqs, max_num_blocks_per_req), torch.int32, device, staged
+            (max_num_reqs, max_num_blocks_per_req), torch.int32, device, staged, apply_fn
         )
         self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)  # blocks held per slot (CPU)
 

@@ -20,11 +20,12 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.block_table import BlockTables
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
-from mrv2_prof.runner.input_batch import InputBatch, prepare_inputs_ref
+from mrv2_prof.runner.input_batch import InputBatch
+from mrv2_prof.runner.kernel_set import resolve_kernels
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.model_loader import load_model
 from mrv2_prof.runner.request_states import RequestStates
-from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata, sample
+from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.scheduler import SchedulerOutput
 from mrv2_prof.runner.staged_write import WriteStats
 
@@ -61,10 +62,17 @@ class ModelRunner:
         self.dtype = DTYPES[dtype_name]
         self.info = RuntimeInfo(device=str(self.device), dtype=dtype_name)
         self.graph_mode_of_last_step = "none"
-        self._check_switches()
+        self.kernels, kernels_note = resolve_kernels(config.kernels, self.is_cuda)
+        self._check_switches(kernels_note)
 
         t0 = time.perf_counter()
-        self.model, self.model_args = load_model(model_spec, self.device, self.dtype)
+        self.model, self.model_args = load_model(
+            model_spec,
+            self.device,
+            self.dtype,
+            write_kv=self.kernels.write_kv,
+            attend=self.kernels.attend,
+        )
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
         self.info.weight_load_s = time.perf_counter() - t0
@@ -75,11 +83,16 @@ class ModelRunner:
                 f"max_position_embeddings {self.model_args.max_position_embeddings}"
             )
 
+        apply = self.kernels.apply_writes
         self.req_states = RequestStates(
-            config.max_num_reqs, config.max_model_len, self.device, config.staged_writes
+            config.max_num_reqs, config.max_model_len, self.device, config.staged_writes, apply
         )
         self.block_tables = BlockTables(
-            config.max_num_reqs, config.max_num_blocks_per_req, self.device, config.staged_writes
+            config.max_num_reqs,
+            config.max_num_blocks_per_req,
+            self.device,
+            config.staged_writes,
+            apply,
         )
         self.kv_caches: list[torch.Tensor] | None = None
         # The one place sampled tokens come back: a pinned buffer and an event.
@@ -88,10 +101,10 @@ class ModelRunner:
         )
         self._output_ready = torch.cuda.Event() if self.is_cuda else None
 
-    def _check_switches(self) -> None:
+    def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
         c = self.config
-        unsupported = []
+        unsupported = [kernels_note] if kernels_note else []
         if c.device == "auto" and not self.is_cuda:
             self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
         if c.cudagraph_mode == "none":
@@ -100,8 +113,6 @@ class ModelRunner:
             self._graph_reason = "CUDA graphs need a CUDA device"
         else:
             self._graph_reason = "no CUDA graph manager in this build"
-        if c.kernels == "triton":
-            unsupported.append("runner.kernels: triton kernels are not available; using torch")
         if c.async_scheduling:
             unsupported.append("runner.async_scheduling: not available; running synchronously")
         if c.uva:
@@ -231,7 +242,7 @@ class ModelRunner:
             no_top_k=not bool((rs.top_k_np[idx] > 0).any()),
             no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
         )
-        out = sample(logits, meta)
+        out = self.kernels.sample(logits, meta)
         p.end(probes.SAMPLE)
         if dummy:
             return ModelRunnerOutput(batch.req_ids, [])
@@ -277,7 +288,7 @@ class ModelRunner:
         if self.is_cuda:
             step = step.pin_memory().to(self.device, non_blocking=True)
         idx_mapping, counts = step[:num_reqs], step[num_reqs:]
-        inputs = prepare_inputs_ref(
+        inputs = self.kernels.prepare_inputs(
             idx_mapping,
             counts,
             num_tokens,

@@ -18,7 +18,12 @@ import numpy as np
 import torch
 
 from mrv2_prof.runner.request import SamplingParams
-from mrv2_prof.runner.staged_write import StagedWriteTensor, WriteStats, make_write_tensor
+from mrv2_prof.runner.staged_write import (
+    ApplyFn,
+    StagedWriteTensor,
+    WriteStats,
+    make_write_tensor,
+)
 
 
 def _send(host: np.ndarray, out: torch.Tensor) -> None:
@@ -31,7 +36,12 @@ def _send(host: np.ndarray, out: torch.Tensor) -> None:
 
 class RequestStates:
     def __init__(
-        self, max_num_reqs: int, max_model_len: int, device: torch.device, staged_writes: bool
+        self,
+        max_num_reqs: int,
+        max_model_len: int,
+        device: torch.device,
+        staged_writes: bool,
+        apply_fn: ApplyFn | None = None,
     ) -> None:
         self.max_num_reqs = max_num_reqs
         self.device = device
@@ -39,11 +49,11 @@ class RequestStates:
         self.slot_of: dict[str, int] = {}
 
         self.prefill_token_ids = StagedWriteTensor(
-            (max_num_reqs, max_model_len), torch.int32, device
+            (max_num_reqs, max_model_len), torch.int32, device, apply_fn
         )
-        self.num_prefill_tokens = StagedWriteTensor((max_num_reqs,), torch.int32, device)
+        self.num_prefill_tokens = StagedWriteTensor((max_num_reqs,), torch.int32, device, apply_fn)
         self.num_computed_tokens = make_write_tensor(
-            (max_num_reqs,), torch.int32, device, staged_writes
+            (max_num_reqs,), torch.int32, device, staged_writes, apply_fn
         )
         self.staged_writes = staged_writes
         self.last_sampled_tokens = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)

@@ -11,7 +11,7 @@ CPU-resident copy updated in place and sent whole on every apply (V1's approach)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,10 +38,20 @@ def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
+# (base [rows, cols], packed buffer, number of writes, total elements) -> None
+ApplyFn = Callable[[torch.Tensor, torch.Tensor, int, int], None]
+
+
 class StagedWriteTensor:
     """A [rows, cols] (or [rows]) integer tensor on ``device``, written by staged ragged diffs."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        apply_fn: ApplyFn | None = None,
+    ) -> None:
         if dtype not in _NUMPY_DTYPES:
             raise TypeError(f"StagedWriteTensor holds int32/int64, not {dtype}")
         if len(shape) not in (1, 2):
@@ -56,6 +66,7 @@ class StagedWriteTensor:
         self._starts: list[int] = []
         self._values: list[np.ndarray] = []
         self._spans: dict[int, list[tuple[int, int]]] = {}
+        self._apply = apply_fn or apply_packed_writes_ref  # the Triton kernel on the fast path
 
     @property
     def dense_bytes(self) -> int:
@@ -113,7 +124,7 @@ class StagedWriteTensor:
         )
         self._rows, self._starts, self._values, self._spans = [], [], [], {}
         buf = _to_device(torch.from_numpy(packed), self.device)
-        apply_packed_writes_ref(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
+        self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 
 
@@ -182,6 +193,12 @@ class DenseWriteTensor:
 
 
 def make_write_tensor(
-    shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, staged: bool
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    staged: bool,
+    apply_fn: ApplyFn | None = None,
 ) -> StagedWriteTensor | DenseWriteTensor:
-    return (StagedWriteTensor if staged else DenseWriteTensor)(shape, dtype, device)
+    if staged:
+        return StagedWriteTensor(shape, dtype, device, apply_fn)
+    return DenseWriteTensor(shape, dtype, device)

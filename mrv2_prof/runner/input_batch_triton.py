@@ -1,0 +1,174 @@
+"""GPU-native input prep: one Triton kernel builds the step's inputs (MRV2 ``input_batch.py``).
+
+``prepare_inputs_triton`` has the contract of ``input_batch.prepare_inputs_ref`` (the torch
+reference, the CPU path and the oracle in tests): from the persistent request rows, the step's
+``idx_mapping`` (batch position -> slot) and ``num_scheduled_tokens`` it writes ``input_ids``,
+``positions``, ``query_start_loc``, ``seq_lens``, ``slot_mapping`` and ``logits_indices`` in one
+launch, with no host sync and no output shape that depends on device data (``num_tokens`` is the
+host's count).
+
+One program per batch position. A program finds its query start by summing the counts of the
+positions before it (at most ``max_num_reqs`` int32 loads, from L2), so the prefix sum needs no
+second launch; then it writes its request's tokens in ``BLOCK_T`` chunks.
+
+The prefill token table is read through a pointer and a row stride only, so the same kernel reads
+a pinned host table through a UVA (device-mapped) view of it once the runner passes one, instead
+of a device copy.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_T = 256  # tokens a program writes per loop iteration
+BLOCK_R = 256  # counts summed per loop iteration when finding the query start
+
+
+@triton.jit
+def _prepare_inputs_kernel(
+    idx_mapping_ptr,  # [B] batch position -> slot
+    num_scheduled_ptr,  # [B]
+    num_computed_ptr,  # [R]
+    num_prefill_ptr,  # [R]
+    prefill_ids_ptr,  # [R, max_model_len], row stride below; may be a UVA view of host memory
+    prefill_row_stride,
+    last_sampled_ptr,  # [R] int64
+    block_table_ptr,  # [R, max_blocks]
+    block_table_row_stride,
+    input_ids_ptr,  # [T] int64
+    positions_ptr,  # [T] int64
+    query_start_loc_ptr,  # [B+1] int32
+    seq_lens_ptr,  # [B] int32
+    slot_mapping_ptr,  # [T] int64
+    logits_indices_ptr,  # [B] int64
+    KV_BLOCK_SIZE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    b = tl.program_id(0)
+
+    # Query start = sum of the counts of batch positions 0..b-1.
+    offs_r = tl.arange(0, BLOCK_R)
+    acc = tl.zeros([BLOCK_R], dtype=tl.int32)
+    for r in range(0, b, BLOCK_R):
+        acc += tl.load(num_scheduled_ptr + r + offs_r, mask=r + offs_r < b, other=0).to(tl.int32)
+    q_start = tl.sum(acc, axis=0)
+
+    count = tl.load(num_scheduled_ptr + b).to(tl.int32)
+    slot = tl.load(idx_mapping_ptr + b).to(tl.int64)
+    computed = tl.load(num_computed_ptr + slot).to(tl.int32)
+    num_prefill = tl.load(num_prefill_ptr + slot).to(tl.int32)
+    last_sampled = tl.load(last_sampled_ptr + slot).to(tl.int64)
+    q_end = q_start + count
+
+    if b == 0:
+        tl.store(query_start_loc_ptr, q_start)
+    tl.store(query_start_loc_ptr + b + 1, q_end)
+    tl.store(seq_lens_ptr + b, computed + count)
+    tl.store(logits_indices_ptr + b, (q_end - 1).to(tl.int64))
+
+    prefill_row = prefill_ids_ptr + slot * prefill_row_stride
+    table_row = block_table_ptr + slot * block_table_row_stride
+    offs_t = tl.arange(0, BLOCK_T)
+    for j in range(0, count, BLOCK_T):
+        i = j + offs_t
+        mask = i < count
+        pos = computed + i
+        from_prompt = mask & (pos < num_prefill)
+        prompt_ids = tl.load(prefill_row + pos, mask=from_prompt, other=0).to(tl.int64)
+        block_ids = tl.load(table_row + pos // KV_BLOCK_SIZE, mask=mask, other=0).to(tl.int64)
+        out = q_start + i
+        tl.store(input_ids_ptr + out, tl.where(from_prompt, prompt_ids, last_sampled), mask=mask)
+        tl.store(positions_ptr + out, pos.to(tl.int64), mask=mask)
+        tl.store(
+            slot_mapping_ptr + out,
+            block_ids * KV_BLOCK_SIZE + (pos % KV_BLOCK_SIZE).to(tl.int64),
+            mask=mask,
+        )
+
+
+def _check_layout(device: torch.device, **tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device}")
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride in its last dimension")
+
+
+def prepare_inputs_triton(
+    idx_mapping: torch.Tensor,  # [B] int32
+    num_scheduled_tokens: torch.Tensor,  # [B] int32
+    num_tokens: int,  # sum of num_scheduled_tokens, known on the host
+    num_computed_tokens: torch.Tensor,  # [R] int32
+    num_prefill_tokens: torch.Tensor,  # [R] int32
+    prefill_token_ids: torch.Tensor,  # [R, max_model_len] int32, any row stride
+    last_sampled_tokens: torch.Tensor,  # [R] int64
+    block_table: torch.Tensor,  # [R, max_blocks] int32, any row stride
+    block_size: int,
+) -> dict[str, torch.Tensor]:
+    """Build the step's inputs in one launch; same arguments and results as ``prepare_inputs_ref``.
+
+    A token at position p < num_prefill_tokens[slot] comes from ``prefill_token_ids``, later
+    positions from ``last_sampled_tokens`` (decode). ``prefill_token_ids`` is only read through
+    its data pointer and row stride, so a UVA view of a pinned host table works unchanged.
+    """
+    device = idx_mapping.device
+    num_reqs = idx_mapping.shape[0]
+    if num_scheduled_tokens.shape != (num_reqs,):
+        raise ValueError(
+            f"num_scheduled_tokens has shape {tuple(num_scheduled_tokens.shape)}, "
+            f"expected ({num_reqs},)"
+        )
+    if prefill_token_ids.dim() != 2 or block_table.dim() != 2:
+        raise ValueError("prefill_token_ids and block_table must be 2-D [slots, cols]")
+    _check_layout(
+        device,
+        idx_mapping=idx_mapping,
+        num_scheduled_tokens=num_scheduled_tokens,
+        num_computed_tokens=num_computed_tokens,
+        num_prefill_tokens=num_prefill_tokens,
+        prefill_token_ids=prefill_token_ids,
+        last_sampled_tokens=last_sampled_tokens,
+        block_table=block_table,
+    )
+    input_ids = torch.empty(num_tokens, dtype=torch.int64, device=device)
+    positions = torch.empty(num_tokens, dtype=torch.int64, device=device)
+    query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
+    seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    slot_mapping = torch.empty(num_tokens, dtype=torch.int64, device=device)
+    logits_indices = torch.empty(num_reqs, dtype=torch.int64, device=device)
+    if num_reqs == 0:
+        query_start_loc.zero_()
+    else:
+        _prepare_inputs_kernel[(num_reqs,)](
+            idx_mapping,
+            num_scheduled_tokens,
+            num_computed_tokens,
+            num_prefill_tokens,
+            prefill_token_ids,
+            prefill_token_ids.stride(0),
+            last_sampled_tokens,
+            block_table,
+            block_table.stride(0),
+            input_ids,
+            positions,
+            query_start_loc,
+            seq_lens,
+            slot_mapping,
+            logits_indices,
+            KV_BLOCK_SIZE=block_size,
+            BLOCK_T=BLOCK_T,
+            BLOCK_R=BLOCK_R,
+        )
+    return {
+        "input_ids": input_ids,
+        "positions": positions,
+        "query_start_loc": query_start_loc,
+        "seq_lens": seq_lens,
+        "slot_mapping": slot_mapping,
+        "logits_indices": logits_indices,
+    }

@@ -1,0 +1,61 @@
+"""Which implementation of each per-step op the runner uses: Triton kernels or torch references.
+
+``runner.kernels: triton`` selects the Triton kernels (input prep, staged-write apply, KV write and
+paged attention, the Gumbel sampler) on a CUDA device; ``torch`` selects the references, which are
+also the CPU path and the oracles the kernels are tested against. When Triton was asked for but
+cannot be used (no CUDA device, triton not importable) the reason is returned so the runner can
+record it, or refuse it under ``strict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrv2_prof.runner.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.input_batch import prepare_inputs_ref
+from mrv2_prof.runner.sampler import sample
+from mrv2_prof.runner.staged_write import ApplyFn, apply_packed_writes_ref
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    name: str  # "triton" | "torch"
+    prepare_inputs: Callable
+    apply_writes: ApplyFn
+    write_kv: Callable
+    attend: Callable
+    sample: Callable
+
+
+TORCH = KernelSet(
+    "torch", prepare_inputs_ref, apply_packed_writes_ref, write_kv_ref, paged_attention_ref, sample
+)
+
+
+def triton_kernels() -> KernelSet:
+    from mrv2_prof.runner.attention_triton import paged_attention_triton, write_kv_triton
+    from mrv2_prof.runner.input_batch_triton import prepare_inputs_triton
+    from mrv2_prof.runner.sampler_triton import sample_triton
+    from mrv2_prof.runner.staged_write_triton import apply_packed_writes_triton
+
+    return KernelSet(
+        "triton",
+        prepare_inputs_triton,
+        apply_packed_writes_triton,
+        write_kv_triton,
+        paged_attention_triton,
+        sample_triton,
+    )
+
+
+def resolve_kernels(requested: str, is_cuda: bool) -> tuple[KernelSet, str | None]:
+    """The kernel set to use, and why it differs from ``requested`` (None when it does not)."""
+    if requested == "torch":
+        return TORCH, None
+    if not is_cuda:
+        return TORCH, "runner.kernels: triton kernels need a CUDA device; using torch"
+    try:
+        return triton_kernels(), None
+    except ImportError as exc:
+        return TORCH, f"runner.kernels: triton is not usable here ({exc}); using torch"

@@ -1,0 +1,444 @@
+"""The Triton sampler against the torch reference ``sampler.sample``: same noise, same tokens.
+
+Without CUDA the kernels run under the Triton interpreter at small sizes. Integer outputs (noise
+bits, tokens, logprob ids) must be equal; logprob values within ``LOGPROB_ATOL`` (the kernel's
+logsumexp sums in another order). The Gumbel noise is compared bit for bit on CUDA, where both
+sides use libdevice ``logf``; the interpreter's numpy log may differ from torch's CPU log by one
+ulp, so on CPU it is compared within 4e-6 (one ulp of each log, propagated).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from mrv2_prof.runner.sampler import (  # noqa: E402
+    SamplerOutput,
+    SamplingMetadata,
+    gumbel_noise,
+    sample,
+    uniform_noise,
+)
+from mrv2_prof.runner.sampler_triton import (  # noqa: E402
+    gumbel_argmax,
+    gumbel_noise_triton,
+    sample_triton,
+    top_k_top_p_threshold,
+    uniform_noise_triton,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LOGPROB_ATOL = 2e-5
+MODES = ("greedy", "temperature", "top_k", "top_p", "top_k_top_p", "mixed")
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def make_meta(
+    temperature,
+    top_k=None,
+    top_p=None,
+    seeds=None,
+    positions=None,
+    idx_mapping=None,
+    max_num_logprobs: int = 0,
+    device: str = DEVICE,
+    **flags,
+) -> SamplingMetadata:
+    """Metadata with one slot per row (slot i = row i) unless ``idx_mapping`` is given."""
+    num_slots = len(temperature)
+    idx_mapping = list(range(num_slots)) if idx_mapping is None else list(idx_mapping)
+    num_rows = len(idx_mapping)
+
+    def tensor(values, default, dtype):
+        values = [default] * num_slots if values is None else list(values)
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    return SamplingMetadata(
+        idx_mapping=torch.tensor(idx_mapping, dtype=torch.int32, device=device),
+        positions=torch.tensor(
+            [0] * num_rows if positions is None else list(positions),
+            dtype=torch.int64,
+            device=device,
+        ),
+        temperature=tensor(temperature, 0.0, torch.float32),
+        top_k=tensor(top_k, 0, torch.int32),
+        top_p=tensor(top_p, 1.0, torch.float32),
+        seeds=tensor(seeds if seeds is not None else range(num_slots), 0, torch.int64),
+        max_num_logprobs=max_num_logprobs,
+        **flags,
+    )
+
+
+def mode_params(rng: np.random.Generator, mode: str, num: int, vocab_size: int) -> dict:
+    """Per-slot sampling parameters of one kind, or a mix of all kinds (``mixed``)."""
+    kind = {m: i for i, m in enumerate(MODES[:-1])}
+    kinds = rng.integers(0, 5, num) if mode == "mixed" else np.full(num, kind[mode])
+    temperature = np.where(kinds == 0, 0.0, rng.uniform(0.3, 2.0, num))
+    temperature[(kinds == 0) & (np.arange(num) % 3 == 1)] = 5e-6  # below the greedy threshold
+    with_k, with_p = (kinds == 2) | (kinds == 4), (kinds == 3) | (kinds == 4)
+    top_k = np.where(with_k, rng.integers(1, vocab_size // 10 + 2, num), 0)  # k may be V
+    top_p = np.where(with_p, rng.uniform(0.05, 0.95, num), 1.0)
+    seeds = rng.integers(-(2**63), 2**63, num, dtype=np.int64)
+    return dict(temperature=temperature, top_k=top_k, top_p=top_p, seeds=seeds)
+
+
+def mode_flags(mode: str) -> dict:
+    """The host flags a batch builder would set for a batch of this mode."""
+    return dict(
+        all_greedy=mode == "greedy",
+        no_top_k=mode not in ("top_k", "top_k_top_p", "mixed"),
+        no_top_p=mode not in ("top_p", "top_k_top_p", "mixed"),
+    )
+
+
+def meta_for(params: dict, positions, max_num_logprobs: int = 0, **kw) -> SamplingMetadata:
+    return make_meta(
+        **{name: values.tolist() for name, values in params.items()},
+        positions=list(positions),
+        max_num_logprobs=max_num_logprobs,
+        **kw,
+    )
+
+
+def assert_same_output(got: SamplerOutput, want: SamplerOutput) -> None:
+    """Tokens and logprob ids equal; logprob values within ``LOGPROB_ATOL``. On a token mismatch
+    the first differing rows are named."""
+    diff = torch.nonzero(got.sampled_token_ids != want.sampled_token_ids).flatten()[:8].tolist()
+    assert not diff, (
+        f"{len(diff)}+ rows differ, first rows {diff}: "
+        f"{got.sampled_token_ids[diff].tolist()} != {want.sampled_token_ids[diff].tolist()}"
+    )
+    assert got.sampled_token_ids.dtype == torch.int64
+    if want.logprobs is None:
+        assert got.logprobs is None and got.logprob_token_ids is None
+        return
+    assert torch.equal(got.logprob_token_ids, want.logprob_token_ids)
+    assert got.logprobs.dtype == torch.float32
+    torch.testing.assert_close(
+        got.logprobs, want.logprobs, atol=LOGPROB_ATOL, rtol=1e-6, equal_nan=True
+    )
+
+
+def check_against_reference(logits: torch.Tensor, meta: SamplingMetadata) -> SamplerOutput:
+    got = sample_triton(logits, meta)
+    assert_same_output(got, sample(logits, meta))
+    return got
+
+
+def random_logits(rng, num_rows: int, vocab_size: int, scale: float = 3.0) -> torch.Tensor:
+    logits = rng.normal(0, scale, (num_rows, vocab_size)).astype(np.float32)
+    return torch.from_numpy(logits).to(DEVICE)
+
+
+# --------------------------------------------------------------------------------------------
+# Noise
+
+
+def test_uniform_noise_is_the_reference_bit_for_bit():
+    rng = np.random.default_rng(0)
+    seeds = np.concatenate(
+        [[0, 1, -1, 2**32, 2**32 - 1, 2**63 - 1, -(2**63)], rng.integers(-(2**63), 2**63, 13)]
+    )
+    positions = np.concatenate(
+        [[0, 1, 2**31, 2**32 + 5, 2**32 - 1, 7, 0], rng.integers(0, 2**40, 13)]
+    )
+    seeds_t = torch.from_numpy(seeds.astype(np.int64)).to(DEVICE)
+    positions_t = torch.from_numpy(positions.astype(np.int64)).to(DEVICE)
+    for vocab_size in (1, 300, 2500):
+        got = uniform_noise_triton(seeds_t, positions_t, vocab_size)
+        want = uniform_noise(seeds_t, positions_t, vocab_size)
+        assert got.dtype == torch.float32 and got.shape == (20, vocab_size)
+        assert torch.equal(got, want), vocab_size
+
+
+def test_gumbel_noise_matches_the_reference():
+    rng = np.random.default_rng(1)
+    seeds = torch.from_numpy(rng.integers(-(2**63), 2**63, 16, dtype=np.int64)).to(DEVICE)
+    positions = torch.from_numpy(rng.integers(0, 2**20, 16)).to(DEVICE)
+    got = gumbel_noise_triton(seeds, positions, 700)
+    want = gumbel_noise(seeds, positions, 700)
+    if DEVICE == "cuda":
+        assert torch.equal(got, want)
+    else:  # numpy's float32 log vs torch's: each log within one ulp
+        torch.testing.assert_close(got, want, atol=4e-6, rtol=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("vocab_size", [1, 7, 600])
+def test_tokens_equal_the_reference(mode: str, vocab_size: int):
+    """Every parameter kind, with and without the host flags that skip inactive work."""
+    rng = np.random.default_rng(MODES.index(mode) * 1000 + vocab_size)
+    num_rows = 12
+    logits = random_logits(rng, num_rows, vocab_size)
+    params = mode_params(rng, mode, num_rows, vocab_size)
+    positions = rng.integers(0, 10_000, num_rows)
+    check_against_reference(logits, meta_for(params, positions, **mode_flags(mode)))
+    check_against_reference(logits, meta_for(params, positions))  # no flags set
+
+
+def test_random_rows_are_not_greedy():
+    """The noise is applied: temperature rows at T=1 differ from argmax on some rows."""
+    rng = np.random.default_rng(2)
+    logits = random_logits(rng, 16, 64, scale=1.0)
+    meta = make_meta([1.0] * 16, positions=range(16))
+    out = check_against_reference(logits, meta)
+    assert not torch.equal(out.sampled_token_ids, logits.argmax(dim=-1))
+
+
+def test_ties_resolve_to_the_first_index():
+    """Constant rows and rows of few distinct values: greedy picks the first maximum; top-k keeps
+    every tie of the k-th value; splits holding equal maxima resolve to the earlier split."""
+    rng = np.random.default_rng(3)
+    num_rows, vocab_size = 10, 96
+    values = rng.integers(0, 4, (num_rows, vocab_size)).astype(np.float32)
+    values[:4] = 2.5  # constant rows
+    logits = torch.from_numpy(values).to(DEVICE)
+    for mode in ("greedy", "top_k", "mixed"):
+        params = mode_params(rng, mode, num_rows, vocab_size)
+        meta = meta_for(params, rng.integers(0, 100, num_rows), **mode_flags(mode))
+        check_against_reference(logits, meta)
+    greedy = make_meta([0.0] * num_rows, all_greedy=True, no_top_k=True, no_top_p=True)
+    want = logits.argmax(dim=-1)
+    assert torch.equal(want[:4].cpu(), torch.zeros(4, dtype=torch.int64))
+    for split_size in (16, 32, 96):  # one block per split, several, a single split
+        tokens, _ = gumbel_argmax(logits, greedy, block_size=16, split_size=split_size)
+        assert torch.equal(tokens, want), split_size
+
+
+@pytest.mark.parametrize("mode", ["greedy", "top_k_top_p", "mixed"])
+def test_vocabulary_splits_and_blocks(mode: str):
+    """Small blocks and splits reach the multi-block loop, a partial last block and a partial
+    last split; the split reduction and the fused logsumexp give the reference's outputs."""
+    rng = np.random.default_rng(4)
+    num_rows, vocab_size = 4, 200
+    logits = random_logits(rng, num_rows, vocab_size)
+    logits[1, ::3] = float("-inf")  # a masked vocabulary
+    params = mode_params(rng, mode, num_rows, vocab_size)
+    meta = meta_for(params, rng.integers(0, 100, num_rows), **mode_flags(mode))
+    want = sample(logits, meta).sampled_token_ids
+    lse_want = torch.logsumexp(logits, dim=-1)
+    for block_size, split_size in ((16, 48), (32, 32), (64, 256)):
+        threshold = None
+        if mode != "greedy":  # the thresholds sample_triton would pass
+            idx = meta.idx_mapping.long()
+            temperature = meta.temperature[idx]
+            divisor = torch.where(temperature < 1e-5, 1.0, temperature)
+            threshold = top_k_top_p_threshold(logits, divisor, meta.top_k[idx], meta.top_p[idx])
+        tokens, lse = gumbel_argmax(
+            logits, meta, threshold, with_lse=True, block_size=block_size, split_size=split_size
+        )
+        assert torch.equal(tokens, want), (block_size, split_size)
+        torch.testing.assert_close(lse, lse_want, atol=LOGPROB_ATOL, rtol=1e-6)
+
+
+def test_host_flags_and_slots():
+    """all_greedy; top-k/top-p set per slot but skipped by the flags; idx_mapping into more slots
+    than rows, in any order, with repeated slots at other positions."""
+    rng = np.random.default_rng(5)
+    num_rows, num_slots, vocab_size = 12, 40, 300
+    logits = random_logits(rng, num_rows, vocab_size)
+    params = mode_params(rng, "mixed", num_slots, vocab_size)
+    idx_mapping = rng.permutation(num_slots)[:num_rows]
+    idx_mapping[-3:] = idx_mapping[:3]
+    positions = rng.integers(0, 2**33, num_rows)
+    for flags in (
+        {},
+        dict(no_top_k=True),
+        dict(no_top_p=True),
+        dict(no_top_k=True, no_top_p=True),
+        dict(all_greedy=True, no_top_k=True, no_top_p=True),
+    ):
+        meta = meta_for(params, positions, idx_mapping=idx_mapping.tolist(), **flags)
+        check_against_reference(logits, meta)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy():
+    rng = np.random.default_rng(6)
+    num_rows, vocab_size = 12, 400
+    logits = random_logits(rng, num_rows, vocab_size, scale=1.0)
+    temperature = rng.uniform(0.2, 3.0, num_rows).tolist()
+    greedy = logits.argmax(dim=-1)
+    for meta in (
+        make_meta(temperature, top_k=[1] * num_rows, positions=range(num_rows)),
+        make_meta(temperature, top_p=[1e-6] * num_rows, positions=range(num_rows)),
+    ):
+        assert torch.equal(check_against_reference(logits, meta).sampled_token_ids, greedy)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits(dtype: torch.dtype):
+    """bf16/fp16 logits are read in their dtype; the reference converts them to float32 first.
+    The top-k/top-p sort runs on the half-precision values (same order, same thresholds)."""
+    rng = np.random.default_rng(7)
+    num_rows, vocab_size = 16, 500
+    logits = random_logits(rng, num_rows, vocab_size).to(dtype)
+    params = mode_params(rng, "mixed", num_rows, vocab_size)
+    meta = meta_for(params, rng.integers(0, 1000, num_rows), max_num_logprobs=4)
+    check_against_reference(logits, meta)
+
+
+def test_strided_logits_rows():
+    """Logits rows inside a wider buffer (row stride > V) are read in place."""
+    rng = np.random.default_rng(8)
+    buffer = random_logits(rng, 12, 160)
+    logits = buffer[:, :130]
+    assert not logits.is_contiguous()
+    params = mode_params(rng, "mixed", 12, 130)
+    check_against_reference(logits, meta_for(params, range(12), max_num_logprobs=3))
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")
+def test_masked_vocabulary_rows():
+    """-inf logits (a masked vocabulary) in some rows, and a row of only -inf, as the reference:
+    such a row samples token 0 and its logprobs are NaN."""
+    rng = np.random.default_rng(9)
+    num_rows, vocab_size = 10, 120
+    logits = random_logits(rng, num_rows, vocab_size)
+    logits[:5, rng.permutation(vocab_size)[:100]] = float("-inf")
+    logits[9] = float("-inf")
+    params = mode_params(rng, "mixed", num_rows, vocab_size)
+    params["temperature"][9] = 1.0
+    out = check_against_reference(logits, meta_for(params, range(num_rows), max_num_logprobs=2))
+    assert int(out.sampled_token_ids[9]) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Logprobs, batch independence
+
+
+def test_logprobs_equal_the_reference():
+    rng = np.random.default_rng(10)
+    num_rows, vocab_size = 16, 900
+    logits = random_logits(rng, num_rows, vocab_size)
+    params = mode_params(rng, "mixed", num_rows, vocab_size)
+    meta = meta_for(params, rng.integers(0, 1000, num_rows), max_num_logprobs=6)
+    out = check_against_reference(logits, meta)
+    assert out.logprob_token_ids.shape == (num_rows, 7)
+    assert torch.equal(out.logprob_token_ids[:, 0], out.sampled_token_ids)
+    want = torch.log_softmax(logits.double(), dim=-1).gather(1, out.logprob_token_ids)
+    torch.testing.assert_close(out.logprobs.double(), want, atol=LOGPROB_ATOL, rtol=0)
+
+
+def check_permutation_invariance(logits: torch.Tensor, params: dict, positions: np.ndarray):
+    """Permuting the batch rows (with their idx_mapping and positions) permutes the tokens."""
+    num_rows = logits.shape[0]
+    idx_mapping = np.arange(num_rows)
+    base = sample_triton(logits, meta_for(params, positions, idx_mapping=idx_mapping.tolist()))
+    perm = np.random.default_rng(11).permutation(num_rows)
+    meta = meta_for(params, positions[perm], idx_mapping=idx_mapping[perm].tolist())
+    permuted = sample_triton(logits[torch.from_numpy(perm).to(logits.device)], meta)
+    assert torch.equal(
+        permuted.sampled_token_ids, base.sampled_token_ids[torch.from_numpy(perm).to(DEVICE)]
+    )
+
+
+def test_batch_order_independence():
+    rng = np.random.default_rng(12)
+    num_rows, vocab_size = 16, 250
+    logits = random_logits(rng, num_rows, vocab_size)
+    params = mode_params(rng, "mixed", num_rows, vocab_size)
+    check_permutation_invariance(logits, params, rng.integers(0, 4096, num_rows))
+
+
+def test_empty_batch_and_bad_inputs():
+    meta = make_meta([], idx_mapping=[])
+    out = sample_triton(torch.zeros(0, 10, device=DEVICE), meta)
+    assert out.sampled_token_ids.shape == (0,)
+    with pytest.raises(ValueError, match=r"\[B, V\]"):
+        sample_triton(torch.zeros(10, device=DEVICE), make_meta([1.0]))
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        sample_triton(torch.zeros(1, 10, dtype=torch.int32, device=DEVICE), make_meta([1.0]))
+    with pytest.raises(ValueError, match="idx_mapping"):
+        sample_triton(torch.zeros(2, 10, device=DEVICE), make_meta([1.0]))
+
+
+# --------------------------------------------------------------------------------------------
+# GPU, real sizes
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+VOCAB_1B = 128256  # the llama-1b preset's vocabulary
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_noise_bit_exact_at_real_size():
+    rng = np.random.default_rng(20)
+    num_rows = 256
+    seeds = torch.from_numpy(rng.integers(-(2**63), 2**63, num_rows, dtype=np.int64)).cuda()
+    positions = torch.from_numpy(rng.integers(0, 2**40, num_rows)).cuda()
+    assert torch.equal(
+        uniform_noise_triton(seeds, positions, VOCAB_1B), uniform_noise(seeds, positions, VOCAB_1B)
+    )
+    got = gumbel_noise_triton(seeds, positions, VOCAB_1B)
+    want = gumbel_noise(seeds, positions, VOCAB_1B)
+    ulps = (got.view(torch.int32) - want.view(torch.int32)).abs()
+    assert torch.equal(got, want), f"{int((ulps > 0).sum())} values differ, max {int(ulps.max())}"
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("num_rows", [1, 37, 256])
+@pytest.mark.parametrize("mode", MODES)
+def test_cuda_tokens_equal_the_reference_at_real_size(mode: str, num_rows: int, dtype):
+    rng = np.random.default_rng(MODES.index(mode) * 1000 + num_rows)
+    logits = random_logits(rng, num_rows, VOCAB_1B).to(dtype)
+    params = mode_params(rng, mode, num_rows, VOCAB_1B)
+    params["top_k"] = np.where(params["top_k"] > 0, rng.choice([1, 50, 1000], num_rows), 0)
+    positions = rng.integers(0, 2**20, num_rows)
+    check_against_reference(logits, meta_for(params, positions, 20, **mode_flags(mode)))
+    check_against_reference(logits, meta_for(params, positions))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_ties_and_batch_order_at_real_size():
+    rng = np.random.default_rng(21)
+    num_rows = 64
+    values = rng.integers(0, 3, (num_rows, VOCAB_1B)).astype(np.float32)
+    values[:8] = 1.0
+    logits = torch.from_numpy(values).cuda().to(torch.bfloat16)
+    for mode in ("greedy", "top_k", "mixed"):
+        params = mode_params(rng, mode, num_rows, VOCAB_1B)
+        check_against_reference(logits, meta_for(params, range(num_rows), **mode_flags(mode)))
+    logits = random_logits(rng, num_rows, VOCAB_1B)
+    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
+    check_permutation_invariance(logits, params, rng.integers(0, 4096, num_rows))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_graph_capture_replays_without_host_sync():
+    """The whole sampler (thresholds, kernels, logprobs) captures into a CUDA graph, which fails
+    on any host synchronisation, and a replay on new logits gives the eager tokens."""
+    rng = np.random.default_rng(22)
+    num_rows = 32
+    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
+    meta = meta_for(params, rng.integers(0, 4096, num_rows), max_num_logprobs=5)
+    static_logits = random_logits(rng, num_rows, VOCAB_1B)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sample_triton(static_logits, meta)  # compiles the kernels outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = sample_triton(static_logits, meta)
+    new_logits = random_logits(rng, num_rows, VOCAB_1B)
+    static_logits.copy_(new_logits)
+    graph.replay()
+    assert_same_output(static_out, sample(new_logits, meta))

@@ -1,0 +1,229 @@
+"""apply_packed_writes_triton against apply_packed_writes_ref (the oracle), and inside
+StagedWriteTensor. Results must be equal exactly.
+
+On a machine without CUDA the kernel runs under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: see _redecorate below
+
+import triton.language as tl  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+from mrv2_prof.runner import staged_write_triton  # noqa: E402
+from mrv2_prof.runner.staged_write import StagedWriteTensor, apply_packed_writes_ref  # noqa: E402
+
+
+def _redecorate(module):
+    """Re-run ``@triton.jit`` on whatever was decorated before TRITON_INTERPRET=1 was set.
+
+    Triton chooses interpreter or compiler when ``@triton.jit`` runs, not at launch: for its own
+    library (``tl.sum``, ``tl.zeros``, ...) at ``import triton``, for our kernels when their
+    module is imported. A test module imported earlier in this process may have done either.
+    """
+    if any(isinstance(v, JITFunction) for v in vars(tl).values()):
+        for name in ("triton.language.standard", "triton.language.random", "triton.language"):
+            if name in sys.modules:
+                importlib.reload(sys.modules[name])
+    if any(isinstance(v, JITFunction) for v in vars(module).values()):
+        module = importlib.reload(module)
+    return module
+
+
+if not torch.cuda.is_available():
+    staged_write_triton = _redecorate(staged_write_triton)
+
+BLOCK = staged_write_triton.BLOCK
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pack(writes, dtype):
+    """The StagedWriteTensor buffer: rows | starts | lens | offsets | values (one dtype)."""
+    lens = np.array([len(v) for _, _, v in writes], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)[:-1]]) if writes else lens
+    parts = [
+        [r for r, _, _ in writes],
+        [s for _, s, _ in writes],
+        lens,
+        offsets,
+        *[v for _, _, v in writes],
+    ]
+    packed = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    return torch.from_numpy(packed).to(dtype=dtype, device=DEVICE), int(lens.sum())
+
+
+def random_writes(rng, rows, cols, n, lengths=None):
+    """``n`` non-overlapping writes (rows may repeat), of the given lengths or random ones."""
+    writes, used = [], {}
+    for _ in range(100 * n):
+        if len(writes) == n:
+            break
+        length = lengths[len(writes)] if lengths else int(rng.integers(0, cols + 1))
+        row = int(rng.integers(rows))
+        start = int(rng.integers(0, cols - length + 1))
+        if any(start < e and s < start + length for s, e in used.get(row, [])):
+            continue
+        used.setdefault(row, []).append((start, start + length))
+        writes.append((row, start, rng.integers(-256, 257, size=length)))  # exact in bf16
+    assert len(writes) == n, "no room for the writes; use more rows"
+    return writes
+
+
+def check(base, writes, buf_dtype, pad=0):
+    """Apply ``writes`` to two copies of ``base`` (kernel and reference); compare exactly."""
+    buf, total = pack(writes, buf_dtype)
+    if pad:  # a buffer with spare room after the values
+        buf = torch.cat([buf, torch.full((pad,), 7, dtype=buf.dtype, device=DEVICE)])
+    want, got = base.clone(), base.clone()
+    apply_packed_writes_ref(want, buf, len(writes), total)
+    staged_write_triton.apply_packed_writes_triton(got, buf, len(writes), total)
+    assert_equal(got, want)
+    return got
+
+
+def assert_equal(got, want):
+    if not torch.equal(got, want):
+        bad = (got != want).nonzero()[:5].tolist()
+        pytest.fail(f"first mismatches at {bad}")
+
+
+DTYPES = [  # (base, buf): StagedWriteTensor's own pairs, then casts the contract also covers
+    (torch.int32, torch.int32),
+    (torch.int64, torch.int64),
+    (torch.float32, torch.int32),
+    (torch.float16, torch.int64),
+    pytest.param(
+        torch.bfloat16,
+        torch.int64,
+        marks=pytest.mark.skipif(
+            not torch.cuda.is_available(),
+            reason="the Triton interpreter casts int to bfloat16 by bit pattern",
+        ),
+    ),
+]
+
+
+def random_base(rng, rows, cols, dtype):
+    return torch.from_numpy(rng.integers(-50, 50, size=(rows, cols))).to(DEVICE, dtype)
+
+
+@pytest.mark.parametrize(("base_dtype", "buf_dtype"), DTYPES)
+@pytest.mark.parametrize("n", [1, 37])
+def test_random_writes(base_dtype, buf_dtype, n):
+    rng = np.random.default_rng(n)
+    rows, cols = 13, BLOCK + 45
+    check(random_base(rng, rows, cols, base_dtype), random_writes(rng, rows, cols, n), buf_dtype)
+
+
+@pytest.mark.parametrize(("base_dtype", "buf_dtype"), DTYPES[:2])
+def test_lengths_around_the_block(base_dtype, buf_dtype):
+    """Empty, single, BLOCK-1/BLOCK/BLOCK+1 and full-row writes, some sharing a row."""
+    rng = np.random.default_rng(1)
+    rows, cols = 8, 2 * BLOCK + 3
+    lengths = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, cols, 0, 2, 1]
+    writes = random_writes(rng, rows, cols, len(lengths), lengths)
+    assert len({r for r, _, _ in writes}) < len(writes)  # repeated rows
+    check(random_base(rng, rows, cols, base_dtype), writes, buf_dtype, pad=5)
+
+
+def test_no_writes_and_one_column():
+    rng = np.random.default_rng(2)
+    base = random_base(rng, 6, 1, torch.int32)  # a 1-D StagedWriteTensor viewed as [rows, 1]
+    assert torch.equal(check(base, [], torch.int32), base)
+    check(base, [(3, 0, np.array([9])), (0, 0, np.array([-4])), (5, 0, np.array([]))], torch.int32)
+
+
+def test_row_stride_wider_than_the_row():
+    """The kernel writes through the row stride (the reference needs a contiguous base)."""
+    rng = np.random.default_rng(3)
+    wide = random_base(rng, 8, 40, torch.int64)
+    writes = random_writes(rng, 8, 24, 11)
+    buf, total = pack(writes, torch.int64)
+    want, got = wide.clone(), wide.clone()
+    cols = want[:, 5:29].contiguous()
+    apply_packed_writes_ref(cols, buf, len(writes), total)
+    want[:, 5:29] = cols
+    view = got[:, 5:29]
+    assert view.stride(0) == 40
+    staged_write_triton.apply_packed_writes_triton(view, buf, len(writes), total)
+    assert_equal(got, want)  # the whole tensor: nothing outside the view changed either
+
+
+def test_rejects_bad_layouts():
+    base = torch.zeros(4, 8, dtype=torch.int32, device=DEVICE)
+    buf, total = pack([(1, 0, np.array([1, 2]))], torch.int32)
+    with pytest.raises(ValueError, match="unit column stride"):
+        staged_write_triton.apply_packed_writes_triton(base.t(), buf, 1, total)
+    with pytest.raises(ValueError, match="need"):
+        staged_write_triton.apply_packed_writes_triton(base, buf, 1, total + 1)
+    with pytest.raises(TypeError, match="integer"):
+        staged_write_triton.apply_packed_writes_triton(base, buf.float(), 1, total)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_staged_write_tensor_with_the_kernel(dtype):
+    """The buffer StagedWriteTensor really packs, applied by the kernel, over several steps."""
+    rng = np.random.default_rng(4)
+    rows, cols = 11, BLOCK + 7
+    t = StagedWriteTensor(
+        (rows, cols), dtype, DEVICE, staged_write_triton.apply_packed_writes_triton
+    )
+    ref = np.zeros((rows, cols), dtype=np.int64)
+    for _ in range(4):
+        for row, start, vals in random_writes(rng, rows, cols, int(rng.integers(0, 9))):
+            t.stage_write(row, start, vals)
+            ref[row, start : start + len(vals)] = vals
+        t.apply_write()
+        np.testing.assert_array_equal(t.gpu.cpu().numpy(), ref)
+
+
+# ---- CUDA, real sizes: a [1024, 256] block table and a [1024, 4096] prompt table ----------------
+
+
+def _needs_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+@pytest.mark.gpu
+def test_cuda_small_writes_to_the_block_table():
+    """256 appends of 1-3 block ids, as a decode-heavy step stages them."""
+    _needs_cuda()
+    rng = np.random.default_rng(5)
+    writes = random_writes(rng, 1024, 256, 256, [int(x) for x in rng.integers(1, 4, size=256)])
+    check(random_base(rng, 1024, 256, torch.int32), writes, torch.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_cuda_prompt_writes_up_to_full_rows(dtype):
+    _needs_cuda()
+    rng = np.random.default_rng(6)
+    lengths = [4096, 1, 0, BLOCK, BLOCK + 1, *rng.integers(1, 4096, size=59).tolist()]
+    writes = random_writes(rng, 1024, 4096, len(lengths), lengths)
+    check(random_base(rng, 1024, 4096, dtype), writes, dtype)
+
+
+@pytest.mark.gpu
+def test_cuda_apply_does_not_sync():
+    _needs_cuda()
+    rng = np.random.default_rng(7)
+    base = random_base(rng, 1024, 256, torch.int32)
+    buf, total = pack(random_writes(rng, 1024, 256, 256, [2] * 256), torch.int32)
+    staged_write_triton.apply_packed_writes_triton(base, buf, 256, total)  # compile first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        staged_write_triton.apply_packed_writes_triton(base, buf, 256, total)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
