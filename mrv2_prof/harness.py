@@ -15,6 +15,7 @@ Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import signal
@@ -93,6 +94,10 @@ def _arrow(cols: dict[str, np.ndarray]) -> dict[str, Any]:
         k: pa.array(v, mask=v < 0) if k.endswith("_ns") and v.dtype.kind == "i" else v
         for k, v in cols.items()
     }
+
+
+def _to_arrow(batches: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    return {table: _arrow(cols) for table, cols in batches.items()}
 
 
 class LiveStats:
@@ -281,9 +286,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         probe.begin(probes.FLUSH)
         batches = probe.drain()
         if writer is None:
-            store.append_batches(run_id, {t: _arrow(cols) for t, cols in batches.items()})
+            store.append_batches(run_id, _to_arrow(batches))
         else:
-            writer.submit({t: _arrow(cols) for t, cols in batches.items()})
+            writer.submit(batches)  # converted and written on the writer thread
         probe.end(probes.FLUSH)
 
     try:
@@ -307,14 +312,21 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             "num_kv_blocks": info.num_kv_blocks,
             "kv_cache_bytes": info.kv_cache_bytes,
             "weight_load_s": info.weight_load_s,
+            "kernel_warmup_s": info.warmup_s,
             "startup_s": time.perf_counter() - t0,
             "num_requests": len(requests),
             "notes": list(info.notes) + unavailable_probe_notes(scenario.probes.model_dump()),
         }
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
+        # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
+        # reach: a full collection over them stalled a step for hundreds of ms mid-run.
+        gc.collect()
+        gc.freeze()
+        outcome.facts["gc_frozen_objects"] = gc.get_freeze_count()
+        store.update_run(run_id, info=outcome.facts)
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks)
-        writer = BackgroundWriter(store, run_id).start()
+        writer = BackgroundWriter(store, run_id, _to_arrow).start()
         done = _drive(engine, requests, probe, flush, emit, live, should_stop)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))

@@ -170,7 +170,9 @@ def _find_request(query_start_loc_ptr, num_reqs, block_idx, BLOCK_Q: tl.constexp
     return lo - 1
 
 
-@triton.jit
+# Values that change from step to step are not specialised on: a new value must
+# never trigger a compile in the middle of a run.
+@triton.jit(do_not_specialize=["num_reqs"])
 def _paged_attention_kernel(
     out_ptr,  # [T, h, d]
     query_ptr,  # [T, h, d]

@@ -107,5 +107,6 @@ class RuntimeInfo:
     weight_load_s: float = 0.0
     profile_run_s: float = 0.0
     kv_alloc_s: float = 0.0
+    warmup_s: float = 0.0  # compiling the Triton kernels before the first step
     peak_activation_bytes: int = 0
     notes: list[str] = field(default_factory=list)

@@ -38,6 +38,7 @@ class Engine:
         self.probe = probe if probe is not None else Probe()
         self.runner = ModelRunner(config, model_spec, self.probe)
         num_blocks = self.runner.initialize_kv_cache()
+        self.runner.warm_up()
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )

@@ -183,18 +183,55 @@ class ModelRunner:
         num_reqs = min(c.max_num_seqs, c.max_num_batched_tokens)
         self.dummy_run(num_reqs, num_reqs)
 
-    def dummy_run(self, num_tokens: int, num_reqs: int) -> None:
+    def dummy_run(self, num_tokens: int, num_reqs: int, with_kv_cache: bool = False) -> None:
+        """An empty forward pass and sampling; ``with_kv_cache`` attends through the real cache
+        (every slot is -1, so nothing is written) to compile the kernels on the way."""
         counts = [num_tokens // num_reqs + (i < num_tokens % num_reqs) for i in range(num_reqs)]
         out = SchedulerOutput(
             [], [], {f"dummy-{i}": n for i, n in enumerate(counts)}, num_tokens, set()
         )
-        self.execute_model(out, dummy=True)
+        self.execute_model(out, dummy=True, dummy_kv_cache=with_kv_cache)
+
+    def warm_up(self) -> None:
+        """Compile the Triton kernels for decode- and prefill-shaped batches before the first
+        step, so no step of the run pays a compile. Changes no request state."""
+        if self.kernels.name != "triton" or self.kv_caches is None:
+            return
+        c = self.config
+        t0 = time.perf_counter()
+        num_reqs = min(c.max_num_seqs, 8)
+        self.dummy_run(num_reqs, num_reqs, with_kv_cache=True)
+        self.dummy_run(min(c.max_num_batched_tokens, c.max_model_len - 1, 256), 1, True)
+        # Input prep and the staged-write apply are not part of a dummy run: call them on
+        # scratch outputs (they read persistent state, write only what they return / scratch).
+        one = torch.ones(1, dtype=torch.int32, device=self.device)
+        rs = self.req_states
+        self.kernels.prepare_inputs(
+            one * 0,
+            one,
+            1,
+            rs.num_computed_tokens.gpu,
+            rs.num_prefill_tokens.gpu,
+            rs.prefill_token_ids.gpu,
+            rs.last_sampled_tokens,
+            self.block_tables.table.gpu,
+            c.block_size,
+        )
+        scratch = torch.zeros((1, 2), dtype=torch.int32, device=self.device)
+        packed = torch.tensor([0, 0, 1, 0, 7], dtype=torch.int32, device=self.device)
+        self.kernels.apply_writes(scratch, packed, 1, 1)
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        self.info.warmup_s = time.perf_counter() - t0
 
     # ---- one step ------------------------------------------------------------------------------
-    def execute_model(self, so: SchedulerOutput, dummy: bool = False) -> ModelRunnerOutput:
+    def execute_model(
+        self, so: SchedulerOutput, dummy: bool = False, dummy_kv_cache: bool = False
+    ) -> ModelRunnerOutput:
         p = self.probe if not dummy else _NO_PROBE
         if dummy:
-            batch, kv_caches, write_stats = self._dummy_batch(so), None, {}
+            kv_caches = self.kv_caches if dummy_kv_cache else None
+            batch, write_stats = self._dummy_batch(so), {}
         else:
             p.begin(probes.PREPARE)
             self._update_states(so)

@@ -156,7 +156,9 @@ def _scan_split(
     return split_val, split_idx, split_lse_max, split_lse_sum
 
 
-@triton.jit
+# Values that change from step to step are not specialised on: a new value must
+# never trigger a compile in the middle of a run.
+@triton.jit(do_not_specialize=["split_size", "num_splits"])
 def _gumbel_argmax_kernel(
     logits_ptr,
     logits_row_stride,
@@ -228,7 +230,9 @@ def _gumbel_argmax_kernel(
         tl.store(split_lse_sum_ptr + out, lse_sum)
 
 
-@triton.jit
+# Values that change from step to step are not specialised on: a new value must
+# never trigger a compile in the middle of a run.
+@triton.jit(do_not_specialize=["num_splits"])
 def _reduce_splits_kernel(
     split_val_ptr,
     split_idx_ptr,

@@ -17,7 +17,9 @@ import triton.language as tl
 BLOCK = 256  # elements a program copies per loop iteration
 
 
-@triton.jit
+# Values that change from step to step are not specialised on: a new value must
+# never trigger a compile in the middle of a run.
+@triton.jit(do_not_specialize=["n"])
 def _apply_packed_writes_kernel(
     base_ptr,  # [rows, cols], unit column stride
     base_row_stride,

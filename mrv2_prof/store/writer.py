@@ -11,27 +11,42 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import pyarrow as pa
+
 from mrv2_prof.store.db import Store
+
+Batches = Mapping[str, Mapping[str, Any]]
 
 _STOP = object()
 
 
 class BackgroundWriter:
-    def __init__(self, store: Store, run_id: str) -> None:
+    def __init__(
+        self, store: Store, run_id: str, convert: Callable[[Batches], Batches] | None = None
+    ) -> None:
+        """``convert`` runs on the writer thread, off the step loop, before each append."""
         self.store, self.run_id = store, run_id
+        self._convert = convert
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="mrv2-store-writer", daemon=True)
         self.error: BaseException | None = None
         self.rows_written = 0
 
     def start(self) -> BackgroundWriter:
+        """Prime the Arrow scan path once (its first use loads code), then start the thread."""
+        con = self.store.connection
+        con.register("_mrv2_prime", pa.table({"x": pa.array([1], mask=[False])}))
+        try:
+            con.execute("SELECT count(*) FROM _mrv2_prime").fetchall()
+        finally:
+            con.unregister("_mrv2_prime")
         self._thread.start()
         return self
 
-    def submit(self, batches: Mapping[str, Mapping[str, Any]]) -> None:
+    def submit(self, batches: Batches) -> None:
         """Queue one drain's batches; re-raises a failure of an earlier write."""
         if self.error is not None:
             raise self.error
@@ -41,6 +56,8 @@ class BackgroundWriter:
         while (batches := self._queue.get()) is not _STOP:
             if self.error is None:
                 try:
+                    if self._convert is not None:
+                        batches = self._convert(batches)
                     self.rows_written += self.store.append_batches(self.run_id, batches)
                 except BaseException as exc:  # surfaced by submit() / close()
                     self.error = exc

@@ -90,3 +90,39 @@ def test_triton_and_torch_kernels_give_identical_tokens_fp32(staged_writes):
         assert engine.runner.kernels.name == kernels
         out[kernels] = drive(engine, seed=3, params=params)
     assert out["triton"] == out["torch"]
+
+
+def test_the_whole_triton_path_in_the_interpreter_matches_torch(monkeypatch):
+    """CPU, TRITON_INTERPRET=1: the engine with every Triton kernel forced in (warm-up included)
+    gives the torch path's tokens, greedy and seeded, through chunked prefill and preemption."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU version is the test above")
+    import mrv2_prof.runner.model_runner as model_runner
+    from mrv2_prof.runner.kernel_set import triton_kernels
+
+    params = [
+        SamplingParams(max_tokens=6, ignore_eos=True),
+        SamplingParams(max_tokens=5, temperature=0.9, top_k=30, top_p=0.8, seed=5, ignore_eos=True),
+    ]
+    spec = ModelSpec(preset="llama-tiny")
+    prompts = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
+    out = {}
+    for kernels in ("torch", "triton"):
+        if kernels == "triton":
+            monkeypatch.setattr(
+                model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None)
+            )
+        engine = Engine(
+            cfg(device="cpu", kernels=kernels, max_model_len=96, num_kv_blocks=12), spec
+        )
+        assert engine.runner.kernels.name == kernels
+        assert (engine.info.warmup_s > 0) == (kernels == "triton")
+        reqs = {
+            rid: engine.add_request(rid, ids, params[i % 2], arrival_time=float(i))
+            for i, (rid, ids) in enumerate(prompts.items())
+        }
+        while engine.has_unfinished_requests():
+            engine.step()
+        assert engine.scheduler.num_preemptions > 0
+        out[kernels] = {rid: r.output_token_ids for rid, r in reqs.items()}
+    assert out["triton"] == out["torch"]
