@@ -100,8 +100,18 @@ def apply_top_k_top_p(
     nucleus is the smallest prefix of the sorted, top-k-masked distribution whose mass reaches
     ``p``, and always holds at least one token.
     """
-    batch_size, vocab_size = logits.shape
     sorted_logits = logits.sort(dim=-1, descending=True).values  # [B, V]
+    threshold = top_k_top_p_threshold_sorted(sorted_logits, top_k, top_p)
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
+def top_k_top_p_threshold_sorted(
+    sorted_logits: torch.Tensor,  # [B, V] float32, descending, temperature applied
+    top_k: torch.Tensor | None,
+    top_p: torch.Tensor | None,
+) -> torch.Tensor:  # [B, 1]
+    """The value threshold of ``apply_top_k_top_p`` for each row (shared with the Triton path)."""
+    vocab_size = sorted_logits.shape[1]
     threshold = sorted_logits[:, -1:]  # [B, 1]: keeps every token
     if top_k is not None:
         k = top_k.to(torch.int64)
@@ -115,7 +125,7 @@ def apply_top_k_top_p(
         num_kept = 1 + (cum_probs[:, :-1] < p).sum(dim=-1, keepdim=True)  # [B, 1]
         num_kept = torch.where(p >= 1.0, vocab_size, num_kept)
         threshold = torch.maximum(threshold, sorted_logits.gather(1, num_kept - 1))
-    return logits.masked_fill(logits < threshold, float("-inf"))
+    return threshold
 
 
 def compute_topk_logprobs(

@@ -29,7 +29,12 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplerOutput, SamplingMetadata
+from mrv2_prof.runner.sampler import (
+    GREEDY_TEMPERATURE,
+    SamplerOutput,
+    SamplingMetadata,
+    top_k_top_p_threshold_sorted,
+)
 
 try:
     from triton.language.extra import libdevice
@@ -314,20 +319,8 @@ def top_k_top_p_threshold(
 ) -> torch.Tensor:
     """[B] float32 thresholds ``t`` with ``apply_top_k_top_p(logits / divisor)`` equal to masking
     ``logits / divisor < t``: the reference's own ops on the same values, minus the [B, V] mask."""
-    vocab_size = logits.shape[1]
     sorted_logits = logits.sort(dim=-1, descending=True).values.float().div_(divisor[:, None])
-    threshold = sorted_logits[:, -1:]  # [B, 1]: keeps every token
-    if top_k is not None:
-        k = top_k.to(torch.int64)
-        k = torch.where((k <= 0) | (k > vocab_size), vocab_size, k)
-        threshold = sorted_logits.gather(1, (k - 1)[:, None])
-        sorted_logits = sorted_logits.masked_fill(sorted_logits < threshold, float("-inf"))
-    if top_p is not None:
-        p = top_p.to(torch.float32)[:, None]  # [B, 1]
-        cum_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)  # [B, V]
-        num_kept = 1 + (cum_probs[:, :-1] < p).sum(dim=-1, keepdim=True)  # [B, 1]
-        num_kept = torch.where(p >= 1.0, vocab_size, num_kept)
-        threshold = torch.maximum(threshold, sorted_logits.gather(1, num_kept - 1))
+    threshold = top_k_top_p_threshold_sorted(sorted_logits, top_k, top_p)
     return threshold[:, 0].contiguous()
 
 

@@ -1,55 +1,29 @@
 """Triton paged attention and KV write against the torch references in ``attention.py``.
 
-Without CUDA the kernels run on CPU tensors in Triton's interpreter. Triton picks interpreter or
-compiler when ``@triton.jit`` runs (for its own library at ``import triton``, for our kernels at
-import of their module), so ``TRITON_INTERPRET`` is set before either is imported, and whatever
-an earlier test module decorated without it is decorated again. CPU sizes are tiny and float32;
+Without CUDA the kernels run on CPU tensors in Triton's interpreter (``TRITON_INTERPRET`` is set
+by ``tests/conftest.py`` before triton is imported). CPU sizes are tiny and float32;
 the ``gpu`` tests use the 1B preset's shapes in bfloat16 and float32.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
+from dataclasses import dataclass
 
+import numpy as np
+import pytest
 import torch
 
-INTERPRET = not torch.cuda.is_available()
-if INTERPRET:
-    os.environ["TRITON_INTERPRET"] = "1"
-
-from dataclasses import dataclass  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
-
-import mrv2_prof.runner.attention_triton as attention_triton  # noqa: E402
-from mrv2_prof.runner.attention import (  # noqa: E402
+import mrv2_prof.runner.attention_triton as attention_triton
+from mrv2_prof.runner.attention import (
     AttentionMetadata,
     paged_attention_ref,
     write_kv_ref,
 )
-from mrv2_prof.runner.config import ModelSpec  # noqa: E402
-from mrv2_prof.runner.model import kv_cache_shape  # noqa: E402
-from mrv2_prof.runner.model_loader import load_model  # noqa: E402
+from mrv2_prof.runner.config import ModelSpec
+from mrv2_prof.runner.model import kv_cache_shape
+from mrv2_prof.runner.model_loader import load_model
 
-
-def _redecorate(module):
-    """Re-run ``@triton.jit`` on Triton's library and ``module`` if they were compiled-mode."""
-    if any(isinstance(v, JITFunction) for v in vars(tl).values()):
-        for name in ("triton.language.standard", "triton.language.random", "triton.language"):
-            if name in sys.modules:
-                importlib.reload(sys.modules[name])
-    if any(isinstance(v, JITFunction) for v in vars(module).values()):
-        module = importlib.reload(module)
-    return module
-
-
-if INTERPRET:
-    attention_triton = _redecorate(attention_triton)
+INTERPRET = not torch.cuda.is_available()
 
 AttentionTiles = attention_triton.AttentionTiles
 paged_attention_triton = attention_triton.paged_attention_triton

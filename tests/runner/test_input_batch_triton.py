@@ -5,42 +5,12 @@ On a machine without CUDA the kernel runs under the Triton interpreter.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
 import numpy as np
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: see _redecorate below
-
-import triton.language as tl  # noqa: E402
-from triton.runtime.jit import JITFunction  # noqa: E402
-
-from mrv2_prof.runner import input_batch_triton  # noqa: E402
-from mrv2_prof.runner.input_batch import prepare_inputs_ref  # noqa: E402
-
-
-def _redecorate(module):
-    """Re-run ``@triton.jit`` on whatever was decorated before TRITON_INTERPRET=1 was set.
-
-    Triton chooses interpreter or compiler when ``@triton.jit`` runs, not at launch: for its own
-    library (``tl.sum``, ``tl.zeros``, ...) at ``import triton``, for our kernels when their
-    module is imported. A test module imported earlier in this process may have done either.
-    """
-    if any(isinstance(v, JITFunction) for v in vars(tl).values()):
-        for name in ("triton.language.standard", "triton.language.random", "triton.language"):
-            if name in sys.modules:
-                importlib.reload(sys.modules[name])
-    if any(isinstance(v, JITFunction) for v in vars(module).values()):
-        module = importlib.reload(module)
-    return module
-
-
-if not torch.cuda.is_available():
-    input_batch_triton = _redecorate(input_batch_triton)
+from mrv2_prof.runner import input_batch_triton
+from mrv2_prof.runner.input_batch import prepare_inputs_ref
 
 BLOCK_T = input_batch_triton.BLOCK_T
 BLOCK_R = input_batch_triton.BLOCK_R

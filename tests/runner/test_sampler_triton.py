@@ -9,24 +9,18 @@ ulp, so on CPU it is compared within 4e-6 (one ulp of each log, propagated).
 
 from __future__ import annotations
 
-import os
-
+import numpy as np
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from mrv2_prof.runner.sampler import (  # noqa: E402
+from mrv2_prof.runner.sampler import (
     SamplerOutput,
     SamplingMetadata,
     gumbel_noise,
     sample,
     uniform_noise,
 )
-from mrv2_prof.runner.sampler_triton import (  # noqa: E402
+from mrv2_prof.runner.sampler_triton import (
     gumbel_argmax,
     gumbel_noise_triton,
     sample_triton,
