@@ -57,3 +57,17 @@ def test_a_failed_write_is_raised_and_later_batches_are_not_half_applied(tmp_pat
     assert store.connection.execute("SELECT count(*) FROM steps").fetchone() == (0,)
     with pytest.raises(ValueError):
         writer.submit({"steps": {"step": [2]}})
+
+
+def test_no_module_is_imported_while_the_run_writes(tmp_path):
+    """DuckDB's first Arrow registration imports pandas when it is installed (hundreds of ms under
+    the import lock, which stalled the step loop on the GPU host): start() does it up front."""
+    import sys
+
+    store = _store(tmp_path)
+    writer = BackgroundWriter(store, "abc123").start()
+    before = set(sys.modules)
+    writer.submit({"steps": {"step": np.arange(3)}})
+    writer.close()
+    assert store.connection.execute("SELECT count(*) FROM steps").fetchone() == (3,)
+    assert set(sys.modules) - before == set()
