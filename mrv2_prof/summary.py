@@ -15,18 +15,11 @@ from rich.text import Text
 
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.tui.format import format_bytes
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f}"
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _pct_row(name: str, p: Percentiles) -> tuple[str, ...]:
@@ -76,7 +69,8 @@ def summary_tables(s: RunSummary) -> Group:
         ),
         (
             "staged writes",
-            f"{_bytes(s.staged_bytes)} moved vs {_bytes(s.dense_bytes)} for dense copies",
+            f"{format_bytes(s.staged_bytes)} moved vs {format_bytes(s.dense_bytes)} "
+            "for dense copies",
         ),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", _graphs(s)),

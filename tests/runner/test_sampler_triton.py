@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_sampler import make_meta as _make_meta
 
 from mrv2_prof.runner.sampler import (
     SamplerOutput,
@@ -37,40 +38,9 @@ MODES = ("greedy", "temperature", "top_k", "top_p", "top_k_top_p", "mixed")
 # Helpers
 
 
-def make_meta(
-    temperature,
-    top_k=None,
-    top_p=None,
-    seeds=None,
-    positions=None,
-    idx_mapping=None,
-    max_num_logprobs: int = 0,
-    device: str = DEVICE,
-    **flags,
-) -> SamplingMetadata:
-    """Metadata with one slot per row (slot i = row i) unless ``idx_mapping`` is given."""
-    num_slots = len(temperature)
-    idx_mapping = list(range(num_slots)) if idx_mapping is None else list(idx_mapping)
-    num_rows = len(idx_mapping)
-
-    def tensor(values, default, dtype):
-        values = [default] * num_slots if values is None else list(values)
-        return torch.tensor(values, dtype=dtype, device=device)
-
-    return SamplingMetadata(
-        idx_mapping=torch.tensor(idx_mapping, dtype=torch.int32, device=device),
-        positions=torch.tensor(
-            [0] * num_rows if positions is None else list(positions),
-            dtype=torch.int64,
-            device=device,
-        ),
-        temperature=tensor(temperature, 0.0, torch.float32),
-        top_k=tensor(top_k, 0, torch.int32),
-        top_p=tensor(top_p, 1.0, torch.float32),
-        seeds=tensor(seeds if seeds is not None else range(num_slots), 0, torch.int64),
-        max_num_logprobs=max_num_logprobs,
-        **flags,
-    )
+def make_meta(*args, device: str = DEVICE, **kwargs) -> SamplingMetadata:
+    """``test_sampler.make_meta`` on this module's device."""
+    return _make_meta(*args, device=device, **kwargs)
 
 
 def mode_params(rng: np.random.Generator, mode: str, num: int, vocab_size: int) -> dict:
