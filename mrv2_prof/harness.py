@@ -118,7 +118,7 @@ class LiveStats:
     def on_step(self, res, t_ns: int) -> None:
         self.steps += 1
         self.output_tokens += len(res.updated)
-        for ws in res.runner_output.write_stats.values():
+        for ws in res.write_stats.values():
             self.staged_bytes += ws.staged_bytes
             self.dense_bytes += ws.dense_bytes
         for r in res.updated:

@@ -78,6 +78,12 @@ class RunnerConfig:
             raise ConfigError(
                 f"runner.max_num_seqs: {self.max_num_seqs} exceeds max_num_reqs {self.max_num_reqs}"
             )
+        if self.async_scheduling and self.max_num_reqs < 2 * self.max_num_seqs:
+            raise ConfigError(
+                f"runner.max_num_reqs: {self.max_num_reqs} is too small for async scheduling with "
+                f"max_num_seqs {self.max_num_seqs}: a finished request keeps its slot one more "
+                f"step, so at least 2 x max_num_seqs = {2 * self.max_num_seqs} are needed"
+            )
         if self.kernels not in ("torch", "triton"):
             raise ConfigError(f"runner.kernels: {self.kernels!r} is not one of torch, triton")
 

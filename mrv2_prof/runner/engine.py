@@ -1,9 +1,15 @@
 """The engine step loop (V1 engine shape): ``schedule() → execute_model() → update_from_output()``.
 
 Owns the scheduler, the KV cache manager and the model runner; requests enter with
-``add_request`` and can be aborted at any time. This is the synchronous loop: each step waits for
-its sampled tokens before the next is scheduled. Every step, token and request lifecycle event is
+``add_request`` and can be aborted at any time. Every step, token and request lifecycle event is
 reported to the probe (``probes.api``); the default probe records nothing.
+
+Synchronous (``async_scheduling: false``): step N is scheduled, queued, waited for and its tokens
+applied before step N+1 is scheduled. Async: step N+1 is scheduled and queued *before* the host
+waits for step N's tokens, so the CPU's scheduling and input preparation overlap the GPU's
+work; step N+1 reads step N's tokens on the GPU. Step record N then holds step N's batch and the
+tokens of step N-1, and a request that finished in step N-1 may have computed one extra token in
+step N, which is discarded. The greedy and seeded tokens are the same in both modes.
 """
 
 from __future__ import annotations
@@ -15,18 +21,20 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.model_runner import ModelRunner, ModelRunnerOutput
+from mrv2_prof.runner.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.request import Request, SamplingParams
 from mrv2_prof.runner.scheduler import Scheduler, SchedulerOutput
+from mrv2_prof.runner.staged_write import WriteStats
 
 
 @dataclass
 class StepResult:
     step: int
-    scheduler_output: SchedulerOutput
-    runner_output: ModelRunnerOutput
+    scheduler_output: SchedulerOutput  # the batch queued in this step
+    runner_output: ModelRunnerOutput  # the tokens read in this step (the step before, if async)
     updated: list[Request]  # requests that received a token this step
     finished: list[Request] = field(default_factory=list)
+    write_stats: dict[str, WriteStats] = field(default_factory=dict)  # queued in this step
     host_ns: int = 0  # schedule + execute + update, host wall time
 
 
@@ -47,7 +55,10 @@ class Engine:
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
+            async_scheduling=config.async_scheduling,
         )
+        # Async: the step queued last, whose tokens the host has not read yet.
+        self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
         self.vocab_size = self.runner.model_args.vocab_size
         self.eos_token_ids = tuple(self.runner.model_args.eos_token_ids)
         self.step_index = 0
@@ -106,7 +117,8 @@ class Engine:
         return pool.num_blocks - pool.num_free_blocks
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.num_unfinished > 0
+        """Requests not finished yet, or a step whose tokens are still to be read."""
+        return self.scheduler.num_unfinished > 0 or self._in_flight is not None
 
     def step(self) -> StepResult:
         p = self.probe
@@ -117,10 +129,21 @@ class Engine:
         p.end(probes.SCHEDULE)
         num_prefill = self._num_prefill_tokens(so) if p.enabled else 0
         p.begin(probes.EXECUTE)
-        out = self.runner.execute_model(so)
+        pending = self.runner.queue_step(so)
         p.end(probes.EXECUTE)
+        if not self.config.async_scheduling:
+            done = (so, pending)
+        else:  # wait for the step before this one; this one runs meanwhile
+            done, self._in_flight = self._in_flight, (so, pending)
+            if pending.batch is None:  # nothing queued: nothing to overlap with
+                self._in_flight = None
+        out = self.runner.wait_output(done[1]) if done is not None else ModelRunnerOutput([], [])
         p.begin(probes.UPDATE)
-        updated = self.scheduler.update_from_output(so, out.sampled_token_ids, out.logprobs)
+        updated = (
+            self.scheduler.update_from_output(done[0], out.sampled_token_ids, out.logprobs)
+            if done is not None
+            else []
+        )
         p.end(probes.UPDATE)
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
@@ -145,6 +168,7 @@ class Engine:
             runner_output=out,
             updated=updated,
             finished=[r for r in updated if r.is_finished],
+            write_stats=pending.write_stats,
             host_ns=time.perf_counter_ns() - t0,
         )
         self.step_index += 1

@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.uva import is_uva
+
 BLOCK_T = 256  # tokens a program writes per loop iteration
 BLOCK_R = 256  # counts summed per loop iteration when finding the query start
 
@@ -91,7 +93,7 @@ def _prepare_inputs_kernel(
 
 def _check_layout(device: torch.device, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
-        if t.device != device:
+        if t.device != device and not (name == "prefill_token_ids" and is_uva(t, device)):
             raise ValueError(f"{name} is on {t.device}, expected {device}")
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")

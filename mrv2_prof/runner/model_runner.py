@@ -1,10 +1,15 @@
 """The model runner (MRV2 ``model_runner.py``): persistent state in, one forward + sample out.
 
-``execute_model`` applies the scheduler's diff to the fixed request slots (staged writes), builds
+``queue_step`` applies the scheduler's diff to the fixed request slots (staged writes), builds
 the step's inputs on the device through ``idx_mapping``, runs the model and the sampler, advances
-the device-side state, and brings the sampled tokens back through the one defined host
-transfer (a pinned buffer and a CUDA event). A dummy batch goes through the same
-``execute_model`` without touching any request state; profiling and warm-up use it.
+the device-side state, and queues the copy of the sampled tokens into a pinned buffer followed
+by a CUDA event; nothing in it waits for the GPU. ``wait_output`` is the one defined place where
+the host waits: on that event, then it reads the tokens. ``execute_model`` is the two in a row
+(the synchronous step); with async scheduling the engine queues step N+1 before it waits for
+step N, and step N's tokens reach step N+1's inputs on the GPU (``last_sampled_tokens``).
+
+A dummy batch goes through the same ``execute_model`` without touching any request state;
+profiling and warm-up use it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from mrv2_prof.runner.request_states import RequestStates
 from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.scheduler import SchedulerOutput
 from mrv2_prof.runner.staged_write import WriteStats
+from mrv2_prof.runner.uva import PINNED_RING_DEPTH, PinnedRing
 
 
 @dataclass
@@ -39,8 +45,22 @@ class ModelRunnerOutput:
     output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
 
 
+@dataclass
+class PendingOutput:
+    """A queued step whose sampled tokens the host has not read yet."""
+
+    batch: InputBatch | None  # None: an empty step
+    write_stats: dict[str, WriteStats]
+    sampled: torch.Tensor | None = None  # [B]: the pinned host buffer on CUDA
+    logprob_token_ids: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+    num_logprobs: np.ndarray | None = None  # [B] requested per row
+    ready: torch.cuda.Event | None = None  # recorded after the copies (CUDA)
+    dummy: bool = False
+
+
 _NO_PROBE = Probe()  # dummy runs are start-up work, not steps
-_OUTPUT_WAIT_SITE = "mrv2_prof/runner/model_runner.py:ModelRunner._to_host"
+_OUTPUT_WAIT_SITE = "mrv2_prof/runner/model_runner.py:ModelRunner.wait_output"
 
 
 def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
@@ -85,7 +105,13 @@ class ModelRunner:
 
         apply = self.kernels.apply_writes
         self.req_states = RequestStates(
-            config.max_num_reqs, config.max_model_len, self.device, config.staged_writes, apply
+            config.max_num_reqs,
+            config.max_model_len,
+            self.device,
+            config.staged_writes,
+            apply,
+            uva=self.uva,
+            reuse_lag=1 if config.async_scheduling else 0,
         )
         self.block_tables = BlockTables(
             config.max_num_reqs,
@@ -95,11 +121,20 @@ class ModelRunner:
             apply,
         )
         self.kv_caches: list[torch.Tensor] | None = None
-        # The one place sampled tokens come back: a pinned buffer and an event.
+        # Per-step arrays (idx_mapping | counts) go through a ring of pinned buffers into one
+        # device buffer: no allocation, and the CPU never rewrites a buffer a copy may read.
+        n = config.max_num_reqs
+        self._step_ring = PinnedRing(2 * n, torch.int32, pin=self.is_cuda)
+        self._step_dev = torch.zeros(2 * n, dtype=torch.int32, device=self.device)
+        # The one place sampled tokens come back: pinned buffers and events, one per step in
+        # flight, so step N+1's copy never lands in the buffer step N's tokens are read from.
         self._host_tokens = torch.zeros(
-            config.max_num_reqs, dtype=torch.int64, pin_memory=self.is_cuda
+            (PINNED_RING_DEPTH, n), dtype=torch.int64, pin_memory=self.is_cuda
         )
-        self._output_ready = torch.cuda.Event() if self.is_cuda else None
+        self._output_ready = (
+            [torch.cuda.Event() for _ in range(PINNED_RING_DEPTH)] if self.is_cuda else []
+        )
+        self._next_output = 0
 
     def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
@@ -113,10 +148,13 @@ class ModelRunner:
             self._graph_reason = "CUDA graphs need a CUDA device"
         else:
             self._graph_reason = "no CUDA graph manager in this build"
-        if c.async_scheduling:
-            unsupported.append("runner.async_scheduling: not available; running synchronously")
-        if c.uva:
-            unsupported.append("runner.uva: not available; prompt tokens are staged to the device")
+        # Only a Triton kernel can dereference pinned host memory; the torch ops cannot.
+        self.uva = c.uva and self.kernels.name == "triton"
+        if c.uva and not self.uva:
+            unsupported.append(
+                "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
+                "sampling parameters are copied to the device"
+            )
         if c.cudagraph_mode != "none":
             unsupported.append(
                 f"runner.cudagraph_mode: {c.cudagraph_mode} is not available; running eagerly"
@@ -228,12 +266,20 @@ class ModelRunner:
     def execute_model(
         self, so: SchedulerOutput, dummy: bool = False, dummy_kv_cache: bool = False
     ) -> ModelRunnerOutput:
+        """One synchronous step: queue it, then wait for its sampled tokens."""
+        return self.wait_output(self.queue_step(so, dummy, dummy_kv_cache))
+
+    def queue_step(
+        self, so: SchedulerOutput, dummy: bool = False, dummy_kv_cache: bool = False
+    ) -> PendingOutput:
+        """Queue the step's GPU work; nothing here waits for the GPU."""
         p = self.probe if not dummy else _NO_PROBE
         if dummy:
             kv_caches = self.kv_caches if dummy_kv_cache else None
             batch, write_stats = self._dummy_batch(so), {}
         else:
             p.begin(probes.PREPARE)
+            self.req_states.begin_step()
             self._update_states(so)
             write_stats = self.req_states.apply_writes()
             bt = self.block_tables.apply_write()
@@ -243,7 +289,7 @@ class ModelRunner:
                 p.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
             if so.is_empty:
                 p.end(probes.PREPARE)
-                return ModelRunnerOutput([], [], write_stats=write_stats)
+                return PendingOutput(None, write_stats)
             batch, kv_caches = self._prepare_inputs(so), self.kv_caches
             assert kv_caches is not None, "initialize_kv_cache() before execute_model()"
             p.end(probes.PREPARE)
@@ -282,16 +328,14 @@ class ModelRunner:
         out = self.kernels.sample(logits, meta)
         p.end(probes.SAMPLE)
         if dummy:
-            return ModelRunnerOutput(batch.req_ids, [])
+            return PendingOutput(batch, {}, dummy=True)
 
         # Advance device-side state; the next step reads it without a host round trip.
         slots = batch.idx_mapping.long()
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
         if self.config.staged_writes:
             rs.num_computed_tokens.gpu.index_add_(0, slots, batch.num_scheduled_tokens)
-        result = self._to_host(batch, out)
-        result.write_stats = write_stats
-        return result
+        return self._queue_output(batch, out, write_stats, num_logprobs)
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states
@@ -321,9 +365,11 @@ class ModelRunner:
         qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
         np.cumsum(counts_np, out=qsl_np[1:])
 
-        step = torch.from_numpy(np.concatenate([idx_np, counts_np]))  # one small transfer
-        if self.is_cuda:
-            step = step.pin_memory().to(self.device, non_blocking=True)
+        host, view = self._step_ring.next()  # one small transfer
+        view[:num_reqs] = idx_np
+        view[num_reqs : 2 * num_reqs] = counts_np
+        step = self._step_dev[: 2 * num_reqs]
+        step.copy_(host[: 2 * num_reqs], non_blocking=True)
         idx_mapping, counts = step[:num_reqs], step[num_reqs:]
         inputs = self.kernels.prepare_inputs(
             idx_mapping,
@@ -383,32 +429,58 @@ class ModelRunner:
             block_table=self.block_tables.gather(idx_mapping),
         )
 
-    def _to_host(self, batch: InputBatch, out) -> ModelRunnerOutput:
-        """The designed sync point: wait for this step's sampled tokens (and logprobs)."""
-        n = batch.num_reqs
+    def _queue_output(
+        self, batch: InputBatch, out, write_stats: dict[str, WriteStats], num_logprobs: int
+    ) -> PendingOutput:
+        """Queue the copy of the sampled tokens (and logprobs) to the host, then an event."""
+        pending = PendingOutput(batch, write_stats)
+        if num_logprobs > 0:
+            pending.num_logprobs = self.req_states.num_logprobs_np[batch.idx_mapping_np]
+        if not self.is_cuda:
+            pending.sampled = out.sampled_token_ids
+            pending.logprob_token_ids, pending.logprobs = out.logprob_token_ids, out.logprobs
+            return pending
+        i = self._next_output
+        self._next_output = (i + 1) % PINNED_RING_DEPTH
+        pending.sampled = self._host_tokens[i, : batch.num_reqs]
+        pending.sampled.copy_(out.sampled_token_ids, non_blocking=True)
+        if out.logprobs is not None:
+            pending.logprob_token_ids = out.logprob_token_ids.to("cpu", non_blocking=True)
+            pending.logprobs = out.logprobs.to("cpu", non_blocking=True)
+        pending.ready = self._output_ready[i]
+        pending.ready.record()
+        return pending
+
+    def wait_output(self, pending: PendingOutput) -> ModelRunnerOutput:
+        """The designed sync point: wait for a queued step's sampled tokens (and logprobs)."""
+        batch = pending.batch
+        if batch is None:
+            return ModelRunnerOutput([], [], write_stats=pending.write_stats)
+        if pending.dummy:
+            return ModelRunnerOutput(batch.req_ids, [])
         self.probe.begin(probes.OUTPUT_WAIT)
         t0 = time.perf_counter_ns()
-        if self.is_cuda:
-            self._host_tokens[:n].copy_(out.sampled_token_ids, non_blocking=True)
-            lp_ids = lp = None
-            if out.logprobs is not None:
-                lp_ids = out.logprob_token_ids.to("cpu", non_blocking=True)
-                lp = out.logprobs.to("cpu", non_blocking=True)
-            self._output_ready.record()
-            self._output_ready.synchronize()
-            tokens = self._host_tokens[:n].tolist()
-        else:
-            tokens = out.sampled_token_ids.tolist()
-            lp_ids, lp = out.logprob_token_ids, out.logprobs
+        if pending.ready is not None:
+            # The one wait the runner is designed to make; a sync debug mode (set to catch any
+            # other) is lifted around it.
+            mode = torch.cuda.get_sync_debug_mode()
+            if mode:
+                torch.cuda.set_sync_debug_mode(0)
+            pending.ready.synchronize()
+            if mode:
+                torch.cuda.set_sync_debug_mode(mode)
+        tokens = pending.sampled.tolist()
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
         self.probe.sync("output_wait", _OUTPUT_WAIT_SITE, wait_ns)
         logprobs = None
-        if lp is not None:
-            counts = self.req_states.num_logprobs_np[batch.idx_mapping_np]
-            ids_l, lp_l = lp_ids.tolist(), lp.tolist()
+        if pending.logprobs is not None:
+            counts = pending.num_logprobs
+            ids_l, lp_l = pending.logprob_token_ids.tolist(), pending.logprobs.tolist()
             logprobs = [
                 list(zip(ids_l[b][: 1 + counts[b]], lp_l[b][: 1 + counts[b]], strict=True))
-                for b in range(n)
+                for b in range(batch.num_reqs)
             ]
-        return ModelRunnerOutput(batch.req_ids, tokens, logprobs, output_wait_ns=wait_ns)
+        return ModelRunnerOutput(
+            batch.req_ids, tokens, logprobs, pending.write_stats, output_wait_ns=wait_ns
+        )

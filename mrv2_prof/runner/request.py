@@ -54,7 +54,9 @@ class Request:
     """One request: its tokens so far and how much of them has been computed into the KV cache.
 
     ``all_token_ids`` = prompt + outputs. ``num_computed_tokens`` counts tokens whose KV is in
-    the cache. Lower ``priority`` values are served first; ties by arrival.
+    the cache; with async scheduling it may include ``num_output_placeholders`` tokens that were
+    sampled on the GPU but have not reached the host yet. Lower ``priority`` values are served
+    first; ties by arrival.
     """
 
     request_id: str
@@ -68,6 +70,8 @@ class Request:
     output_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     all_token_ids: list[int] = field(init=False)
     num_computed_tokens: int = 0
+    # Async scheduling: tokens sampled by steps still in flight (known to the GPU, not yet here).
+    num_output_placeholders: int = 0
     num_cached_tokens: int = -1  # prefix-cache hit on first scheduling (-1: not yet)
     num_preemptions: int = 0
     finish_reason: str | None = None

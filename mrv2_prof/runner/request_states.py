@@ -10,9 +10,18 @@ Device-resident: prompt token ids (written once per request with a staged write)
 step), the last sampled token. Small per-request sampling parameters live in unpinned CPU arrays;
 when they change, a fresh pinned snapshot is sent (the CPU never writes memory that an
 in-flight copy reads — no async barrier needed).
+
+With ``uva`` (Triton kernels on CUDA) the prompt token ids live in a pinned host table that the
+input-prep kernel reads in place, and the sampling parameters are written into the next of a
+ring of pinned buffers that the sampler reads in place: nothing is copied for either.
+
+A freed slot is reused only ``reuse_lag`` steps later: with async scheduling the step before
+may still be running on the GPU and reading the slot's rows when the next step is prepared.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 import torch
@@ -24,6 +33,7 @@ from mrv2_prof.runner.staged_write import (
     WriteStats,
     make_write_tensor,
 )
+from mrv2_prof.runner.uva import PinnedRing, UvaTable
 
 
 def _send(host: np.ndarray, out: torch.Tensor) -> None:
@@ -42,15 +52,23 @@ class RequestStates:
         device: torch.device,
         staged_writes: bool,
         apply_fn: ApplyFn | None = None,
+        uva: bool = False,
+        reuse_lag: int = 0,
     ) -> None:
         self.max_num_reqs = max_num_reqs
         self.device = device
+        self.uva = uva
         self._free_slots = list(range(max_num_reqs - 1, -1, -1))
+        # Slots freed in each of the last ``reuse_lag`` steps, newest last; not yet reusable.
+        self._released: deque[list[int]] = deque([] for _ in range(reuse_lag))
         self.slot_of: dict[str, int] = {}
 
-        self.prefill_token_ids = StagedWriteTensor(
-            (max_num_reqs, max_model_len), torch.int32, device, apply_fn
-        )
+        if uva:
+            self.prefill_token_ids = UvaTable((max_num_reqs, max_model_len), torch.int32)
+        else:
+            self.prefill_token_ids = StagedWriteTensor(
+                (max_num_reqs, max_model_len), torch.int32, device, apply_fn
+            )
         self.num_prefill_tokens = StagedWriteTensor((max_num_reqs,), torch.int32, device, apply_fn)
         self.num_computed_tokens = make_write_tensor(
             (max_num_reqs,), torch.int32, device, staged_writes, apply_fn
@@ -69,6 +87,11 @@ class RequestStates:
         self.top_p = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
         self._params_dirty = False
+        if uva:
+            self._param_rings = {
+                name: PinnedRing(max_num_reqs, getattr(self, name).dtype, pin=True)
+                for name in ("temperature", "top_k", "top_p", "seeds")
+            }
 
     @property
     def num_active(self) -> int:
@@ -100,8 +123,14 @@ class RequestStates:
     def remove_request(self, req_id: str) -> int | None:
         slot = self.slot_of.pop(req_id, None)
         if slot is not None:
-            self._free_slots.append(slot)
+            (self._released[-1] if self._released else self._free_slots).append(slot)
         return slot
+
+    def begin_step(self) -> None:
+        """A new step is being prepared: slots released ``reuse_lag`` steps ago become free."""
+        if self._released:
+            self._free_slots.extend(self._released.popleft())
+            self._released.append([])
 
     def set_num_computed(self, slot: int, num_computed_tokens: int) -> None:
         """Dense mode only: the CPU copy is the truth and is re-sent every step."""
@@ -115,9 +144,13 @@ class RequestStates:
             if s is not None:
                 stats[name] = s
         if self._params_dirty:
-            _send(self.temperature_np, self.temperature)
-            _send(self.top_k_np, self.top_k)
-            _send(self.top_p_np, self.top_p)
-            _send(self.seeds_np, self.seeds)
+            for name in ("temperature", "top_k", "top_p", "seeds"):
+                host = getattr(self, f"{name}_np")
+                if self.uva:  # the sampler reads the new pinned buffer in place
+                    buf, view = self._param_rings[name].next()
+                    view[:] = host
+                    setattr(self, name, buf)
+                else:
+                    _send(host, getattr(self, name))
             self._params_dirty = False
         return stats

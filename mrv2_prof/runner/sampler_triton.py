@@ -35,6 +35,7 @@ from mrv2_prof.runner.sampler import (
     SamplingMetadata,
     top_k_top_p_threshold_sorted,
 )
+from mrv2_prof.runner.uva import take
 
 try:
     from triton.language.extra import libdevice
@@ -403,14 +404,14 @@ def sample_triton(logits: torch.Tensor, meta: SamplingMetadata) -> SamplerOutput
         return SamplerOutput(logits.argmax(dim=-1), None, None)
     threshold = None
     if not meta.all_greedy and not (meta.no_top_k and meta.no_top_p):
-        idx = meta.idx_mapping.to(torch.int64)
-        temperature = meta.temperature[idx]
+        idx = meta.idx_mapping
+        temperature = take(meta.temperature, idx)  # the parameters may be UVA (pinned host)
         divisor = torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)
         threshold = top_k_top_p_threshold(
             logits,
             divisor,
-            None if meta.no_top_k else meta.top_k[idx],
-            None if meta.no_top_p else meta.top_p[idx],
+            None if meta.no_top_k else take(meta.top_k, idx),
+            None if meta.no_top_p else take(meta.top_p, idx),
         )
     num_logprobs = meta.max_num_logprobs
     sampled, lse = gumbel_argmax(logits, meta, threshold, with_lse=num_logprobs > 0)

@@ -6,6 +6,13 @@ running requests first (a prefill continues in chunks), then admits waiting requ
 pool runs dry the lowest-priority running request is preempted: its blocks are freed, it goes
 back to WAITING and is later re-added to the runner as a new request. A step that preempted
 admits nobody from WAITING.
+
+With ``async_scheduling`` the scheduler runs one step ahead of the host's knowledge: a request
+whose step N will sample a token gets an output *placeholder*, so step N+1 can schedule its next
+decode before the token is back (the GPU feeds it from ``last_sampled_tokens``). Tokens then
+arrive one step late through ``update_from_output``; a request that finished in step N may
+already be in step N+1, and that extra token is discarded. A request sure to finish by length
+once its placeholders land is not scheduled again.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class SchedulerOutput:
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]  # leave the runner before this step: finished, aborted, preempted
     preempted_req_ids: set[str] = field(default_factory=set)
+    # Requests whose sampled token this step is a real output (their last known token is in
+    # the step); the others are prefill chunks whose sample is dropped.
+    sampling_req_ids: set[str] = field(default_factory=set)
 
     @property
     def num_reqs(self) -> int:
@@ -63,8 +73,10 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
+        async_scheduling: bool = False,
     ) -> None:
         self.kv = kv_cache_manager
+        self.async_scheduling = async_scheduling
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -141,8 +153,11 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
-            if num_new <= 0:
+            num_new = min(
+                request.num_tokens + request.num_output_placeholders - request.num_computed_tokens,
+                budget,
+            )
+            if num_new <= 0 or self._finishes_in_flight(request):
                 i += 1
                 continue
             while (blocks := self.kv.allocate_slots(request, num_new)) is None:
@@ -207,8 +222,21 @@ class Scheduler:
         )
         self._finished_ids = set()
         for rid, n in num_scheduled.items():
-            self.requests[rid].num_computed_tokens += n
+            request = self.requests[rid]
+            request.num_computed_tokens += n
+            if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
+                out.sampling_req_ids.add(rid)
+                if self.async_scheduling:
+                    request.num_output_placeholders += 1
         return out
+
+    def _finishes_in_flight(self, request: Request) -> bool:
+        """Async only: the tokens still in flight already take the request to its length limit."""
+        pending = request.num_output_placeholders
+        return pending > 0 and (
+            request.num_output_tokens + pending >= request.sampling_params.max_tokens
+            or request.num_tokens + pending >= self.max_model_len
+        )
 
     def update_from_output(
         self,
@@ -216,13 +244,21 @@ class Scheduler:
         sampled_token_ids: list[int],
         logprobs: list[list[tuple[int, float]]] | None = None,
     ) -> list[Request]:
-        """Append each sampled token whose request computed all its known tokens; return the
-        requests that received a token this step (finished ones have ``is_finished``)."""
+        """Append the token of each request that sampled in the step of ``scheduler_output``;
+        return the requests that received a token (finished ones have ``is_finished``).
+
+        With async scheduling this is the step before the one just scheduled: a request that
+        finished or was aborted since has its token discarded."""
         updated = []
+        sampling = scheduler_output.sampling_req_ids
         for b, rid in enumerate(scheduler_output.num_scheduled_tokens):
+            if rid not in sampling:
+                continue  # a prefill chunk that is not the last
             request = self.requests.get(rid)
-            if request is None or request.num_computed_tokens < request.num_tokens:
-                continue  # aborted meanwhile, or a prefill chunk that is not the last
+            if request is None:
+                continue  # finished or aborted meanwhile: the extra token is discarded
+            if self.async_scheduling:
+                request.num_output_placeholders -= 1
             token = sampled_token_ids[b]
             request.append_output_token(token)
             if logprobs is not None and request.sampling_params.logprobs:
