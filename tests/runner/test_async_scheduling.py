@@ -285,7 +285,8 @@ def test_async_and_uva_give_the_reference_tokens_on_the_gpu_fp32(staged_writes):
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_the_steady_state_decode_loop_has_no_hidden_syncs(async_scheduling):
     """Under ``set_sync_debug_mode('error')`` any synchronising CUDA call raises, except the one
-    designed wait for the sampled tokens. Admission, decode and finishing steps all run in it."""
+    designed wait for the sampled tokens. Admission, decode (greedy, seeded top-k, logprobs) and
+    finishing steps all run in it."""
     engine = Engine(
         RunnerConfig(
             device="cuda",
@@ -300,8 +301,10 @@ def test_the_steady_state_decode_loop_has_no_hidden_syncs(async_scheduling):
     )
     greedy = SamplingParams(max_tokens=48, ignore_eos=True)
     seeded = SamplingParams(max_tokens=40, temperature=0.8, top_k=50, seed=1, ignore_eos=True)
+    with_logprobs = SamplingParams(max_tokens=30, temperature=0.5, logprobs=2, ignore_eos=True)
+    kinds = [seeded, greedy, greedy, with_logprobs]
     for i in range(48):
-        engine.add_request(f"r{i}", list(range(1 + i, 33 + i)), greedy if i % 3 else seeded)
+        engine.add_request(f"r{i}", list(range(1 + i, 33 + i)), kinds[i % 4])
     for _ in range(3):  # the first prefills (and any lazy initialisation) run unchecked
         engine.step()
     steps = 0
