@@ -69,10 +69,14 @@ def _preflight(scenario: Scenario) -> None:
     from mrv2_prof.runner.model_loader import model_args_for
     from mrv2_prof.workload import build_workload
 
-    scenario.runner_config()
+    config = scenario.runner_config()
     notes = unavailable_probe_notes(scenario.probes.model_dump())
     if notes and scenario.runner.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
+    if config.strict:
+        from mrv2_prof.runner.model_runner import check_strict
+
+        check_strict(config)
     args = model_args_for(scenario.model_spec())
     build_workload(
         scenario.workload,

@@ -133,13 +133,15 @@ class RunnerSection(_Section):
         return self
 
     def to_runner_config(self, seed: int) -> RunnerConfig:
-        """The runner's own config; keys it does not know (capture sizes) are not passed."""
+        """The runner's own config (``auto`` values become None)."""
         from mrv2_prof.runner.config import RunnerConfig
 
         names = {f.name for f in dataclass_fields(RunnerConfig)}
         kwargs = {k: v for k, v in self.model_dump().items() if k in names}
         if kwargs.get("num_kv_blocks") == "auto":
             kwargs["num_kv_blocks"] = None
+        sizes = kwargs.get("cudagraph_capture_sizes")
+        kwargs["cudagraph_capture_sizes"] = None if sizes == "auto" else tuple(sizes)
         return RunnerConfig(**kwargs, seed=seed)
 
 

@@ -327,6 +327,12 @@ BAD_SCENARIOS = [
     ({}, ["runner.num_kv_blocks=2"], "runner.num_kv_blocks: 2 blocks of 16 tokens"),
     ({"matrix": {"runner.nope": [1, 2]}}, [], "matrix.runner.nope: unknown key"),
     ({"probes.nvtx": True}, ["runner.strict=true"], "probes.nvtx: not recorded by this build"),
+    (
+        {"runner.cudagraph_mode": "full", "runner.device": "cpu"},
+        ["runner.strict=true"],
+        "runner.cudagraph_mode: full: CUDA graphs need a CUDA device",
+    ),
+    ({"runner.uva": True}, ["runner.strict=true"], "runner.uva: needs the Triton kernels"),
 ]
 
 
@@ -394,16 +400,17 @@ def test_second_writer_gets_a_one_line_error(tmp_path):
 
 
 def test_runner_config_errors_mark_the_run_failed_with_exit_2(tmp_path):
-    """A switch the build cannot honour under strict: the run row says why, exit 2."""
+    """A setting only the runner can find wrong (here: a KV cache sized from GPU memory on a
+    CPU): the run row says why, exit 2."""
     db = tmp_path / "runs.duckdb"
     proc = cli(
-        "run", str(QUICKSTART), "--db", str(db), "--headless", "--strict",
-        "--set", "runner.cudagraph_mode=full",
+        "run", str(QUICKSTART), "--db", str(db), "--headless",
+        "--set", "runner.num_kv_blocks=auto", "--set", "runner.device=cpu",
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
-    assert "runner.cudagraph_mode" in proc.stderr and "strict" in proc.stderr
+    assert "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory" in proc.stderr
     (status, error) = query(db, "SELECT status, error FROM runs")[0]
-    assert status == "failed" and "runner.cudagraph_mode" in error
+    assert status == "failed" and "runner.num_kv_blocks" in error
 
 
 def test_help_explains_with_examples():

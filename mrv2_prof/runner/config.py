@@ -46,7 +46,8 @@ class RunnerConfig:
     async_scheduling: bool = False
     staged_writes: bool = True
     uva: bool = False
-    cudagraph_mode: str = "none"
+    cudagraph_mode: str = "none"  # full | piecewise | full_and_piecewise | none
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # None: vLLM's default sizes
     strict: bool = False
     seed: int = 0
 
@@ -84,6 +85,18 @@ class RunnerConfig:
                 f"max_num_seqs {self.max_num_seqs}: a finished request keeps its slot one more "
                 f"step, so at least 2 x max_num_seqs = {2 * self.max_num_seqs} are needed"
             )
+        if self.cudagraph_mode not in ("full", "piecewise", "full_and_piecewise", "none"):
+            raise ConfigError(
+                f"runner.cudagraph_mode: {self.cudagraph_mode!r} is not one of full, piecewise, "
+                "full_and_piecewise, none"
+            )
+        if self.cudagraph_capture_sizes is not None:
+            bad = [s for s in self.cudagraph_capture_sizes if s < 1]
+            if bad or not self.cudagraph_capture_sizes:
+                raise ConfigError(
+                    "runner.cudagraph_capture_sizes: must be positive integers, got "
+                    f"{list(self.cudagraph_capture_sizes)}"
+                )
         if self.kernels not in ("torch", "triton"):
             raise ConfigError(f"runner.kernels: {self.kernels!r} is not one of torch, triton")
 
@@ -114,5 +127,8 @@ class RuntimeInfo:
     profile_run_s: float = 0.0
     kv_alloc_s: float = 0.0
     warmup_s: float = 0.0  # compiling the Triton kernels before the first step
+    capture_s: float = 0.0  # capturing the CUDA graphs
+    graph_memory_bytes: int = 0  # reserved memory the graphs' pool grew by
+    num_graphs: int = 0  # captured keys (a PIECEWISE key is one graph per segment)
     peak_activation_bytes: int = 0
     notes: list[str] = field(default_factory=list)

@@ -47,6 +47,7 @@ class Engine:
         self.runner = ModelRunner(config, model_spec, self.probe)
         num_blocks = self.runner.initialize_kv_cache()
         self.runner.warm_up()
+        self.runner.capture_graphs()
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )

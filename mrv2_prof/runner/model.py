@@ -272,6 +272,13 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor | None,  # [2, num_blocks, block_size, kvh, d]
         meta: AttentionMetadata,
     ) -> torch.Tensor:
+        q, k, v = self.qkv(x, cos, sin)
+        return self.o_proj(self.attention(q, k, v, kv_cache, meta).reshape(x.shape[0], -1))
+
+    def qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Projections and RoPE: q [T, h, d], k and v [T, kvh, d]."""
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, h, d]
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
@@ -279,10 +286,20 @@ class Attention(nn.Module):
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [T, 1, d]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        return q, k, v
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """The KV-cache write and paged attention: the part PIECEWISE graphs leave eager."""
         if kv_cache is not None:
             self.write_kv(k, v, kv_cache, meta.slot_mapping)
-        out = self.attend(q, k, v, kv_cache, meta, scale=self.head_dim**-0.5)  # [T, h, d]
-        return self.o_proj(out.reshape(T, -1))  # [T, H]
+        return self.attend(q, k, v, kv_cache, meta, scale=self.head_dim**-0.5)  # [T, h, d]
 
 
 class MLP(nn.Module):
@@ -312,7 +329,17 @@ class DecoderLayer(nn.Module):
         kv_cache: torch.Tensor | None,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta)
+        attn = self.self_attn.attention(*self.pre_attention(x, cos, sin), kv_cache, meta)
+        return self.post_attention(x, attn)
+
+    def pre_attention(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.self_attn.qkv(self.input_layernorm(x), cos, sin)
+
+    def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]."""
+        x = x + self.self_attn.o_proj(attn.reshape(x.shape[0], -1))
         return x + self.mlp(self.post_attention_layernorm(x))  # [T, H]
 
 
@@ -355,17 +382,26 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[torch.Tensor] | None,  # per layer [2, num_blocks, block_size, kvh, d]
         attn_metadata: AttentionMetadata,
     ) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)  # [T, H]
-        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, d]
+        x, cos, sin = self.embed(input_ids, positions)
         for i, layer in enumerate(self.model.layers):
             kv_cache = kv_caches[i] if kv_caches is not None else None
             x = layer(x, cos, sin, kv_cache, attn_metadata)
         return self.model.norm(x)  # [T, H]
 
+    def embed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token embeddings [T, H] and the RoPE cos/sin [T, d] of the positions."""
+        x = self.model.embed_tokens(input_ids)  # [T, H]
+        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, d]
+        return x, cos, sin
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        if self.args.tie_word_embeddings:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, H] -> float32 logits [N, vocab]; the matmul runs in the weights' dtype."""
-        if self.args.tie_word_embeddings:
-            weight = self.model.embed_tokens.weight
-        else:
-            weight = self.lm_head.weight
-        return F.linear(hidden, weight).float()  # [N, V]
+        return F.linear(hidden, self.lm_head_weight).float()  # [N, V]

@@ -25,6 +25,14 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.block_table import BlockTables
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
+from mrv2_prof.runner.cudagraph_manager import (
+    FULL,
+    PIECEWISE,
+    BatchDescriptor,
+    CudaGraphManager,
+    GraphRunner,
+    plan_graphs,
+)
 from mrv2_prof.runner.input_batch import InputBatch
 from mrv2_prof.runner.kernel_set import resolve_kernels
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
@@ -70,6 +78,32 @@ def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
     return (engine_seed << 32) ^ zlib.crc32(req_id.encode())
 
 
+def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str | None) -> list[str]:
+    """The runner switches (besides CUDA graphs, see ``plan_graphs``) that cannot be honoured
+    with the ``kernels`` in use; ``kernels_note`` says why those differ from the request."""
+    unsupported = [kernels_note] if kernels_note else []
+    # Only a Triton kernel can dereference pinned host memory; the torch ops cannot.
+    if config.uva and kernels != "triton":
+        unsupported.append(
+            "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
+            "sampling parameters are copied to the device"
+        )
+    return unsupported
+
+
+def check_strict(config: RunnerConfig) -> None:
+    """What the runner would refuse under ``strict``, checked without building it (the CLI
+    runs this before it writes anything)."""
+    if not config.strict:
+        return
+    is_cuda = config.device != "cpu" and torch.cuda.is_available()
+    kernels, note = resolve_kernels(config.kernels, is_cuda)
+    unsupported = unsupported_switches(config, kernels.name, note)
+    if unsupported:
+        raise ConfigError(f"{unsupported[0]} (strict: true)")
+    plan_graphs(config, kernels.name, is_cuda)
+
+
 class ModelRunner:
     def __init__(
         self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
@@ -84,6 +118,9 @@ class ModelRunner:
         self.graph_mode_of_last_step = "none"
         self.kernels, kernels_note = resolve_kernels(config.kernels, self.is_cuda)
         self._check_switches(kernels_note)
+        self.graphs = CudaGraphManager(plan_graphs(config, self.kernels.name, self.is_cuda))
+        self.info.notes.extend(self.graphs.plan.notes)
+        self._graph_runner: GraphRunner | None = None
 
         t0 = time.perf_counter()
         self.model, self.model_args = load_model(
@@ -139,26 +176,10 @@ class ModelRunner:
     def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
         c = self.config
-        unsupported = [kernels_note] if kernels_note else []
         if c.device == "auto" and not self.is_cuda:
             self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
-        if c.cudagraph_mode == "none":
-            self._graph_reason = "cudagraph_mode is none"
-        elif not self.is_cuda:
-            self._graph_reason = "CUDA graphs need a CUDA device"
-        else:
-            self._graph_reason = "no CUDA graph manager in this build"
-        # Only a Triton kernel can dereference pinned host memory; the torch ops cannot.
+        unsupported = unsupported_switches(c, self.kernels.name, kernels_note)
         self.uva = c.uva and self.kernels.name == "triton"
-        if c.uva and not self.uva:
-            unsupported.append(
-                "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
-                "sampling parameters are copied to the device"
-            )
-        if c.cudagraph_mode != "none":
-            unsupported.append(
-                f"runner.cudagraph_mode: {c.cudagraph_mode} is not available; running eagerly"
-            )
         if unsupported and c.strict:
             raise ConfigError(f"{unsupported[0]} (strict: true)")
         self.info.notes.extend(unsupported)
@@ -262,6 +283,29 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         self.info.warmup_s = time.perf_counter() - t0
 
+    def capture_graphs(self) -> None:
+        """Capture the planned CUDA graphs (after the KV cache and the warm-up); each capture
+        is reported to the probe with its seconds and pool memory."""
+        plan = self.graphs.plan
+        if not (plan.full_sizes or plan.piecewise_sizes):
+            return
+        assert self.kv_caches is not None, "initialize_kv_cache() before capture_graphs()"
+        self._graph_runner = GraphRunner(
+            self.model,
+            self.kv_caches,
+            self.config.block_size,
+            self.config.max_num_blocks_per_req,
+            plan,
+        )
+        before = torch.cuda.memory_reserved(self.device)
+        p = self.probe
+        self.info.capture_s = self.graphs.capture(
+            self._graph_runner,
+            lambda r: p.graph_capture(r.key, r.mode, r.num_tokens, r.capture_s, r.mem_bytes),
+        )
+        self.info.graph_memory_bytes = torch.cuda.memory_reserved(self.device) - before
+        self.info.num_graphs = len(self.graphs.captures)
+
     # ---- one step ------------------------------------------------------------------------------
     def execute_model(
         self, so: SchedulerOutput, dummy: bool = False, dummy_kv_cache: bool = False
@@ -293,20 +337,22 @@ class ModelRunner:
             batch, kv_caches = self._prepare_inputs(so), self.kv_caches
             assert kv_caches is not None, "initialize_kv_cache() before execute_model()"
             p.end(probes.PREPARE)
-            p.graph_dispatch(
-                batch.num_tokens,
-                batch.num_tokens,
-                self.config.cudagraph_mode,
-                "none",
-                False,
-                self._graph_reason,
-            )
+            d = self.graphs.dispatch(BatchDescriptor.of(batch.num_scheduled_tokens_np))
+            p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
+            self.graph_mode_of_last_step = d.mode
 
         p.begin(probes.FORWARD)
-        hidden = self.model(
-            batch.input_ids, batch.positions, kv_caches, batch.attn_metadata(self.config.block_size)
-        )  # [T, H]
-        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
+        meta = batch.attn_metadata(self.config.block_size)
+        if dummy or d.mode not in (FULL, PIECEWISE):
+            hidden = self.model(batch.input_ids, batch.positions, kv_caches, meta)  # [T, H]
+            logits = self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
+        elif d.mode == FULL:
+            logits = self._graph_runner.replay_full(d.key, batch)
+        else:
+            hidden = self._graph_runner.run_piecewise(d.key, batch, meta)
+            logits = self.model.compute_logits(hidden[batch.logits_indices])
+        if not dummy and d.hit:
+            self.graphs.count_replay(d)
         p.end(probes.FORWARD)
         p.begin(probes.SAMPLE)
         rs = self.req_states

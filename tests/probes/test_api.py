@@ -339,7 +339,7 @@ def record_events(p: RecordingProbe, n: int) -> None:
         p.begin(api.FORWARD)
         p.end(api.FORWARD)
         p.staged_write("block_table", 3, 12, 60, 2048)
-        p.graph_dispatch(8, 8, "none", "none", False, "cudagraph_mode is none")
+        p.graph_dispatch(8, 8, "none", "none", False, "mode none requested")
         p.sync("output_wait", SITE, 1500)
         p.token("req-1", 1 + i, 123456789, 17)
         if i % 10 == 9:
@@ -648,7 +648,7 @@ def test_engine_syncs_staged_writes_and_graph_dispatch(recorded):
         assert step_rows[step][0] <= t_ns <= step_rows[step][1]
 
     assert rows(t, "graph_dispatch") == [
-        (r.step, n, n, "none", "none", False, "cudagraph_mode is none")
+        (r.step, n, n, "none", "none", False, "mode none requested")
         for r in non_empty
         for n in [r.scheduler_output.total_num_scheduled_tokens]
     ]
