@@ -288,6 +288,9 @@ class GraphRunner(GraphBackend):
         return torch.cuda.graph_pool_handle()
 
     def memory_reserved(self) -> int:
+        """Reserved bytes net of the allocator's cache: live tensors plus the graph pools.
+        (Each capture empties the cache on entry, so raw reserved bytes can even fall.)"""
+        torch.cuda.empty_cache()
         return torch.cuda.memory_reserved(self.device)
 
     def synchronize(self) -> None:

@@ -297,13 +297,12 @@ class ModelRunner:
             self.config.max_num_blocks_per_req,
             plan,
         )
-        before = torch.cuda.memory_reserved(self.device)
         p = self.probe
         self.info.capture_s = self.graphs.capture(
             self._graph_runner,
             lambda r: p.graph_capture(r.key, r.mode, r.num_tokens, r.capture_s, r.mem_bytes),
         )
-        self.info.graph_memory_bytes = torch.cuda.memory_reserved(self.device) - before
+        self.info.graph_memory_bytes = sum(r.mem_bytes for r in self.graphs.captures)
         self.info.num_graphs = len(self.graphs.captures)
 
     # ---- one step ------------------------------------------------------------------------------

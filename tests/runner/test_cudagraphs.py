@@ -34,6 +34,7 @@ def graph_engine(**kw) -> Engine:
         max_model_len=256,
         num_kv_blocks=512,
         async_scheduling=False,
+        enable_prefix_caching=False,  # the tests count the tokens they schedule
     )
     config.update(kw)
     return Engine(RunnerConfig(**config), ModelSpec(preset="llama-tiny", dtype="float32"))
@@ -137,7 +138,7 @@ def test_graph_modes_give_the_eager_tokens_fp32(async_scheduling):
 
 
 def run_scenario(tmp_path: Path, name: str, *sets: str) -> tuple[Path, str]:
-    db = tmp_path / f"{name}.duckdb"
+    db = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}.duckdb"
     args = ["run", str(ROOT / "scenarios" / f"{name}.yaml"), "--headless", "--db", str(db)]
     for s in ("model.preset=llama-tiny", "runner.num_kv_blocks=4096", *sets):
         args += ["--set", s]
@@ -167,6 +168,8 @@ def test_a_decode_heavy_run_replays_full_graphs_for_every_decode_step(tmp_path):
         db, "SELECT count(*), sum(capture_s) FROM graph_captures WHERE run_id = ?", run_id
     )[0]
     assert n > 0 and total_s > 0
+    info = query(db, "SELECT info FROM runs WHERE run_id = ?", run_id)[0][0]
+    assert '"capture_s"' in info and '"graph_memory_bytes"' in info
 
 
 def test_a_prefill_heavy_run_uses_piecewise_for_mixed_steps_and_none_above(tmp_path):
