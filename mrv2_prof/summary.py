@@ -30,8 +30,16 @@ def _graphs(s: RunSummary) -> str:
     if s.graph_hit_rate is None:
         return "-"
     text = f"{100 * s.graph_hit_rate:.0f}% of steps replayed a graph"
+    if s.graph_hit_rate > 0:
+        text += " (" + ", ".join(f"{m} {n}" for m, n in s.graph_modes.items()) + ")"
     if s.graph_fallback_reason:
         text += f"; most fallbacks: {s.graph_fallback_reason}"
+    num_graphs = s.info.get("num_graphs", 0)
+    if num_graphs:
+        text += (
+            f"; {num_graphs} keys captured in {s.info.get('capture_s', 0):.1f} s, "
+            f"{format_bytes(s.info.get('graph_memory_bytes', 0))}"
+        )
     return text
 
 

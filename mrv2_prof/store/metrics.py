@@ -61,6 +61,7 @@ class RunSummary:
     sync_blocked_ms: float
     graph_hit_rate: float | None  # fraction of graph dispatches that hit; None without dispatches
     graph_fallback_reason: str | None  # the most frequent reason of the dispatches that missed
+    graph_modes: dict[str, int]  # steps per chosen mode (full, piecewise, none)
     info: dict[str, Any]
 
 
@@ -169,6 +170,13 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         "SELECT mode(reason) FROM graph_dispatch WHERE run_id = ? AND NOT hit",
         run_id,
     )
+    graph_modes = dict(
+        store.connection.execute(
+            "SELECT mode, count(*) FROM graph_dispatch WHERE run_id = ? GROUP BY mode "
+            "ORDER BY count(*) DESC, mode",
+            [run_id],
+        ).fetchall()
+    )
 
     return RunSummary(
         run_id=run_id,
@@ -196,5 +204,6 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         sync_blocked_ms=sync_blocked_ns / _NS_PER_MS,
         graph_hit_rate=graph_hit_rate,
         graph_fallback_reason=graph_fallback_reason,
+        graph_modes=graph_modes,
         info=json.loads(info_json) if info_json else {},
     )

@@ -81,7 +81,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     store.append(
         "abc123",
         "graph_dispatch",
-        {"step": [0, 1, 2, 3], "hit": [1, 1, 0, 1], "reason": ["a", "a", "prefill", "a"]},
+        {
+            "step": [0, 1, 2, 3],
+            "hit": [1, 1, 0, 1],
+            "mode": ["full", "piecewise", "none", "full"],
+            "reason": ["a", "a", "prefill", "a"],
+        },
     )
 
     # another run in the same file, with colliding request ids: must not leak into abc123
@@ -167,6 +172,7 @@ def test_run_summary_hand_worked(store: Store) -> None:
     assert s.sync_blocked_ms == pytest.approx(2.0)  # 1.5 ms + 0.5 ms
     assert s.graph_hit_rate == pytest.approx(0.75)  # 3 hits of 4 dispatches
     assert s.graph_fallback_reason == "prefill"  # the reason of the one miss, not of hits
+    assert s.graph_modes == {"full": 2, "none": 1, "piecewise": 1}  # by count, then name
 
 
 def test_run_summary_of_an_empty_run(store: Store) -> None:
@@ -179,7 +185,7 @@ def test_run_summary_of_an_empty_run(store: Store) -> None:
     none = Percentiles(p50=None, p90=None, p95=None, p99=None, mean=None, count=0)
     assert s.ttft_ms == s.tpot_ms == s.itl_ms == s.e2e_ms == none
     assert s.prefix_cache_hit_rate is None
-    assert s.graph_hit_rate is None
+    assert s.graph_hit_rate is None and s.graph_modes == {}
 
 
 def test_run_summary_unknown_run(store: Store) -> None:
