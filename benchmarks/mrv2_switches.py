@@ -3,7 +3,7 @@
 For each workload (decode-heavy, mixed prefill/decode) the same seeded requests run through the
 engine (no harness, no probe) under: the reference path (torch kernels, synchronous, dense
 writes, no UVA), the full MRV2 path (Triton kernels, async scheduling, staged writes, UVA), and the
-MRV2 path with one switch turned off at a time.
+MRV2 path with one switch turned off at a time; ``--cudagraph-mode`` adds CUDA graphs to all.
 
 Host time per step is the step's wall time minus its wait for sampled tokens. GPU idle between
 steps is measured with timing events the benchmark records (not the runner): one just before a
@@ -87,10 +87,11 @@ class GpuGaps:
         return self.spans[0][0].elapsed_time(self.spans[-1][1]) if self.spans else 0.0
 
 
-def run(variant: dict, workload: tuple, preset: str, seed: int = 0) -> dict:
+def run(variant: dict, workload: tuple, preset: str, graphs: str, seed: int = 0) -> dict:
     num_requests, (lo, hi), output_len, max_batched = workload
     config = RunnerConfig(
         device="cuda",
+        cudagraph_mode=graphs,
         max_num_seqs=256,
         max_num_batched_tokens=max_batched,
         max_model_len=hi + output_len + 1,
@@ -137,13 +138,19 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--repeats", type=int, default=3, help="runs per Triton variant")
+    ap.add_argument(
+        "--cudagraph-mode",
+        default="none",
+        choices=["none", "piecewise", "full", "full_and_piecewise"],
+        help="CUDA graphs for every variant (default: none, eager)",
+    )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("mrv2_switches: needs a CUDA device")
     results = []
     for wname in args.workloads:
-        run(MRV2, WORKLOADS[wname], args.preset)  # untimed: compiles
+        run(MRV2, WORKLOADS[wname], args.preset, args.cudagraph_mode)  # untimed: compiles
         gc.collect()
         runs: dict[str, list[dict]] = {v: [] for v in args.variants}
         for rep in range(args.repeats):
@@ -154,7 +161,9 @@ def main() -> None:
             for vname in order:
                 if rep and VARIANTS[vname]["kernels"] == "torch":
                     continue
-                runs[vname].append(run(VARIANTS[vname], WORKLOADS[wname], args.preset))
+                runs[vname].append(
+                    run(VARIANTS[vname], WORKLOADS[wname], args.preset, args.cudagraph_mode)
+                )
                 gc.collect()  # the timing wrappers make a cycle through the engine
                 torch.cuda.empty_cache()
         for vname in args.variants:
@@ -183,6 +192,7 @@ def main() -> None:
         "python": platform.python_version(),
         "preset": args.preset,
         "workloads": {k: WORKLOADS[k] for k in args.workloads},
+        "cudagraph_mode": args.cudagraph_mode,
     }
     if args.out:
         with open(args.out, "w") as f:

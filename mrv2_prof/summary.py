@@ -29,7 +29,9 @@ def _pct_row(name: str, p: Percentiles) -> tuple[str, ...]:
 def _graphs(s: RunSummary) -> str:
     if s.graph_hit_rate is None:
         return "-"
-    text = f"{100 * s.graph_hit_rate:.0f}% of steps replayed a graph"
+    rate = 100 * s.graph_hit_rate
+    shown = f"{rate:.0f}" if rate in (0, 100) or 1 <= rate <= 99 else f"{rate:.1f}"
+    text = f"{shown}% of steps replayed a graph"
     if s.graph_hit_rate > 0:
         text += " (" + ", ".join(f"{m} {n}" for m, n in s.graph_modes.items()) + ")"
     if s.graph_fallback_reason:

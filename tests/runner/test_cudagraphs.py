@@ -74,9 +74,12 @@ def assert_close_same_argmax(got: torch.Tensor, want: torch.Tensor) -> None:
 
 def add_decoders(engine: Engine, n: int, tag: str) -> list[str]:
     ids = [f"{tag}{i}" for i in range(n)]
-    for i, rid in enumerate(ids):
+    reqs = [
         engine.add_request(rid, list(range(3 + i, 13 + 2 * i)), SamplingParams(max_tokens=50))
-    engine.step()  # their prefills
+        for i, rid in enumerate(ids)
+    ]
+    while any(r.num_output_tokens == 0 for r in reqs):  # their prefills (maybe chunked)
+        engine.step()
     return ids
 
 
