@@ -12,14 +12,13 @@ attention TFLOP/s (prefill). The batches and the reference come from the kernel'
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 
 import torch
 import triton
 import triton.testing
+from bench_io import write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
 from test_attention_triton import Batch, make_batch  # noqa: E402
@@ -138,16 +137,8 @@ def main() -> None:
             f"| {r['kv_gb_per_s']:.0f} | {r['tflop_per_s']:.1f} |"
         )
     if args.out:
-        meta = {
-            "device": device,
-            "host": platform.node(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "preset": args.preset,
-            "dtype": args.dtype,
-            "block_size": args.block_size,
-        }
-        Path(args.out).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+        meta = {"preset": args.preset, "dtype": args.dtype, "block_size": args.block_size}
+        write_results(args.out, meta, rows)
         print(f"\nwrote {args.out}")
 
 

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
-import time
 
 import numpy as np
 import torch
+from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.engine import Engine
@@ -128,18 +126,12 @@ def main() -> None:
         gc.collect()
         torch.cuda.empty_cache()
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
         "preset": args.preset,
         "hbm_bytes_per_s": bw,
         "prompt_len": PROMPT,
         "output_len": OUTPUT,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+    write_results(args.out, meta, results)
 
 
 if __name__ == "__main__":

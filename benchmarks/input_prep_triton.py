@@ -14,8 +14,6 @@ and host enqueue time (median wall time of one call, no sync).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +22,7 @@ import numpy as np
 import torch
 import triton
 import triton.testing
+from bench_io import write_results
 
 from mrv2_prof.runner.input_batch import prepare_inputs_ref
 from mrv2_prof.runner.input_batch_triton import prepare_inputs_triton
@@ -157,19 +156,12 @@ def main() -> None:
             f"{r['host_enqueue_us_p50']:.1f} | {base / r['device_us_p50']:.2f}x |"
         )
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
         "num_slots": NUM_SLOTS,
         "max_model_len": MAX_MODEL_LEN,
         "block_size": BLOCK_SIZE,
         "seed": args.seed,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+    write_results(args.out, meta, results)
 
 
 if __name__ == "__main__":

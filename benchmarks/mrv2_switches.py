@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
 import time
 
 import numpy as np
 import torch
+from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.engine import Engine
@@ -186,17 +185,11 @@ def main() -> None:
                 flush=True,
             )
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
         "preset": args.preset,
         "workloads": {k: WORKLOADS[k] for k in args.workloads},
         "cudagraph_mode": args.cudagraph_mode,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+    write_results(args.out, meta, results)
 
 
 if __name__ == "__main__":

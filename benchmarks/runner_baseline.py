@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import platform
-import time
 
 import torch
 from baseline_workload import QuickstartWorkload, run_workload
+from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 
@@ -60,18 +58,8 @@ def main() -> None:
                 flush=True,
             )
             torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "preset": args.preset,
-        "prompt_len": args.prompt_len,
-        "output_len": args.output_len,
-    }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+    meta = {"preset": args.preset, "prompt_len": args.prompt_len, "output_len": args.output_len}
+    write_results(args.out, meta, results)
 
 
 if __name__ == "__main__":

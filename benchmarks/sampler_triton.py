@@ -14,13 +14,12 @@ kernels for several vocabulary split sizes.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 from collections.abc import Callable
 
 import torch
 import triton
+from bench_io import write_results
 
 from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata, sample
 from mrv2_prof.runner.sampler_triton import gumbel_argmax, sample_triton, top_k_top_p_threshold
@@ -159,16 +158,7 @@ def main() -> None:
         f"torch {torch.__version__}, triton {triton.__version__}\n"
     )
     print(markdown(rows, args.tune))
-    if args.out:
-        meta = {
-            "device": device,
-            "host": platform.node(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            **{k: v for k, v in vars(args).items() if k != "out"},
-        }
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": rows}, f, indent=2)
+    write_results(args.out, {k: v for k, v in vars(args).items() if k != "out"}, rows)
 
 
 if __name__ == "__main__":
