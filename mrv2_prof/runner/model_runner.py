@@ -322,6 +322,7 @@ class ModelRunner:
             batch, write_stats = self._dummy_batch(so), {}
         else:
             p.begin(probes.PREPARE)
+            self.graph_mode_of_last_step = "none"  # an empty step runs nothing
             self.req_states.begin_step()
             self._update_states(so)
             write_stats = self.req_states.apply_writes()

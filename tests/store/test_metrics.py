@@ -191,3 +191,25 @@ def test_run_summary_of_an_empty_run(store: Store) -> None:
 def test_run_summary_unknown_run(store: Store) -> None:
     with pytest.raises(StoreError, match="no run 'zzz999'"):
         run_summary(store, "zzz999")
+
+
+def test_summary_graph_line(store: Store) -> None:
+    """The summary's CUDA-graph line: share (never rounded to 100% when a step missed), the
+    mode mix, the usual fallback and the capture cost from runs.info."""
+    import dataclasses
+
+    from mrv2_prof.summary import _graphs
+
+    s = run_summary(store, "abc123")
+    assert _graphs(s) == (
+        "75% of steps replayed a graph (full 2, none 1, piecewise 1); most fallbacks: prefill"
+    )
+    info = {"num_graphs": 86, "capture_s": 3.86, "graph_memory_bytes": 126 * 2**20}
+    s = dataclasses.replace(s, graph_hit_rate=255 / 256, info=info)
+    text = _graphs(s)
+    assert text.startswith("99.6% of steps replayed a graph")
+    assert text.endswith("; 86 keys captured in 3.9 s, 126.0 MiB")
+    s = dataclasses.replace(s, graph_hit_rate=0.0, graph_fallback_reason="mode none requested")
+    assert _graphs(dataclasses.replace(s, info={})) == (
+        "0% of steps replayed a graph; most fallbacks: mode none requested"
+    )
