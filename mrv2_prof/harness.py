@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import platform
 import signal
+import sys
 import time
 import traceback
 from collections import deque
@@ -194,6 +196,7 @@ def _drive(engine, requests, probe, flush, emit, live: LiveStats, should_stop) -
                 seed=w.seed,
                 max_tokens=w.max_tokens,
                 logprobs=w.logprobs,
+                prompt_logprobs=w.prompt_logprobs,
                 ignore_eos=w.ignore_eos,
             )
             arrival_s = (t0 + round(w.arrival_s * 1e9)) / 1e9
@@ -231,8 +234,20 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError) else f"{type(exc).__name__}: {text}"
 
 
+def runner_process_main(job: RunJob, queue, stop_event) -> None:
+    """The target of the spawned runner process: ``runner_main``, then an exit that skips the
+    interpreter's teardown. By then everything is written and the outcome sent; tearing torch
+    and triton down only made some builds print native-extension leak reports (nanobind)."""
+    runner_main(job, queue, stop_event)
+    queue.close()
+    queue.join_thread()  # the outcome is through the pipe
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def runner_main(job: RunJob, queue, stop_event) -> None:
-    """Entry point of the spawned runner process."""
+    """The runner process's work (tests call it in-process)."""
     interrupted = _Interrupted()
     emit = queue.put
     try:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mrv2_prof.harness import Outcome, RunJob, runner_main
+from mrv2_prof.harness import Outcome, RunJob, runner_process_main
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
 
@@ -33,7 +33,9 @@ class RunnerProcess:
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
         self.stop_event = ctx.Event()
-        self.process = ctx.Process(target=runner_main, args=(job, self.queue, self.stop_event))
+        self.process = ctx.Process(
+            target=runner_process_main, args=(job, self.queue, self.stop_event)
+        )
         self.run_id: str | None = None
         self.facts: dict | None = None
         self.outcome: Outcome | None = None

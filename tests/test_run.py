@@ -126,6 +126,7 @@ def test_quickstart_end_to_end(tmp_path):
     proc = cli("run", str(QUICKSTART), "--db", str(db), "--headless")
     assert proc.returncode == 0, proc.stderr
     assert "TTFT" in proc.stdout and "completed" in proc.stdout
+    assert "leaked" not in proc.stderr  # the runner process exits without a noisy teardown
     rid = run_id_of(db)
     (status, error, name, device) = query(
         db, "SELECT status, error, scenario_name, device FROM runs WHERE run_id=?", rid
