@@ -204,6 +204,7 @@ class Sampling(_Section):
     top_k: Annotated[int, Field(ge=0)] = 0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     logprobs: Annotated[int, Field(ge=0)] = 0
+    prompt_logprobs: Annotated[int, Field(ge=0)] | None = None
     seed: int | None = None
 
 

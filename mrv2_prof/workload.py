@@ -30,7 +30,15 @@ from mrv2_prof.scenario import (
 
 _ARRIVALS, _PROMPT_LEN, _OUTPUT_LEN, _TOKENS, _PREFIX, _ABORTS, _TRACE_TOKENS = range(7)
 DEFAULT_NUM_REQUESTS = 16  # synthetic workloads without num_requests
-_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "logprobs", "seed", "ignore_eos")
+_SAMPLING_KEYS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "logprobs",
+    "prompt_logprobs",
+    "seed",
+    "ignore_eos",
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class WorkloadRequest:
     logprobs: int
     seed: int | None
     ignore_eos: bool
+    prompt_logprobs: int | None
     # None: runs to completion; k >= 1: the client aborts once k output tokens were emitted;
     # 0: aborted at arrival, before being scheduled.
     abort_after_tokens: int | None
@@ -86,6 +95,7 @@ def _sampling(section: WorkloadSection) -> dict[str, Any]:
         "top_k": s.top_k,
         "top_p": s.top_p,
         "logprobs": s.logprobs,
+        "prompt_logprobs": s.prompt_logprobs,
         "seed": s.seed,
         "ignore_eos": section.ignore_eos,
     }
@@ -218,6 +228,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_k": (lambda v: _is_int(v) and v >= 0, "must be an integer >= 0"),
     "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "must be in (0, 1]"),
     "logprobs": (lambda v: _is_int(v) and v >= 0, "must be an integer >= 0"),
+    "prompt_logprobs": (
+        lambda v: v is None or (_is_int(v) and v >= 0),
+        "must be an integer >= 0 or null",
+    ),
     "seed": (lambda v: v is None or _is_int(v), "must be an integer or null"),
     "ignore_eos": (lambda v: isinstance(v, bool), "must be true or false"),
 }

@@ -279,7 +279,8 @@ HAPPY = [
     {"id": "b", "arrival_s": 0.5, "prompt_token_ids": [1, 2, 3], "max_tokens": 4,
      "temperature": 0.7, "seed": None},
     "",
-    {"id": 7, "prompt_len": 5, "max_tokens": 2, "top_k": 3, "ignore_eos": False},
+    {"id": 7, "prompt_len": 5, "max_tokens": 2, "top_k": 3, "ignore_eos": False,
+     "prompt_logprobs": 1},
     {"arrival_s": 0.25, "prompt_len": 3, "max_tokens": 1, "top_p": 1, "logprobs": 0},
 ]  # fmt: skip
 SAMPLING = {"temperature": 0.3, "top_k": 0, "top_p": 0.9, "logprobs": 2, "seed": 11}
@@ -294,9 +295,11 @@ def test_trace_happy_path(tmp_path: Path) -> None:
     assert b == WorkloadRequest(
         req_id="b", arrival_s=0.5, prompt_token_ids=(1, 2, 3), max_tokens=4, temperature=0.7,
         top_k=0, top_p=0.9, logprobs=2, seed=None, ignore_eos=True, abort_after_tokens=None,
+        prompt_logprobs=None,
     )  # fmt: skip
     assert (seven.arrival_s, seven.max_tokens, seven.top_k, seven.ignore_eos) == (0, 2, 3, False)
     assert (seven.temperature, seven.seed, seven.logprobs) == (0.3, 11, 2)
+    assert (seven.prompt_logprobs, four.prompt_logprobs) == (1, None)
     assert (four.top_p, four.logprobs, four.max_tokens) == (1.0, 0, 1)
     assert len(seven.prompt_token_ids) == 5 and len(four.prompt_token_ids) == 3
     assert all(0 <= t < VOCAB for t in seven.prompt_token_ids + four.prompt_token_ids)
@@ -367,6 +370,8 @@ BAD_TRACES = [
     ([OK, line(prompt="hi")], "line 2", "prompt: unknown key"),
     ([OK, {"prompt_len": 3}], "line 2", "max_tokens: required"),
     ([line(max_tokens=0)], "line 1", "max_tokens: must be an integer >= 1, got 0"),
+    ([line(prompt_logprobs=-1)], "line 1",
+     "prompt_logprobs: must be an integer >= 0 or null, got -1"),
     ([line(max_tokens="5")], "line 1", 'max_tokens: must be an integer >= 1, got "5"'),
     ([line(max_tokens=True)], "line 1", "max_tokens: must be an integer >= 1, got true"),
     ([line(prompt_token_ids=[1])], "line 1",

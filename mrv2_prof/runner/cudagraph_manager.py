@@ -200,12 +200,15 @@ class CudaGraphManager:
                 on_capture(record)
         return time.perf_counter() - t_start
 
-    def dispatch(self, batch: BatchDescriptor) -> Decision:
+    def dispatch(self, batch: BatchDescriptor, needs_hidden: bool = False) -> Decision:
         """FULL if a captured size holds this uniform decode batch, else PIECEWISE if one holds
-        its tokens, else NONE; the reason names what ruled out the better modes."""
+        its tokens, else NONE; the reason names what ruled out the better modes.
+        ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits)."""
         n = batch.num_tokens
         requested = self.plan.requested
         why_not_full = self._why_not_full(batch)
+        if why_not_full is None and needs_hidden:
+            why_not_full = "prompt logprobs need every hidden state"
         if why_not_full is None:
             key = self.full_keys[bisect.bisect_left(self.full_keys, n)]
             return Decision(requested, FULL, key, n, key, f"uniform decode, {n} → {key}")

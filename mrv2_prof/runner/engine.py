@@ -141,7 +141,9 @@ class Engine:
         out = self.runner.wait_output(done[1]) if done is not None else ModelRunnerOutput([], [])
         p.begin(probes.UPDATE)
         updated = (
-            self.scheduler.update_from_output(done[0], out.sampled_token_ids, out.logprobs)
+            self.scheduler.update_from_output(
+                done[0], out.sampled_token_ids, out.logprobs, out.prompt_logprobs
+            )
             if done is not None
             else []
         )

@@ -37,6 +37,12 @@ from mrv2_prof.runner.input_batch import InputBatch
 from mrv2_prof.runner.kernel_set import resolve_kernels
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.model_loader import load_model
+from mrv2_prof.runner.prompt_logprobs import (
+    PromptLogprobsPlan,
+    compute_prompt_logprobs,
+    plan_prompt_logprobs,
+    split_by_request,
+)
 from mrv2_prof.runner.request_states import RequestStates
 from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.scheduler import SchedulerOutput
@@ -51,6 +57,8 @@ class ModelRunnerOutput:
     logprobs: list[list[tuple[int, float]]] | None = None
     write_stats: dict[str, WriteStats] = field(default_factory=dict)
     output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
+    # req_id -> (first position, per position [(prompt token, lp), (top-1, lp), ...])
+    prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float]]]]] | None = None
 
 
 @dataclass
@@ -63,6 +71,9 @@ class PendingOutput:
     logprob_token_ids: torch.Tensor | None = None
     logprobs: torch.Tensor | None = None
     num_logprobs: np.ndarray | None = None  # [B] requested per row
+    prompt_plan: PromptLogprobsPlan | None = None
+    prompt_ids: torch.Tensor | None = None  # [R, 1 + k] (host after the copy)
+    prompt_lps: torch.Tensor | None = None
     ready: torch.cuda.Event | None = None  # recorded after the copies (CUDA)
     dummy: bool = False
 
@@ -121,6 +132,8 @@ class ModelRunner:
         self.graphs = CudaGraphManager(plan_graphs(config, self.kernels.name, self.is_cuda))
         self.info.notes.extend(self.graphs.plan.notes)
         self._graph_runner: GraphRunner | None = None
+        # req_id -> (top-k, prompt token ids) of the requests that asked for prompt logprobs
+        self._prompt_logprobs: dict[str, tuple[int, np.ndarray]] = {}
 
         t0 = time.perf_counter()
         self.model, self.model_args = load_model(
@@ -336,8 +349,18 @@ class ModelRunner:
                 return PendingOutput(None, write_stats)
             batch, kv_caches = self._prepare_inputs(so), self.kv_caches
             assert kv_caches is not None, "initialize_kv_cache() before execute_model()"
+            plan = None
+            if self._prompt_logprobs:
+                plan = plan_prompt_logprobs(
+                    batch.req_ids,
+                    batch.query_start_loc_np,
+                    batch.seq_lens_np,
+                    self._prompt_logprobs,
+                )
             p.end(probes.PREPARE)
-            d = self.graphs.dispatch(BatchDescriptor.of(batch.num_scheduled_tokens_np))
+            d = self.graphs.dispatch(
+                BatchDescriptor.of(batch.num_scheduled_tokens_np), needs_hidden=plan is not None
+            )
             p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
             self.graph_mode_of_last_step = d.mode
 
@@ -353,6 +376,12 @@ class ModelRunner:
             logits = self.model.compute_logits(hidden[batch.logits_indices])
         if not dummy and d.hit:
             self.graphs.count_replay(d)
+        prompt_out = None
+        if not dummy and plan is not None:
+            rows, targets = (self._to_device(a) for a in (plan.rows, plan.targets))
+            prompt_out = compute_prompt_logprobs(
+                self.model.compute_logits, hidden, rows, targets, plan.num_top
+            )
         p.end(probes.FORWARD)
         p.begin(probes.SAMPLE)
         rs = self.req_states
@@ -381,13 +410,30 @@ class ModelRunner:
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
         if self.config.staged_writes:
             rs.num_computed_tokens.gpu.index_add_(0, slots, batch.num_scheduled_tokens)
-        return self._queue_output(batch, out, write_stats, num_logprobs)
+        pending = self._queue_output(batch, out, write_stats, num_logprobs)
+        if prompt_out is not None:
+            pending.prompt_plan = plan
+            pending.prompt_ids, pending.prompt_lps = (
+                t.to("cpu", non_blocking=True) for t in prompt_out
+            )
+            if pending.ready is not None:
+                pending.ready.record()  # after these copies too
+        return pending
+
+    def _to_device(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(a)
+        return t.pin_memory().to(self.device, non_blocking=True) if self.is_cuda else t
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states
         for req_id in so.finished_req_ids:
             rs.remove_request(req_id)
+            self._prompt_logprobs.pop(req_id, None)
         for new in so.scheduled_new_reqs:
+            k = new.sampling_params.prompt_logprobs
+            if k is not None:
+                prompt = np.asarray(new.token_ids[: new.num_prompt_tokens], dtype=np.int64)
+                self._prompt_logprobs[new.req_id] = (k, prompt)
             seed = request_seed(self.config.seed, new.req_id, new.sampling_params.seed)
             slot = rs.add_request(
                 new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
@@ -527,6 +573,16 @@ class ModelRunner:
                 list(zip(ids_l[b][: 1 + counts[b]], lp_l[b][: 1 + counts[b]], strict=True))
                 for b in range(batch.num_reqs)
             ]
+        prompt_logprobs = None
+        if pending.prompt_plan is not None:
+            prompt_logprobs = split_by_request(
+                pending.prompt_plan, pending.prompt_ids.tolist(), pending.prompt_lps.tolist()
+            )
         return ModelRunnerOutput(
-            batch.req_ids, tokens, logprobs, pending.write_stats, output_wait_ns=wait_ns
+            batch.req_ids,
+            tokens,
+            logprobs,
+            pending.write_stats,
+            output_wait_ns=wait_ns,
+            prompt_logprobs=prompt_logprobs,
         )

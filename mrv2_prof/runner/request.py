@@ -16,6 +16,7 @@ class SamplingParams:
     seed: int | None = None  # None: derived from the engine seed and the request id
     max_tokens: int = 16
     logprobs: int = 0  # top-k logprobs to return per output token
+    prompt_logprobs: int | None = None  # None: off; k: each prompt token's logprob + top-k
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
 
@@ -30,6 +31,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.logprobs < 0:
             raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs must be >= 0, got {self.prompt_logprobs}")
 
 
 class RequestStatus(enum.Enum):
@@ -68,6 +71,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     output_token_ids: list[int] = field(default_factory=list)
     output_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # prompt_logprobs[i]: prompt token i + 1 and the top-k, given prompt tokens 0..i
+    prompt_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     all_token_ids: list[int] = field(init=False)
     num_computed_tokens: int = 0
     # Async scheduling: tokens sampled by steps still in flight (known to the GPU, not yet here).

@@ -34,6 +34,7 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: list[int]
     num_computed_tokens: int  # prefix-cache hit
+    num_prompt_tokens: int = 0  # of token_ids, the original prompt (the rest: earlier outputs)
 
 
 @dataclass
@@ -182,7 +183,10 @@ class Scheduler:
             if len(self.running) >= self.max_num_seqs:
                 break
             request = self.waiting[0][3]
-            cached_blocks, num_cached = self.kv.get_computed_blocks(request)
+            if request.sampling_params.prompt_logprobs is None:
+                cached_blocks, num_cached = self.kv.get_computed_blocks(request)
+            else:  # every prompt position must be computed for its logprobs
+                cached_blocks, num_cached = [], 0
             num_new = min(request.num_tokens - num_cached, budget)
             blocks = self.kv.allocate_slots(request, num_new, cached_blocks, num_cached)
             if blocks is None:
@@ -201,6 +205,7 @@ class Scheduler:
                     sampling_params=request.sampling_params,
                     block_ids=cached_blocks + blocks,
                     num_computed_tokens=num_cached,
+                    num_prompt_tokens=request.num_prompt_tokens,
                 )
             )
             budget -= num_new
@@ -243,12 +248,19 @@ class Scheduler:
         scheduler_output: SchedulerOutput,
         sampled_token_ids: list[int],
         logprobs: list[list[tuple[int, float]]] | None = None,
+        prompt_logprobs: dict[str, tuple[int, list]] | None = None,
     ) -> list[Request]:
         """Append the token of each request that sampled in the step of ``scheduler_output``;
         return the requests that received a token (finished ones have ``is_finished``).
 
         With async scheduling this is the step before the one just scheduled: a request that
         finished or was aborted since has its token discarded."""
+        for rid, (start, entries) in (prompt_logprobs or {}).items():
+            request = self.requests.get(rid)
+            if request is not None:  # positions computed again after a preemption are known
+                known = len(request.prompt_logprobs) - start
+                assert known >= 0, f"{rid}: prompt logprobs from position {start} leave a gap"
+                request.prompt_logprobs.extend(entries[known:])
         updated = []
         sampling = scheduler_output.sampling_req_ids
         for b, rid in enumerate(scheduler_output.num_scheduled_tokens):

@@ -149,6 +149,13 @@ def test_dispatch_full_then_piecewise_then_none(batch, mode, key, reason):
     assert d.hit == (mode != "none") and d.requested == "full_and_piecewise"
 
 
+def test_a_step_that_needs_every_hidden_state_skips_full():
+    manager, _, _ = captured(plan_graphs(cfg(), "triton", is_cuda=True))
+    d = manager.dispatch(desc(1, 1, 1), needs_hidden=True)
+    assert (d.mode, d.key, d.reason) == ("piecewise", 4, "prompt logprobs need every hidden state")
+    assert manager.dispatch(desc(1, 1, 1)).mode == "full"
+
+
 def test_dispatch_reasons_when_a_mode_is_missing():
     piecewise_only, _, _ = captured(plan_graphs(cfg(cudagraph_mode="piecewise"), "triton", True))
     d = piecewise_only.dispatch(desc(1, 1))
