@@ -223,3 +223,23 @@ def test_strict_refuses_full_graphs_with_the_torch_attention(tmp_path):
     assert "runner.cudagraph_mode: full needs the Triton attention" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_prompt_logprobs_with_graphs_equal_eager_fp32():
+    """Steps with prompt logprobs leave FULL for PIECEWISE (or eager) and give eager's values."""
+    prompts = {f"q{i}": list(range(5 + i, 60 + 7 * i)) for i in range(3)}
+    out = {}
+    for mode in ("none", "full_and_piecewise"):
+        engine = graph_engine(cudagraph_mode=mode, max_num_batched_tokens=64)
+        reqs = {
+            rid: engine.add_request(rid, ids, SamplingParams(max_tokens=4, prompt_logprobs=2))
+            for rid, ids in prompts.items()
+        }
+        while engine.has_unfinished_requests():
+            engine.step()
+        out[mode] = {rid: r.prompt_logprobs for rid, r in reqs.items()}
+        assert all(len(out[mode][rid]) == len(ids) - 1 for rid, ids in prompts.items())
+    for rid in prompts:
+        for got, want in zip(out["full_and_piecewise"][rid], out["none"][rid], strict=True):
+            assert [t for t, _ in got] == [t for t, _ in want]
+            assert [lp for _, lp in got] == pytest.approx([lp for _, lp in want], abs=1e-5)
