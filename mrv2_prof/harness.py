@@ -292,7 +292,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         started_ns=time.perf_counter_ns(),
     )
     emit(("begun", run_id))
-    probe = RecordingProbe()
+    probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
     outcome = Outcome(run_id, "failed")
     engine = None
     writer: BackgroundWriter | None = None
@@ -337,6 +337,8 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             "num_requests": len(requests),
             "notes": list(info.notes) + unavailable_probe_notes(scenario.probes.model_dump()),
         }
+        if nvtx_anchor_ns is not None:
+            outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
@@ -367,6 +369,21 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome
+
+
+def _make_probe(nvtx: bool, run_id: str) -> tuple[RecordingProbe, int | None]:
+    """The run's probe: NVTX ranges as well when asked for and the package is there (else the
+    run carries a note). Returns the probe and the ``perf_counter_ns`` of the NVTX start mark."""
+    if nvtx:
+        try:
+            from mrv2_prof.probes.nvtx_ranges import NvtxRecordingProbe
+
+            probe = NvtxRecordingProbe()
+        except ImportError:
+            pass
+        else:
+            return probe, probe.mark_run_start(run_id)
+    return RecordingProbe(), None
 
 
 def _close_unfinished(engine, probe: RecordingProbe) -> None:

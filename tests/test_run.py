@@ -327,7 +327,11 @@ BAD_SCENARIOS = [
     ({}, ["runner.async_scheduling=maybe"], "runner.async_scheduling"),
     ({}, ["runner.num_kv_blocks=2"], "runner.num_kv_blocks: 2 blocks of 16 tokens"),
     ({"matrix": {"runner.nope": [1, 2]}}, [], "matrix.runner.nope: unknown key"),
-    ({"probes.nvtx": True}, ["runner.strict=true"], "probes.nvtx: not recorded by this build"),
+    (
+        {"probes.cuda_events": True},
+        ["runner.strict=true"],
+        "probes.cuda_events: not recorded by this build",
+    ),
     (
         {"runner.cudagraph_mode": "full", "runner.device": "cpu"},
         ["runner.strict=true"],

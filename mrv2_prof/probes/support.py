@@ -7,11 +7,14 @@ never silently skipped: it becomes a note on the run, or an error under ``runner
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 # Recorded by every run regardless of the section: CPU-clock phase spans, steps, staged writes,
-# graph dispatch decisions, the explicit output wait, requests and tokens.
-AVAILABLE: frozenset[str] = frozenset()
+# graph dispatch decisions, the explicit output wait, requests and tokens. Of the switchable
+# probes, these are built (each may still need a package, see ``_missing_package``):
+AVAILABLE: frozenset[str] = frozenset({"nvtx"})
+_PACKAGES = {"nvtx": "nvtx"}
 
 _WHAT = {
     "nvtx": "NVTX ranges",
@@ -30,4 +33,11 @@ def unavailable_probe_notes(probes: dict[str, Any]) -> list[str]:
         wanted = bool(probes.get(key))
         if wanted and key not in AVAILABLE:
             notes.append(f"probes.{key}: not recorded by this build ({what})")
+        elif wanted and _missing_package(key):
+            notes.append(f"probes.{key}: needs the {_PACKAGES[key]} package ({what})")
     return notes
+
+
+def _missing_package(key: str) -> bool:
+    package = _PACKAGES.get(key)
+    return package is not None and importlib.util.find_spec(package) is None
