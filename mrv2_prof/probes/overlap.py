@@ -1,0 +1,89 @@
+"""CPU/GPU overlap and GPU bubbles per step, from the host spans and the GPU spans (DESIGN §4).
+
+All times are ``perf_counter_ns`` (GPU times already mapped onto the CPU clock). For step N:
+
+* host prep = from the start of its ``schedule`` to the end of enqueueing its GPU work
+  (``execute``);
+* GPU busy = from its first GPU operation to its last, or missing (-1) for a step that ran
+  nothing on the GPU (an empty step, a CPU run);
+* **overlap** of step N = the part of its host prep during which the GPU was busy with the
+  previous step that had GPU work, over its host prep; per run, hidden prep over all prep;
+* **bubble** before step N = max(0, GPU start of N − GPU end of that previous step). It is
+  *host-bound* when the host finished enqueueing step N after the GPU had finished the previous
+  step (the GPU waited for the host), *other* when the work was queued in time and the GPU was
+  idle for another reason.
+
+Steps without GPU data get no overlap and no bubble; the step after them measures against the
+last step that had GPU work, so the idle time across an empty step is not lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MISSING = -1  # a time that was not measured
+HOST_BOUND, OTHER = "host-bound", "other"
+
+
+@dataclass
+class StepOverlap:
+    overlap_frac: np.ndarray  # [N] float64, NaN where undefined
+    bubble_ns: np.ndarray  # [N] int64, -1 where undefined
+    bubble_kind: list[str | None]  # [N] host-bound | other | None
+
+
+def step_overlap(
+    prep_start_ns: np.ndarray,  # [N] start of schedule
+    enqueue_end_ns: np.ndarray,  # [N] end of enqueueing (execute)
+    gpu_start_ns: np.ndarray,  # [N] first GPU operation, -1 if none
+    gpu_end_ns: np.ndarray,  # [N] last GPU operation, -1 if none
+) -> StepOverlap:
+    n = len(prep_start_ns)
+    overlap = np.full(n, np.nan)
+    bubble = np.full(n, MISSING, dtype=np.int64)
+    kind: list[str | None] = [None] * n
+    prev = None  # index of the last step with GPU work
+    for i in range(n):
+        has_gpu = gpu_start_ns[i] != MISSING and gpu_end_ns[i] != MISSING
+        if prev is not None and has_gpu:
+            prep = enqueue_end_ns[i] - prep_start_ns[i]
+            if prep > 0:
+                lo = max(prep_start_ns[i], gpu_start_ns[prev])
+                hi = min(enqueue_end_ns[i], gpu_end_ns[prev])
+                overlap[i] = max(0, hi - lo) / prep
+            bubble[i] = max(0, gpu_start_ns[i] - gpu_end_ns[prev])
+            if bubble[i] > 0:
+                kind[i] = HOST_BOUND if enqueue_end_ns[i] > gpu_end_ns[prev] else OTHER
+        if has_gpu:
+            prev = i
+    return StepOverlap(overlap, bubble, kind)
+
+
+@dataclass
+class RunOverlap:
+    overlap: float | None  # hidden host prep / all host prep, over steps that have an overlap
+    bubble_ns: int  # all GPU idle time between steps
+    host_bound_bubble_ns: int
+    other_bubble_ns: int
+
+
+def run_overlap(
+    prep_start_ns: np.ndarray,
+    enqueue_end_ns: np.ndarray,
+    per_step: StepOverlap,
+) -> RunOverlap:
+    defined = ~np.isnan(per_step.overlap_frac)
+    prep = (enqueue_end_ns - prep_start_ns)[defined]
+    hidden = (per_step.overlap_frac[defined] * prep).sum()
+    bubbles = np.where(per_step.bubble_ns > 0, per_step.bubble_ns, 0)
+    kinds = per_step.bubble_kind
+    host = sum(int(b) for b, k in zip(bubbles, kinds, strict=True) if k == HOST_BOUND)
+    total = int(bubbles.sum())
+    return RunOverlap(
+        overlap=float(hidden / prep.sum()) if prep.sum() > 0 else None,
+        bubble_ns=total,
+        host_bound_bubble_ns=host,
+        other_bubble_ns=total - host,
+    )
