@@ -5,10 +5,15 @@ parent only reads small messages from a queue: the live dashboard (``tui``) or a
 bar renders them. Ctrl-C (SIGINT) or ``q`` asks the runner to stop between two steps; it then
 flushes everything and marks the run ``aborted``. A second Ctrl-C terminates it; a runner that
 dies without saying so has its run row marked ``failed`` by the parent.
+
+NVML telemetry (``probes.nvml_hz``) is sampled here, in the parent, from the moment the runner
+reports it started until it is done; the samples (or the note saying why there are none) are
+written to the run once the runner has closed the database.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import queue as queue_mod
 import signal
@@ -19,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mrv2_prof.harness import Outcome, RunJob, runner_process_main
+from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
 
@@ -42,6 +48,9 @@ class RunnerProcess:
         self.interrupted = False
         self.on_started: Callable[[dict], None] | None = None
         self._latest: Snapshot | None = None
+        self.nvml_hz = float(job.scenario.get("probes", {}).get("nvml_hz", 0) or 0)
+        self.nvml: NvmlSampler | None = None
+        self._nvml_note: str | None = None
 
     def start(self) -> None:
         self.process.start()
@@ -52,6 +61,7 @@ class RunnerProcess:
             self.run_id = payload
         elif kind == "started":
             self.facts = payload
+            self._start_nvml(payload)
             if self.on_started is not None:
                 self.on_started(payload)
         elif kind == "snapshot":
@@ -100,6 +110,34 @@ class RunnerProcess:
     def done(self) -> bool:
         return self.outcome is not None
 
+    # ---- NVML -----------------------------------------------------------------------------------
+    def _start_nvml(self, facts: dict) -> None:
+        if self.nvml_hz <= 0:
+            return
+        sampler = NvmlSampler(self.nvml_hz, str(facts.get("device", "cpu")))
+        if sampler.start():
+            self.nvml = sampler
+        else:
+            self._nvml_note = sampler.note
+            facts["notes"] = [*facts.get("notes", []), sampler.note]
+
+    def _finish_nvml(self) -> None:
+        """After the runner exited: store the samples, or the note of why there are none."""
+        samples = self.nvml.stop() if self.nvml is not None else None
+        self.nvml = None
+        if self.run_id is None or (self._nvml_note is None and samples is None):
+            return
+        with Store.open(self.job.db_path) as store:
+            if samples is not None and len(samples["t_ns"]):
+                store.append(self.run_id, "gpu_samples", samples)
+            if self._nvml_note is not None:
+                row = store.connection.execute(
+                    "SELECT info FROM runs WHERE run_id = ?", [self.run_id]
+                ).fetchone()
+                info = json.loads(row[0]) if row and row[0] else {}
+                info["notes"] = [*info.get("notes", []), self._nvml_note]
+                store.update_run(self.run_id, info=info)
+
     # ---- SnapshotSource -------------------------------------------------------------------------
     def poll(self) -> tuple[Snapshot | None, bool]:
         self.pump()
@@ -116,6 +154,7 @@ class RunnerProcess:
         if self.process.is_alive():
             self.process.terminate()
             self.process.join()
+        self._finish_nvml()
         assert self.outcome is not None
         return self.outcome
 

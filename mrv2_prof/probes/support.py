@@ -13,8 +13,8 @@ from typing import Any
 # Recorded by every run regardless of the section: CPU-clock phase spans, steps, staged writes,
 # graph dispatch decisions, the explicit output wait, requests and tokens. Of the switchable
 # probes, these are built (each may still need a package, see ``_missing_package``):
-AVAILABLE: frozenset[str] = frozenset({"nvtx"})
-_PACKAGES = {"nvtx": "nvtx"}
+AVAILABLE: frozenset[str] = frozenset({"nvtx", "nvml_hz"})
+_PACKAGES = {"nvtx": ("nvtx", "nvtx"), "nvml_hz": ("pynvml", "nvidia-ml-py")}  # module, pip
 
 _WHAT = {
     "nvtx": "NVTX ranges",
@@ -34,10 +34,10 @@ def unavailable_probe_notes(probes: dict[str, Any]) -> list[str]:
         if wanted and key not in AVAILABLE:
             notes.append(f"probes.{key}: not recorded by this build ({what})")
         elif wanted and _missing_package(key):
-            notes.append(f"probes.{key}: needs the {_PACKAGES[key]} package ({what})")
+            notes.append(f"probes.{key}: needs the {_PACKAGES[key][1]} package ({what})")
     return notes
 
 
 def _missing_package(key: str) -> bool:
     package = _PACKAGES.get(key)
-    return package is not None and importlib.util.find_spec(package) is None
+    return package is not None and importlib.util.find_spec(package[0]) is None

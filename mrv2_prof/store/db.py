@@ -93,7 +93,9 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
         return
     if META_TABLE not in tables:
         raise not_ours
-    row = con.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchone()
+    # fetchall: a partly fetched result would block the connection's next register()
+    rows = con.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchall()
+    row = rows[0] if rows else None
     if row is None or not str(row[0]).isdigit():
         raise not_ours
     version = int(row[0])
@@ -310,7 +312,8 @@ class Store:
             row = self._con.execute(
                 "SELECT run_id FROM runs ORDER BY started_at DESC NULLS LAST, "
                 "started_ns DESC NULLS LAST, run_id DESC LIMIT 1"
-            ).fetchone()
+            ).fetchall()
+            row = row[0] if row else None
             if row is None:
                 raise StoreError(
                     f"no runs in {self.path} yet; start one with mrv2-prof run SCENARIO "

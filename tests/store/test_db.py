@@ -336,3 +336,20 @@ def test_resolve_and_list_runs(tmp_path: Path) -> None:
             "output_tokens": 11,
         }
         assert (runs[1]["num_requests"], runs[1]["output_tokens"]) == (0, 0)
+
+
+def test_append_right_after_reopening_an_existing_file(tmp_path: Path) -> None:
+    """Opening checks the schema version; that read must not leave the connection busy (the
+    parent appends NVML samples to a run the runner process wrote, right after opening)."""
+    path = tmp_path / "runs.duckdb"
+    with Store.open(path) as store:
+        _begin(store, "aaaaaa")
+    with Store.open(path) as store:
+        assert store.resolve_run("latest") == "aaaaaa"
+        assert store.append("aaaaaa", "gpu_samples", {"t_ns": [1, 2], "gpu_util": [5.0, 7.5]}) == 2
+    with Store.open(path) as store:
+        assert store.append("aaaaaa", "gpu_samples", {"t_ns": [3], "power_w": [300.0]}) == 1
+        rows = store.connection.execute(
+            "SELECT t_ns, gpu_util, power_w FROM gpu_samples ORDER BY t_ns"
+        ).fetchall()
+    assert rows == [(1, 5.0, None), (2, 7.5, None), (3, None, 300.0)]

@@ -1,0 +1,120 @@
+"""GPU telemetry from NVML, sampled by a thread of the parent process (never the runner's).
+
+At ``hz`` samples per second: GPU utilisation (%), memory used (bytes), power (W) and SM clock
+(MHz) of the GPU the run uses, each stamped with ``perf_counter_ns`` (the same monotonic clock
+as the runner process's records on this machine). Only device-wide queries: per-process ones
+are slow. A quantity this GPU does not report is NaN; NVML itself missing (no driver, a CPU
+machine, the package not installed) is one note, not an error.
+
+The GPU is found like CUDA finds it: the first entry of ``CUDA_VISIBLE_DEVICES`` (an index or a
+``GPU-…`` UUID) when set, else the device index of the run (``cuda:N``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz")
+
+
+class NvmlSampler:
+    def __init__(self, hz: float, device: str, nvml: Any | None = None) -> None:
+        self.hz = hz
+        self.device = device  # the run's torch device, e.g. "cuda:0"
+        self._nvml = nvml  # the pynvml module (tests pass a fake)
+        self._handle = None
+        self._rows: list[tuple[int, float, int, float, float]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.note: str | None = None  # why nothing is sampled
+
+    def start(self) -> bool:
+        """Open NVML and start sampling; False (with ``note`` set) when that is impossible."""
+        if not self.device.startswith("cuda"):
+            self.note = "probes.nvml_hz: the run is on the CPU; no GPU telemetry"
+            return False
+        try:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            self._handle = self._device_handle()
+        except Exception as exc:  # ImportError, NVMLError_*: reported, never raised
+            why = _one_line(exc)
+            self.note = f"probes.nvml_hz: NVML is not available ({why}); no GPU telemetry"
+            return False
+        self.sample()  # one sample at once, so even a short run has one
+        self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
+        self._thread.start()
+        return True
+
+    def _device_handle(self):
+        nvml = self._nvml
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        index = int(self.device.split(":")[1]) if ":" in self.device else 0
+        if visible.startswith("GPU-"):
+            return nvml.nvmlDeviceGetHandleByUUID(visible)
+        if visible.isdigit():
+            index = int(visible)
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+
+    def _loop(self) -> None:
+        period = 1.0 / self.hz
+        while not self._stop.wait(period):
+            self.sample()
+
+    def sample(self) -> None:
+        nvml, h = self._nvml, self._handle
+        row = (
+            perf_counter_ns(),
+            _read(lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)),
+            int(_read(lambda: nvml.nvmlDeviceGetMemoryInfo(h).used, -1)),
+            _read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+            _read(lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))),
+        )
+        with self._lock:
+            self._rows.append(row)
+
+    def latest(self) -> tuple[int, float, int, float, float] | None:
+        with self._lock:
+            return self._rows[-1] if self._rows else None
+
+    def stop(self) -> dict[str, np.ndarray]:
+        """Stop sampling; the samples as the ``gpu_samples`` columns (without ``run_id``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._handle is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()
+            self._handle = None
+        with self._lock:
+            rows, self._rows = self._rows, []
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(COLUMNS)
+        dtypes = (np.int64, np.float64, np.int64, np.float64, np.float64)
+        return {
+            name: np.array(col, dtype=dt)
+            for name, col, dt in zip(COLUMNS, cols, dtypes, strict=True)
+        }
+
+
+def _read(fn, missing: float = math.nan):
+    """One NVML query; a quantity this GPU does not report is ``missing``."""
+    try:
+        return fn()
+    except Exception:
+        return missing
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

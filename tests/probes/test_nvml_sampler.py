@@ -1,0 +1,154 @@
+"""NVML telemetry in the parent: samples from a fake NVML at the asked rate, the GPU picked as
+CUDA picks it, a missing NVML as one note, and the samples of a real run in ``gpu_samples``."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import duckdb
+import numpy as np
+import pytest
+
+from mrv2_prof import launcher
+from mrv2_prof.probes.nvml_sampler import COLUMNS, NvmlSampler
+
+
+class NotSupported(Exception):
+    pass
+
+
+class FakeNvml:
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, power_supported: bool = True) -> None:
+        self.power_supported = power_supported
+        self.opened = None
+        self.shut = False
+        self.reads = 0
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        self.opened = ("index", i)
+        return "h"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.opened = ("uuid", uuid)
+        return "h"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self.reads += 1
+        return SimpleNamespace(gpu=37, memory=5)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=12 * 2**30, total=80 * 2**30)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        if not self.power_supported:
+            raise NotSupported("power readings are not supported")
+        return 412_500  # mW
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return 1980
+
+
+def test_samples_at_the_asked_rate_with_the_gpu_values(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml = FakeNvml()
+    s = NvmlSampler(100, "cuda:1", nvml=nvml)
+    assert s.start() and s.note is None
+    time.sleep(0.3)
+    cols = s.stop()
+    assert nvml.opened == ("index", 1) and nvml.shut
+    n = len(cols["t_ns"])
+    assert 10 <= n <= 40  # ~30 at 100 Hz over 0.3 s, with slack for a busy machine
+    assert list(cols) == list(COLUMNS)
+    assert np.all(np.diff(cols["t_ns"]) > 0)
+    assert set(cols["gpu_util"]) == {37.0} and set(cols["sm_clock_mhz"]) == {1980.0}
+    assert set(cols["mem_used_bytes"]) == {12 * 2**30} and set(cols["power_w"]) == {412.5}
+    time.sleep(0.05)
+    assert nvml.reads == n  # stopped: no more reads
+
+
+def test_a_quantity_the_gpu_does_not_report_is_nan():
+    s = NvmlSampler(50, "cuda:0", nvml=FakeNvml(power_supported=False))
+    assert s.start()
+    cols = s.stop()
+    assert len(cols["t_ns"]) >= 1 and np.isnan(cols["power_w"]).all()
+    assert (cols["gpu_util"] == 37).all()
+
+
+@pytest.mark.parametrize(
+    "visible, device, opened",
+    [("3", "cuda:0", ("index", 3)), ("GPU-5e1d", "cuda:0", ("uuid", "GPU-5e1d")),
+     (None, "cuda:2", ("index", 2)), ("", "cuda", ("index", 0))],
+)  # fmt: skip
+def test_the_gpu_is_found_as_cuda_finds_it(monkeypatch, visible, device, opened):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    nvml = FakeNvml()
+    s = NvmlSampler(10, device, nvml=nvml)
+    assert s.start()
+    s.stop()
+    assert nvml.opened == opened
+
+
+def test_no_nvml_or_no_gpu_is_one_note():
+    cpu = NvmlSampler(20, "cpu")
+    assert not cpu.start() and cpu.note == "probes.nvml_hz: the run is on the CPU; no GPU telemetry"
+
+    class Broken(FakeNvml):
+        def nvmlInit(self):
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    s = NvmlSampler(20, "cuda:0", nvml=Broken())
+    assert not s.start()
+    assert s.note == (
+        "probes.nvml_hz: NVML is not available (NVML Shared Library Not Found); no GPU telemetry"
+    )
+    assert {k: len(v) for k, v in s.stop().items()} == dict.fromkeys(COLUMNS, 0)
+
+
+def test_a_run_stores_its_samples_or_the_note(quickstart_job, monkeypatch):
+    """A real runner process; the parent samples a fake GPU while it runs."""
+    monkeypatch.setattr(
+        launcher, "NvmlSampler", lambda hz, device: NvmlSampler(hz, "cuda:0", nvml=FakeNvml())
+    )
+    job = quickstart_job("probes.nvml_hz=50", "workload.num_requests=64")
+    runner = launcher.RunnerProcess(job)
+    runner.start()
+    outcome = runner.join()
+    assert outcome.status == "completed"
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        n, lo, hi, util = con.execute(
+            "SELECT count(*), min(t_ns), max(t_ns), avg(gpu_util) FROM gpu_samples "
+            "WHERE run_id = ?",
+            [outcome.run_id],
+        ).fetchone()
+        first_step, last_step = con.execute(
+            "SELECT min(cpu_start_ns), max(cpu_end_ns) FROM steps"
+        ).fetchone()
+    assert n >= 1 and util == 37.0
+    assert lo <= last_step and hi >= first_step  # the same clock as the runner's records
+
+    monkeypatch.undo()  # the real sampler: this run is on the CPU
+    job = quickstart_job("probes.nvml_hz=20", "workload.num_requests=2")
+    runner = launcher.RunnerProcess(job)
+    runner.start()
+    outcome = runner.join()
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        (info,) = con.execute("SELECT info FROM runs WHERE run_id = ?", [outcome.run_id]).fetchone()
+        (n,) = con.execute(
+            "SELECT count(*) FROM gpu_samples WHERE run_id = ?", [outcome.run_id]
+        ).fetchone()
+    assert n == 0
+    assert "probes.nvml_hz: the run is on the CPU; no GPU telemetry" in json.loads(info)["notes"]
