@@ -366,6 +366,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             flush()
             if writer is not None:
                 writer.close()  # everything drained is written before the run row is finished
+            if engine is not None and engine.runner.graphs.captures:
+                outcome.facts.update(engine.runner.graphs.usage())  # never-replayed graphs
+                store.update_run(run_id, info=outcome.facts)
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome

@@ -42,6 +42,13 @@ def _graphs(s: RunSummary) -> str:
             f"; {num_graphs} keys captured in {s.info.get('capture_s', 0):.1f} s, "
             f"{format_bytes(s.info.get('graph_memory_bytes', 0))}"
         )
+        replayed = s.info.get("graph_keys_replayed")
+        if replayed is not None:
+            text += (
+                f", {num_graphs - replayed} never replayed "
+                f"({s.info.get('unused_capture_s', 0):.1f} s, "
+                f"{format_bytes(s.info.get('unused_graph_bytes', 0))})"
+            )
     return text
 
 

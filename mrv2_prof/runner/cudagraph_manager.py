@@ -238,6 +238,17 @@ class CudaGraphManager:
         k = (decision.mode, decision.key)
         self.replays[k] = self.replays.get(k, 0) + 1
 
+    def usage(self) -> dict[str, float | int]:
+        """Captured keys against replayed ones, and what the never-replayed keys cost."""
+        unused = [r for r in self.captures if (r.mode, r.num_tokens) not in self.replays]
+        return {
+            "graph_keys_captured": len(self.captures),
+            "graph_keys_replayed": len(self.captures) - len(unused),
+            "graph_replays": sum(self.replays.values()),
+            "unused_capture_s": sum(r.capture_s for r in unused),
+            "unused_graph_bytes": sum(r.mem_bytes for r in unused),
+        }
+
 
 class GraphRunner(GraphBackend):
     """Static buffers, captured graphs and their replay for one model and KV cache (CUDA)."""

@@ -149,6 +149,22 @@ def test_dispatch_full_then_piecewise_then_none(batch, mode, key, reason):
     assert d.hit == (mode != "none") and d.requested == "full_and_piecewise"
 
 
+def test_usage_counts_the_graphs_never_replayed():
+    manager, _, seen = captured(plan_graphs(cfg(), "triton", is_cuda=True))
+    for batch in (desc(1, 1, 1), desc(1, 1, 1), desc(7, 1, 1), desc(1)):
+        manager.count_replay(manager.dispatch(batch))  # full:4 twice, piecewise:16, full:1
+    usage = manager.usage()
+    unused = [r for r in seen if r.key not in ("full:4", "piecewise:16", "full:1")]
+    assert usage == {
+        "graph_keys_captured": 12,
+        "graph_keys_replayed": 3,
+        "graph_replays": 4,
+        "unused_capture_s": sum(r.capture_s for r in unused),
+        "unused_graph_bytes": sum(r.mem_bytes for r in unused),
+    }
+    assert usage["unused_graph_bytes"] == 1024 * (16 + 8 + 2 + 32 + 24 + 8 + 4 + 2 + 1)
+
+
 def test_a_step_that_needs_every_hidden_state_skips_full():
     manager, _, _ = captured(plan_graphs(cfg(), "triton", is_cuda=True))
     d = manager.dispatch(desc(1, 1, 1), needs_hidden=True)

@@ -209,6 +209,9 @@ def test_summary_graph_line(store: Store) -> None:
     text = _graphs(s)
     assert text.startswith("99.6% of steps replayed a graph")
     assert text.endswith("; 86 keys captured in 3.9 s, 126.0 MiB")
+    info |= {"graph_keys_replayed": 2, "unused_capture_s": 3.5, "unused_graph_bytes": 2**20}
+    text = _graphs(dataclasses.replace(s, info=info))
+    assert text.endswith("126.0 MiB, 84 never replayed (3.5 s, 1.0 MiB)")
     s = dataclasses.replace(s, graph_hit_rate=0.0, graph_fallback_reason="mode none requested")
     assert _graphs(dataclasses.replace(s, info={})) == (
         "0% of steps replayed a graph; most fallbacks: mode none requested"
