@@ -34,7 +34,7 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: list[int]
     num_computed_tokens: int  # prefix-cache hit
-    num_prompt_tokens: int = 0  # of token_ids, the original prompt (the rest: earlier outputs)
+    num_prompt_tokens: int  # of token_ids, the original prompt (the rest: earlier outputs)
 
 
 @dataclass
