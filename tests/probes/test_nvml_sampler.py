@@ -152,3 +152,17 @@ def test_a_run_stores_its_samples_or_the_note(quickstart_job, monkeypatch):
         ).fetchone()
     assert n == 0
     assert "probes.nvml_hz: the run is on the CPU; no GPU telemetry" in json.loads(info)["notes"]
+
+
+def test_nvml_off_samples_nothing_and_says_nothing(quickstart_job, monkeypatch):
+    made = []
+    monkeypatch.setattr(launcher, "NvmlSampler", lambda *a: made.append(a))
+    job = quickstart_job("probes.nvml_hz=0", "workload.num_requests=2")
+    runner = launcher.RunnerProcess(job)
+    runner.start()
+    outcome = runner.join()
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        (info,) = con.execute("SELECT info FROM runs").fetchone()
+        (n,) = con.execute("SELECT count(*) FROM gpu_samples").fetchone()
+    assert outcome.status == "completed" and made == [] and n == 0
+    assert not any("nvml" in note for note in json.loads(info)["notes"])

@@ -145,3 +145,19 @@ def test_a_run_starts_with_the_alignment_mark(quickstart_job, monkeypatch):
     assert info["nvtx_anchor_ns"] == start[2] < first_step_ns
     assert not any(n.startswith("probes.nvtx") for n in info["notes"])
     assert len(ranges(domain.calls)) > 0 and len(PHASES) == len(NVTX_NAMES)
+
+
+def test_a_disabled_nvtx_probe_emits_nothing(quickstart_job, monkeypatch):
+    domain = FakeDomain()
+    monkeypatch.setattr(nvtx_ranges, "get_domain", lambda name="mrv2": domain)
+    job = quickstart_job("probes.nvtx=false", "workload.num_requests=2")
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        runner_main(job, queue.Queue(), threading.Event())
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        info = json.loads(con.execute("SELECT info FROM runs").fetchone()[0])
+        (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()
+    assert domain.calls == [] and "nvtx_anchor_ns" not in info
+    assert spans > 0  # the CPU spans are recorded regardless
