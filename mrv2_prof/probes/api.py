@@ -232,6 +232,12 @@ class RecordingProbe(Probe):
         b.graph_mode[i] = self.intern(graph_mode)
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
+        self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
+
+    def _step_recorded(
+        self, num_reqs: int, num_tokens: int, num_prefill_tokens: int, graph_mode: str
+    ) -> None:
+        """After a step's row: for subclasses that emit the step elsewhere too."""
 
     def begin(self, phase: int) -> None:
         self._open[phase] = perf_counter_ns()

@@ -93,29 +93,9 @@ class NvtxRecordingProbe(RecordingProbe):
         super().step_begin(step)
         self._push(STEP)
 
-    def step_end(
-        self,
-        num_reqs: int,
-        num_tokens: int,
-        num_prefill_tokens: int,
-        num_waiting: int,
-        num_running: int,
-        kv_used_blocks: int,
-        num_preempted: int,
-        output_wait_ns: int,
-        graph_mode: str,
+    def _step_recorded(
+        self, num_reqs: int, num_tokens: int, num_prefill_tokens: int, graph_mode: str
     ) -> None:
-        super().step_end(
-            num_reqs,
-            num_tokens,
-            num_prefill_tokens,
-            num_waiting,
-            num_running,
-            kv_used_blocks,
-            num_preempted,
-            output_wait_ns,
-            graph_mode,
-        )
         if self.active:
             self.domain.mark(
                 message=batch_shape(num_reqs, num_tokens, num_prefill_tokens, graph_mode),
