@@ -121,9 +121,13 @@ def test_embedded_quickstart_equals_the_shipped_file():
     assert shipped.model_dump() == load_quickstart().model_dump()
 
 
-def test_quickstart_end_to_end(tmp_path):
+@pytest.mark.parametrize("async_scheduling", ["false", "true"])
+def test_quickstart_end_to_end(tmp_path, async_scheduling):
+    """The shipped quickstart (synchronous), and the same with async scheduling: the same
+    contract and the same token ids as the synchronous engine on its own."""
     db = tmp_path / "runs.duckdb"
-    proc = cli("run", str(QUICKSTART), "--db", str(db), "--headless")
+    sets = ("--set", f"runner.async_scheduling={async_scheduling}")
+    proc = cli("run", str(QUICKSTART), "--db", str(db), "--headless", *sets)
     assert proc.returncode == 0, proc.stderr
     assert "TTFT" in proc.stdout and "completed" in proc.stdout
     assert "leaked" not in proc.stderr  # the runner process exits without a noisy teardown
