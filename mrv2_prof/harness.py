@@ -15,6 +15,7 @@ Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -34,6 +35,7 @@ from mrv2_prof import __version__
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import RecordingProbe
 from mrv2_prof.probes.support import unavailable_probe_notes
+from mrv2_prof.probes.sync_finder import SyncFinder
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
@@ -339,6 +341,11 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         }
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
+        find_syncs = scenario.probes.sync_finder and info.device.startswith("cuda")
+        if scenario.probes.sync_finder and not find_syncs:
+            outcome.facts["notes"].append(
+                "probes.sync_finder: the run is on the CPU; there are no CUDA syncs to find"
+            )
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
@@ -350,7 +357,8 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks)
         _to_arrow({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, _to_arrow).start()
-        done = _drive(engine, requests, probe, flush, emit, live, should_stop)
+        with SyncFinder(probe) if find_syncs else contextlib.nullcontext():
+            done = _drive(engine, requests, probe, flush, emit, live, should_stop)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
     except (ConfigError, CheckpointError, ScenarioError) as exc:

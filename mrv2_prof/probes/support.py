@@ -13,7 +13,7 @@ from typing import Any
 # Recorded by every run regardless of the section: CPU-clock phase spans, steps, staged writes,
 # graph dispatch decisions, the explicit output wait, requests and tokens. Of the switchable
 # probes, these are built (each may still need a package, see ``_missing_package``):
-AVAILABLE: frozenset[str] = frozenset({"nvtx", "nvml_hz"})
+AVAILABLE: frozenset[str] = frozenset({"nvtx", "nvml_hz", "sync_finder"})
 _PACKAGES = {"nvtx": ("nvtx", "nvtx"), "nvml_hz": ("pynvml", "nvidia-ml-py")}  # module, pip
 
 _WHAT = {

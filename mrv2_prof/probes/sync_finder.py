@@ -1,0 +1,84 @@
+"""Where the host waits for the GPU without meaning to: the sync-point finder.
+
+While a run's step loop runs, ``torch.cuda.set_sync_debug_mode('warn')`` makes every
+synchronising CUDA call (``.item()``, ``.tolist()`` or ``.cpu()`` of a device tensor, a blocking
+copy, ``torch.cuda.synchronize``) issue a warning. The finder catches each one and records it as
+a ``syncs`` row of kind ``implicit``: the step it happened in, and its site, the first stack frame
+inside ``mrv2_prof`` (``mrv2_prof/runner/sampler.py:123``), or the first outside torch when no
+project frame is on the stack. The runner's one designed wait lifts the debug mode around itself
+(``ModelRunner.wait_output``) and is recorded separately with its wait time (kind
+``output_wait``). The blocked time of an implicit sync is not known: ``blocked_ns`` is NULL.
+
+Sync debug mode cannot see everything (a non-blocking copy from pageable memory, for one); the
+copy audit covers those.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from time import perf_counter_ns
+from types import FrameType
+from typing import Any
+
+SYNC_MESSAGE = "called a synchronizing CUDA operation"
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mrv2_prof
+_ROOT = os.path.dirname(_PACKAGE_DIR)
+_THIS = os.path.abspath(__file__)
+
+
+def sync_site(frame: FrameType | None) -> str:
+    """``path:line`` of the first frame inside ``mrv2_prof`` (outside this module), walking
+    outwards from ``frame``; else of the first frame outside torch and the warnings module."""
+    fallback = None
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(_PACKAGE_DIR + os.sep) and path != _THIS:
+            return f"{os.path.relpath(path, _ROOT)}:{frame.f_lineno}"
+        if fallback is None and not _is_library(path):
+            fallback = f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return fallback or "<unknown>"
+
+
+def _is_library(path: str) -> bool:
+    return path == _THIS or f"{os.sep}torch{os.sep}" in path or path.endswith("warnings.py")
+
+
+class SyncFinder:
+    """A context manager around the step loop; ``probe.sync`` receives every implicit sync.
+
+    ``debug_mode=False`` leaves torch's setting alone and only catches the warnings (tests)."""
+
+    def __init__(self, probe: Any, debug_mode: bool = True) -> None:
+        self.probe = probe
+        self.debug_mode = debug_mode
+        self.count = 0
+
+    def __enter__(self) -> SyncFinder:
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.filterwarnings("always", message=SYNC_MESSAGE)  # every occurrence, not the first
+        self._show = warnings.showwarning
+        warnings.showwarning = self._on_warning
+        if self.debug_mode:
+            import torch
+
+            torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.debug_mode:
+            import torch
+
+            torch.cuda.set_sync_debug_mode(0)
+        warnings.showwarning = self._show
+        self._catch.__exit__(*exc)
+
+    def _on_warning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if SYNC_MESSAGE not in str(message):
+            self._show(message, category, filename, lineno, file, line)
+            return
+        self.count += 1
+        self.probe.sync("implicit", sync_site(sys._getframe(1)), -1, perf_counter_ns())
