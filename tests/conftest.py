@@ -99,3 +99,29 @@ def quickstart_job(tmp_path):
         return RunJob(data, scenario_yaml(data), s.name, None, str(tmp_path / "runs.duckdb"))
 
     return make
+
+
+@pytest.fixture
+def run_in_process(quickstart_job):
+    """Run the quickstart (``--set`` overrides) through ``runner_main`` in this process.
+    Returns the job and the messages it sent, in order."""
+    import queue
+    import signal
+    import threading
+
+    from mrv2_prof.harness import runner_main
+
+    def run(*sets: str):
+        job = quickstart_job(*sets)
+        messages: queue.Queue = queue.Queue()
+        sigint = signal.getsignal(signal.SIGINT)
+        try:
+            runner_main(job, messages, threading.Event())
+        finally:
+            signal.signal(signal.SIGINT, sigint)  # runner_main took SIGINT over, as in its process
+        sent = []
+        while not messages.empty():
+            sent.append(messages.get())
+        return job, sent
+
+    return run

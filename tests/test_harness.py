@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
-import threading
 import time
 
 import duckdb
 
-from mrv2_prof.harness import runner_main
 from mrv2_prof.launcher import RunnerProcess
 from mrv2_prof.runner.engine import Engine
 
 
-def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(quickstart_job, monkeypatch):
+def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(run_in_process, monkeypatch):
     original = Engine.step
 
     def failing_step(self):
@@ -25,16 +22,7 @@ def test_a_runner_crash_marks_the_run_failed_and_keeps_its_steps(quickstart_job,
         return original(self)
 
     monkeypatch.setattr(Engine, "step", failing_step)
-    job = quickstart_job()
-    messages: queue.Queue = queue.Queue()
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, messages, threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)  # runner_main took SIGINT over, as in its process
-    sent = []
-    while not messages.empty():
-        sent.append(messages.get())
+    job, sent = run_in_process()
     kinds = [k for k, _ in sent]
     assert kinds[0] == "begun" and kinds[-1] == "done" and "started" in kinds
     outcome = sent[-1][1]

@@ -6,15 +6,11 @@ probe records exactly what the plain recording probe records."""
 from __future__ import annotations
 
 import json
-import queue
-import signal
-import threading
 from types import SimpleNamespace
 
 import duckdb
 import pytest
 
-from mrv2_prof.harness import runner_main
 from mrv2_prof.probes import nvtx_ranges
 from mrv2_prof.probes.api import PHASES, RecordingProbe
 from mrv2_prof.probes.nvtx_ranges import (
@@ -126,16 +122,10 @@ def test_without_a_tool_attached_nothing_is_emitted_and_records_are_unchanged():
     assert list(a["steps"]["num_tokens"]) == list(b["steps"]["num_tokens"])
 
 
-def test_a_run_starts_with_the_alignment_mark(quickstart_job, monkeypatch):
+def test_a_run_starts_with_the_alignment_mark(run_in_process, monkeypatch):
     domain = FakeDomain()
     monkeypatch.setattr(nvtx_ranges, "get_domain", lambda name="mrv2": domain)
-    job = quickstart_job("probes.nvtx=true", "workload.num_requests=2")
-    messages: queue.Queue = queue.Queue()
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, messages, threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
+    job, _ = run_in_process("probes.nvtx=true", "workload.num_requests=2")
     with duckdb.connect(job.db_path, read_only=True) as con:
         run_id, info = con.execute("SELECT run_id, info FROM runs").fetchone()
         (first_step_ns,) = con.execute("SELECT min(cpu_start_ns) FROM steps").fetchone()
@@ -147,15 +137,10 @@ def test_a_run_starts_with_the_alignment_mark(quickstart_job, monkeypatch):
     assert len(ranges(domain.calls)) > 0 and len(PHASES) == len(NVTX_NAMES)
 
 
-def test_a_disabled_nvtx_probe_emits_nothing(quickstart_job, monkeypatch):
+def test_a_disabled_nvtx_probe_emits_nothing(run_in_process, monkeypatch):
     domain = FakeDomain()
     monkeypatch.setattr(nvtx_ranges, "get_domain", lambda name="mrv2": domain)
-    job = quickstart_job("probes.nvtx=false", "workload.num_requests=2")
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, queue.Queue(), threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
+    job, _ = run_in_process("probes.nvtx=false", "workload.num_requests=2")
     with duckdb.connect(job.db_path, read_only=True) as con:
         info = json.loads(con.execute("SELECT info FROM runs").fetchone()[0])
         (spans,) = con.execute("SELECT count(*) FROM spans").fetchone()

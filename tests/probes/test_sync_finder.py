@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import queue
-import signal
-import threading
 import warnings
 
 import duckdb
@@ -19,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.harness import runner_main
 from mrv2_prof.probes.api import RecordingProbe
 from mrv2_prof.probes.sync_finder import SYNC_MESSAGE, SyncFinder
 from mrv2_prof.runner import model_runner
@@ -84,13 +80,8 @@ def test_the_finder_catches_every_occurrence_and_restores_warnings():
     assert sites == {f"{__file__}:{plant.__code__.co_firstlineno + 1}"}
 
 
-def test_a_cpu_run_asking_for_the_finder_says_why_it_found_nothing(quickstart_job):
-    job = quickstart_job("probes.sync_finder=true", "workload.num_requests=2")
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, queue.Queue(), threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
+def test_a_cpu_run_asking_for_the_finder_says_why_it_found_nothing(run_in_process):
+    job, _ = run_in_process("probes.sync_finder=true", "workload.num_requests=2")
     with duckdb.connect(job.db_path, read_only=True) as con:
         info = json.loads(con.execute("SELECT info FROM runs").fetchone()[0])
         kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM syncs").fetchall()}
