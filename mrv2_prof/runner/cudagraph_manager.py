@@ -27,6 +27,7 @@ timed and measured per key.
 
 from __future__ import annotations
 
+import abc
 import bisect
 import time
 from collections.abc import Callable
@@ -147,14 +148,14 @@ class CaptureRecord:
     mem_bytes: int  # growth of the graph memory pool's reserved bytes
 
 
-class GraphBackend:
+class GraphBackend(abc.ABC):
     """What the manager needs from the runner: capture one key, measure memory."""
 
-    def capture_full(self, size: int, pool) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def capture_full(self, size: int, pool) -> None: ...
 
-    def capture_piecewise(self, size: int, pool) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def capture_piecewise(self, size: int, pool) -> None: ...
 
     def new_pool(self):
         return None
@@ -162,8 +163,8 @@ class GraphBackend:
     def memory_reserved(self) -> int:
         return 0
 
-    def synchronize(self) -> None:
-        pass
+    def synchronize(self) -> None:  # optional: by default there is nothing to wait for
+        return None
 
 
 @dataclass
