@@ -46,7 +46,7 @@ from mrv2_prof.runner.prompt_logprobs import (
 from mrv2_prof.runner.request_states import RequestStates
 from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.scheduler import SchedulerOutput
-from mrv2_prof.runner.staged_write import WriteStats
+from mrv2_prof.runner.staged_write import WriteStats, to_device
 from mrv2_prof.runner.uva import PINNED_RING_DEPTH, PinnedRing
 
 
@@ -378,7 +378,9 @@ class ModelRunner:
             self.graphs.count_replay(d)
         prompt_out = None
         if not dummy and plan is not None:
-            rows, targets = (self._to_device(a) for a in (plan.rows, plan.targets))
+            rows, targets = (
+                to_device(torch.from_numpy(a), self.device) for a in (plan.rows, plan.targets)
+            )
             prompt_out = compute_prompt_logprobs(
                 self.model.compute_logits, hidden, rows, targets, plan.num_top
             )
@@ -419,10 +421,6 @@ class ModelRunner:
             if pending.ready is not None:
                 pending.ready.record()  # after these copies too
         return pending
-
-    def _to_device(self, a: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(a)
-        return t.pin_memory().to(self.device, non_blocking=True) if self.is_cuda else t
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states

@@ -31,7 +31,7 @@ class WriteStats:
     dense_bytes: int
 
 
-def _to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Send a host tensor from a fresh pinned snapshot (no barrier needed: nothing reuses it)."""
     if device.type == "cpu":
         return host
@@ -123,7 +123,7 @@ class StagedWriteTensor:
             dense_bytes=self.dense_bytes,
         )
         self._rows, self._starts, self._values, self._spans = [], [], [], {}
-        buf = _to_device(torch.from_numpy(packed), self.device)
+        buf = to_device(torch.from_numpy(packed), self.device)
         self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 
