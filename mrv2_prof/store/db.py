@@ -25,6 +25,7 @@ from mrv2_prof.store.schema import (
     TABLES,
     quote,
     schema_ddl,
+    upgrade_ddl,
 )
 
 _COLUMN_TYPES = {table: dict(columns) for table, columns in TABLES.items()}
@@ -105,10 +106,31 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -
             f"expects ({SCHEMA_VERSION}); upgrade mrv2-prof to read it"
         )
     if version < SCHEMA_VERSION:
-        raise StoreError(
-            f"{path}: run database schema version {version} is older than this mrv2-prof "
-            f"expects ({SCHEMA_VERSION}); start a new file with --db NEW.duckdb"
-        )
+        if read_only:
+            raise _NeedsUpgrade(version)
+        _upgrade(con)
+
+
+class _NeedsUpgrade(Exception):
+    """A read-only open found an older schema: the file is upgraded by a writable open first."""
+
+
+def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
+    """Add what newer versions added (columns only; nothing is dropped or rewritten)."""
+    existing: dict[str, set[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() "
+        "WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall():
+        existing.setdefault(table, set()).add(column)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for statement in upgrade_ddl(existing):
+            con.execute(statement)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 def _to_json(value: Any) -> str | None:
@@ -142,6 +164,10 @@ class Store:
             raise _open_error(path, exc) from exc
         try:
             _check_schema(con, path, read_only)
+        except _NeedsUpgrade:
+            con.close()
+            Store.open(path).close()  # upgrade in place, then open read-only again
+            return cls.open(path, read_only=True)
         except BaseException:
             con.close()
             raise

@@ -6,7 +6,8 @@ docs are derived from it. Every timestamp is int64 ns of ``time.perf_counter_ns(
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 lacked the columns marked v2; opening such a file adds them (``upgrade_ddl``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -39,8 +40,11 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_prefill_tokens", "INTEGER"),
         ("num_decode_tokens", "INTEGER"),
         ("graph_mode", "VARCHAR"),
-        ("overlap_frac", "DOUBLE"),
-        ("bubble_ns", "BIGINT"),
+        ("overlap_frac", "DOUBLE"),  # hidden / host prep of this step (DESIGN §4), NULL w/o GPU
+        ("bubble_ns", "BIGINT"),  # GPU idle before this step, NULL without GPU times
+        ("bubble_kind", "VARCHAR"),  # v2: host_bound | other (NULL when bubble_ns is NULL)
+        ("host_prep_ns", "BIGINT"),  # v2: schedule start to end of enqueueing
+        ("hidden_prep_ns", "BIGINT"),  # v2: the part of it while the GPU ran the previous step
         ("output_wait_ns", "BIGINT"),
         ("num_waiting", "INTEGER"),
         ("num_running", "INTEGER"),
@@ -154,6 +158,24 @@ def table_ddl(table: str) -> str:
             sql_type += " PRIMARY KEY" if table == "runs" else " NOT NULL"
         cols.append(f"{quote(name)} {sql_type}")
     return f"CREATE TABLE {quote(table)} ({', '.join(cols)})"
+
+
+def upgrade_ddl(existing: dict[str, set[str]]) -> list[str]:
+    """ALTER statements adding the columns of ``TABLES`` an older file lacks (new tables too)."""
+    statements = []
+    for table, cols in TABLES.items():
+        if table not in existing:
+            statements.append(table_ddl(table))
+            continue
+        for name, sql_type in cols:
+            if name not in existing[table]:
+                statements.append(
+                    f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {sql_type}"
+                )
+    statements.append(
+        f"UPDATE {META_TABLE} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'"
+    )
+    return statements
 
 
 def schema_ddl() -> list[str]:

@@ -254,31 +254,46 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
     assert "does not exist; create it or pass a different --db" in _one_line(err)
 
 
-@pytest.mark.parametrize(
-    ("file_version", "expected"),
-    [
-        (
-            SCHEMA_VERSION + 1,
-            f"schema version {SCHEMA_VERSION + 1} is newer than this mrv2-prof expects "
-            f"({SCHEMA_VERSION}); upgrade mrv2-prof to read it",
-        ),
-        (
-            SCHEMA_VERSION - 1,
-            f"schema version {SCHEMA_VERSION - 1} is older than this mrv2-prof expects "
-            f"({SCHEMA_VERSION}); start a new file with --db NEW.duckdb",
-        ),
-    ],
-)
-def test_schema_version_mismatch(tmp_path: Path, file_version: int, expected: str) -> None:
+def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "runs.duckdb"
     Store.open(path).close()
     con = duckdb.connect(str(path))
-    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(file_version)])
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION + 1)])
     con.close()
     for read_only in (False, True):
         with pytest.raises(StoreError) as err:
             Store.open(path, read_only=read_only)
-        assert _one_line(err) == f"{path}: run database {expected}"
+        assert _one_line(err) == (
+            f"{path}: run database schema version {SCHEMA_VERSION + 1} is newer than this "
+            f"mrv2-prof expects ({SCHEMA_VERSION}); upgrade mrv2-prof to read it"
+        )
+
+
+V1_NEW_STEPS_COLUMNS = ("bubble_kind", "host_prep_ns", "hidden_prep_ns")
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_runs(
+    tmp_path: Path, read_only: bool
+) -> None:
+    path = tmp_path / "runs.duckdb"
+    with Store.open(path) as store:
+        _begin(store, "abc123")
+        store.append("abc123", "steps", {"step": [0, 1], "bubble_ns": [5, 7]})
+    con = duckdb.connect(str(path))  # make it look like a version 1 file
+    for column in V1_NEW_STEPS_COLUMNS:
+        con.execute(f"ALTER TABLE steps DROP COLUMN {column}")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    with Store.open(path, read_only=read_only) as store:
+        con = store.connection
+        assert con.execute("SELECT value FROM meta").fetchall() == [(str(SCHEMA_VERSION),)]
+        cols = [r[0] for r in con.execute("DESCRIBE steps").fetchall()]
+        assert sorted(cols) == sorted(name for name, _ in TABLES["steps"])  # added at the end
+        assert con.execute(
+            "SELECT step, bubble_ns, bubble_kind FROM steps ORDER BY step"
+        ).fetchall() == [(0, 5, None), (1, 7, None)]
+        assert store.resolve_run("latest") == "abc123"
 
 
 def test_new_run_id_is_short_hex_and_skips_existing(
