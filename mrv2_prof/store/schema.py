@@ -169,9 +169,7 @@ def upgrade_ddl(existing: dict[str, set[str]]) -> list[str]:
             continue
         for name, sql_type in cols:
             if name not in existing[table]:
-                statements.append(
-                    f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {sql_type}"
-                )
+                statements.append(f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {sql_type}")
     statements.append(
         f"UPDATE {META_TABLE} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'"
     )
