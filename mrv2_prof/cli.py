@@ -7,6 +7,7 @@ Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a ru
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ _WIDTH = None if sys.stdout.isatty() else 140
 err = Console(stderr=True, width=_WIDTH)
 out = Console(width=_WIDTH)
 
+NSYS_SESSION_ENV = "NSYS_PROFILING_SESSION_ID"  # set in processes Nsight Systems profiles
 DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
 
 
@@ -64,13 +66,20 @@ def _combo(base: Scenario, scenario: Scenario) -> dict[str, Any] | None:
 
 def _preflight(scenario: Scenario) -> None:
     """Checks that need the model's shape: done before anything is written."""
-    from mrv2_prof.probes.support import unavailable_probe_notes
+    from mrv2_prof.probes.support import cpu_probe_notes, unavailable_probe_notes
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model_loader import model_args_for
     from mrv2_prof.workload import build_workload
 
     config = scenario.runner_config()
+    if scenario.probes.kernel_trace and os.environ.get(NSYS_SESSION_ENV):
+        raise ConfigError(
+            "probes.kernel_trace: cannot run under Nsight Systems (CUPTI takes one subscriber); "
+            "set probes.kernel_trace: false and use mrv2-prof nsys import for the kernels"
+        )
     notes = unavailable_probe_notes(scenario.probes.model_dump())
+    if scenario.runner.strict and config.resolve_device().type != "cuda":
+        notes += cpu_probe_notes(scenario.probes.model_dump())
     if notes and scenario.runner.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
     if config.strict:

@@ -15,7 +15,6 @@ Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -26,6 +25,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,14 +34,16 @@ import pyarrow as pa
 from mrv2_prof import __version__
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
-from mrv2_prof.probes.sync_finder import SyncFinder
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 SNAPSHOT_INTERVAL_NS = 250_000_000
 FLUSH_INTERVAL_NS = 1_000_000_000
 _ITL_WINDOW = 8192  # live ITL percentiles cover the most recent gaps
+_TOP_SYNC_SITES = 5  # sites with the most syncs, in the snapshot
+_TOP_FALLBACK_REASONS = 3
 
 
 @dataclass(frozen=True)
@@ -105,19 +107,44 @@ def _to_arrow(batches: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, 
 
 
 class LiveStats:
-    """Running aggregates for the snapshot, updated from each step's result."""
+    """Running aggregates for the snapshot, updated from each step's result.
 
-    def __init__(self, run_id: str, label: str, num_requests: int, num_kv_blocks: int) -> None:
+    Sync points and graph dispatches come from the probe's buffers: after each step only the
+    rows added since the last look are counted, into a few counters keyed by the probe's interned
+    name ids (names are looked up at snapshot time). The harness's flush drains those buffers;
+    that shows as a different first row in the probe's step buffer, and counting starts again
+    at row 0. The probe is the engine's, found at the first snapshot unless passed here: rows
+    recorded before then are still in the buffers (the first flush comes later).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        label: str,
+        num_requests: int,
+        num_kv_blocks: int,
+        probe: RecordingProbe | None = None,
+    ) -> None:
         self.run_id, self.label = run_id, label
         self.num_requests, self.num_kv_blocks = num_requests, num_kv_blocks
         self.t0_ns = time.perf_counter_ns()
         self.steps = self.output_tokens = self.num_finished = self.num_aborted = 0
         self.staged_bytes = self.dense_bytes = 0
         self.ttft_ms: list[float] = []
+        self.tpot_ms: list[float] = []
         self.itl_ms = np.zeros(_ITL_WINDOW)
         self.num_itl = 0
+        self.first_token_ns: dict[str, int] = {}
         self.last_token_ns: dict[str, int] = {}
         self._last = (self.t0_ns, 0, 0)  # (t_ns, steps, output_tokens) at the last snapshot
+        self.probe = probe
+        self.num_syncs = self.sync_blocked_ns = 0
+        self.num_dispatches = self.num_graph_hits = 0
+        self._sync_sites: dict[int, int] = {}  # interned site -> syncs
+        self._graph_modes: dict[int, int] = {}  # interned chosen mode -> dispatches
+        self._fallbacks: dict[int, int] = {}  # interned reason -> dispatches without a graph
+        self._buffer_first_step = -1  # step of the probe's first buffered step row, last look
+        self._seen_syncs = self._seen_dispatches = 0  # buffered rows already counted
 
     def on_step(self, res, t_ns: int) -> None:
         self.steps += 1
@@ -130,20 +157,65 @@ class LiveStats:
             prev = self.last_token_ns.get(rid)
             if prev is None:
                 self.ttft_ms.append((t_ns - r.arrival_time * 1e9) / 1e6)
+                self.first_token_ns[rid] = t_ns
             else:
                 self.itl_ms[self.num_itl % _ITL_WINDOW] = (t_ns - prev) / 1e6
                 self.num_itl += 1
             if r.is_finished:
                 self.last_token_ns.pop(rid, None)
-                self.num_finished += r.finish_reason != "abort"
+                first_ns = self.first_token_ns.pop(rid, t_ns)
+                completed = r.finish_reason != "abort"
+                self.num_finished += completed
+                if completed and r.num_output_tokens > 1:
+                    self.tpot_ms.append((t_ns - first_ns) / 1e6 / (r.num_output_tokens - 1))
             else:
                 self.last_token_ns[rid] = t_ns
+        self._count_probe_rows()
 
     def on_abort(self, req_id: str) -> None:
         self.num_aborted += 1
         self.last_token_ns.pop(req_id, None)
+        self.first_token_ns.pop(req_id, None)
+
+    def _count_probe_rows(self) -> None:
+        """Count the sync and graph-dispatch rows the probe recorded since the last look."""
+        p = self.probe
+        if p is None:
+            return
+        first_step = int(p.steps.step[0]) if p.steps.n else -1
+        if first_step != self._buffer_first_step:  # drained by a flush since the last look
+            self._buffer_first_step = first_step
+            self._seen_syncs = self._seen_dispatches = 0
+        sy = p.syncs
+        for i in range(self._seen_syncs, sy.n):
+            self.num_syncs += 1
+            self.sync_blocked_ns += max(int(sy.blocked_ns[i]), 0)  # -1: not measured
+            site = int(sy.site[i])
+            self._sync_sites[site] = self._sync_sites.get(site, 0) + 1
+        self._seen_syncs = sy.n
+        gd = p.dispatch
+        for i in range(self._seen_dispatches, gd.n):
+            self.num_dispatches += 1
+            mode = int(gd.mode[i])
+            self._graph_modes[mode] = self._graph_modes.get(mode, 0) + 1
+            if gd.hit[i]:
+                self.num_graph_hits += 1
+            else:
+                reason = int(gd.reason[i])
+                self._fallbacks[reason] = self._fallbacks.get(reason, 0) + 1
+        self._seen_dispatches = gd.n
+
+    def _named(self, counts: dict[int, int], top: int | None) -> tuple[tuple[str, int], ...]:
+        """``(name, count)`` most first (ties by name), names from the probe's interned ids."""
+        assert self.probe is not None or not counts
+        names = self.probe._name_list if self.probe is not None else []
+        pairs = sorted(((str(names[i]), n) for i, n in counts.items()), key=lambda p: (-p[1], p[0]))
+        return tuple(pairs[:top])
 
     def snapshot(self, engine) -> Snapshot:
+        if self.probe is None and isinstance(getattr(engine, "probe", None), RecordingProbe):
+            self.probe = engine.probe
+            self._count_probe_rows()
         now = time.perf_counter_ns()
         t_last, steps_last, tokens_last = self._last
         dt_s = max((now - t_last) / 1e9, 1e-9)
@@ -174,10 +246,36 @@ class LiveStats:
             num_preemptions=engine.scheduler.num_preemptions,
             staged_bytes=self.staged_bytes,
             dense_bytes=self.dense_bytes,
+            device=str(getattr(getattr(engine, "info", None), "device", "")),
+            tpot_ms_p50=pct(self.tpot_ms, 50),
+            tpot_ms_p99=pct(self.tpot_ms, 99),
+            num_syncs=self.num_syncs,
+            sync_blocked_ns=self.sync_blocked_ns,
+            top_sync_sites=self._named(self._sync_sites, _TOP_SYNC_SITES),
+            graph_mode_counts=self._named(self._graph_modes, None),
+            graph_hit_rate=(
+                self.num_graph_hits / self.num_dispatches if self.num_dispatches else None
+            ),
+            top_fallback_reasons=self._named(self._fallbacks, _TOP_FALLBACK_REASONS),
+            **self._gpu_timeline(),
         )
 
+    def _gpu_timeline(self) -> dict[str, Any]:
+        """Overlap and bubbles so far, from the GPU timeline's running totals (CUDA runs)."""
+        timeline = getattr(self.probe, "timeline", None)
+        if timeline is None:
+            return {}
+        live = timeline.live
+        return {
+            "overlap_frac": live.overlap,
+            "bubble_host_bound_ns": live.host_bound_bubble_ns,
+            "bubble_other_ns": live.other_bubble_ns,
+        }
 
-def _drive(engine, requests, probe, flush, emit, live: LiveStats, should_stop) -> bool:
+
+def _drive(
+    engine, requests, probe, flush, emit, live: LiveStats, should_stop, session=None
+) -> bool:
     """The open-loop step loop. Returns True when every request finished, False when stopped."""
     from mrv2_prof.runner.request import SamplingParams
 
@@ -210,6 +308,8 @@ def _drive(engine, requests, probe, flush, emit, live: LiveStats, should_stop) -
                 abort_at[w.req_id] = w.abort_after_tokens
         if engine.has_unfinished_requests():
             res = engine.step()
+            if session is not None:
+                session.after_step(engine.step_index - 1)
             now = time.perf_counter_ns()
             live.on_step(res, now)
             for r in res.updated:
@@ -218,6 +318,8 @@ def _drive(engine, requests, probe, flush, emit, live: LiveStats, should_stop) -
                     engine.abort_request(r.request_id)
                     live.on_abort(r.request_id)
         elif pending:
+            if session is not None:
+                session.at_idle()
             wait_ns = t0 + round(pending[0].arrival_s * 1e9) - now
             time.sleep(min(max(wait_ns, 0), next_snapshot - now, 50_000_000) / 1e9)
             now = time.perf_counter_ns()
@@ -296,7 +398,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     emit(("begun", run_id))
     probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
     outcome = Outcome(run_id, "failed")
-    engine = None
+    engine = session = None
     writer: BackgroundWriter | None = None
 
     def flush() -> None:
@@ -341,11 +443,13 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         }
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
-        find_syncs = scenario.probes.sync_finder and info.device.startswith("cuda")
-        if scenario.probes.sync_finder and not find_syncs:
-            outcome.facts["notes"].append(
-                "probes.sync_finder: the run is on the CPU; there are no CUDA syncs to find"
-            )
+        session = ProbeSession(
+            scenario.probes.model_dump(),
+            probe,
+            info.device,
+            outcome.facts["notes"],
+            trace_dir=str(Path(job.db_path).resolve().parent / "kernel_traces"),
+        )
         store.update_run(run_id, device=info.device, info=outcome.facts)
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
@@ -354,11 +458,11 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         gc.freeze()
         outcome.facts["gc_frozen_objects"] = gc.get_freeze_count()
         store.update_run(run_id, info=outcome.facts)
-        live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks)
+        live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks, probe=probe)
         _to_arrow({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, _to_arrow).start()
-        with SyncFinder(probe) if find_syncs else contextlib.nullcontext():
-            done = _drive(engine, requests, probe, flush, emit, live, should_stop)
+        with session.running():
+            done = _drive(engine, requests, probe, flush, emit, live, should_stop, session)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
     except (ConfigError, CheckpointError, ScenarioError) as exc:
@@ -371,15 +475,46 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         if engine is not None:
             _close_unfinished(engine, probe)
         try:
+            if session is not None:
+                _finish_probes(session, outcome.facts)
             flush()
             if writer is not None:
                 writer.close()  # everything drained is written before the run row is finished
+            if session is not None:
+                _store_probe_results(store, run_id, session, outcome.facts)
             if engine is not None and engine.runner.graphs.captures:
                 outcome.facts.update(engine.runner.graphs.usage())  # never-replayed graphs
                 store.update_run(run_id, info=outcome.facts)
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome
+
+
+def _finish_probes(session: ProbeSession, facts: dict[str, Any]) -> None:
+    """Resolve the GPU timeline and the kernel trace; a failure there is a note, not a loss."""
+    try:
+        session.finish(facts)
+    except Exception as exc:
+        facts.setdefault("notes", []).append(f"probes: finishing failed ({_one_line(exc)})")
+
+
+def _store_probe_results(store: Store, run_id: str, session: ProbeSession, facts) -> None:
+    """After the last flush: the kernel trace's rows, and overlap and bubbles per step."""
+    kt = session.kernel_trace
+    if kt is not None and kt.columns is not None:
+        cols = dict(kt.columns)
+        cols["step"] = pa.array(cols["step"], mask=cols["step"] < 0)  # -1: not attributed
+        store.append(run_id, "kernels", _arrow(cols))
+    if session.timeline is not None:
+        from mrv2_prof.probes.overlap import step_columns
+        from mrv2_prof.store.step_timeline import step_times, update_steps
+
+        t = step_times(store, run_id)
+        cols = step_columns(
+            t["prep_start_ns"], t["enqueue_end_ns"], t["gpu_start_ns"], t["gpu_end_ns"]
+        )
+        update_steps(store, run_id, t["step"], cols)
+    store.update_run(run_id, info=facts)
 
 
 def _make_probe(nvtx: bool, run_id: str) -> tuple[RecordingProbe, int | None]:

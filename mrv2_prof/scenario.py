@@ -245,12 +245,16 @@ class WorkloadSection(_Section):
 
 
 class ProbesSection(_Section):
+    # On by default: cheap enough to leave on (benchmarks/probe_overhead_runs.py). The sync
+    # finder and the copy audit are diagnostics: asked for when looking for a hidden sync.
     nvtx: bool = True
     cuda_events: bool = True
-    sync_finder: bool = True
-    copy_audit: bool = True
-    nvml_hz: Annotated[float, Field(ge=0)] = 20
+    sync_finder: bool = False
+    copy_audit: bool = False
+    nvml_hz: Annotated[float, Field(ge=0)] = 10
     kernel_trace: bool = False
+    # [first step, number of steps] the kernel trace covers
+    kernel_trace_steps: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = (10, 20)
 
 
 class StoreSection(_Section):

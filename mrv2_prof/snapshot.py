@@ -2,7 +2,7 @@
 
 Plain data only (stdlib), so the dashboard and the progress bar never import the runner.
 Latencies are in milliseconds over the requests seen so far; ``None`` where nothing was measured
-yet.
+yet. Names and definitions follow DESIGN §4 (overlap, bubble, TTFT/TPOT/ITL).
 """
 
 from __future__ import annotations
@@ -32,6 +32,24 @@ class Snapshot:
     num_preemptions: int
     staged_bytes: int  # cumulative bytes moved by staged writes
     dense_bytes: int  # what dense copies of the same tensors would have moved
+    # Fields below have defaults so that a producer may leave out what it does not measure.
+    device: str = ""  # the run's torch device ("cpu", "cuda:0"); "" before it is known
+    tpot_ms_p50: float | None = None  # over completed requests with more than one token
+    tpot_ms_p99: float | None = None
+    # GPU timeline (DESIGN §4): None / 0 where there is none (a CPU run, or not measured yet).
+    overlap_frac: float | None = None  # hidden / total host prep time so far
+    bubble_host_bound_ns: int = 0  # GPU idle time while it waited for the host
+    bubble_other_ns: int = 0  # the rest of the GPU idle time between steps
+    # Sync points (all kinds, as ``syncs`` rows): count, blocked time where measured, and the
+    # sites with the most syncs as ``(site, count)``, most first.
+    num_syncs: int = 0
+    sync_blocked_ns: int = 0
+    top_sync_sites: tuple[tuple[str, int], ...] = ()
+    # CUDA graph dispatches: ``(chosen mode, count)`` most first, the fraction that replayed a
+    # graph (None before any dispatch) and the reasons of the others as ``(reason, count)``.
+    graph_mode_counts: tuple[tuple[str, int], ...] = ()
+    graph_hit_rate: float | None = None
+    top_fallback_reasons: tuple[tuple[str, int], ...] = ()
 
     @property
     def num_done(self) -> int:

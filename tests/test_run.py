@@ -334,7 +334,7 @@ BAD_SCENARIOS = [
     (
         {"probes.cuda_events": True},
         ["runner.strict=true"],
-        "probes.cuda_events: not recorded by this build",
+        "probes.cuda_events: the run is on the CPU; there is no GPU timeline (strict: true)",
     ),
     (
         {"runner.cudagraph_mode": "full", "runner.device": "cpu"},

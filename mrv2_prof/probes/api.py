@@ -31,8 +31,12 @@ PHASES = (
 )
 PH = {name: i for i, name in enumerate(PHASES)}
 STEP, SCHEDULE, EXECUTE, PREPARE, FORWARD, SAMPLE, OUTPUT_WAIT, UPDATE, FLUSH = range(len(PHASES))
+# The boundaries of a step's GPU work the runner marks on its stream (probes.gpu_timeline).
+G_PREPARE, G_FORWARD, G_SAMPLE, G_END = range(4)
 
 _I8, _I32, _F64, _BOOL = np.int64, np.int32, np.float64, np.bool_
+# GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample") as PHASES indices
+_GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
 
 
 class RecordBuffer:
@@ -119,6 +123,25 @@ class Probe:
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         pass
 
+    # GPU timeline: the runner marks each step's boundaries on its stream (``gpu_timeline``).
+    def gpu_mark(self, mark: int) -> None:
+        pass
+
+    # Copy audit: ``runner.copy_audit.CopyAudit`` reports each host<->device copy when
+    # ``audits_copies`` is set (it times nothing otherwise).
+    audits_copies = False
+
+    def copy(
+        self,
+        direction: str,
+        num_bytes: int,
+        pinned: bool,
+        contiguous: bool,
+        non_blocking: bool,
+        host_ns: int,
+    ) -> None:
+        pass
+
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
         pass
 
@@ -156,7 +179,17 @@ class RecordingProbe(Probe):
             ),
             capacity,
         )  # fmt: skip
-        self.spans = RecordBuffer(dict(step=_I8, name=_I32, start_ns=_I8, end_ns=_I8), 8 * capacity)
+        self.spans = RecordBuffer(
+            dict(step=_I8, gpu=_BOOL, name=_I32, start_ns=_I8, end_ns=_I8), 8 * capacity
+        )
+        self.copies = RecordBuffer(
+            dict(
+                step=_I8, direction=_I32, bytes=_I8, pinned=_BOOL, contiguous=_BOOL,
+                non_blocking=_BOOL, host_ns=_I8,
+            ),
+            4 * capacity,
+        )  # fmt: skip
+        self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.staged = RecordBuffer(
             dict(step=_I8, tensor=_I32, rows=_I32, elements=_I8, staged_bytes=_I8, dense_bytes=_I8),
             4 * capacity,
@@ -186,7 +219,7 @@ class RecordingProbe(Probe):
         self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
         self._buffers = (
             self.steps, self.spans, self.staged, self.dispatch, self.syncs, self.tokens,
-            self.finished,
+            self.finished, self.copies,
         )  # fmt: skip
 
     # ---- interning ------------------------------------------------------------------------------
@@ -249,9 +282,46 @@ class RecordingProbe(Probe):
         b = self.spans
         i = b.reserve()
         b.step[i] = self.step
+        b.gpu[i] = False
         b.name[i] = phase
         b.start_ns[i] = start_ns
         b.end_ns[i] = end_ns
+        b.n = i + 1
+
+    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int) -> None:
+        """A resolved device span (the timeline's sink); ``gpu_phase`` indexes ``GPU_PHASES``."""
+        b = self.spans
+        i = b.reserve()
+        b.step[i] = step
+        b.gpu[i] = True
+        b.name[i] = _GPU_PHASE_IDS[gpu_phase]
+        b.start_ns[i] = start_ns
+        b.end_ns[i] = end_ns
+        b.n = i + 1
+
+    def gpu_mark(self, mark: int) -> None:
+        t = self.timeline
+        if t is not None:
+            t.mark(self.step, mark, int(self._open[SCHEDULE]))
+
+    def copy(
+        self,
+        direction: str,
+        num_bytes: int,
+        pinned: bool,
+        contiguous: bool,
+        non_blocking: bool,
+        host_ns: int,
+    ) -> None:
+        b = self.copies
+        i = b.reserve()
+        b.step[i] = self.step
+        b.direction[i] = self.intern(direction)
+        b.bytes[i] = num_bytes
+        b.pinned[i] = pinned
+        b.contiguous[i] = contiguous
+        b.non_blocking[i] = non_blocking
+        b.host_ns[i] = host_ns
         b.n = i + 1
 
     # ---- typed records -------------------------------------------------------------------------
@@ -362,7 +432,7 @@ class RecordingProbe(Probe):
         sp = self.spans.take()
         out["spans"] = {
             "step": sp["step"],
-            "track": np.full(len(sp["step"]), "cpu", dtype=object),
+            "track": np.where(sp["gpu"], "gpu", "cpu").astype(object),
             "name": np.array(PHASES, dtype=object)[sp["name"]],
             "start_ns": sp["start_ns"],
             "end_ns": sp["end_ns"],
@@ -374,6 +444,9 @@ class RecordingProbe(Probe):
         for k in ("requested_mode", "mode", "reason"):
             gd[k] = s(gd[k])
         out["graph_dispatch"] = gd
+        cp = self.copies.take()
+        cp["direction"] = s(cp["direction"])
+        out["copies"] = cp
         sy = self.syncs.take()
         sy["kind"], sy["site"] = s(sy["kind"]), s(sy["site"])
         out["syncs"] = sy

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MISSING = -1  # a time that was not measured
-HOST_BOUND, OTHER = "host-bound", "other"
+HOST_BOUND, OTHER = "host_bound", "other"
 
 
 @dataclass
@@ -87,3 +87,32 @@ def run_overlap(
         host_bound_bubble_ns=host,
         other_bubble_ns=total - host,
     )
+
+
+def step_columns(
+    prep_start_ns: np.ndarray,
+    enqueue_end_ns: np.ndarray,
+    gpu_start_ns: np.ndarray,
+    gpu_end_ns: np.ndarray,
+) -> dict[str, list]:
+    """The ``steps`` columns the timeline fills, per step; None where undefined (NULL)."""
+    ov = step_overlap(prep_start_ns, enqueue_end_ns, gpu_start_ns, gpu_end_ns)
+    prep = enqueue_end_ns - prep_start_ns
+    defined = ~np.isnan(ov.overlap_frac)
+    has_gpu = (gpu_start_ns != MISSING) & (gpu_end_ns != MISSING)
+
+    def ns(values: np.ndarray, ok: np.ndarray) -> list[int | None]:
+        return [int(v) if k else None for v, k in zip(values, ok, strict=True)]
+
+    hidden = np.rint(np.nan_to_num(ov.overlap_frac) * prep)
+    return {
+        "gpu_start_ns": ns(gpu_start_ns, has_gpu),
+        "gpu_end_ns": ns(gpu_end_ns, has_gpu),
+        "overlap_frac": [
+            float(f) if k else None for f, k in zip(ov.overlap_frac, defined, strict=True)
+        ],
+        "bubble_ns": ns(ov.bubble_ns, ov.bubble_ns != MISSING),
+        "bubble_kind": list(ov.bubble_kind),
+        "host_prep_ns": ns(prep, defined),
+        "hidden_prep_ns": ns(hidden, defined),
+    }

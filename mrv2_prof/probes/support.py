@@ -13,7 +13,9 @@ from typing import Any
 # Recorded by every run regardless of the section: CPU-clock phase spans, steps, staged writes,
 # graph dispatch decisions, the explicit output wait, requests and tokens. Of the switchable
 # probes, these are built (each may still need a package, see ``_missing_package``):
-AVAILABLE: frozenset[str] = frozenset({"nvtx", "nvml_hz", "sync_finder"})
+AVAILABLE: frozenset[str] = frozenset(
+    {"nvtx", "nvml_hz", "sync_finder", "cuda_events", "copy_audit", "kernel_trace"}
+)
 _PACKAGES = {"nvtx": ("nvtx", "nvtx"), "nvml_hz": ("pynvml", "nvidia-ml-py")}  # module, pip
 
 _WHAT = {
@@ -24,6 +26,24 @@ _WHAT = {
     "nvml_hz": "NVML telemetry",
     "kernel_trace": "the kernels table",
 }
+
+
+# Probes that measure CUDA: on a CPU run each one asked for is this note.
+_CPU_WHY = {
+    "cuda_events": "there is no GPU timeline",
+    "copy_audit": "no copy crosses a host-device bus",
+    "sync_finder": "there are no CUDA syncs to find",
+    "kernel_trace": "there are no CUDA kernels",
+}
+
+
+def cpu_probe_notes(probes: dict[str, Any]) -> list[str]:
+    """One note per asked-for probe that needs CUDA, for a run on the CPU."""
+    return [
+        f"probes.{key}: the run is on the CPU; {why}"
+        for key, why in _CPU_WHY.items()
+        if probes.get(key)
+    ]
 
 
 def unavailable_probe_notes(probes: dict[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mrv2_prof.runner.copy_audit import CopyAudit
 from mrv2_prof.runner.staged_write import ApplyFn, WriteStats, make_write_tensor
 
 
@@ -19,9 +20,10 @@ class BlockTables:
         device: torch.device,
         staged: bool,
         apply_fn: ApplyFn | None = None,
+        copies: CopyAudit | None = None,
     ) -> None:
         self.table = make_write_tensor(
-            (max_num_reqs, max_num_blocks_per_req), torch.int32, device, staged, apply_fn
+            (max_num_reqs, max_num_blocks_per_req), torch.int32, device, staged, apply_fn, copies
         )
         self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)  # blocks held per slot (CPU)
 

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 
 from mrv2_prof.probes import api as probes
-from mrv2_prof.probes.api import Probe
+from mrv2_prof.probes.api import G_END, G_FORWARD, G_PREPARE, G_SAMPLE, Probe
 from mrv2_prof.runner.block_table import BlockTables
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
+from mrv2_prof.runner.copy_audit import CopyAudit
 from mrv2_prof.runner.cudagraph_manager import (
     FULL,
     PIECEWISE,
@@ -46,7 +47,7 @@ from mrv2_prof.runner.prompt_logprobs import (
 from mrv2_prof.runner.request_states import RequestStates
 from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.scheduler import SchedulerOutput
-from mrv2_prof.runner.staged_write import WriteStats, to_device
+from mrv2_prof.runner.staged_write import WriteStats
 from mrv2_prof.runner.uva import PINNED_RING_DEPTH, PinnedRing
 
 
@@ -121,6 +122,7 @@ class ModelRunner:
     ) -> None:
         self.config = config
         self.probe = probe if probe is not None else Probe()
+        self.copies = CopyAudit(self.probe)  # every host<->device copy of a step goes through it
         self.device = config.resolve_device()
         self.is_cuda = self.device.type == "cuda"
         dtype_name = model_spec.dtype or ("bfloat16" if self.is_cuda else "float32")
@@ -162,6 +164,7 @@ class ModelRunner:
             apply,
             uva=self.uva,
             reuse_lag=1 if config.async_scheduling else 0,
+            copies=self.copies,
         )
         self.block_tables = BlockTables(
             config.max_num_reqs,
@@ -169,6 +172,7 @@ class ModelRunner:
             self.device,
             config.staged_writes,
             apply,
+            self.copies,
         )
         self.kv_caches: list[torch.Tensor] | None = None
         # Per-step arrays (idx_mapping | counts) go through a ring of pinned buffers into one
@@ -338,6 +342,8 @@ class ModelRunner:
             self.graph_mode_of_last_step = "none"  # an empty step runs nothing
             self.req_states.begin_step()
             self._update_states(so)
+            if not so.is_empty:
+                p.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
             write_stats = self.req_states.apply_writes()
             bt = self.block_tables.apply_write()
             if bt is not None:
@@ -365,6 +371,7 @@ class ModelRunner:
             self.graph_mode_of_last_step = d.mode
 
         p.begin(probes.FORWARD)
+        p.gpu_mark(G_FORWARD)
         meta = batch.attn_metadata(self.config.block_size)
         if dummy or d.mode not in (FULL, PIECEWISE):
             hidden = self.model(batch.input_ids, batch.positions, kv_caches, meta)  # [T, H]
@@ -379,13 +386,15 @@ class ModelRunner:
         prompt_out = None
         if not dummy and plan is not None:
             rows, targets = (
-                to_device(torch.from_numpy(a), self.device) for a in (plan.rows, plan.targets)
+                self.copies.to_device(torch.from_numpy(a), self.device)
+                for a in (plan.rows, plan.targets)
             )
             prompt_out = compute_prompt_logprobs(
                 self.model.compute_logits, hidden, rows, targets, plan.num_top
             )
         p.end(probes.FORWARD)
         p.begin(probes.SAMPLE)
+        p.gpu_mark(G_SAMPLE)
         rs = self.req_states
         idx = batch.idx_mapping_np
         num_logprobs = int(rs.num_logprobs_np[idx].max())
@@ -415,12 +424,17 @@ class ModelRunner:
         pending = self._queue_output(batch, out, write_stats, num_logprobs)
         if prompt_out is not None:
             pending.prompt_plan = plan
-            pending.prompt_ids, pending.prompt_lps = (
-                t.to("cpu", non_blocking=True) for t in prompt_out
-            )
+            pending.prompt_ids, pending.prompt_lps = (self._to_host(t) for t in prompt_out)
             if pending.ready is not None:
                 pending.ready.record()  # after these copies too
+        p.gpu_mark(G_END)
         return pending
+
+    def _to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """A device tensor copied into fresh pinned host memory (read after the step's event)."""
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=self.is_cuda)
+        self.copies.copy_(out, t)
+        return out
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states
@@ -459,7 +473,7 @@ class ModelRunner:
         view[:num_reqs] = idx_np
         view[num_reqs : 2 * num_reqs] = counts_np
         step = self._step_dev[: 2 * num_reqs]
-        step.copy_(host[: 2 * num_reqs], non_blocking=True)
+        self.copies.copy_(step, host[: 2 * num_reqs])
         idx_mapping, counts = step[:num_reqs], step[num_reqs:]
         inputs = self.kernels.prepare_inputs(
             idx_mapping,
@@ -533,10 +547,10 @@ class ModelRunner:
         i = self._next_output
         self._next_output = (i + 1) % PINNED_RING_DEPTH
         pending.sampled = self._host_tokens[i, : batch.num_reqs]
-        pending.sampled.copy_(out.sampled_token_ids, non_blocking=True)
+        self.copies.copy_(pending.sampled, out.sampled_token_ids)
         if out.logprobs is not None:
-            pending.logprob_token_ids = out.logprob_token_ids.to("cpu", non_blocking=True)
-            pending.logprobs = out.logprobs.to("cpu", non_blocking=True)
+            pending.logprob_token_ids = self._to_host(out.logprob_token_ids)
+            pending.logprobs = self._to_host(out.logprobs)
         pending.ready = self._output_ready[i]
         pending.ready.record()
         return pending

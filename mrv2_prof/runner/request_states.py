@@ -26,6 +26,7 @@ from collections import deque
 import numpy as np
 import torch
 
+from mrv2_prof.runner.copy_audit import CopyAudit
 from mrv2_prof.runner.request import SamplingParams
 from mrv2_prof.runner.staged_write import (
     ApplyFn,
@@ -34,14 +35,6 @@ from mrv2_prof.runner.staged_write import (
     make_write_tensor,
 )
 from mrv2_prof.runner.uva import PinnedRing, UvaTable
-
-
-def _send(host: np.ndarray, out: torch.Tensor) -> None:
-    src = torch.from_numpy(host)
-    if out.device.type == "cpu":
-        out.copy_(src)
-    else:
-        out.copy_(src.pin_memory(), non_blocking=True)
 
 
 class RequestStates:
@@ -54,7 +47,9 @@ class RequestStates:
         apply_fn: ApplyFn | None = None,
         uva: bool = False,
         reuse_lag: int = 0,
+        copies: CopyAudit | None = None,
     ) -> None:
+        self.copies = copies if copies is not None else CopyAudit()
         self.max_num_reqs = max_num_reqs
         self.device = device
         self.uva = uva
@@ -67,11 +62,13 @@ class RequestStates:
             self.prefill_token_ids = UvaTable((max_num_reqs, max_model_len), torch.int32)
         else:
             self.prefill_token_ids = StagedWriteTensor(
-                (max_num_reqs, max_model_len), torch.int32, device, apply_fn
+                (max_num_reqs, max_model_len), torch.int32, device, apply_fn, self.copies
             )
-        self.num_prefill_tokens = StagedWriteTensor((max_num_reqs,), torch.int32, device, apply_fn)
+        self.num_prefill_tokens = StagedWriteTensor(
+            (max_num_reqs,), torch.int32, device, apply_fn, self.copies
+        )
         self.num_computed_tokens = make_write_tensor(
-            (max_num_reqs,), torch.int32, device, staged_writes, apply_fn
+            (max_num_reqs,), torch.int32, device, staged_writes, apply_fn, self.copies
         )
         self.staged_writes = staged_writes
         self.last_sampled_tokens = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
@@ -151,6 +148,10 @@ class RequestStates:
                     view[:] = host
                     setattr(self, name, buf)
                 else:
-                    _send(host, getattr(self, name))
+                    out = getattr(self, name)
+                    if out.device.type == "cpu":
+                        out.copy_(torch.from_numpy(host))
+                    else:
+                        self.copies.copy_(out, torch.from_numpy(host).pin_memory())
             self._params_dirty = False
         return stats

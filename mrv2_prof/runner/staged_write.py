@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mrv2_prof.runner.copy_audit import CopyAudit
+
 _NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
 
 
@@ -29,13 +31,6 @@ class WriteStats:
     elements: int
     staged_bytes: int
     dense_bytes: int
-
-
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Send a host tensor from a fresh pinned snapshot (no barrier needed: nothing reuses it)."""
-    if device.type == "cpu":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 # (base [rows, cols], packed buffer, number of writes, total elements) -> None
@@ -51,6 +46,7 @@ class StagedWriteTensor:
         dtype: torch.dtype,
         device: torch.device,
         apply_fn: ApplyFn | None = None,
+        copies: CopyAudit | None = None,
     ) -> None:
         if dtype not in _NUMPY_DTYPES:
             raise TypeError(f"StagedWriteTensor holds int32/int64, not {dtype}")
@@ -67,6 +63,7 @@ class StagedWriteTensor:
         self._values: list[np.ndarray] = []
         self._spans: dict[int, list[tuple[int, int]]] = {}
         self._apply = apply_fn or apply_packed_writes_ref  # the Triton kernel on the fast path
+        self._copies = copies if copies is not None else CopyAudit()
 
     @property
     def dense_bytes(self) -> int:
@@ -123,7 +120,7 @@ class StagedWriteTensor:
             dense_bytes=self.dense_bytes,
         )
         self._rows, self._starts, self._values, self._spans = [], [], [], {}
-        buf = to_device(torch.from_numpy(packed), self.device)
+        buf = self._copies.to_device(torch.from_numpy(packed), self.device)
         self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 
@@ -147,8 +144,15 @@ def apply_packed_writes_ref(base: torch.Tensor, buf: torch.Tensor, n: int, total
 class DenseWriteTensor:
     """Same interface, V1 style: writes go to an unpinned CPU copy, sent whole on every apply."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        copies: CopyAudit | None = None,
+    ) -> None:
         self.device = torch.device(device)
+        self._copies = copies if copies is not None else CopyAudit()
         self.cpu = torch.zeros(shape, dtype=dtype)
         self.gpu = torch.zeros(shape, dtype=dtype, device=self.device)
         self._view = self.cpu.view(shape[0], -1).numpy()
@@ -188,7 +192,7 @@ class DenseWriteTensor:
         if self.device.type == "cpu":
             self.gpu.copy_(self.cpu)
         else:
-            self.gpu.copy_(self.cpu.pin_memory(), non_blocking=True)
+            self._copies.copy_(self.gpu, self.cpu.pin_memory())
         return stats
 
 
@@ -198,7 +202,8 @@ def make_write_tensor(
     device: torch.device,
     staged: bool,
     apply_fn: ApplyFn | None = None,
+    copies: CopyAudit | None = None,
 ) -> StagedWriteTensor | DenseWriteTensor:
     if staged:
-        return StagedWriteTensor(shape, dtype, device, apply_fn)
-    return DenseWriteTensor(shape, dtype, device)
+        return StagedWriteTensor(shape, dtype, device, apply_fn, copies)
+    return DenseWriteTensor(shape, dtype, device, copies)

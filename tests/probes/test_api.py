@@ -27,6 +27,8 @@ HOOKS = (
     "graph_dispatch",
     "graph_capture",
     "sync",
+    "gpu_mark",
+    "copy",
     "request_arrival",
     "token",
     "request_finish",
@@ -50,6 +52,7 @@ COLUMNS = {
         "num_preemptions", "finish_reason", "cached_tokens",
     ],
     "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes"],
+    "copies": ["step", "direction", "bytes", "pinned", "contiguous", "non_blocking", "host_ns"],
 }  # fmt: skip
 
 
@@ -94,6 +97,7 @@ class Scripted:
     def __init__(self, probe: RecordingProbe, clock: FakeClock) -> None:
         self.p, self.clock, self.step = probe, clock, -1
         self.want: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+        self.gpu_rows: list[int] = []  # indices of the spans with track 'gpu'
 
     def step_begin(self, step: int) -> None:
         self.p.step_begin(step)
@@ -131,6 +135,17 @@ class Scripted:
         self.p.token(*args)
         self.want["tokens"].append(args)
 
+    def copy(self, *args) -> None:
+        self.p.copy(*args)
+        self.want["copies"].append((self.step, *args))
+
+    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int) -> None:
+        """A resolved device span: stored with track 'gpu' under the phase's name."""
+        self.p.gpu_span(step, gpu_phase, start_ns, end_ns)
+        name = ("prepare", "forward", "sample")[gpu_phase]
+        self.want["spans"].append((step, name, start_ns, end_ns))
+        self.gpu_rows.append(len(self.want["spans"]) - 1)
+
 
 def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
     """Three steps of every hook; requests that finish, never get a token, never arrive, and one
@@ -152,6 +167,9 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
                 s.staged_write("block_table", k + 1, 4 * k + 3, 12 * k + 40, 2048)
                 if k == 0:
                     s.staged_write("prefill_token_ids", 2, 9, 100, 1 << 40)  # needs int64
+                s.copy("h2d", 64 + k, True, True, True, 900 + k)
+                if k == 2:
+                    s.copy("d2h", 1 << 33, False, k != 2, True, 5_000)  # a flagged one
             s.graph_dispatch(5 + k, 8, "full", modes[k], k == 1, reasons[k])
             for phase in (api.FORWARD, api.SAMPLE, api.OUTPUT_WAIT):
                 with s.phase(phase):
@@ -163,6 +181,9 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
                 s.token("b", k - 1, 5000 + k, 200 + k)
             s.token("none", k, 5000 + k, 300 + k)
         s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
+        if k >= 1:  # the previous step's device spans resolve a step late
+            for g in range(3):
+                s.gpu_span(9 + k, g, 100_000 * k + 10 * g, 100_000 * k + 10 * g + 9)
     s.sync("item", "mrv2_prof/x.py:3", 100, t_ns=12345)  # an explicit time is kept
     p.graph_capture("full:8", "full", 8, 0.25, 1 << 33)
     p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)
@@ -199,13 +220,14 @@ def test_drain_returns_exactly_what_was_recorded(clock):
     for table, want in s.want.items():
         names = [c for c in COLUMNS[table] if c != "track"]
         assert rows(t, table, names) == want, table
-    assert col(t, "spans", "track") == ["cpu"] * len(s.want["spans"])
+    tracks = ["gpu" if i in s.gpu_rows else "cpu" for i in range(len(s.want["spans"]))]
+    assert col(t, "spans", "track") == tracks and tracks.count("gpu") == 6
     assert col(t, "steps", "graph_mode") == ["none", "piecewise", "full"]
     assert col(t, "steps", "num_decode_tokens") == [5, 6, 7]
 
     int64 = ["step", "cpu_start_ns", "output_wait_ns", "start_ns", "end_ns", "t_ns", "elements",
              "staged_bytes", "dense_bytes", "arrival_ns", "first_token_ns", "finish_ns",
-             "mem_bytes"]  # fmt: skip
+             "mem_bytes", "bytes", "host_ns"]  # fmt: skip
     for table, cols in t.items():
         for name, values in cols.items():
             if name in int64:
@@ -394,7 +416,7 @@ def test_the_hooks_are_all_the_public_methods():
         return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
 
     assert public(Probe) == set(HOOKS)
-    assert public(RecordingProbe) - set(HOOKS) == {"intern", "drain", "unfinished"}
+    assert public(RecordingProbe) - set(HOOKS) == {"intern", "drain", "unfinished", "gpu_span"}
 
 
 def probe_calls(source: str) -> set[str]:

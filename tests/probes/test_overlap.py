@@ -83,3 +83,54 @@ def test_overlap_and_bubbles(name, steps, want, run):
         run[2],
         run[1] - run[2],
     )
+
+
+def test_step_columns_are_what_the_steps_table_gets_and_round_trip_through_the_store(tmp_path):
+    """The async case above, through ``step_columns`` into a run's ``steps`` rows and read
+    back from its spans with ``step_times``."""
+    from mrv2_prof.probes.overlap import step_columns
+    from mrv2_prof.store import Store
+    from mrv2_prof.store.step_timeline import step_times, update_steps
+
+    steps = [(0, 10, 10, 60), (20, 40, 60, 110), (45, 70, 110, 150), (80, 85, -1, -1)]
+    with Store.open(tmp_path / "r.duckdb") as store:
+        store.begin_run(
+            "abc123", scenario_name="s", label="s", matrix_combo=None, scenario_yaml="",
+            device="cuda:0", versions={}, started_ns=0,
+        )  # fmt: skip
+        store.append("abc123", "steps", {"step": [0, 1, 2, 3]})
+        spans: dict[str, list] = {k: [] for k in ("step", "track", "name", "start_ns", "end_ns")}
+
+        def span(step, track, name, start, end):
+            for k, v in zip(spans, (step, track, name, start, end), strict=True):
+                spans[k].append(v)
+
+        for i, (prep, enq, g0, g1) in enumerate(steps):
+            span(i, "cpu", "schedule", prep, prep + 2)
+            span(i, "cpu", "execute", prep + 3, enq)
+            if g0 >= 0:  # three device phases splitting [g0, g1]
+                third = (g1 - g0) // 3
+                span(i, "gpu", "prepare", g0, g0 + third)
+                span(i, "gpu", "forward", g0 + third, g0 + 2 * third)
+                span(i, "gpu", "sample", g0 + 2 * third, g1)
+        store.append("abc123", "spans", spans)
+
+        t = step_times(store, "abc123")
+        assert t["prep_start_ns"].tolist() == [s[0] for s in steps]
+        assert t["enqueue_end_ns"].tolist() == [s[1] for s in steps]
+        assert t["gpu_start_ns"].tolist() == [s[2] for s in steps]
+        assert t["gpu_end_ns"].tolist() == [s[3] for s in steps]
+
+        cols = step_columns(*(t[k] for k in ("prep_start_ns", "enqueue_end_ns",
+                                             "gpu_start_ns", "gpu_end_ns")))  # fmt: skip
+        update_steps(store, "abc123", t["step"], cols)
+        got = store.connection.execute(
+            "SELECT step, gpu_start_ns, gpu_end_ns, overlap_frac, bubble_ns, bubble_kind, "
+            "host_prep_ns, hidden_prep_ns FROM steps ORDER BY step"
+        ).fetchall()
+    assert got == [
+        (0, 10, 60, None, None, None, None, None),
+        (1, 60, 110, 1.0, 0, None, 20, 20),  # 20 of 20 ns of prep hidden under step 0
+        (2, 110, 150, 0.4, 0, None, 25, 10),
+        (3, None, None, None, None, None, None, None),  # an empty step: no device work
+    ]

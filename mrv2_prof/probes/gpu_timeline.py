@@ -1,0 +1,245 @@
+"""The GPU timeline from CUDA events (DESIGN §4): device time per step and per phase.
+
+The runner marks four boundaries of every step that runs GPU work on its stream:
+``G_PREPARE`` (before the step's first copy or kernel), ``G_FORWARD``, ``G_SAMPLE`` and
+``G_END`` (after the sampled tokens' copy to the host). An event completes when the stream
+reaches it, so the ``G_PREPARE`` event is the moment the GPU started on the step (or finished the
+previous one, whichever came later) and ``G_END`` the moment it finished. Phase spans are
+``prepare`` = G_PREPARE→G_FORWARD, ``forward`` = G_FORWARD→G_SAMPLE and ``sample`` =
+G_SAMPLE→G_END. A FULL CUDA graph covers the forward pass only, so every boundary is recorded
+outside the graph and a replayed step keeps its phase times.
+
+Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
+not one per kernel. Events come from a pool allocated at start; a step's events are reused only
+after its last event is known complete. Nothing waits: ``poll()`` asks ``query()`` of the oldest
+step's last event and resolves whatever is complete; when every slot of the pool is still in
+flight, the next step goes unmeasured (counted in ``dropped``) instead of waiting.
+
+Clock: CUDA events give device time relative to each other (``elapsed_time``, float32 ms, about
+0.5 µs resolution). An *anchor* event, recorded on an idle stream right after reading
+``perf_counter_ns``, ties device time to the host clock; every step is mapped from the current
+reference event. Anchors are re-taken at idle points (``anchor()``) and at the end; each new
+anchor is first predicted from the previous reference and the difference is recorded as the
+drift. Between anchors the reference moves to a resolved step's last event about once a second,
+so float32 ``elapsed_time`` never spans much more than that (its resolution stays near 0.1 µs,
+under the events' own 0.5 µs).
+
+The timeline also keeps running totals of overlap and bubbles for the live view, with the same
+definitions as ``probes.overlap`` (the stored per-step values are computed from the spans).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+
+import torch
+
+from mrv2_prof.probes.api import G_END, G_PREPARE
+
+NUM_MARKS = 4
+GPU_PHASES = ("prepare", "forward", "sample")  # span i runs from mark i to mark i + 1
+_ALL_MARKS = (1 << NUM_MARKS) - 1
+ANCHOR_TRIES, TIGHT_ANCHOR_NS = 5, 20_000  # an anchor's record call should take < 20 µs
+REBASE_AFTER_NS = 1_000_000_000  # float32 ms: ~0.12 µs resolution up to 2 s
+
+# (step, phase index into GPU_PHASES, start_ns, end_ns)
+SpanSink = Callable[[int, int, int, int], None]
+
+
+@dataclass
+class Anchor:
+    t_ns: int  # host clock of the anchor
+    uncertainty_ns: int  # half the host time the event record took
+    drift_ns: int | None  # measured − predicted from the previous reference (None: the first)
+    since_ns: int  # host time since the previous anchor
+
+
+@dataclass
+class LiveTotals:
+    """Overlap and bubbles so far (the live view's numbers)."""
+
+    prep_ns: int = 0
+    hidden_ns: int = 0
+    host_bound_bubble_ns: int = 0
+    other_bubble_ns: int = 0
+    steps: int = 0
+
+    @property
+    def overlap(self) -> float | None:
+        return self.hidden_ns / self.prep_ns if self.prep_ns > 0 else None
+
+
+@dataclass
+class _Slot:
+    events: list[torch.cuda.Event]
+    step: int = -1
+    marks: int = 0  # bit i: mark i recorded
+    prep_start_ns: int = -1  # host: start of the step's schedule
+    enqueue_end_ns: int = -1  # host: when its last mark was recorded
+    times: list[int] = field(default_factory=lambda: [0] * NUM_MARKS)
+
+
+class GpuTimeline:
+    def __init__(self, sink: SpanSink, capacity: int = 64) -> None:
+        self._sink = sink
+        self._slots = [
+            _Slot([self._new_event() for _ in range(NUM_MARKS)]) for _ in range(capacity)
+        ]
+        self._head = 0  # oldest slot in flight
+        self._count = 0  # slots in flight
+        self._current: _Slot | None = None  # the step being recorded
+        self._skip_step = -1  # a step dropped because the pool was full
+        self.dropped = 0
+        self.anchors: list[Anchor] = []
+        self._ref = self._new_event()
+        self._ref_ns = -1
+        self._prev_gpu: tuple[int, int] | None = None  # (start, end) of the last resolved step
+        self.live = LiveTotals()
+
+    # ---- the runner's side (hot path: records, never waits) -----------------------------------
+    def mark(self, step: int, mark: int, prep_start_ns: int) -> None:
+        if step == self._skip_step:
+            return
+        slot = self._current
+        if slot is None or slot.step != step:
+            slot = self._open(step)
+            if slot is None:
+                return
+            slot.prep_start_ns = prep_start_ns
+        slot.events[mark].record()
+        slot.marks |= 1 << mark
+        if mark == G_END:
+            slot.enqueue_end_ns = perf_counter_ns()
+            self._current = None
+
+    def _open(self, step: int) -> _Slot | None:
+        if self._count == len(self._slots):
+            self.poll()
+            if self._count == len(self._slots):
+                self.dropped += 1
+                self._skip_step = step
+                return None
+        slot = self._slots[(self._head + self._count) % len(self._slots)]
+        self._count += 1
+        slot.step, slot.marks = step, 0
+        self._current = slot
+        return slot
+
+    # ---- resolution (between steps; query() only) ---------------------------------------------
+    def poll(self) -> int:
+        """Resolve every complete step, oldest first; returns how many."""
+        done = 0
+        while self._count:
+            slot = self._slots[self._head]
+            if slot is self._current or not slot.events[G_END].query():
+                break
+            self._resolve(slot)
+            self._head = (self._head + 1) % len(self._slots)
+            self._count -= 1
+            done += 1
+        return done
+
+    def _resolve(self, slot: _Slot) -> None:
+        if self._ref_ns < 0 or slot.marks != _ALL_MARKS:
+            return  # no anchor yet, or a step that did not record every boundary
+        ref, ref_ns = self._ref, self._ref_ns
+        t = slot.times
+        for m in range(NUM_MARKS):
+            t[m] = ref_ns + round(ref.elapsed_time(slot.events[m]) * 1e6)
+        for i in range(len(GPU_PHASES)):
+            self._sink(slot.step, i, t[i], t[i + 1])
+        self._account(slot.prep_start_ns, slot.enqueue_end_ns, t[G_PREPARE], t[G_END])
+        if t[G_END] - ref_ns > REBASE_AFTER_NS:
+            # The step's last event becomes the reference; the old reference joins the pool.
+            self._ref, slot.events[G_END] = slot.events[G_END], ref
+            self._ref_ns = t[G_END]
+
+    def _account(self, prep_start: int, enqueue_end: int, gpu_start: int, gpu_end: int) -> None:
+        live, prev = self.live, self._prev_gpu
+        live.steps += 1
+        if prev is not None:
+            prep = enqueue_end - prep_start
+            if prep > 0 and prep_start >= 0:
+                live.prep_ns += prep
+                live.hidden_ns += max(0, min(enqueue_end, prev[1]) - max(prep_start, prev[0]))
+            bubble = gpu_start - prev[1]
+            if bubble > 0:
+                if enqueue_end > prev[1]:
+                    live.host_bound_bubble_ns += bubble
+                else:
+                    live.other_bubble_ns += bubble
+        self._prev_gpu = (gpu_start, gpu_end)
+
+    # ---- anchors (idle points only: they wait for the stream) ---------------------------------
+    def anchor(self) -> Anchor | None:
+        """Tie device time to the host clock again; call only when the stream is idle.
+        Returns None (and takes no anchor) while a step is still in flight."""
+        with _waits_allowed():
+            return self._anchor()
+
+    # the CUDA calls, apart so that tests can stand in a fake device for them
+    @staticmethod
+    def _new_event():
+        return torch.cuda.Event(enable_timing=True)
+
+    @staticmethod
+    def _sync_stream() -> None:
+        torch.cuda.current_stream().synchronize()
+
+    def _anchor(self) -> Anchor | None:
+        self._sync_stream()
+        self.poll()
+        if self._count:
+            return None
+        ev = self._slots[self._head].events[G_PREPARE]  # free: nothing is in flight
+        for _ in range(ANCHOR_TRIES):  # a record call that was preempted is tried again
+            t0 = perf_counter_ns()
+            ev.record()
+            t1 = perf_counter_ns()
+            ev.synchronize()
+            if t1 - t0 <= TIGHT_ANCHOR_NS:
+                break
+        t_ns = (t0 + t1) // 2
+        drift = since = None
+        if self._ref_ns >= 0:
+            drift = t_ns - (self._ref_ns + round(self._ref.elapsed_time(ev) * 1e6))
+            since = t_ns - self.anchors[-1].t_ns
+        a = Anchor(t_ns, (t1 - t0) // 2, drift, since or 0)
+        self.anchors.append(a)
+        # The anchor event becomes the reference; the old reference takes its place in the pool.
+        self._ref, self._slots[self._head].events[G_PREPARE] = ev, self._ref
+        self._ref_ns = t_ns
+        return a
+
+    def finish(self) -> None:
+        """End of the run: wait for the stream, resolve everything, take the last anchor."""
+        self._current = None
+        self.anchor()
+
+    def summary(self) -> dict[str, object]:
+        """The clock facts stored on the run (``runs.info['gpu_timeline']``)."""
+        drifts = [abs(a.drift_ns) for a in self.anchors if a.drift_ns is not None]
+        return {
+            "anchors": len(self.anchors),
+            "max_abs_drift_ns": max(drifts) if drifts else None,
+            "drift_ns": [a.drift_ns for a in self.anchors if a.drift_ns is not None][:100],
+            "anchor_uncertainty_ns": max((a.uncertainty_ns for a in self.anchors), default=None),
+            "steps_measured": self.live.steps,
+            "steps_dropped": self.dropped,
+        }
+
+
+@contextlib.contextmanager
+def _waits_allowed() -> Iterator[None]:
+    """An anchor's waits are deliberate: a sync debug mode (the sync finder's) is lifted."""
+    mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
+    if mode:
+        torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        if mode:
+            torch.cuda.set_sync_debug_mode(mode)

@@ -1,0 +1,164 @@
+"""Kernel trace (opt-in, ``probes.kernel_trace``): torch.profiler with CUDA activity for a window
+of steps, kernels attributed to their step and phase.
+
+The profiler starts before step ``start`` and stops after step ``start + count - 1``; its Chrome
+trace is kept as a file (``raw_path``). Attribution goes through the launch: every kernel's
+``correlation`` id names the runtime call that launched it (``cudaLaunchKernel``,
+``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph: all of its kernels get
+that call's step and phase); the call's host time falls inside one of the step's CPU phase spans
+(``prepare``, ``forward``, ``sample``; else the step). Profiler time is put on the
+``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known ``perf_counter_ns``.
+
+The profiler is CUPTI's one subscriber: a run under Nsight Systems cannot take a kernel trace
+(the CLI refuses the combination). Tracing adds host time to every launch in the window, so the
+window's steps are slower than the rest; the stored kernels say where the device time goes, not
+how long the untraced steps took.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import tempfile
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP, RecordingProbe
+
+ANCHOR_NAME = "mrv2 kernel trace anchor"
+_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC",
+             "cuLaunchKernelEx", "cudaGraphLaunch_v10000")  # fmt: skip
+_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
+
+
+class KernelTrace:
+    def __init__(self, start: int, count: int, trace_dir: str | None = None) -> None:
+        self.start, self.count = max(int(start), 0), max(int(count), 1)
+        self.trace_dir = trace_dir or tempfile.gettempdir()
+        self.raw_path: str | None = None
+        self._prof = None
+        self._anchor_ns = -1
+        self._spans: list[tuple[int, int, int, int]] = []  # (start_ns, end_ns, step, phase id)
+        self.columns: dict[str, np.ndarray] | None = None
+        self.error: str | None = None
+        self.steps_traced = 0
+        if self.start == 0:
+            self._begin()
+
+    # ---- driven by the harness after every step -----------------------------------------------
+    def after_step(self, step: int, probe: RecordingProbe) -> None:
+        if self._prof is not None:
+            self._keep_spans(step, probe)
+            self.steps_traced += 1
+            if step >= self.start + self.count - 1:
+                self.stop()
+        elif self.columns is None and self.error is None and step == self.start - 1:
+            self._begin()
+
+    def _begin(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        self._prof.__enter__()
+        with record_function(ANCHOR_NAME):
+            self._anchor_ns = perf_counter_ns()
+        torch.cuda.current_stream()  # nothing queued: the anchor is host-side only
+
+    def _keep_spans(self, step: int, probe: RecordingProbe) -> None:
+        """The step's CPU spans, copied from the probe's buffer before a flush drains it."""
+        b = probe.spans
+        for i in range(b.n - 1, -1, -1):
+            if b.gpu[i]:
+                continue  # device spans of earlier steps resolve after this step's host spans
+            if b.step[i] != step:
+                if b.step[i] < step:
+                    break
+                continue
+            name = int(b.name[i])
+            if name in _PHASE_IDS or name == STEP:
+                self._spans.append((int(b.start_ns[i]), int(b.end_ns[i]), step, name))
+
+    def stop(self) -> None:
+        """End the window (also when the run stops inside it) and attribute the kernels."""
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        try:
+            prof.__exit__(None, None, None)
+            os.makedirs(self.trace_dir, exist_ok=True)
+            fd, self.raw_path = tempfile.mkstemp(
+                prefix="mrv2-kernels-", suffix=".json", dir=self.trace_dir
+            )
+            os.close(fd)
+            prof.export_chrome_trace(self.raw_path)
+            with open(self.raw_path) as f:
+                events = json.load(f).get("traceEvents", [])
+            self.columns = attribute(events, self._spans, self._anchor_ns)
+        except Exception as exc:  # a profiler problem must not lose the run
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def summary(self) -> dict[str, Any]:
+        n = 0 if self.columns is None else len(self.columns["name"])
+        attributed = 0 if self.columns is None else int((self.columns["step"] >= 0).sum())
+        return {
+            "window": [self.start, self.count],
+            "steps_traced": self.steps_traced,
+            "kernels": n,
+            "attributed": attributed,
+            "raw_trace": self.raw_path,
+            "error": self.error,
+        }
+
+
+def attribute(
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+) -> dict[str, np.ndarray]:
+    """``kernels`` columns from Chrome trace events of torch.profiler.
+
+    ``spans`` are host (start_ns, end_ns, step, phase id) on the ``perf_counter_ns`` clock; the
+    event named ``ANCHOR_NAME`` was recorded at ``anchor_ns``. -1 marks an unattributed step."""
+    anchor = next((e for e in events if e.get("name") == ANCHOR_NAME), None)
+    if anchor is None:
+        raise ValueError("the kernel trace has no anchor event")
+    offset = anchor_ns - round(float(anchor["ts"]) * 1000)  # profiler µs -> perf_counter ns
+    launch_ns: dict[int, int] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") in _LAUNCHES:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                launch_ns[int(corr)] = round(float(e["ts"]) * 1000) + offset
+    phases = sorted(s for s in spans if s[3] != STEP)
+    steps = sorted(s for s in spans if s[3] == STEP)
+    p_starts, s_starts = [s[0] for s in phases], [s[0] for s in steps]
+
+    def lookup(t: int) -> tuple[int, str | None]:
+        i = bisect.bisect_right(p_starts, t) - 1
+        if i >= 0 and phases[i][0] <= t <= phases[i][1]:
+            return phases[i][2], PHASES[phases[i][3]]
+        i = bisect.bisect_right(s_starts, t) - 1
+        if i >= 0 and steps[i][0] <= t <= steps[i][1]:
+            return steps[i][2], "step"
+        return -1, None
+
+    rows = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "kernel":
+            continue
+        args = e.get("args") or {}
+        t = launch_ns.get(int(args.get("correlation", -1)))
+        step, phase = lookup(t) if t is not None else (-1, None)
+        start = round(float(e["ts"]) * 1000) + offset
+        end = start + round(float(e.get("dur", 0)) * 1000)
+        rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
+    return {
+        "step": np.array([r[0] for r in rows], dtype=np.int64),
+        "phase": np.array([r[1] for r in rows], dtype=object),
+        "name": np.array([r[2] for r in rows], dtype=object),
+        "start_ns": np.array([r[3] for r in rows], dtype=np.int64),
+        "end_ns": np.array([r[4] for r in rows], dtype=np.int64),
+        "stream": np.array([r[5] for r in rows], dtype=np.int64),
+    }

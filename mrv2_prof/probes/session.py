@@ -1,0 +1,87 @@
+"""The switchable probes of one run, set up from the scenario's ``probes`` section.
+
+``ProbeSession`` turns the section into what the run records on its device: the GPU timeline
+(``cuda_events``), the copy audit (``copy_audit``), the sync finder (``sync_finder``) and the
+kernel trace window (``kernel_trace``). A probe asked for that the run cannot record (a CPU run
+has no CUDA events, syncs or kernels) becomes a note on the run, never a silent skip. The
+harness calls ``after_step`` after every engine step (resolve finished GPU steps, drive the
+kernel trace window), ``at_idle`` while it waits for arrivals (re-anchor the GPU clock) and
+``finish`` at the end (resolve everything, take the last anchor, collect the facts to store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from time import perf_counter_ns
+from typing import Any
+
+from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.support import cpu_probe_notes
+
+ANCHOR_INTERVAL_NS = 1_000_000_000  # at most one idle re-anchor a second
+
+
+class ProbeSession:
+    def __init__(
+        self,
+        probes: dict[str, Any],
+        probe: RecordingProbe,
+        device: str,
+        notes: list[str],
+        trace_dir: str | None = None,
+    ) -> None:
+        self.probe = probe
+        self.cuda = device.startswith("cuda")
+        self.timeline = None
+        self.kernel_trace = None
+        self._next_anchor = 0
+        self.find_syncs = bool(probes.get("sync_finder")) and self.cuda
+        if not self.cuda:
+            notes.extend(cpu_probe_notes(probes))
+            return
+        if probes.get("cuda_events"):
+            from mrv2_prof.probes.gpu_timeline import GpuTimeline
+
+            self.timeline = GpuTimeline(probe.gpu_span)
+            self.timeline.anchor()
+            probe.timeline = self.timeline
+        probe.audits_copies = bool(probes.get("copy_audit"))
+        if probes.get("kernel_trace"):
+            from mrv2_prof.probes.kernel_trace import KernelTrace
+
+            start, count = probes.get("kernel_trace_steps") or (10, 20)
+            self.kernel_trace = KernelTrace(start, count, trace_dir)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around the step loop: the sync finder's debug mode, and the kernel trace's profiler
+        closed however the loop ends."""
+        from mrv2_prof.probes.sync_finder import SyncFinder
+
+        with SyncFinder(self.probe) if self.find_syncs else contextlib.nullcontext():
+            try:
+                yield
+            finally:
+                if self.kernel_trace is not None:
+                    self.kernel_trace.stop()
+
+    def after_step(self, step: int) -> None:
+        if self.timeline is not None:
+            self.timeline.poll()
+        if self.kernel_trace is not None:
+            self.kernel_trace.after_step(step, self.probe)
+
+    def at_idle(self) -> None:
+        now = perf_counter_ns()
+        if self.timeline is not None and now >= self._next_anchor:
+            self.timeline.anchor()
+            self._next_anchor = now + ANCHOR_INTERVAL_NS
+
+    def finish(self, facts: dict[str, Any]) -> None:
+        """End of the run (also a stopped or failed one): the facts the run row keeps."""
+        if self.timeline is not None:
+            self.timeline.finish()
+            facts["gpu_timeline"] = self.timeline.summary()
+        if self.kernel_trace is not None:
+            facts["kernel_trace"] = self.kernel_trace.summary()
