@@ -1,0 +1,159 @@
+"""The migration-gate metrics of one run, by the names a user types (``p99_itl``, ``overlap``, …).
+
+The set follows the deployment gate of the vLLM 0.25 MRV2 migration guide (reference/
+mrv2-migration-guide, step 3 "load and distribution"): TTFT/TPOT/ITL p50/p95/p99, request and
+token throughput, peak GPU memory, start-up and CUDA graph capture time, errors, aborts and
+preemptions; plus the MRV2 mechanism metrics of DESIGN §4 (overlap, host-bound bubble time, sync
+count, graph hit rate). Latencies and throughput come from ``store.metrics.run_summary`` (vLLM
+``bench serve`` definitions) so every view reports the same numbers. A value is ``None`` when the
+run did not measure it (no GPU samples on a CPU run, no completed request, …).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from mrv2_prof.store import Store
+from mrv2_prof.store.metrics import run_summary
+
+LOWER = "lower"  # lower is better: an increase is a regression
+HIGHER = "higher"  # higher is better: a decrease is a regression
+
+_MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # ms | s | req/s | tok/s | MiB | fraction | count
+    direction: str  # LOWER or HIGHER
+    description: str
+
+    def format(self, value: float | None) -> str:
+        """``value`` in this metric's unit for a table cell; ``-`` when not measured."""
+        return "-" if value is None else _format(value, self.unit, signed=False)
+
+    def format_delta(self, delta: float) -> str:
+        return _format(delta, self.unit, signed=True)
+
+
+def _format(value: float, unit: str, *, signed: bool) -> str:
+    sign = "+" if signed else ""
+    if not math.isfinite(value):
+        return str(value)
+    if unit == "count":
+        return f"{value:{sign},.0f}"
+    if unit == "fraction":
+        return f"{value:{sign}.3f}"
+    decimals = 1 if unit in ("tok/s", "MiB") else 2
+    return f"{value:{sign},.{decimals}f} {unit}"
+
+
+def _latency_metrics() -> list[Metric]:
+    what = {
+        "ttft": "time to first token",
+        "tpot": "time per output token after the first",
+        "itl": "inter-token latency",
+    }
+    return [
+        Metric(f"p{q}_{name}", "ms", LOWER, f"{label}, p{q} over completed requests")
+        for name, label in what.items()
+        for q in (50, 95, 99)
+    ]
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        *_latency_metrics(),
+        Metric("req_throughput", "req/s", HIGHER, "completed requests / run duration"),
+        Metric("tok_throughput", "tok/s", HIGHER, "output tokens / run duration"),
+        Metric("peak_gpu_mem", "MiB", LOWER, "highest NVML memory-used sample (GPU runs)"),
+        Metric("overlap", "fraction", HIGHER, "hidden / total host prep time over all steps"),
+        Metric("host_bound_bubble_ms", "ms", LOWER, "GPU idle time spent waiting for the host"),
+        Metric("sync_count", "count", LOWER, "CPU-GPU sync points recorded (all kinds)"),
+        Metric("graph_hit_rate", "fraction", HIGHER, "fraction of steps that replayed a graph"),
+        Metric("capture_s", "s", LOWER, "CUDA graph capture time at start-up"),
+        Metric("startup_s", "s", LOWER, "engine start-up: weights, KV cache, warm-up, capture"),
+        Metric("errors", "count", LOWER, "requests left unfinished, +1 if the run failed"),
+        Metric("aborts", "count", LOWER, "requests finished by an abort"),
+        Metric("preemptions", "count", LOWER, "preemptions over all requests"),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """One run's gate metrics: ``values`` maps every name of ``METRICS`` to a number or None."""
+
+    run_id: str
+    label: str | None
+    status: str
+    error: str | None
+    values: dict[str, float | None]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _capture_s(store: Store, run_id: str, info: dict[str, Any]) -> float | None:
+    if _number(info.get("capture_s")) is not None:
+        return _number(info["capture_s"])
+    (total,) = store.connection.execute(
+        "SELECT sum(capture_s) FROM graph_captures WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return total
+
+
+def _startup_s(info: dict[str, Any]) -> float | None:
+    if _number(info.get("startup_s")) is not None:
+        return _number(info["startup_s"])
+    phases = info.get("startup")
+    if isinstance(phases, dict) and phases:
+        seconds = [_number(v) for v in phases.values()]
+        return sum(seconds) if None not in seconds else None
+    return None
+
+
+def gate_metrics(store: Store, run_id: str) -> RunMetrics:
+    """The gate metrics of run ``run_id`` (an exact id; resolve user input with ``resolve_run``)."""
+    s = run_summary(store, run_id)
+    con = store.connection
+    (peak_bytes,) = con.execute(
+        "SELECT max(mem_used_bytes) FROM gpu_samples WHERE run_id = ?", [run_id]
+    ).fetchone()
+    hidden_ns, host_ns, host_bound_ns, num_bubbles = con.execute(
+        """
+        SELECT sum(hidden_prep_ns) FILTER (WHERE host_prep_ns IS NOT NULL),
+               sum(host_prep_ns) FILTER (WHERE hidden_prep_ns IS NOT NULL),
+               sum(bubble_ns) FILTER (WHERE bubble_kind = 'host_bound'),
+               count(bubble_ns)
+        FROM steps WHERE run_id = ?
+        """,
+        [run_id],
+    ).fetchone()
+
+    values: dict[str, float | None] = {}
+    for name, pct in (("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("itl", s.itl_ms)):
+        values.update({f"p50_{name}": pct.p50, f"p95_{name}": pct.p95, f"p99_{name}": pct.p99})
+    measured_duration = s.duration_s > 0
+    values.update(
+        req_throughput=s.requests_per_s if measured_duration else None,
+        tok_throughput=s.output_tokens_per_s if measured_duration else None,
+        peak_gpu_mem=peak_bytes / _MIB if peak_bytes is not None else None,
+        overlap=hidden_ns / host_ns if host_ns else None,
+        host_bound_bubble_ms=(host_bound_ns or 0) / 1e6 if num_bubbles else None,
+        sync_count=s.num_syncs,
+        graph_hit_rate=s.graph_hit_rate,
+        capture_s=_capture_s(store, run_id, s.info),
+        startup_s=_startup_s(s.info),
+        errors=s.num_unfinished + (s.status == "failed"),
+        aborts=s.num_aborted,
+        preemptions=s.num_preemptions,
+    )
+    values = {name: None if v is None else float(v) for name, v in values.items()}
+    assert list(values) == list(METRICS)
+    return RunMetrics(run_id, s.label, s.status, s.error, values)

@@ -1,0 +1,207 @@
+"""One self-contained HTML report (works offline): plotly.js inlined once, each figure's JSON in
+its own ``<script type="application/json" class="mrv2-figure" data-fig-id=...>`` element, drawn
+by one small script at the end. Returns the document as a string; the CLI writes it.
+
+A run report has a header (``store.metrics.run_summary``, the run's notes), a guide that says in
+one sentence what each figure shows, the figures (or "not measured on this run: <why>"), and
+the scenario YAML. A sweep report compares several runs on their headline metrics.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from mrv2_prof.report import figures
+from mrv2_prof.report.figures import Figure, NotMeasured
+from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
+from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
+from mrv2_prof.report.timeline import timeline
+from mrv2_prof.store.db import Store
+from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.tui.format import format_bytes, format_ms, format_percent
+
+# figure id -> (heading, what it shows in one sentence), in page order
+FIGURE_GUIDE = {
+    "timeline": ("Step timeline", "Each step's CPU phases (schedule, prepare, forward, sample, "
+                 "output_wait, update) and, on a GPU run, its device work on the same clock; drag "
+                 "to zoom into single steps."),
+    "overlap": ("Overlap per step", "The share of each step's host preparation that ran while "
+                "the GPU was still busy with the previous step (async scheduling at work)."),
+    "bubbles": ("GPU bubbles", "GPU idle time before each step, split into host-bound bubbles "
+                "(the GPU waited for the host to enqueue) and other gaps."),
+    "sync_sites": ("Sync sites", "Where the CPU waited for the GPU: the designed output wait, "
+                   "implicit syncs found by the sync finder (file:line) and flagged copies."),
+    "graph_modes": ("Graph mode per step", "Which CUDA graph mode each step ran (full, "
+                    "piecewise or eager none) against its token count, with the reasons."),
+    "graph_capture": ("Graph capture cost", "Start-up seconds and pool memory of each captured "
+                      "graph key, split into keys a step replayed and keys never used."),
+    "staged_writes": ("Staged writes", "Bytes the staged writes copied to the GPU, per tensor "
+                      "and per step, against a dense copy of the whole tensor."),
+    "latency_cdf": ("Latency CDFs", "Cumulative distributions of TTFT, TPOT, ITL and E2E over "
+                    "completed requests (vLLM bench serve definitions)."),
+    "nvml": ("GPU telemetry", "GPU utilisation, memory, power and SM clock sampled by NVML."),
+    "sweep": ("Sweep comparison", "The headline metrics of every run side by side, one bar "
+              "(colour) per run."),
+}  # fmt: skip
+RUN_FIGURES = (
+    timeline, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
+    figures.graph_capture, figures.staged_writes, figures.latency_cdf, figures.nvml,
+)  # fmt: skip
+PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": True}
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1400px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:.15em .8em;text-align:left;
+border-bottom:1px solid #eee}th{background:#f6f6f6}td.num{text-align:right}
+pre{background:#f6f6f6;padding:.8em;overflow:auto}.note{color:#8a6d00}
+.not-measured{padding:1.5em;background:#fafafa;border:1px dashed #bbb;color:#555}
+section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
+"""
+_BOOT = """
+document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
+  var fig = JSON.parse(el.textContent);
+  Plotly.newPlot('plot-' + el.dataset.figId, fig.data, fig.layout, %s);
+});
+"""
+
+
+def figure_json(fig: go.Figure) -> str:
+    """The figure's JSON, safe inside a <script> element (every '<' escaped as \\u003c)."""
+    return fig.to_json().replace("<", "\\u003c")
+
+
+def _section(fig: Figure) -> str:
+    fig_id = fig.fig_id if isinstance(fig, NotMeasured) else fig.layout.meta["id"]
+    heading, explain = FIGURE_GUIDE[fig_id]
+    parts = [f'<section class="figure" id="sec-{fig_id}"><h2>{html.escape(heading)}</h2>',
+             f'<p class="explain">{html.escape(explain)}</p>']  # fmt: skip
+    if isinstance(fig, NotMeasured):
+        parts.append(
+            f'<p class="not-measured" data-fig-id="{fig_id}">not measured on this run: '
+            f"{html.escape(fig.why)}</p>"
+        )
+    else:
+        parts.append(f'<div class="plot" id="plot-{fig_id}"></div>')
+        parts.append(
+            f'<script type="application/json" class="mrv2-figure" data-fig-id="{fig_id}">'
+            f"{figure_json(fig)}</script>"
+        )
+        notes = fig.layout.meta.get("notes") or []
+        if notes:
+            items = "".join(f'<li class="note">{html.escape(n)}</li>' for n in notes)
+            parts.append(f"<ul>{items}</ul>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _page(title: str, body: list[str]) -> str:
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>", *body,
+        f"<script>{_BOOT % json.dumps(PLOT_CONFIG)}</script>", "</body></html>",
+    ])  # fmt: skip
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{cells}</table>"
+
+
+def _pct(p: Percentiles) -> str:
+    if not p.count:
+        return "not measured"
+    return f"p50 {format_ms(p.p50)}, p90 {format_ms(p.p90)}, p99 {format_ms(p.p99)} (n={p.count})"
+
+
+def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
+    info = s.info
+    graphs = "-" if s.graph_hit_rate is None else f"{format_percent(s.graph_hit_rate)} hit"
+    return [
+        ("run", f"{s.run_id}  {s.label}"),
+        ("status", s.status + (f" ({s.error})" if s.error else "")),
+        ("device / dtype", f"{s.device} / {info.get('dtype', '?')}"),
+        ("requests", f"{s.num_requests} ({s.num_completed} completed, {s.num_aborted} aborted, "
+                     f"{s.num_unfinished} unfinished)"),
+        ("steps", f"{s.steps:,}"),
+        ("tokens", f"{s.prompt_tokens:,} prompt, {s.output_tokens:,} output"),
+        ("duration", f"{s.duration_s:,.2f} s (first arrival to last finish)"),
+        ("throughput", f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} tok/s"),
+        ("TTFT", _pct(s.ttft_ms)), ("TPOT", _pct(s.tpot_ms)), ("ITL", _pct(s.itl_ms)),
+        ("E2E", _pct(s.e2e_ms)),
+        ("staged writes", f"{format_bytes(s.staged_bytes)} moved vs "
+                          f"{format_bytes(s.dense_bytes)} for dense copies"),
+        ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
+        ("CUDA graphs", graphs),
+    ]  # fmt: skip
+
+
+def _guide(fig_ids: list[str]) -> str:
+    items = "".join(
+        f'<li><a href="#sec-{i}">{html.escape(FIGURE_GUIDE[i][0])}</a>: '
+        f"{html.escape(FIGURE_GUIDE[i][1])}</li>"
+        for i in fig_ids
+    )
+    return f"<h2>Figures</h2><ul>{items}</ul>"
+
+
+def render_run_report(
+    store: Store,
+    run_id: str,
+    *,
+    detail_steps: int = DETAIL_STEPS,
+    detail_window: tuple[int, int] | None = None,
+) -> str:
+    """The HTML report of one run (``run_id`` exact; resolve user input with ``resolve_run``)."""
+    summary = run_summary(store, run_id)
+    data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
+    figs = [make(data) for make in RUN_FIGURES]
+    notes = "".join(
+        f'<p class="note">note: {html.escape(n)}</p>' for n in data.info.get("notes", [])
+    )
+    body = [
+        f"<h1>mrv2-prof report: {html.escape(data.label)} ({html.escape(run_id)})</h1>",
+        _table(_summary_rows(summary)), notes,
+        _guide([f.fig_id if isinstance(f, NotMeasured) else f.layout.meta["id"] for f in figs]),
+        *(_section(f) for f in figs),
+        "<h2>Scenario</h2>",
+        f'<pre id="scenario">{html.escape(data.scenario_yaml)}</pre>',
+    ]  # fmt: skip
+    return _page(f"mrv2-prof {run_id}", body)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.4g}"
+
+
+def render_sweep_report(store: Store, run_ids: list[str]) -> str:
+    """One page comparing ``run_ids`` (exact ids) on the headline metrics."""
+    runs = [headline(store, rid) for rid in run_ids]
+    head = "".join(f"<th>{html.escape(title)} ({unit})</th>" for _, title, unit in HEADLINE_METRICS)
+    rows = "".join(
+        f"<tr><td>{html.escape(r.run_id)}</td><td>{html.escape(r.short_label)}</td>"
+        f"<td>{html.escape(r.status)}</td>"
+        + "".join(f'<td class="num">{_fmt(r.values.get(k))}</td>' for k, _, _ in HEADLINE_METRICS)
+        + "</tr>"
+        for r in runs
+    )
+    scenarios = []
+    for rid in run_ids:
+        (yaml_text,) = store.connection.execute(
+            "SELECT scenario_yaml FROM runs WHERE run_id = ?", [rid]
+        ).fetchone()
+        scenarios.append(
+            f"<details><summary>{html.escape(rid)}</summary>"
+            f"<pre>{html.escape(yaml_text or '')}</pre></details>"
+        )
+    body = [
+        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>",
+        f'<table id="headlines"><tr><th>run</th><th>matrix / label</th><th>status</th>{head}</tr>'
+        f"{rows}</table>",
+        _guide(["sweep"]), _section(sweep_figure(runs)), "<h2>Scenarios</h2>", *scenarios,
+    ]  # fmt: skip
+    return _page(f"mrv2-prof sweep ({len(runs)} runs)", body)

@@ -1,0 +1,156 @@
+"""Comparing the runs of a sweep: which runs form one, their headline metrics, one bar chart.
+
+A sweep is what one ``mrv2-prof run`` of a scenario with a ``matrix`` stores: consecutive runs
+(in start order) of the same ``scenario_name``, each with a ``matrix_combo`` over the same keys
+and no combination twice. ``sweep_members`` finds that group around one of its runs; any list
+of runs can be compared with ``headlines`` and ``sweep_figure``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mrv2_prof.report.figures import new_figure
+from mrv2_prof.store.db import Store, StoreError, no_run_error
+from mrv2_prof.store.metrics import run_summary
+
+# (key, title, unit): the order of the sweep figure's panels
+HEADLINE_METRICS = (
+    ("output_tokens_per_s", "output tokens/s", "tok/s"),
+    ("requests_per_s", "requests/s", "req/s"),
+    ("ttft_p50_ms", "TTFT p50", "ms"), ("ttft_p99_ms", "TTFT p99", "ms"),
+    ("tpot_p50_ms", "TPOT p50", "ms"), ("tpot_p99_ms", "TPOT p99", "ms"),
+    ("itl_p50_ms", "ITL p50", "ms"), ("itl_p99_ms", "ITL p99", "ms"),
+    ("e2e_p50_ms", "E2E p50", "ms"), ("e2e_p99_ms", "E2E p99", "ms"),
+    ("overlap_pct", "overlap", "%"), ("bubble_ms", "GPU bubbles", "ms"),
+    ("num_syncs", "sync points", "count"), ("graph_hit_pct", "graph hit rate", "%"),
+    ("capture_s", "graph capture", "s"), ("staged_dense_ratio", "staged / dense bytes", "ratio"),
+    ("peak_mem_gib", "peak GPU memory (NVML)", "GiB"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Headline:
+    run_id: str
+    label: str
+    status: str
+    combo: dict[str, Any]
+    values: dict[str, float | None]  # keyed like HEADLINE_METRICS; None = not measured
+
+    @property
+    def short_label(self) -> str:
+        """The matrix values (``cudagraph_mode=full, async_scheduling=false``) or the label."""
+        if not self.combo:
+            return self.label
+        return ", ".join(f"{k.rsplit('.', 1)[-1]}={json.dumps(v)}" for k, v in self.combo.items())
+
+
+def sweep_members(store: Store, run_id: str) -> list[str]:
+    """The runs of the sweep ``run_id`` belongs to, in start order (see the module docstring)."""
+    rows = store.connection.execute(
+        "SELECT run_id, scenario_name, matrix_combo FROM runs "
+        "ORDER BY started_at NULLS FIRST, started_ns NULLS FIRST, run_id"
+    ).fetchall()
+    ids = [r[0] for r in rows]
+    if run_id not in ids:
+        raise no_run_error(store.path, run_id)
+    i = ids.index(run_id)
+    name, combo_json = rows[i][1], rows[i][2]
+    if not combo_json:
+        raise StoreError(f"run {run_id} is not part of a sweep (its scenario has no matrix)")
+    keys = sorted(json.loads(combo_json))
+    seen = {combo_json}
+    lo = hi = i
+
+    def same_sweep(j: int) -> bool:
+        _, other_name, other_combo = rows[j]
+        if other_name != name or not other_combo or other_combo in seen:
+            return False
+        if sorted(json.loads(other_combo)) != keys:
+            return False
+        seen.add(other_combo)
+        return True
+
+    while lo > 0 and same_sweep(lo - 1):
+        lo -= 1
+    while hi + 1 < len(rows) and same_sweep(hi + 1):
+        hi += 1
+    return ids[lo : hi + 1]
+
+
+def headline(store: Store, run_id: str) -> Headline:
+    """The headline metrics of one run (``run_summary`` plus overlap, bubbles, peak memory)."""
+    s = run_summary(store, run_id)
+    hidden, host, bubble_ns, peak_mem = store.connection.execute(
+        "SELECT (SELECT sum(hidden_prep_ns) FROM steps WHERE run_id = $1), "
+        "(SELECT sum(host_prep_ns) FROM steps WHERE run_id = $1), "
+        "(SELECT sum(bubble_ns) FROM steps WHERE run_id = $1), "
+        "(SELECT max(mem_used_bytes) FROM gpu_samples WHERE run_id = $1)",
+        [run_id],
+    ).fetchone()
+    combo_json = store.connection.execute(
+        "SELECT matrix_combo FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()[0]
+    graphs = s.info.get("num_graphs", 0)
+    values = {
+        "output_tokens_per_s": s.output_tokens_per_s,
+        "requests_per_s": s.requests_per_s,
+        **{
+            f"{name}_{p}_ms": getattr(getattr(s, f"{name}_ms"), p)
+            for name in ("ttft", "tpot", "itl", "e2e")
+            for p in ("p50", "p99")
+        },
+        "overlap_pct": 100 * hidden / host if host else None,
+        "bubble_ms": bubble_ns / 1e6 if bubble_ns is not None else None,
+        "num_syncs": s.num_syncs,
+        "graph_hit_pct": 100 * s.graph_hit_rate if s.graph_hit_rate is not None else None,
+        "capture_s": s.info.get("capture_s") if graphs else None,
+        "staged_dense_ratio": s.staged_bytes / s.dense_bytes if s.dense_bytes else None,
+        "peak_mem_gib": peak_mem / 2**30 if peak_mem is not None else None,
+    }
+    return Headline(
+        run_id, s.label or run_id, s.status, json.loads(combo_json) if combo_json else {}, values
+    )
+
+
+def sweep_figure(runs: list[Headline]) -> go.Figure:
+    """One bar panel per headline metric, one colour per run (legend: run id and its matrix
+    values); a metric no run measured says so in its panel."""
+    cols = 4
+    rows = -(-len(HEADLINE_METRICS) // cols)
+    titles = [f"{title} ({unit})" for _, title, unit in HEADLINE_METRICS]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.07)
+    for n, run in enumerate(runs):
+        for i, (key, _, _) in enumerate(HEADLINE_METRICS):
+            value = run.values.get(key)
+            fig.add_trace(
+                go.Bar(
+                    x=[run.run_id], y=[value], name=f"{run.run_id} {run.short_label}",
+                    legendgroup=run.run_id, showlegend=i == 0, marker_color=_color(n),
+                    hovertemplate=f"{run.short_label}<br>%{{y:.4g}}<extra>{run.run_id}</extra>",
+                ),
+                row=i // cols + 1, col=i % cols + 1,
+            )  # fmt: skip
+    for i, (key, _, _) in enumerate(HEADLINE_METRICS):
+        if all(r.values.get(key) is None for r in runs):
+            fig.add_annotation(
+                text="not measured", showarrow=False, xref="x domain" if i == 0 else
+                f"x{i + 1} domain", yref="y domain" if i == 0 else f"y{i + 1} domain",
+                x=0.5, y=0.5,
+            )  # fmt: skip
+    fig.update_layout(height=260 * rows, legend={"orientation": "h", "y": -0.05})
+    table = {r.run_id: r.values for r in runs}
+    return new_figure(fig, "sweep", f"Sweep: {len(runs)} runs compared", [], values=table)
+
+
+_PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B",
+            "#9D755D", "#FF9DA6", "#BAB0AC")  # fmt: skip
+
+
+def _color(i: int) -> str:
+    return _PALETTE[i % len(_PALETTE)]

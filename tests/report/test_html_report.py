@@ -1,0 +1,530 @@
+"""The HTML report: self-contained, one plotly.js, and figures that carry the run's data.
+
+Figures are read back from the page (the JSON of each ``mrv2-figure`` script element, typed
+arrays decoded) and compared with values worked out by hand in the comments, or recomputed in
+Python from the rows of a real quickstart run.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from plotly.offline import get_plotlyjs
+from typer.testing import CliRunner
+
+from mrv2_prof.cli import app
+from mrv2_prof.report.html_report import render_run_report, render_sweep_report
+from mrv2_prof.report.sweep import sweep_members
+from mrv2_prof.store import Store, StoreError
+
+MS = 1_000_000
+T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
+RUN_FIGURES = ("timeline", "overlap", "bubbles", "sync_sites", "graph_modes", "graph_capture",
+               "staged_writes", "latency_cdf", "nvml")  # fmt: skip
+MR = "mrv2_prof/runner/model_runner.py:123"
+SAMPLER = "mrv2_prof/runner/sampler.py:45"
+INPUT = "mrv2_prof/runner/input_batch.py:77"
+
+# ---- reading a report back ----------------------------------------------------------------
+
+_FIGURE = re.compile(
+    r'<script type="application/json" class="mrv2-figure" data-fig-id="([^"]+)">(.*?)</script>',
+    re.S,
+)
+
+
+def _decode(node):
+    """Plotly's JSON with typed arrays ({"dtype", "bdata", "shape"}) turned into numpy."""
+    if isinstance(node, dict):
+        if "bdata" in node and "dtype" in node:
+            arr = np.frombuffer(base64.b64decode(node["bdata"]), dtype=np.dtype(node["dtype"]))
+            if "shape" in node:
+                arr = arr.reshape([int(n) for n in str(node["shape"]).split(",")])
+            return arr
+        return {k: _decode(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_decode(v) for v in node]
+    return node
+
+
+def figures_of(page: str) -> dict[str, dict]:
+    return {fid: _decode(json.loads(text)) for fid, text in _FIGURE.findall(page)}
+
+
+def trace(fig: dict, name: str) -> dict:
+    (found,) = [t for t in fig["data"] if t.get("name") == name]
+    return found
+
+
+def not_measured(page: str) -> dict[str, str]:
+    return dict(re.findall(r'class="not-measured" data-fig-id="([^"]+)">([^<]*)<', page))
+
+
+def segments_of(tr: dict) -> list[tuple[float, float]]:
+    """(start, end) of each NaN-separated segment of a timeline trace."""
+    x = np.asarray(tr["x"], dtype=float)
+    return [(float(a), float(b)) for a, b in zip(x[0::3], x[1::3], strict=True)]
+
+
+def assert_self_contained(page: str) -> None:
+    assert not re.search(r"<script\b[^>]*\bsrc\s*=", page, re.I)  # no script fetched from anywhere
+    assert not re.search(r"<link\b[^>]*\bhref\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert not re.search(r"<(img|iframe)\b[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert page.count(get_plotlyjs()) == 1  # plotly.js inlined exactly once
+
+
+# ---- a synthetic GPU run, worked by hand -------------------------------------------------------
+#  step  cpu ms   gpu ms   tokens  mode       host prep  hidden  overlap  bubble        kind
+#   0    0-10     2-12     100     piecewise  2          0       0        NULL          NULL
+#   1    10-18    12-20    4       full       2          1       0.5      0 (12-12)     other
+#   2    18-30    25-33    4       full       4          1       0.25     5 (25-20)     host_bound
+#   3    30-40    35-41    2       full       1          1       1.0      2 (35-33)     other
+# run overlap = (0+1+1+1) / (2+2+4+1) = 1/3; bubbles: host_bound 5 ms, other 0+2 = 2 ms.
+CPU_MS = [(0, 10), (10, 18), (18, 30), (30, 40)]
+GPU_MS = [(2, 12), (12, 20), (25, 33), (35, 41)]
+# CPU phases at offsets (ms) from the step's start; 'step' and 'execute' are containers.
+CPU_PHASES = {"schedule": (0, 1), "execute": (1, 6), "prepare": (1, 2), "forward": (2, 5),
+              "sample": (5, 6), "output_wait": (6, 7), "update": (7, 8)}  # fmt: skip
+GPU_PHASES = {"prepare": (0, 1), "forward": (1, 5), "sample": (5, 6)}
+# Captures: full:8 was never replayed (no dispatch chose full with 8 tokens): 0.75 s, 3 MiB.
+CAPTURES = {
+    "key": ["full:2", "full:4", "full:8", "piecewise:104"],
+    "mode": ["full", "full", "full", "piecewise"],
+    "num_tokens": [2, 4, 8, 104],
+    "capture_s": [0.5, 0.25, 0.75, 1.0],
+    "mem_bytes": [1 * 2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20],
+}
+# Requests (ms after T0); r2 is aborted, so it is left out of every latency.
+#   req arrival first finish out reason  token times
+#   r0    0      10    40    4  stop     10 20 30 40
+#   r1    5      25    85    3  length   25 45 85
+#   r2   20      50    60    2  abort    50 60
+#   r4   40      45    45    1  stop     45
+# TTFT 10, 20, 5 -> sorted 5, 10, 20        CDF from (5, 1/3) to (20, 1)
+# TPOT r0 30/3 = 10, r1 60/2 = 30           CDF from (10, 1/2) to (30, 1)
+# ITL  r0 10 10 10, r1 20 40                CDF from (10, 1/5) to (40, 1)
+# E2E  40, 80, 5                            CDF from (5, 1/3) to (80, 1)
+TOKEN_MS = {"r0": [10, 20, 30, 40], "r1": [25, 45, 85], "r2": [50, 60], "r4": [45]}
+
+
+def _begin(store: Store, run_id: str, *, name="gpu-demo", combo=None, started_ns=T0 - 1000 * MS):
+    store.begin_run(
+        run_id, scenario_name=name, label=name, matrix_combo=combo,
+        scenario_yaml=f"name: {name}\nprobes: {{cuda_events: true, nvml_hz: 20}}\n",
+        device="cuda:0", versions={}, started_ns=started_ns,
+        info={"dtype": "bfloat16", "num_graphs": 4, "capture_s": 2.5, "graph_keys_replayed": 3,
+              "unused_capture_s": 0.75, "unused_graph_bytes": 3 * 2**20,
+              "notes": ["synthetic run for the report tests"]},
+    )  # fmt: skip
+
+
+def fill_gpu_run(store: Store, run_id: str) -> None:
+    a = lambda v: np.array(v, dtype=np.int64)  # noqa: E731
+    store.append(run_id, "steps", {
+        "step": a(range(4)),
+        "cpu_start_ns": a([T0 + s * MS for s, _ in CPU_MS]),
+        "cpu_end_ns": a([T0 + e * MS for _, e in CPU_MS]),
+        "gpu_start_ns": a([T0 + s * MS for s, _ in GPU_MS]),
+        "gpu_end_ns": a([T0 + e * MS for _, e in GPU_MS]),
+        "num_tokens": [100, 4, 4, 2],
+        "graph_mode": ["piecewise", "full", "full", "full"],
+        "overlap_frac": [0.0, 0.5, 0.25, 1.0],
+        "host_prep_ns": a([2 * MS, 2 * MS, 4 * MS, 1 * MS]),
+        "hidden_prep_ns": a([0, 1 * MS, 1 * MS, 1 * MS]),
+        "bubble_ns": [None, 0, 5 * MS, 2 * MS],
+        "bubble_kind": [None, "other", "host_bound", "other"],
+    })  # fmt: skip
+    rows = [(step, "cpu", "step", s, e) for step, (s, e) in enumerate(CPU_MS)]
+    rows += [(step, "cpu", name, s + o0, s + o1) for step, (s, _) in enumerate(CPU_MS)
+             for name, (o0, o1) in CPU_PHASES.items()]  # fmt: skip
+    rows += [(step, "gpu", name, s + o0, s + o1) for step, (s, _) in enumerate(GPU_MS)
+             for name, (o0, o1) in GPU_PHASES.items()]  # fmt: skip
+    store.append(run_id, "spans", {
+        "step": a([r[0] for r in rows]), "track": [r[1] for r in rows],
+        "name": [r[2] for r in rows], "start_ns": a([T0 + r[3] * MS for r in rows]),
+        "end_ns": a([T0 + r[4] * MS for r in rows]),
+    })  # fmt: skip
+    # syncs: output_wait x4 (0.1 ms each), implicit MR x3 (2+1+0.5 ms), SAMPLER x1 (4 ms),
+    # copy INPUT x2 (0 ms)
+    syncs = [(i, "output_wait", None, MS // 10) for i in range(4)]
+    syncs += [(1, "implicit", MR, 2 * MS), (2, "implicit", MR, MS), (3, "implicit", MR, MS // 2)]
+    syncs += [(2, "implicit", SAMPLER, 4 * MS), (0, "copy", INPUT, 0), (1, "copy", INPUT, 0)]
+    store.append(run_id, "syncs", {
+        "step": a([r[0] for r in syncs]), "t_ns": a([T0 + r[0] * MS for r in syncs]),
+        "kind": [r[1] for r in syncs], "site": [r[2] for r in syncs],
+        "blocked_ns": a([r[3] for r in syncs]),
+    })  # fmt: skip
+    store.append(run_id, "graph_dispatch", {
+        "step": a(range(4)), "num_tokens": [100, 4, 4, 2], "padded_tokens": [104, 4, 4, 2],
+        "requested_mode": ["full_and_piecewise"] * 4,
+        "mode": ["piecewise", "full", "full", "full"], "hit": [True] * 4,
+        "reason": ["mixed prefill/decode batch", "uniform decode, 4 → 4",
+                   "uniform decode, 4 → 4", "uniform decode, 2 → 2"],
+    })  # fmt: skip
+    store.append(run_id, "graph_captures", CAPTURES)
+    # staged writes: block_table 504 + 60 = 564 of 2 x 262144; num_computed_tokens 320 + 16
+    # of 2 x 4096; per step 0: 824, 1: 60, 2: 16
+    store.append(run_id, "staged_writes", {
+        "step": a([0, 0, 1, 2]),
+        "tensor": ["block_table", "num_computed_tokens", "block_table", "num_computed_tokens"],
+        "rows": [16, 16, 3, 1], "elements": a([62, 16, 3, 1]),
+        "staged_bytes": a([504, 320, 60, 16]), "dense_bytes": a([262144, 4096, 262144, 4096]),
+    })  # fmt: skip
+    store.append(run_id, "requests", {
+        "req_id": ["r0", "r1", "r2", "r4"],
+        "arrival_ns": a([T0 + ms * MS for ms in (0, 5, 20, 40)]),
+        "first_token_ns": a([T0 + ms * MS for ms in (10, 25, 50, 45)]),
+        "finish_ns": a([T0 + ms * MS for ms in (40, 85, 60, 45)]),
+        "prompt_tokens": [10, 10, 10, 10], "output_tokens": [4, 3, 2, 1],
+        "finish_reason": ["stop", "length", "abort", "stop"],
+    })  # fmt: skip
+    tokens = [(r, i, ms) for r, times in TOKEN_MS.items() for i, ms in enumerate(times)]
+    store.append(run_id, "tokens", {
+        "req_id": [t[0] for t in tokens], "idx": [t[1] for t in tokens],
+        "t_ns": a([T0 + t[2] * MS for t in tokens]), "token_id": a(range(len(tokens))),
+    })  # fmt: skip
+    # NVML at 0, 50, 100 ms after step 0 = 1.0, 1.05, 1.1 s after the run started
+    store.append(run_id, "gpu_samples", {
+        "t_ns": a([T0, T0 + 50 * MS, T0 + 100 * MS]), "gpu_util": [10.0, 80.0, 95.0],
+        "mem_used_bytes": a([2**30, 2 * 2**30, 3 * 2**30]), "power_w": [100.0, 250.0, 300.0],
+        "sm_clock_mhz": [1000.0, 1980.0, 1980.0],
+    })  # fmt: skip
+
+
+@pytest.fixture
+def gpu_db(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.duckdb"
+    with Store.open(path) as store:
+        _begin(store, "9a0001")
+        fill_gpu_run(store, "9a0001")
+    return path
+
+
+@pytest.fixture
+def gpu_page(gpu_db: Path) -> str:
+    with Store.open(gpu_db, read_only=True) as store:
+        return render_run_report(store, "9a0001")
+
+
+# ---- the synthetic GPU run ---------------------------------------------------------------------
+
+
+def test_gpu_report_is_self_contained_with_every_figure(gpu_page):
+    assert_self_contained(gpu_page)
+    figs = figures_of(gpu_page)
+    assert sorted(figs) == sorted(RUN_FIGURES)
+    assert not_measured(gpu_page) == {}
+    for fid, fig in figs.items():
+        assert fig["layout"]["meta"]["id"] == fid
+        assert f'id="plot-{fid}"' in gpu_page and f'href="#sec-{fid}"' in gpu_page
+    assert "name: gpu-demo" in gpu_page  # the scenario, in its <pre>
+    assert "synthetic run for the report tests" in gpu_page  # the run's notes
+
+
+def test_timeline_lanes_carry_the_stored_spans(gpu_page):
+    fig = figures_of(gpu_page)["timeline"]
+    names = {t["name"] for t in fig["data"]}
+    assert names == {
+        "CPU step",
+        "GPU step",
+        "schedule (CPU)",
+        "prepare (CPU)",
+        "forward (CPU)",
+        "sample (CPU)",
+        "output_wait (CPU)",
+        "update (CPU)",
+        "prepare (GPU)",
+        "forward (GPU)",
+        "sample (GPU)",
+    }  # fmt: skip  ('step' and 'execute' contain the others: no bars of their own)
+    assert segments_of(trace(fig, "CPU step")) == [(s, e) for s, e in CPU_MS]
+    assert segments_of(trace(fig, "GPU step")) == [(s, e) for s, e in GPU_MS]
+    assert segments_of(trace(fig, "forward (CPU)")) == [(s + 2, s + 5) for s, _ in CPU_MS]
+    assert segments_of(trace(fig, "forward (GPU)")) == [(s + 1, s + 5) for s, _ in GPU_MS]
+    custom = np.asarray(trace(fig, "forward (GPU)")["customdata"])
+    assert custom[0::3, 0].tolist() == [0, 1, 2, 3]  # step
+    assert custom[0::3, 1].tolist() == [4, 4, 4, 4]  # duration ms
+    assert fig["layout"]["meta"]["detail_window"] is None  # 4 steps: all in detail
+    lanes = fig["layout"]["yaxis"]
+    assert dict(zip(lanes["ticktext"], lanes["tickvals"], strict=True))["GPU step"] == 0
+
+
+def test_overlap_and_bubbles(gpu_page):
+    figs = figures_of(gpu_page)
+    overlap = figs["overlap"]
+    (series,) = overlap["data"]
+    assert np.asarray(series["y"]).tolist() == [0.0, 50.0, 25.0, 100.0]
+    assert overlap["layout"]["meta"]["run_overlap"] == pytest.approx(1 / 3)
+    bubbles = figs["bubbles"]
+    assert bubbles["layout"]["meta"]["totals_ms"] == {"host_bound": 5.0, "other": 2.0}
+    scatter = {t["name"]: t for t in bubbles["data"] if t["type"] == "scattergl"}
+    assert np.asarray(scatter["host_bound"]["x"]).tolist() == [2]
+    assert np.asarray(scatter["other"]["x"]).tolist() == [1, 3]
+    assert np.asarray(scatter["other"]["y"]).tolist() == [0.0, 2.0]
+
+
+def test_sync_sites_by_file_and_line(gpu_page):
+    fig = figures_of(gpu_page)["sync_sites"]
+    bars = {}
+    for t in fig["data"]:
+        for label, count, blocked in zip(t["y"], t["x"], t["customdata"], strict=True):
+            bars[label] = (int(count), float(blocked))
+    assert bars == {
+        "(output_wait)": (4, pytest.approx(0.4)),
+        f"{MR} (implicit)": (3, pytest.approx(3.5)),
+        f"{SAMPLER} (implicit)": (1, pytest.approx(4.0)),
+        f"{INPUT} (copy)": (2, 0.0),
+    }
+
+
+def test_graph_modes_and_capture_cost_of_the_never_used_key(gpu_page):
+    figs = figures_of(gpu_page)
+    modes = figs["graph_modes"]
+    assert modes["layout"]["meta"]["steps_per_mode"] == {"full": 3, "piecewise": 1}
+    full = trace(modes, "full (3 steps)")
+    assert np.asarray(full["x"]).tolist() == [1, 2, 3]
+    assert np.asarray(full["y"]).tolist() == [4, 4, 2]
+    capture = figs["graph_capture"]
+    meta = capture["layout"]["meta"]
+    assert meta["num_unused"] == 1
+    assert meta["unused_capture_s"] == pytest.approx(0.75)
+    assert meta["unused_mem_bytes"] == 3 * 2**20
+    assert meta["capture_s"] == pytest.approx(2.5)
+    never = [t for t in capture["data"] if t["name"] == "never replayed"]
+    assert [list(t["x"]) for t in never] == [["full:8"], ["full:8"]]
+    assert np.asarray(never[0]["y"]).tolist() == [0.75]
+    assert np.asarray(never[1]["y"]).tolist() == [3.0]  # MiB
+
+
+def test_staged_writes_per_tensor_and_step(gpu_page):
+    fig = figures_of(gpu_page)["staged_writes"]
+    staged, dense = trace(fig, "staged bytes"), trace(fig, "dense copy bytes")
+    assert list(staged["x"]) == ["block_table", "num_computed_tokens"]
+    assert np.asarray(staged["y"]).tolist() == [564, 336]
+    assert np.asarray(dense["y"]).tolist() == [524288, 8192]
+    per_step = trace(fig, "staged bytes per step")
+    assert np.asarray(per_step["x"]).tolist() == [0, 1, 2]
+    assert np.asarray(per_step["y"]).tolist() == [824, 60, 16]
+
+
+def test_latency_cdf_end_points(gpu_page):
+    fig = figures_of(gpu_page)["latency_cdf"]
+    expected = {"TTFT": ((5, 1 / 3), (20, 1)), "TPOT": ((10, 1 / 2), (30, 1)),
+                "ITL": ((10, 1 / 5), (40, 1)), "E2E": ((5, 1 / 3), (80, 1))}  # fmt: skip
+    for name, (first, last) in expected.items():
+        t = trace(fig, name)
+        x, y = np.asarray(t["x"]), np.asarray(t["y"])
+        assert (x[0], y[0]) == pytest.approx(first)
+        assert (x[-1], y[-1]) == pytest.approx(last)
+    assert fig["layout"]["meta"]["counts"] == {"ttft": 3, "tpot": 2, "itl": 5, "e2e": 3}
+
+
+def test_nvml_series(gpu_page):
+    fig = figures_of(gpu_page)["nvml"]
+    util, mem, power, clock = fig["data"]
+    assert np.asarray(util["x"]) == pytest.approx([1.0, 1.05, 1.1])
+    assert np.asarray(util["y"]).tolist() == [10.0, 80.0, 95.0]
+    assert np.asarray(mem["y"]).tolist() == [1.0, 2.0, 3.0]  # GiB
+    assert np.asarray(power["y"]).tolist() == [100.0, 250.0, 300.0]
+    assert np.asarray(clock["y"]).tolist() == [1000.0, 1980.0, 1980.0]
+
+
+def test_many_steps_keep_phase_detail_for_a_window_around_the_slowest(tmp_path):
+    # 10 steps of 1 ms each, step 6 takes 5 ms; detail for 4 steps: 6 - 4 // 2 = 4 -> steps 4..7
+    path = tmp_path / "runs.duckdb"
+    durations = [1, 1, 1, 1, 1, 1, 5, 1, 1, 1]
+    starts = np.cumsum([0, *durations[:-1]])
+    with Store.open(path) as store:
+        _begin(store, "0b0001")
+        store.append("0b0001", "steps", {
+            "step": np.arange(10), "cpu_start_ns": T0 + starts * MS,
+            "cpu_end_ns": T0 + (starts + durations) * MS,
+        })  # fmt: skip
+        store.append("0b0001", "spans", {
+            "step": np.arange(10), "track": ["cpu"] * 10, "name": ["forward"] * 10,
+            "start_ns": T0 + starts * MS, "end_ns": T0 + (starts + durations) * MS,
+        })  # fmt: skip
+        page = render_run_report(store, "0b0001", detail_steps=4)
+        moved = render_run_report(store, "0b0001", detail_steps=4, detail_window=(0, 1))
+    fig = figures_of(page)["timeline"]
+    assert fig["layout"]["meta"]["detail_window"] == [4, 7]
+    assert len(segments_of(trace(fig, "CPU step"))) == 10  # every step's overall span
+    forward = np.asarray(trace(fig, "forward (CPU)")["customdata"])[0::3, 0]
+    assert forward.tolist() == [4, 5, 6, 7]
+    assert fig["layout"]["xaxis"]["range"] == [4.0, 12.0]  # opens on steps 4..7 (ms 4 to 12)
+    assert any("steps 4–7 only" in n for n in fig["layout"]["meta"]["notes"])
+    forward = np.asarray(trace(figures_of(moved)["timeline"], "forward (CPU)")["customdata"])
+    assert forward[0::3, 0].tolist() == [0, 1]
+
+
+# ---- a real quickstart run (CPU) -------------------------------------------------------------
+
+
+def test_quickstart_report_draws_the_stored_rows(run_in_process):
+    job, _ = run_in_process()
+    with Store.open(job.db_path, read_only=True) as store:
+        run_id = store.resolve_run("latest")
+        page = render_run_report(store, run_id)
+        con = store.connection
+        steps = con.execute(
+            "SELECT cpu_start_ns, cpu_end_ns FROM steps WHERE run_id = ? ORDER BY step", [run_id]
+        ).fetchall()
+        requests = con.execute(
+            "SELECT arrival_ns, first_token_ns, finish_ns, finish_reason FROM requests "
+            "WHERE run_id = ?", [run_id],
+        ).fetchall()  # fmt: skip
+        staged = con.execute(
+            "SELECT tensor, staged_bytes FROM staged_writes WHERE run_id = ?", [run_id]
+        ).fetchall()
+    assert_self_contained(page)
+    figs = figures_of(page)
+    # a CPU run: no GPU timeline, NVML or graphs, and the page says why
+    assert set(figs) == {"timeline", "sync_sites", "graph_modes", "staged_writes", "latency_cdf"}
+    missing = not_measured(page)
+    assert set(missing) == {"overlap", "bubbles", "graph_capture", "nvml"}
+    assert all(why.startswith("not measured on this run: ") for why in missing.values())
+    assert "cpu" in missing["nvml"] and "mode none requested" in missing["graph_capture"]
+    timeline = figs["timeline"]
+    assert any(n.startswith("GPU lanes: not measured") for n in timeline["layout"]["meta"]["notes"])
+    t0 = steps[0][0]
+    expected = [((s - t0) / 1e6, (e - t0) / 1e6) for s, e in steps]
+    drawn = segments_of(trace(timeline, "CPU step"))
+    assert np.asarray(drawn) == pytest.approx(np.asarray(expected))
+    done = [r for r in requests if r[3] in ("stop", "length")]
+    ttft = sorted((first - arrival) / 1e6 for arrival, first, _, _ in done)
+    e2e = sorted((finish - arrival) / 1e6 for arrival, _, finish, _ in done)
+    cdf = figs["latency_cdf"]
+    for name, values in (("TTFT", ttft), ("E2E", e2e)):
+        x, y = np.asarray(trace(cdf, name)["x"]), np.asarray(trace(cdf, name)["y"])
+        assert (x[0], x[-1], y[0], y[-1]) == pytest.approx((values[0], values[-1], 1 / 16, 1))
+    totals: dict[str, int] = {}
+    for tensor, nbytes in staged:
+        totals[tensor] = totals.get(tensor, 0) + nbytes
+    bars = trace(figs["staged_writes"], "staged bytes")
+    assert dict(zip(bars["x"], np.asarray(bars["y"]).tolist(), strict=True)) == totals
+
+
+@pytest.mark.slow
+def test_a_10k_step_run_reports_in_bounded_time(tmp_path):
+    """The benchmark's 10,000-step run (benchmarks/report_10k.py): well under 30 s and 20 MiB."""
+    import importlib.util
+    import time
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks/report_10k.py"
+    spec = importlib.util.spec_from_file_location("report_10k", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with Store.open(tmp_path / "runs.duckdb") as store:
+        bench.build_run(store, "b10k01", 10_000)
+        t = time.perf_counter()
+        page = render_run_report(store, "b10k01")
+        elapsed_s = time.perf_counter() - t
+    assert elapsed_s < 30 and len(page) < 20 * 2**20
+    timeline = figures_of(page)["timeline"]
+    assert len(segments_of(trace(timeline, "CPU step"))) == 10_000
+    assert len(segments_of(trace(timeline, "forward (CPU)"))) == 2_000
+
+
+# ---- sweeps --------------------------------------------------------------------------------
+
+
+def test_sweep_members_are_the_consecutive_runs_of_one_matrix(tmp_path):
+    # start order: a {k:1}, b {k:2} (one sweep); c another scenario; d {k:1}, e {k:2} (a second
+    # sweep of the same scenario: d repeats a's combination, so it starts a new sweep)
+    with Store.open(tmp_path / "runs.duckdb") as store:
+        for n, (rid, name, combo) in enumerate([
+            ("a00001", "s", {"runner.k": 1}), ("b00002", "s", {"runner.k": 2}),
+            ("c00003", "other", None), ("d00004", "s", {"runner.k": 1}),
+            ("e00005", "s", {"runner.k": 2}),
+        ]):  # fmt: skip
+            _begin(store, rid, name=name, combo=combo, started_ns=T0 + n * MS)
+        assert sweep_members(store, "b00002") == ["a00001", "b00002"]
+        assert sweep_members(store, "d00004") == ["d00004", "e00005"]
+        with pytest.raises(StoreError, match="not part of a sweep"):
+            sweep_members(store, "c00003")
+
+
+def test_sweep_report_compares_headline_metrics(gpu_db):
+    with Store.open(gpu_db) as store:
+        _begin(store, "9a0002", combo={"runner.async_scheduling": False})
+        fill_gpu_run(store, "9a0002")
+        store.connection.execute(  # the second run hides nothing
+            "UPDATE steps SET hidden_prep_ns = 0 WHERE run_id = '9a0002'"
+        )
+        page = render_sweep_report(store, ["9a0001", "9a0002"])
+    assert_self_contained(page)
+    figs = figures_of(page)
+    assert list(figs) == ["sweep"]
+    values = figs["sweep"]["layout"]["meta"]["values"]
+    assert values["9a0001"]["overlap_pct"] == pytest.approx(100 / 3)
+    assert values["9a0002"]["overlap_pct"] == 0
+    # output tokens 4+3+2+1 = 10 over first arrival (0) to last finish (85 ms)
+    assert values["9a0001"]["output_tokens_per_s"] == pytest.approx(10 / 0.085)
+    assert values["9a0001"]["ttft_p50_ms"] == pytest.approx(10.0)
+    assert values["9a0001"]["bubble_ms"] == pytest.approx(7.0)
+    assert values["9a0001"]["peak_mem_gib"] == pytest.approx(3.0)
+    legend = {t["name"] for t in figs["sweep"]["data"] if t.get("showlegend")}
+    assert legend == {"9a0001 gpu-demo", "9a0002 async_scheduling=false"}
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+cli = CliRunner()
+
+
+def test_cli_writes_the_report_and_prints_its_path(gpu_db, tmp_path):
+    out = tmp_path / "r.html"
+    result = cli.invoke(app, ["report", "9a00", "--db", str(gpu_db), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.output and "MiB" in result.output
+    assert "timeline" in figures_of(out.read_text())
+
+
+def test_cli_default_output_name_and_sweep(gpu_db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli.invoke(app, ["report", "latest", "--db", str(gpu_db)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "9a0001.report.html").exists()
+    result = cli.invoke(app, ["report", "9a0001", "9a0001", "--db", str(gpu_db)])
+    assert result.exit_code == 0  # the same run twice is one run
+    result = cli.invoke(app, ["report", "9a0001", "--sweep", "--db", str(gpu_db)])
+    assert result.exit_code == 2 and "not part of a sweep" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "nope"], "no run 'nope'"),
+        (["report", "9a0001", "--window", "5"], "--window '5'"),
+        (["report", "9a0001", "--window", "9:3"], "--window '9:3'"),
+        (["report", "9a0001", "-o", "/nonexistent/dir/r.html"], "cannot write the report"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(gpu_db, args, message):
+    result = cli.invoke(app, [*args, "--db", str(gpu_db)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_report_modules_import_without_textual_torch_or_the_runner():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mrv2_prof.report.html_report, mrv2_prof.report.sweep; "
+        "print(sorted(m for m in sys.modules if m in ('textual', 'torch') "
+        "or m.startswith('mrv2_prof.runner')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
+
+
+def test_cli_missing_database(tmp_path):
+    result = cli.invoke(app, ["report", "latest", "--db", str(tmp_path / "none.duckdb")])
+    assert result.exit_code == 2 and "no such run database" in result.output
