@@ -18,6 +18,7 @@ import multiprocessing as mp
 import queue as queue_mod
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 
 from rich.console import Console
@@ -29,6 +30,7 @@ from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
 
 _JOIN_TIMEOUT_S = 60.0
+GPU_SAMPLE_WINDOW = 240  # NVML samples the dashboard keeps for its sparklines
 
 
 class RunnerProcess:
@@ -51,6 +53,9 @@ class RunnerProcess:
         self.nvml_hz = float(job.scenario.get("probes", {}).get("nvml_hz", 0) or 0)
         self.nvml: NvmlSampler | None = None
         self._nvml_note: str | None = None
+        self._gpu_recent: deque[tuple[int, float, int, float, float]] = deque(
+            maxlen=GPU_SAMPLE_WINDOW
+        )
 
     def start(self) -> None:
         self.process.start()
@@ -146,6 +151,18 @@ class RunnerProcess:
 
     def request_stop(self) -> None:
         self.stop_event.set()
+
+    def gpu_samples(self) -> tuple[list[tuple[int, float, int, float, float]], str | None]:
+        """Recent NVML samples, oldest first, and the note saying why there are none.
+
+        The sampler's newest row is taken at each call (the dashboard calls once per poll), so
+        the series has the dashboard's poll rate at most; the stored ``gpu_samples`` keep all.
+        """
+        if self.nvml is not None:
+            row = self.nvml.latest()
+            if row is not None and (not self._gpu_recent or row[0] != self._gpu_recent[-1][0]):
+                self._gpu_recent.append(row)
+        return list(self._gpu_recent), self._nvml_note
 
     def join(self) -> Outcome:
         while not self.done:

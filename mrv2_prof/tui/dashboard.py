@@ -1,10 +1,14 @@
-"""The live run dashboard: polls a ``SnapshotSource`` and shows the newest snapshot.
+"""The live run dashboard: polls a ``SnapshotSource`` and shows the newest snapshot in panels.
 
 The app only renders; the run lives in another process (DESIGN.md §1). Quitting asks the runner
-to stop cleanly and waits for it to report done, so the data recorded so far is kept.
+to stop cleanly and waits for it to report done, so the data recorded so far is kept. Which
+panels are on screen depends on the size (``PanelDeck``): one at a time at 80×24, all of them
+side by side on a wide terminal.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -12,11 +16,20 @@ from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
 from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.source import SnapshotSource
-from mrv2_prof.tui.widgets import RunProgress, StatsPanel
+from mrv2_prof.tui.widgets import PANELS, PanelDeck, RunProgress
 
 STOPPING_TEXT = "stopping… (data so far is kept)"
 PAUSED_TEXT = "display paused — the run continues (p to resume)"
+
+KEYS = [
+    ("q", "stop the run (the data so far is kept) and quit"),
+    ("p", "pause / resume the display (the run goes on)"),
+    ("tab / shift+tab", "next / previous panel"),
+    *((panel.KEY, f"{panel.TITLE} panel") for panel in PANELS),
+    ("?", "this help"),
+]
 
 
 class DashboardApp(App[str]):
@@ -28,7 +41,14 @@ class DashboardApp(App[str]):
         Binding("ctrl+q", "stop", "Stop run", show=False, priority=True),
         # The terminal is in raw mode: Ctrl-C arrives as a key, not as SIGINT.
         Binding("ctrl+c", "stop", "Stop run", show=False, priority=True),
-        Binding("p", "toggle_pause", "Pause display"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("tab", "cycle_panel(1)", "Next panel", priority=True),
+        Binding("shift+tab", "cycle_panel(-1)", "Previous panel", show=False, priority=True),
+        *(
+            Binding(panel.KEY, f"select_panel({i})", panel.TITLE, show=False)
+            for i, panel in enumerate(PANELS)
+        ),
+        Binding("question_mark", "help", "Help"),
     ]
 
     def __init__(self, source: SnapshotSource, title: str, poll_interval_s: float = 0.1) -> None:
@@ -40,13 +60,18 @@ class DashboardApp(App[str]):
         self.paused = False
         self.stopping = False
         self._poll_timer: Timer | None = None
+        self._gpu_shown: tuple[object, ...] | None = None  # what the GPU panels show now
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield RunProgress()
-        yield StatsPanel()
+        yield PanelDeck()
         yield Static("", id="status", markup=False)
         yield Footer()
+
+    @property
+    def deck(self) -> PanelDeck:
+        return self.query_one(PanelDeck)
 
     def on_mount(self) -> None:
         self._poll_timer = self.set_interval(self.poll_interval_s, self.poll_source)
@@ -58,6 +83,8 @@ class DashboardApp(App[str]):
             self.latest = snapshot
             if not self.paused:
                 self._show(snapshot)
+        if not self.paused:
+            self._show_gpu()
         if done:
             if self._poll_timer is not None:
                 self._poll_timer.stop()
@@ -74,12 +101,32 @@ class DashboardApp(App[str]):
         self.paused = not self.paused
         if not self.paused and self.latest is not None:
             self._show(self.latest)
+            self._show_gpu()
         self._show_status()
+
+    def action_cycle_panel(self, step: int) -> None:
+        self.deck.select(self.deck.selected + step)
+
+    def action_select_panel(self, index: int) -> None:
+        self.deck.select(index)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen("dashboard keys", KEYS, quit_action="stop"))
 
     def _show(self, snapshot: Snapshot) -> None:
         self.sub_title = snapshot.label
         self.query_one(RunProgress).show(snapshot)
-        self.query_one(StatsPanel).show(snapshot)
+        self.deck.show(snapshot)
+
+    def _show_gpu(self) -> None:
+        samples: Sequence[Sequence[float]]
+        samples, note = self.source.gpu_samples()
+        device = self.latest.device if self.latest is not None else ""
+        key = (len(samples), samples[-1][0] if samples else None, note, device)
+        if key != self._gpu_shown:
+            self._gpu_shown = key
+            self.deck.show_gpu(samples, note, device)
 
     def _show_status(self) -> None:
         flags = ((self.stopping, STOPPING_TEXT), (self.paused, PAUSED_TEXT))

@@ -56,3 +56,47 @@ def format_duration(seconds: float) -> str:
 def staged_ratio(staged_bytes: int, dense_bytes: int) -> float | None:
     """Bytes the staged writes moved per byte a dense copy would have moved; None before any."""
     return staged_bytes / dense_bytes if dense_bytes else None
+
+
+NOT_ON_CPU = "n/a on CPU"
+
+
+def format_ns_ms(ns: int | None) -> str:
+    """A nanosecond duration shown in milliseconds (``format_ms``)."""
+    return format_ms(None if ns is None else ns / 1e6)
+
+
+def format_ms_pair(p50: float | None, p99: float | None) -> str:
+    """``12.5 / 80.2 ms`` (p50 / p99, the unit once); ``—`` for a missing side."""
+    if p50 is None and p99 is None:
+        return NO_VALUE
+    a, b = (NO_VALUE if v is None else format_ms(v).removesuffix(" ms") for v in (p50, p99))
+    return f"{a} / {b} ms"
+
+
+def format_share(n: int, total: int) -> str:
+    """``n`` as a percentage of ``total``; ``—`` when the total is 0."""
+    return format_percent(n / total if total else None)
+
+
+def format_site(site: str) -> str:
+    """A sync site without its directories: ``mrv2_prof/runner/x.py:12`` → ``x.py:12``."""
+    return site.rsplit("/", 1)[-1]
+
+
+def format_counts(pairs: tuple[tuple[str, int], ...] | list[tuple[str, int]]) -> str:
+    """``full 380, none 12``; ``—`` when empty."""
+    return ", ".join(f"{name} {format_count(n)}" for name, n in pairs) or NO_VALUE
+
+
+def gpu_only(device: str, text: str | None) -> str:
+    """``text``, or why there is none: ``n/a on CPU`` on a CPU run, else ``—`` (not yet)."""
+    if text is not None:
+        return text
+    return NOT_ON_CPU if device.startswith("cpu") else NO_VALUE
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line (the first line of its message, else its type)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -6,9 +6,20 @@ imports the runner (DESIGN.md §1: the runner lives in its own process).
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 from mrv2_prof.snapshot import Snapshot
+
+
+class GpuSample(NamedTuple):
+    """One NVML sample (the columns of ``gpu_samples``); NaN / -1 where the GPU did not say."""
+
+    t_ns: int
+    gpu_util: float  # %
+    mem_used_bytes: int
+    power_w: float
+    sm_clock_mhz: float
 
 
 class SnapshotSource(Protocol):
@@ -24,4 +35,9 @@ class SnapshotSource(Protocol):
 
     def request_stop(self) -> None:
         """Ask the runner to stop cleanly, keeping the data recorded so far. Must not block."""
+        ...
+
+    def gpu_samples(self) -> tuple[Sequence[Sequence[float]], str | None]:
+        """Recent NVML samples (``GpuSample`` fields, oldest first) and the note saying why
+        there are none (a CPU run, NVML missing); ``([], None)`` until sampling starts."""
         ...

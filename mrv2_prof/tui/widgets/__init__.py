@@ -1,6 +1,6 @@
 """Dashboard widgets, one per module."""
 
+from mrv2_prof.tui.widgets.panel_deck import PANELS, PanelDeck
 from mrv2_prof.tui.widgets.run_progress import RunProgress
-from mrv2_prof.tui.widgets.stats_panel import StatsPanel
 
-__all__ = ["RunProgress", "StatsPanel"]
+__all__ = ["PANELS", "PanelDeck", "RunProgress"]

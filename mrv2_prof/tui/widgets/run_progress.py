@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from mrv2_prof.snapshot import Snapshot
@@ -11,15 +11,19 @@ from mrv2_prof.tui.format import format_count, format_duration
 
 
 class RunProgress(Vertical):
-    """A progress bar over requests with a ``done / total · elapsed`` line under it."""
+    """Two lines: ``label (run id) ... done / total · elapsed`` over a progress bar."""
 
     def compose(self) -> ComposeResult:
-        yield Static("waiting for the first snapshot…", id="run-label", markup=False)
+        with Horizontal(id="run-head"):
+            yield Static("waiting for the first snapshot…", id="run-label", markup=False)
+            yield Static("", id="run-counts", markup=False)
         yield ProgressBar(total=None, show_eta=False, id="run-bar")
-        yield Static("", id="run-counts", markup=False)
 
     def show(self, snapshot: Snapshot) -> None:
-        self.query_one("#run-label", Static).update(f"{snapshot.label}  ({snapshot.run_id})")
+        device = f" on {snapshot.device}" if snapshot.device else ""
+        self.query_one("#run-label", Static).update(
+            f"{snapshot.label}  ({snapshot.run_id}{device})"
+        )
         self.query_one("#run-bar", ProgressBar).update(
             total=snapshot.num_requests, progress=snapshot.num_done
         )

@@ -1,0 +1,109 @@
+"""One line per dashboard panel: the headline numbers of a snapshot, for the overview panel.
+
+Plain functions (no Textual), so what the overview says can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.tui.format import (
+    NO_VALUE,
+    NOT_ON_CPU,
+    format_bytes,
+    format_count,
+    format_counts,
+    format_ms_pair,
+    format_ns_ms,
+    format_percent,
+    format_rate,
+    format_site,
+    gpu_only,
+    staged_ratio,
+)
+
+# (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``source.GpuSample``
+GpuRow = Sequence[float]
+
+
+def has_gpu_timeline(s: Snapshot) -> bool:
+    """Overlap and bubbles are measured (a GPU timeline exists) in this snapshot."""
+    return s.overlap_frac is not None or s.bubble_host_bound_ns > 0 or s.bubble_other_ns > 0
+
+
+def throughput_line(s: Snapshot) -> str:
+    return (
+        f"{format_rate(s.tokens_per_s)} tok/s · {format_rate(s.steps_per_s)} steps/s · "
+        f"{format_count(s.steps)} steps"
+    )
+
+
+def requests_line(s: Snapshot) -> str:
+    return (
+        f"{format_count(s.num_finished)} done · {format_count(s.num_aborted)} aborted · "
+        f"{format_count(s.num_running)} running · {format_count(s.num_waiting)} waiting"
+    )
+
+
+def latency_line(s: Snapshot) -> str:
+    """p50 / p99 of TTFT, ITL and TPOT."""
+    parts = (
+        ("TTFT", s.ttft_ms_p50, s.ttft_ms_p99),
+        ("ITL", s.itl_ms_p50, s.itl_ms_p99),
+        ("TPOT", s.tpot_ms_p50, s.tpot_ms_p99),
+    )
+    return " · ".join(f"{name} {format_ms_pair(a, b)}" for name, a, b in parts)
+
+
+def overlap_line(s: Snapshot) -> str:
+    if not has_gpu_timeline(s):
+        return gpu_only(s.device, None) + (" (no GPU timeline)" * s.device.startswith("cpu"))
+    host_bound, other = format_ns_ms(s.bubble_host_bound_ns), format_ns_ms(s.bubble_other_ns)
+    return (
+        f"{format_percent(s.overlap_frac)} hidden · bubbles {host_bound} host-bound, {other} other"
+    )
+
+
+def syncs_line(s: Snapshot) -> str:
+    line = f"{format_count(s.num_syncs)} · {format_ns_ms(s.sync_blocked_ns)} blocked"
+    if s.top_sync_sites:
+        site, n = s.top_sync_sites[0]
+        line += f" · top {format_site(site)} ({format_count(n)})"
+    return line
+
+
+def graphs_line(s: Snapshot) -> str:
+    if s.graph_hit_rate is None:
+        return NO_VALUE
+    return f"{format_percent(s.graph_hit_rate)} replayed · {format_counts(s.graph_mode_counts)}"
+
+
+def staged_line(s: Snapshot) -> str:
+    ratio = format_percent(staged_ratio(s.staged_bytes, s.dense_bytes))
+    return f"{format_bytes(s.staged_bytes)} vs {format_bytes(s.dense_bytes)} dense ({ratio})"
+
+
+def kv_line(s: Snapshot) -> str:
+    n = s.num_preemptions
+    return f"{format_percent(s.kv_usage)} used · {format_count(n)} preemption{'s' * (n != 1)}"
+
+
+def _finite(value: float) -> bool:
+    return not math.isnan(value) and value >= 0
+
+
+def gpu_line(samples: Sequence[GpuRow], note: str | None, device: str) -> str:
+    """The newest NVML sample, the note of why there is none, or ``n/a on CPU``."""
+    if not samples:
+        if note is not None:
+            return NOT_ON_CPU if device.startswith("cpu") else note
+        return gpu_only(device, None)
+    _, util, mem, power, _ = samples[-1]
+    parts = [
+        f"util {util:.0f} %" if _finite(util) else "util n/a",
+        f"mem {format_bytes(int(mem))}" if mem >= 0 else "mem n/a",
+        f"{power:,.0f} W" if _finite(power) else "power n/a",
+    ]
+    return " · ".join(parts)

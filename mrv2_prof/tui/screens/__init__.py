@@ -1,0 +1,1 @@
+"""Screens of the dashboard and the run browser, one per module."""

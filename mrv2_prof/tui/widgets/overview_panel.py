@@ -1,0 +1,40 @@
+"""The overview: one line per panel with its headline numbers (the view that fits 80×24)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+
+from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.tui import digest
+from mrv2_prof.tui.widgets.panel import Panel
+from mrv2_prof.tui.widgets.value_row import ValueRow
+
+# value id (ov-NAME) -> row name, line of a snapshot
+LINES = {
+    "throughput": ("throughput", digest.throughput_line),
+    "requests": ("requests", digest.requests_line),
+    "latency": ("p50 / p99", digest.latency_line),
+    "overlap": ("overlap", digest.overlap_line),
+    "syncs": ("syncs", digest.syncs_line),
+    "graphs": ("CUDA graphs", digest.graphs_line),
+    "staged": ("staged", digest.staged_line),
+    "kv": ("KV cache", digest.kv_line),
+}
+
+
+class OverviewPanel(Panel):
+    KEY, NAME, TITLE = "1", "overview", "overview"
+
+    def compose(self) -> ComposeResult:
+        for key, (name, _) in LINES.items():
+            yield ValueRow(name, f"ov-{key}")
+        yield ValueRow("GPU", "ov-gpu")
+
+    def show(self, snapshot: Snapshot) -> None:
+        for key, (_, line) in LINES.items():
+            self.set_value(f"ov-{key}", line(snapshot))
+
+    def show_gpu(self, samples: Sequence[Sequence[float]], note: str | None, device: str) -> None:
+        self.set_value("ov-gpu", digest.gpu_line(samples, note, device))
