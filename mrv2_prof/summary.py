@@ -52,6 +52,16 @@ def _graphs(s: RunSummary) -> str:
     return text
 
 
+def _overlap(s: RunSummary) -> str:
+    if s.bubble_ms is None:
+        return "- (no GPU timeline: probes.cuda_events off or a CPU run)"
+    hidden = "-" if s.overlap is None else f"{100 * s.overlap:.1f}%"
+    return (
+        f"{hidden} of host prep hidden under GPU work; GPU idle between steps "
+        f"{s.bubble_ms:,.1f} ms ({s.host_bound_bubble_ms:,.1f} ms waiting for the host)"
+    )
+
+
 def summary_tables(s: RunSummary) -> Group:
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
@@ -91,6 +101,7 @@ def summary_tables(s: RunSummary) -> Group:
         ),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", _graphs(s)),
+        ("CPU/GPU overlap", _overlap(s)),
     ]
     for k, v in rows:
         head.add_row(k, v)

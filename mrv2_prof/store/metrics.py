@@ -63,6 +63,10 @@ class RunSummary:
     graph_fallback_reason: str | None  # the most frequent reason of the dispatches that missed
     graph_modes: dict[str, int]  # steps per chosen mode (full, piecewise, none)
     info: dict[str, Any]
+    # GPU timeline (None without one): hidden / all host prep, and the GPU idle time between steps
+    overlap: float | None = None
+    bubble_ms: float | None = None
+    host_bound_bubble_ms: float | None = None
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -162,6 +166,15 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         run_id,
     )
     (num_steps,) = _row(store, "SELECT count(*) FROM steps WHERE run_id = ?", run_id)
+    overlap, bubble_ns, host_bound_ns = _row(
+        store,
+        "SELECT sum(hidden_prep_ns) / nullif(sum(host_prep_ns), 0), sum(bubble_ns), "
+        "coalesce(sum(bubble_ns) FILTER (WHERE bubble_kind = 'host_bound'), 0) "
+        "FROM steps WHERE run_id = ?",
+        run_id,
+    )
+    if bubble_ns is None:  # no GPU timeline: not measured
+        host_bound_ns = None
     (graph_hit_rate,) = _row(
         store, "SELECT avg(hit::DOUBLE) FROM graph_dispatch WHERE run_id = ?", run_id
     )
@@ -206,4 +219,7 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         graph_fallback_reason=graph_fallback_reason,
         graph_modes=graph_modes,
         info=json.loads(info_json) if info_json else {},
+        overlap=None if overlap is None else float(overlap),
+        bubble_ms=None if bubble_ns is None else bubble_ns / _NS_PER_MS,
+        host_bound_bubble_ms=None if host_bound_ns is None else host_bound_ns / _NS_PER_MS,
     )

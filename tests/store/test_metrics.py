@@ -216,3 +216,32 @@ def test_summary_graph_line(store: Store) -> None:
     assert _graphs(dataclasses.replace(s, info={})) == (
         "0% of steps replayed a graph; most fallbacks: mode none requested"
     )
+
+
+def test_run_overlap_and_bubbles_in_the_summary(store: Store) -> None:
+    """Run overlap = hidden / all host prep over steps that have one; bubbles summed by kind.
+    Hand-worked: prep 20 + 25 + 40 ns, hidden 20 + 10 + 0 -> 30/85; bubbles 0 + 16 (host) + 4."""
+    from mrv2_prof.summary import _overlap
+
+    s = run_summary(store, "abc123")  # the fixture's run has no GPU timeline
+    assert (s.overlap, s.bubble_ms, s.host_bound_bubble_ms) == (None, None, None)
+    assert _overlap(s).startswith("- (no GPU timeline")
+    _begin(store, "0b0b0b")
+    store.append(
+        "0b0b0b",
+        "steps",
+        {
+            "step": [0, 1, 2, 3, 4],
+            "host_prep_ns": [None, 20, 25, 40, None],
+            "hidden_prep_ns": [None, 20, 10, 0, None],
+            "bubble_ns": [None, 0, 16_000_000, 4_000_000, None],
+            "bubble_kind": [None, None, "host_bound", "other", None],
+        },
+    )
+    s = run_summary(store, "0b0b0b")
+    assert s.overlap == pytest.approx(30 / 85)
+    assert (s.bubble_ms, s.host_bound_bubble_ms) == (20.0, 16.0)
+    assert _overlap(s) == (
+        "35.3% of host prep hidden under GPU work; GPU idle between steps 20.0 ms "
+        "(16.0 ms waiting for the host)"
+    )
