@@ -26,6 +26,8 @@ from typing import Any
 from mrv2_prof.probes.api import PHASES, STEP, RecordingProbe
 
 DOMAIN = "mrv2"
+# The run-start mark's message; the trace export writes the same text, nsys import parses it.
+RUN_START_MARK = "mrv2 run {run_id} perf_counter_ns={t_ns}"
 
 NVTX_NAMES = {
     "step": "step",
@@ -76,7 +78,7 @@ class NvtxRecordingProbe(RecordingProbe):
     def mark_run_start(self, run_id: str) -> int:
         """The alignment mark: run id and the ``perf_counter_ns`` it was emitted at."""
         t_ns = perf_counter_ns()
-        self.domain.mark(message=f"mrv2 run {run_id} perf_counter_ns={t_ns}", payload=t_ns)
+        self.domain.mark(message=RUN_START_MARK.format(run_id=run_id, t_ns=t_ns), payload=t_ns)
         return t_ns
 
     def _push(self, phase: int) -> None:

@@ -34,7 +34,7 @@ from typing import Any, TextIO
 import duckdb
 
 from mrv2_prof import __version__
-from mrv2_prof.probes.nvtx_ranges import DOMAIN
+from mrv2_prof.probes.nvtx_ranges import DOMAIN, RUN_START_MARK
 from mrv2_prof.report.chrome_trace import Event, Slice, laminar, metadata, write_trace
 from mrv2_prof.report.trace_tracks import (
     COUNTER_TID,
@@ -53,7 +53,7 @@ from mrv2_prof.report.trace_tracks import (
 )
 from mrv2_prof.store.db import Store, no_run_error
 
-ANCHOR_MARK = "mrv2 run {run_id} perf_counter_ns={t_ns}"  # the run-start NVTX mark's message
+ANCHOR_MARK = RUN_START_MARK  # the run-start NVTX mark's message
 
 _STEPS_RE = re.compile(r"\s*(-?\d+)?\s*:\s*(-?\d+)?\s*")
 
