@@ -121,20 +121,7 @@ def _startup_s(info: dict[str, Any]) -> float | None:
 def gate_metrics(store: Store, run_id: str) -> RunMetrics:
     """The gate metrics of run ``run_id`` (an exact id; resolve user input with ``resolve_run``)."""
     s = run_summary(store, run_id)
-    con = store.connection
-    (peak_bytes,) = con.execute(
-        "SELECT max(mem_used_bytes) FROM gpu_samples WHERE run_id = ?", [run_id]
-    ).fetchone()
-    hidden_ns, host_ns, host_bound_ns, num_bubbles = con.execute(
-        """
-        SELECT sum(hidden_prep_ns) FILTER (WHERE host_prep_ns IS NOT NULL),
-               sum(host_prep_ns) FILTER (WHERE hidden_prep_ns IS NOT NULL),
-               sum(bubble_ns) FILTER (WHERE bubble_kind = 'host_bound'),
-               count(bubble_ns)
-        FROM steps WHERE run_id = ?
-        """,
-        [run_id],
-    ).fetchone()
+    peak_bytes = s.peak_gpu_mem_bytes
 
     values: dict[str, float | None] = {}
     for name, pct in (("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("itl", s.itl_ms)):
@@ -144,8 +131,8 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         req_throughput=s.requests_per_s if measured_duration else None,
         tok_throughput=s.output_tokens_per_s if measured_duration else None,
         peak_gpu_mem=peak_bytes / _MIB if peak_bytes is not None else None,
-        overlap=hidden_ns / host_ns if host_ns else None,
-        host_bound_bubble_ms=(host_bound_ns or 0) / 1e6 if num_bubbles else None,
+        overlap=s.overlap,
+        host_bound_bubble_ms=s.host_bound_bubble_ms,
         sync_count=s.num_syncs,
         graph_hit_rate=s.graph_hit_rate,
         capture_s=_capture_s(store, run_id, s.info),

@@ -84,15 +84,9 @@ def sweep_members(store: Store, run_id: str) -> list[str]:
 
 
 def headline(store: Store, run_id: str) -> Headline:
-    """The headline metrics of one run (``run_summary`` plus overlap, bubbles, peak memory)."""
+    """The headline metrics of one run, from ``run_summary``."""
     s = run_summary(store, run_id)
-    hidden, host, bubble_ns, peak_mem = store.connection.execute(
-        "SELECT (SELECT sum(hidden_prep_ns) FROM steps WHERE run_id = $1), "
-        "(SELECT sum(host_prep_ns) FROM steps WHERE run_id = $1), "
-        "(SELECT sum(bubble_ns) FROM steps WHERE run_id = $1), "
-        "(SELECT max(mem_used_bytes) FROM gpu_samples WHERE run_id = $1)",
-        [run_id],
-    ).fetchone()
+    peak_mem = s.peak_gpu_mem_bytes
     combo_json = store.connection.execute(
         "SELECT matrix_combo FROM runs WHERE run_id = ?", [run_id]
     ).fetchone()[0]
@@ -105,8 +99,8 @@ def headline(store: Store, run_id: str) -> Headline:
             for name in ("ttft", "tpot", "itl", "e2e")
             for p in ("p50", "p99")
         },
-        "overlap_pct": 100 * hidden / host if host else None,
-        "bubble_ms": bubble_ns / 1e6 if bubble_ns is not None else None,
+        "overlap_pct": 100 * s.overlap if s.overlap is not None else None,
+        "bubble_ms": s.bubble_ms,
         "num_syncs": s.num_syncs,
         "graph_hit_pct": 100 * s.graph_hit_rate if s.graph_hit_rate is not None else None,
         "capture_s": s.info.get("capture_s") if graphs else None,

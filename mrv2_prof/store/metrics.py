@@ -67,6 +67,7 @@ class RunSummary:
     overlap: float | None = None
     bubble_ms: float | None = None
     host_bound_bubble_ms: float | None = None
+    peak_gpu_mem_bytes: int | None = None  # highest NVML memory-used sample; None without NVML
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -175,6 +176,9 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
     )
     if bubble_ns is None:  # no GPU timeline: not measured
         host_bound_ns = None
+    (peak_gpu_mem_bytes,) = _row(
+        store, "SELECT max(mem_used_bytes) FROM gpu_samples WHERE run_id = ?", run_id
+    )
     (graph_hit_rate,) = _row(
         store, "SELECT avg(hit::DOUBLE) FROM graph_dispatch WHERE run_id = ?", run_id
     )
@@ -222,4 +226,5 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         overlap=None if overlap is None else float(overlap),
         bubble_ms=None if bubble_ns is None else bubble_ns / _NS_PER_MS,
         host_bound_bubble_ms=None if host_bound_ns is None else host_bound_ns / _NS_PER_MS,
+        peak_gpu_mem_bytes=peak_gpu_mem_bytes,
     )

@@ -225,6 +225,7 @@ def test_run_overlap_and_bubbles_in_the_summary(store: Store) -> None:
 
     s = run_summary(store, "abc123")  # the fixture's run has no GPU timeline
     assert (s.overlap, s.bubble_ms, s.host_bound_bubble_ms) == (None, None, None)
+    assert s.peak_gpu_mem_bytes is None  # no NVML samples
     assert _overlap(s).startswith("- (no GPU timeline")
     _begin(store, "0b0b0b")
     store.append(
@@ -238,7 +239,9 @@ def test_run_overlap_and_bubbles_in_the_summary(store: Store) -> None:
             "bubble_kind": [None, None, "host_bound", "other", None],
         },
     )
+    store.append("0b0b0b", "gpu_samples", {"t_ns": [1, 2, 3], "mem_used_bytes": [5, 9, None]})
     s = run_summary(store, "0b0b0b")
+    assert s.peak_gpu_mem_bytes == 9
     assert s.overlap == pytest.approx(30 / 85)
     assert (s.bubble_ms, s.host_bound_bubble_ms) == (20.0, 16.0)
     assert _overlap(s) == (
