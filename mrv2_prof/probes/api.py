@@ -13,7 +13,9 @@ the probe never imports the store. Timestamps are ``time.perf_counter_ns()``; ``
 
 from __future__ import annotations
 
+import os
 from time import perf_counter_ns
+from types import FrameType
 
 import numpy as np
 
@@ -37,6 +39,31 @@ G_PREPARE, G_FORWARD, G_SAMPLE, G_END = range(4)
 _I8, _I32, _F64, _BOOL = np.int64, np.int32, np.float64, np.bool_
 # GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample") as PHASES indices
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mrv2_prof
+_ROOT = os.path.dirname(_PACKAGE_DIR)
+
+
+def sync_site(frame: FrameType | None, skip_file: str) -> str:
+    """A sync's ``site``: ``path:line`` of the first frame inside ``mrv2_prof`` other than
+    ``skip_file`` (the module that noticed the sync), walking outwards from ``frame``; else of the
+    first frame outside torch, the warnings module and ``skip_file``."""
+    skip = os.path.abspath(skip_file)
+    fallback = None
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path != skip:
+            if path.startswith(_PACKAGE_DIR + os.sep):
+                return f"{os.path.relpath(path, _ROOT)}:{frame.f_lineno}"
+            if fallback is None and not _is_library(path):
+                fallback = f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return fallback or "<unknown>"
+
+
+def _is_library(path: str) -> bool:
+    return f"{os.sep}torch{os.sep}" in path or path.endswith("warnings.py")
 
 
 class RecordBuffer:

@@ -15,35 +15,14 @@ copy audit covers those.
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from time import perf_counter_ns
-from types import FrameType
 from typing import Any
 
+from mrv2_prof.probes.api import sync_site
+
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mrv2_prof
-_ROOT = os.path.dirname(_PACKAGE_DIR)
-_THIS = os.path.abspath(__file__)
-
-
-def sync_site(frame: FrameType | None) -> str:
-    """``path:line`` of the first frame inside ``mrv2_prof`` (outside this module), walking
-    outwards from ``frame``; else of the first frame outside torch and the warnings module."""
-    fallback = None
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path.startswith(_PACKAGE_DIR + os.sep) and path != _THIS:
-            return f"{os.path.relpath(path, _ROOT)}:{frame.f_lineno}"
-        if fallback is None and not _is_library(path):
-            fallback = f"{path}:{frame.f_lineno}"
-        frame = frame.f_back
-    return fallback or "<unknown>"
-
-
-def _is_library(path: str) -> bool:
-    return path == _THIS or f"{os.sep}torch{os.sep}" in path or path.endswith("warnings.py")
 
 
 class SyncFinder:
@@ -81,4 +60,4 @@ class SyncFinder:
             self._show(message, category, filename, lineno, file, line)
             return
         self.count += 1
-        self.probe.sync("implicit", sync_site(sys._getframe(1)), -1, perf_counter_ns())
+        self.probe.sync("implicit", sync_site(sys._getframe(1), __file__), -1, perf_counter_ns())

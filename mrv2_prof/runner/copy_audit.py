@@ -5,8 +5,8 @@ direction, bytes, whether the host side was pinned, whether both sides were cont
 it was ``non_blocking`` and the host time the call took. A ``non_blocking`` copy whose host side
 is pageable or strided is a hidden sync: CUDA stages it through a bounce buffer and the call
 returns only when the data has moved, and ``torch.cuda.set_sync_debug_mode`` does not report it.
-Such a copy is also recorded as a sync (kind ``copy``) at the first ``mrv2_prof`` frame outside
-this module.
+Such a copy is also recorded as a sync (kind ``copy``) with the site the sync finder gives its
+syncs: the first ``mrv2_prof`` frame outside this module (``probes.api.sync_site``).
 
 ``to_device(host)`` is the "no async barrier" pattern of MRV2: the host tensor is snapshotted
 into fresh pinned memory and sent with a non-blocking copy, so the CPU may rewrite the source at
@@ -20,7 +20,7 @@ from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import Probe
+from mrv2_prof.probes.api import Probe, sync_site
 
 H2D, D2H, D2D, H2H = "h2d", "d2h", "d2d", "h2h"
 COPY_SYNC_KIND = "copy"
@@ -31,22 +31,6 @@ def direction(dst: torch.Tensor, src: torch.Tensor) -> str:
     if src_host:
         return H2H if dst_host else H2D
     return D2H if dst_host else D2D
-
-
-def caller_site(skip_file: str = __file__) -> str:
-    """``mrv2_prof/<path>:<line>`` of the first frame in mrv2_prof outside ``skip_file``; else
-    ``<file name>:<line>`` of the first frame outside it (code that is not ours called it)."""
-    frame = sys._getframe(1)
-    first = None
-    while frame is not None:
-        path = frame.f_code.co_filename.replace("\\", "/")
-        if path != skip_file.replace("\\", "/"):
-            if "mrv2_prof/" in path:
-                return f"{path[path.rindex('mrv2_prof/') :]}:{frame.f_lineno}"
-            if first is None:
-                first = f"{path.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-        frame = frame.f_back
-    return first or "?"
 
 
 class CopyAudit:
@@ -70,7 +54,7 @@ class CopyAudit:
         contiguous = src.is_contiguous() and dst.is_contiguous()
         p.copy(d, src.numel() * src.element_size(), pinned, contiguous, non_blocking, host_ns)
         if non_blocking and not (pinned and contiguous):
-            p.sync(COPY_SYNC_KIND, caller_site(), host_ns)
+            p.sync(COPY_SYNC_KIND, sync_site(sys._getframe(1), __file__), host_ns)
 
     def to_device(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:
         """A host tensor on ``device`` from a fresh pinned snapshot (no barrier needed)."""
