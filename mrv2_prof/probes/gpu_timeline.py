@@ -24,8 +24,9 @@ drift. Between anchors the reference moves to a resolved step's last event about
 so float32 ``elapsed_time`` never spans much more than that (its resolution stays near 0.1 µs,
 under the events' own 0.5 µs).
 
-The timeline also keeps running totals of overlap and bubbles for the live view, with the same
-definitions as ``probes.overlap`` (the stored per-step values are computed from the spans).
+The timeline also keeps running totals of overlap and bubbles for the live view, each step
+through ``probes.overlap.against_previous``, the rule the stored per-step values (computed from
+the spans at the end of the run) use too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from time import perf_counter_ns
 import torch
 
 from mrv2_prof.probes.api import G_END, G_PREPARE
+from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
 
 NUM_MARKS = 4
 GPU_PHASES = ("prepare", "forward", "sample")  # span i runs from mark i to mark i + 1
@@ -161,16 +163,16 @@ class GpuTimeline:
         live, prev = self.live, self._prev_gpu
         live.steps += 1
         if prev is not None:
-            prep = enqueue_end - prep_start
+            prep, hidden, bubble, kind = against_previous(
+                prep_start, enqueue_end, gpu_start, prev[0], prev[1]
+            )
             if prep > 0 and prep_start >= 0:
                 live.prep_ns += prep
-                live.hidden_ns += max(0, min(enqueue_end, prev[1]) - max(prep_start, prev[0]))
-            bubble = gpu_start - prev[1]
-            if bubble > 0:
-                if enqueue_end > prev[1]:
-                    live.host_bound_bubble_ns += bubble
-                else:
-                    live.other_bubble_ns += bubble
+                live.hidden_ns += hidden
+            if kind == HOST_BOUND:
+                live.host_bound_bubble_ns += bubble
+            elif kind == OTHER:
+                live.other_bubble_ns += bubble
         self._prev_gpu = (gpu_start, gpu_end)
 
     # ---- anchors (idle points only: they wait for the stream) ---------------------------------

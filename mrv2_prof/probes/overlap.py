@@ -27,6 +27,18 @@ MISSING = -1  # a time that was not measured
 HOST_BOUND, OTHER = "host_bound", "other"
 
 
+def against_previous(
+    prep_start: int, enqueue_end: int, gpu_start: int, prev_start: int, prev_end: int
+) -> tuple[int, int, int, str | None]:
+    """One step with GPU work against the GPU window of the previous one: its host prep, the
+    hidden part of it, the bubble before it and the bubble's kind (None without a bubble)."""
+    prep = enqueue_end - prep_start
+    hidden = max(0, min(enqueue_end, prev_end) - max(prep_start, prev_start)) if prep > 0 else 0
+    bubble = max(0, gpu_start - prev_end)
+    kind = None if bubble == 0 else HOST_BOUND if enqueue_end > prev_end else OTHER
+    return prep, hidden, bubble, kind
+
+
 @dataclass
 class StepOverlap:
     overlap_frac: np.ndarray  # [N] float64, NaN where undefined
@@ -48,14 +60,15 @@ def step_overlap(
     for i in range(n):
         has_gpu = gpu_start_ns[i] != MISSING and gpu_end_ns[i] != MISSING
         if prev is not None and has_gpu:
-            prep = enqueue_end_ns[i] - prep_start_ns[i]
+            prep, hidden, bubble[i], kind[i] = against_previous(
+                int(prep_start_ns[i]),
+                int(enqueue_end_ns[i]),
+                int(gpu_start_ns[i]),
+                int(gpu_start_ns[prev]),
+                int(gpu_end_ns[prev]),
+            )
             if prep > 0:
-                lo = max(prep_start_ns[i], gpu_start_ns[prev])
-                hi = min(enqueue_end_ns[i], gpu_end_ns[prev])
-                overlap[i] = max(0, hi - lo) / prep
-            bubble[i] = max(0, gpu_start_ns[i] - gpu_end_ns[prev])
-            if bubble[i] > 0:
-                kind[i] = HOST_BOUND if enqueue_end_ns[i] > gpu_end_ns[prev] else OTHER
+                overlap[i] = hidden / prep
         if has_gpu:
             prev = i
     return StepOverlap(overlap, bubble, kind)
