@@ -31,14 +31,13 @@ the spans at the end of the run) use too.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import G_END, G_PREPARE
+from mrv2_prof.probes.api import G_END, G_PREPARE, wait_deliberately
 from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
 
 NUM_MARKS = 4
@@ -179,8 +178,7 @@ class GpuTimeline:
     def anchor(self) -> Anchor | None:
         """Tie device time to the host clock again; call only when the stream is idle.
         Returns None (and takes no anchor) while a step is still in flight."""
-        with _waits_allowed():
-            return self._anchor()
+        return wait_deliberately(self._anchor)
 
     # the CUDA calls, apart so that tests can stand in a fake device for them
     @staticmethod
@@ -232,16 +230,3 @@ class GpuTimeline:
             "steps_measured": self.live.steps,
             "steps_dropped": self.dropped,
         }
-
-
-@contextlib.contextmanager
-def _waits_allowed() -> Iterator[None]:
-    """An anchor's waits are deliberate: a sync debug mode (the sync finder's) is lifted."""
-    mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
-    if mode:
-        torch.cuda.set_sync_debug_mode(0)
-    try:
-        yield
-    finally:
-        if mode:
-            torch.cuda.set_sync_debug_mode(mode)

@@ -59,14 +59,12 @@ class KernelTrace:
             self._begin()
 
     def _begin(self) -> None:
-        import torch
         from torch.profiler import ProfilerActivity, profile, record_function
 
         self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         self._prof.__enter__()
         with record_function(ANCHOR_NAME):
             self._anchor_ns = perf_counter_ns()
-        torch.cuda.current_stream()  # nothing queued: the anchor is host-side only
 
     def _keep_spans(self, step: int, probe: RecordingProbe) -> None:
         """The step's CPU spans, copied from the probe's buffer before a flush drains it."""

@@ -564,15 +564,8 @@ class ModelRunner:
             return ModelRunnerOutput(batch.req_ids, [])
         self.probe.begin(probes.OUTPUT_WAIT)
         t0 = time.perf_counter_ns()
-        if pending.ready is not None:
-            # The one wait the runner is designed to make; a sync debug mode (set to catch any
-            # other) is lifted around it.
-            mode = torch.cuda.get_sync_debug_mode()
-            if mode:
-                torch.cuda.set_sync_debug_mode(0)
-            pending.ready.synchronize()
-            if mode:
-                torch.cuda.set_sync_debug_mode(mode)
+        if pending.ready is not None:  # the one wait the runner is designed to make
+            probes.wait_deliberately(pending.ready.synchronize)
         tokens = pending.sampled.tolist()
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
