@@ -23,15 +23,15 @@ from bench_io import write_results
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
 from test_attention_triton import Batch, make_batch  # noqa: E402
 
-from mrv2_prof.runner.attention import paged_attention_ref  # noqa: E402
-from mrv2_prof.runner.attention_triton import (  # noqa: E402
+from mrv2_prof.runner.model import PRESETS  # noqa: E402
+from mrv2_prof.runner.model.attention import paged_attention_ref  # noqa: E402
+from mrv2_prof.runner.model.attention_triton import (  # noqa: E402
     DECODE_TILES,
     PREFILL_TILES,
     AttentionTiles,
     paged_attention_triton,
     pick_tiles,
 )
-from mrv2_prof.runner.model import PRESETS  # noqa: E402
 
 SWEEP_TILES = [
     DECODE_TILES,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import torch
 from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
 
 PROMPT, OUTPUT = 128, 64
 

@@ -24,10 +24,10 @@ import triton
 import triton.testing
 from bench_io import write_results
 
-from mrv2_prof.runner.input_batch import prepare_inputs_ref
-from mrv2_prof.runner.input_batch_triton import prepare_inputs_triton
-from mrv2_prof.runner.staged_write import apply_packed_writes_ref
-from mrv2_prof.runner.staged_write_triton import apply_packed_writes_triton
+from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
+from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
+from mrv2_prof.runner.worker.staged_write import apply_packed_writes_ref
+from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
 
 NUM_SLOTS, MAX_MODEL_LEN, BLOCK_SIZE = 1024, 4096, 16
 

@@ -31,8 +31,8 @@ import torch
 from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
 
 MRV2 = dict(kernels="triton", async_scheduling=True, staged_writes=True, uva=True)
 VARIANTS = {

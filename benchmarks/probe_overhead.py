@@ -31,8 +31,8 @@ from mrv2_prof.harness import FLUSH_INTERVAL_NS
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe, RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
 
 SIDES = {"Probe": Probe, "RecordingProbe": RecordingProbe}
 

@@ -68,7 +68,9 @@ def build_run(store: Store, run_id: str, num_steps: int, seed: int = 0) -> None:
         "start_ns": np.concatenate([cpu_start, starts.ravel(), gpu_bounds[:, :3].ravel()]),
         "end_ns": np.concatenate([cpu_end, ends.ravel(), gpu_bounds[:, 1:].ravel()]),
     })  # fmt: skip
-    sites = np.array([f"mrv2_prof/runner/model_runner.py:{n}" for n in range(300, 320)], object)
+    sites = np.array(
+        [f"mrv2_prof/runner/worker/model_runner.py:{n}" for n in range(300, 320)], object
+    )
     implicit = rng.choice(num_steps, num_steps // 10)
     store.append(run_id, "syncs", {
         "step": np.concatenate([step, implicit]),

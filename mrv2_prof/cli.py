@@ -68,7 +68,7 @@ def _preflight(scenario: Scenario) -> None:
     """Checks that need the model's shape: done before anything is written."""
     from mrv2_prof.probes.support import cpu_probe_notes, unavailable_probe_notes
     from mrv2_prof.runner.config import ConfigError
-    from mrv2_prof.runner.model_loader import model_args_for
+    from mrv2_prof.runner.model.loader import model_args_for
     from mrv2_prof.workload import build_workload
 
     config = scenario.runner_config()
@@ -83,7 +83,7 @@ def _preflight(scenario: Scenario) -> None:
     if notes and scenario.runner.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
     if config.strict:
-        from mrv2_prof.runner.model_runner import check_strict
+        from mrv2_prof.runner.worker.model_runner import check_strict
 
         check_strict(config)
     args = model_args_for(scenario.model_spec())

@@ -208,8 +208,10 @@ class LiveStats:
     def _named(self, counts: dict[int, int], top: int | None) -> tuple[tuple[str, int], ...]:
         """``(name, count)`` most first (ties by name), names from the probe's interned ids."""
         assert self.probe is not None or not counts
-        names = self.probe._name_list if self.probe is not None else []
-        pairs = sorted(((str(names[i]), n) for i, n in counts.items()), key=lambda p: (-p[1], p[0]))
+        name_of = self.probe.name_of if self.probe is not None else str
+        pairs = sorted(
+            ((str(name_of(i)), n) for i, n in counts.items()), key=lambda p: (-p[1], p[0])
+        )
         return tuple(pairs[:top])
 
     def snapshot(self, engine) -> Snapshot:
@@ -277,7 +279,7 @@ def _drive(
     engine, requests, probe, flush, emit, live: LiveStats, should_stop, session=None
 ) -> bool:
     """The open-loop step loop. Returns True when every request finished, False when stopped."""
-    from mrv2_prof.runner.request import SamplingParams
+    from mrv2_prof.runner.core.request import SamplingParams
 
     pending = deque(requests)
     abort_at: dict[str, int] = {}
@@ -482,8 +484,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
                 writer.close()  # everything drained is written before the run row is finished
             if session is not None:
                 _store_probe_results(store, run_id, session, outcome.facts)
-            if engine is not None and engine.runner.graphs.captures:
-                outcome.facts.update(engine.runner.graphs.usage())  # never-replayed graphs
+            usage = engine.graph_usage() if engine is not None else {}
+            if usage:
+                outcome.facts.update(usage)  # never-replayed graphs
                 store.update_run(run_id, info=outcome.facts)
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
@@ -534,12 +537,10 @@ def _make_probe(nvtx: bool, run_id: str) -> tuple[RecordingProbe, int | None]:
 
 def _close_unfinished(engine, probe: RecordingProbe) -> None:
     """Requests still in flight at the end of a stopped run: stored without a finish."""
-    for req_id in probe.unfinished():
-        r = engine.scheduler.requests.get(req_id)
-        if r is not None:
-            probe.request_finish(
-                req_id, -1, r.num_output_tokens, r.num_preemptions, None, r.num_cached_tokens
-            )
+    for r in engine.unfinished_requests():
+        probe.request_finish(
+            r.request_id, -1, r.num_output_tokens, r.num_preemptions, None, r.num_cached_tokens
+        )
 
 
 def scenario_yaml(data: dict[str, Any]) -> str:

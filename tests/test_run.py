@@ -14,9 +14,9 @@ import duckdb
 import pytest
 import yaml
 
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model import PRESETS
-from mrv2_prof.runner.request import SamplingParams
 from mrv2_prof.scenario import load_quickstart, load_scenario
 from mrv2_prof.workload import build_workload
 

@@ -276,6 +276,10 @@ class RecordingProbe(Probe):
             self._name_list.append(name)
         return i
 
+    def name_of(self, name_id: int) -> str | None:
+        """The name interned as ``name_id`` (``intern``'s inverse)."""
+        return self._name_list[name_id]
+
     # ---- steps and spans -----------------------------------------------------------------------
     def step_begin(self, step: int) -> None:
         self.step = step

@@ -4,9 +4,9 @@ While a run's step loop runs, ``torch.cuda.set_sync_debug_mode('warn')`` makes e
 synchronising CUDA call (``.item()``, ``.tolist()`` or ``.cpu()`` of a device tensor, a blocking
 copy, ``torch.cuda.synchronize``) issue a warning. The finder catches each one and records it as
 a ``syncs`` row of kind ``implicit``: the step it happened in, and its site, the first stack frame
-inside ``mrv2_prof`` (``mrv2_prof/runner/sampler.py:123``), or the first outside torch when no
-project frame is on the stack. The runner's one designed wait lifts the debug mode around itself
-(``ModelRunner.wait_output``) and is recorded separately with its wait time (kind
+inside ``mrv2_prof`` (``mrv2_prof/runner/worker/sampler.py:123``), or the first outside torch
+when no project frame is on the stack. The runner's one designed wait lifts the debug mode around
+itself (``ModelRunner.wait_output``) and is recorded separately with its wait time (kind
 ``output_wait``). The blocked time of an implicit sync is not known: ``blocked_ns`` is NULL.
 
 Sync debug mode cannot see everything (a non-blocking copy from pageable memory, for one); the

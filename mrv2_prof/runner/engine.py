@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
-from mrv2_prof.runner.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
-from mrv2_prof.runner.request import Request, SamplingParams
-from mrv2_prof.runner.scheduler import Scheduler, SchedulerOutput
-from mrv2_prof.runner.staged_write import WriteStats
+from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+from mrv2_prof.runner.core.request import Request, SamplingParams
+from mrv2_prof.runner.core.scheduler import Scheduler, SchedulerOutput
+from mrv2_prof.runner.worker.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
+from mrv2_prof.runner.worker.staged_write import WriteStats
 
 
 @dataclass
@@ -116,6 +116,15 @@ class Engine:
     def num_kv_blocks_used(self) -> int:
         pool = self.kv_cache_manager.block_pool
         return pool.num_blocks - pool.num_free_blocks
+
+    def unfinished_requests(self) -> list[Request]:
+        """Requests added and not finished (waiting, running or preempted), in arrival order."""
+        return [r for r in self.scheduler.requests.values() if not r.is_finished]
+
+    def graph_usage(self) -> dict[str, float | int]:
+        """Captured CUDA graph keys against replayed ones (empty when nothing was captured)."""
+        graphs = self.runner.graphs
+        return graphs.usage() if graphs.captures else {}
 
     def has_unfinished_requests(self) -> bool:
         """Requests not finished yet, or a step whose tokens are still to be read."""

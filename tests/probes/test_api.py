@@ -33,7 +33,7 @@ HOOKS = (
     "token",
     "request_finish",
 )
-SITE = "mrv2_prof/runner/model_runner.py:ModelRunner.wait_output"
+SITE = "mrv2_prof/runner/worker/model_runner.py:ModelRunner.wait_output"
 COLUMNS = {
     "steps": [
         "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
@@ -416,7 +416,8 @@ def test_the_hooks_are_all_the_public_methods():
         return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
 
     assert public(Probe) == set(HOOKS)
-    assert public(RecordingProbe) - set(HOOKS) == {"intern", "drain", "unfinished", "gpu_span"}
+    extra = {"intern", "name_of", "drain", "unfinished", "gpu_span"}
+    assert public(RecordingProbe) - set(HOOKS) == extra
 
 
 def probe_calls(source: str) -> set[str]:
@@ -443,7 +444,7 @@ def probe_calls(source: str) -> set[str]:
 def test_every_hook_the_runner_calls_exists_on_the_noop_probe():
     root = Path(api.__file__).parents[1]
     called = set()
-    for rel in ("runner/engine.py", "runner/model_runner.py"):
+    for rel in ("runner/engine.py", "runner/worker/model_runner.py"):
         called |= probe_calls((root / rel).read_text())
     assert {"step_begin", "step_end", "token", "staged_write", "sync"} <= called
     assert called <= set(HOOKS), called - set(HOOKS)
@@ -494,7 +495,7 @@ def make_engine(probe: Probe | None = None):
 
 
 def add_prompts(engine) -> dict:
-    from mrv2_prof.runner.request import SamplingParams
+    from mrv2_prof.runner.core.request import SamplingParams
 
     rng = random.Random(0)
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mrv2_prof.probes.api import RecordingProbe
-from mrv2_prof.runner.copy_audit import CopyAudit, direction
+from mrv2_prof.runner.worker.copy_audit import CopyAudit, direction
 
 META = torch.device("meta")
 

@@ -21,8 +21,8 @@ from mrv2_prof.probes.nvtx_ranges import (
     get_domain,
 )
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
 
 
 class FakeDomain:

@@ -18,10 +18,10 @@ import torch
 
 from mrv2_prof.probes.api import RecordingProbe
 from mrv2_prof.probes.sync_finder import SYNC_MESSAGE, SyncFinder
-from mrv2_prof.runner import model_runner
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
+from mrv2_prof.runner.worker import model_runner
 
 
 def queue_step_line() -> int:
@@ -123,5 +123,5 @@ def test_a_planted_item_on_the_gpu_is_found(monkeypatch):
     ]
     lines, first = inspect.getsourcelines(model_runner.ModelRunner.queue_step)
     line = first + next(i for i, t in enumerate(lines) if "self._prepare_inputs(so)" in t)
-    assert found == [(4, f"mrv2_prof/runner/model_runner.py:{line}")]
+    assert found == [(4, f"mrv2_prof/runner/worker/model_runner.py:{line}")]
     assert np.sum(syncs["kind"] == "output_wait") > 0

@@ -26,9 +26,9 @@ MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
 RUN_FIGURES = ("timeline", "overlap", "bubbles", "sync_sites", "graph_modes", "graph_capture",
                "staged_writes", "latency_cdf", "nvml")  # fmt: skip
-MR = "mrv2_prof/runner/model_runner.py:123"
-SAMPLER = "mrv2_prof/runner/sampler.py:45"
-INPUT = "mrv2_prof/runner/input_batch.py:77"
+MR = "mrv2_prof/runner/worker/model_runner.py:123"
+SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
+INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
 
 # ---- reading a report back ----------------------------------------------------------------
 

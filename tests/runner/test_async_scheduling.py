@@ -14,11 +14,11 @@ import torch
 from test_kernel_set import cfg, drive
 
 from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
-from mrv2_prof.runner.request_states import RequestStates
-from mrv2_prof.runner.uva import PinnedRing, take
-from mrv2_prof.runner.uva_triton import gather_ref, gather_triton
+from mrv2_prof.runner.worker.request_states import RequestStates
+from mrv2_prof.runner.worker.uva import PinnedRing, take
+from mrv2_prof.runner.worker.uva_triton import gather_ref, gather_triton
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -233,8 +233,8 @@ def test_gather_kernel_matches_the_reference(dtype, n):
 @pytest.mark.gpu
 @needs_cuda
 def test_prepare_inputs_reads_a_pinned_prompt_table_in_place():
-    from mrv2_prof.runner.input_batch import prepare_inputs_ref
-    from mrv2_prof.runner.input_batch_triton import prepare_inputs_triton
+    from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
+    from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
 
     g = torch.Generator().manual_seed(0)
     slots, max_len, max_blocks, block = 64, 2048, 128, 16

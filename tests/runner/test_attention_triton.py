@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-import mrv2_prof.runner.attention_triton as attention_triton
-from mrv2_prof.runner.attention import (
+import mrv2_prof.runner.model.attention_triton as attention_triton
+from mrv2_prof.runner.config import ModelSpec
+from mrv2_prof.runner.model import kv_cache_shape
+from mrv2_prof.runner.model.attention import (
     AttentionMetadata,
     paged_attention_ref,
     write_kv_ref,
 )
-from mrv2_prof.runner.config import ModelSpec
-from mrv2_prof.runner.model import kv_cache_shape
-from mrv2_prof.runner.model_loader import load_model
+from mrv2_prof.runner.model.loader import load_model
 
 INTERPRET = not torch.cuda.is_available()
 

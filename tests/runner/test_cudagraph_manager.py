@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mrv2_prof.runner.config import ConfigError, RunnerConfig
-from mrv2_prof.runner.cudagraph_manager import (
+from mrv2_prof.runner.worker.cudagraph_manager import (
     BatchDescriptor,
     CudaGraphManager,
     GraphBackend,

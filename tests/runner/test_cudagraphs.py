@@ -14,9 +14,9 @@ from test_async_scheduling import assert_same_tokens, run_drive
 from test_run import cli, query
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
-from mrv2_prof.runner.cudagraph_manager import BatchDescriptor
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import SamplingParams
+from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor
 
 pytestmark = [
     pytest.mark.gpu,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import RequestStatus, SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.request import RequestStatus, SamplingParams
 
 NEW_TOKENS = 24
 PROMPT_LENS = [1, 5, 9, 17, 30, 12]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner.input_batch import prepare_inputs_ref
+from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
 
 
 def make_state(rng, num_slots, max_len, max_blocks, block_size):

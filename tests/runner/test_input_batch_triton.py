@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner import input_batch_triton
-from mrv2_prof.runner.input_batch import prepare_inputs_ref
+from mrv2_prof.runner.worker import input_batch_triton
+from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
 
 BLOCK_T = input_batch_triton.BLOCK_T
 BLOCK_R = input_batch_triton.BLOCK_R

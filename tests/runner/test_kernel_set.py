@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.kernel_set import TORCH, resolve_kernels
-from mrv2_prof.runner.request import SamplingParams
+from mrv2_prof.runner.worker.kernel_set import TORCH, resolve_kernels
 
 
 def cfg(**kw) -> RunnerConfig:
@@ -97,8 +97,8 @@ def test_the_whole_triton_path_in_the_interpreter_matches_torch(monkeypatch):
     gives the torch path's tokens, greedy and seeded, through chunked prefill and preemption."""
     if torch.cuda.is_available():
         pytest.skip("the GPU version is the test above")
-    import mrv2_prof.runner.model_runner as model_runner
-    from mrv2_prof.runner.kernel_set import triton_kernels
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
 
     params = [
         SamplingParams(max_tokens=6, ignore_eos=True),

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrv2_prof.runner.block_pool import BlockPool, hash_block_tokens
-from mrv2_prof.runner.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.request import Request, SamplingParams
+from mrv2_prof.runner.core.block_pool import BlockPool, hash_block_tokens
+from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+from mrv2_prof.runner.core.request import Request, SamplingParams
 
 BLOCK_SIZE = 4
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from mrv2_prof.runner.attention import AttentionMetadata
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model import (
     PRESETS,
@@ -20,7 +19,8 @@ from mrv2_prof.runner.model import (
     kv_cache_shape,
     rope_inv_freq,
 )
-from mrv2_prof.runner.model_loader import CheckpointError, load_model
+from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.loader import CheckpointError, load_model
 
 CPU = torch.device("cpu")
 ATOL_HF = 1e-4  # float32, ours vs transformers (different op order in attention)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_engine import make_engine
 
-from mrv2_prof.runner import prompt_logprobs
-from mrv2_prof.runner.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
-from mrv2_prof.runner.request import SamplingParams
+from mrv2_prof.runner.core.request import SamplingParams
+from mrv2_prof.runner.worker import prompt_logprobs
+from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
 
 
 def test_plan_picks_the_positions_whose_next_token_is_a_prompt_token():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner.sampler import (
+from mrv2_prof.runner.worker.sampler import (
     SamplingMetadata,
     apply_top_k_top_p,
     gumbel_noise,

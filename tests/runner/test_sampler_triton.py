@@ -14,14 +14,14 @@ import pytest
 import torch
 from test_sampler import make_meta as _make_meta
 
-from mrv2_prof.runner.sampler import (
+from mrv2_prof.runner.worker.sampler import (
     SamplerOutput,
     SamplingMetadata,
     gumbel_noise,
     sample,
     uniform_noise,
 )
-from mrv2_prof.runner.sampler_triton import (
+from mrv2_prof.runner.worker.sampler_triton import (
     gumbel_argmax,
     gumbel_noise_triton,
     sample_triton,

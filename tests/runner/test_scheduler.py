@@ -9,9 +9,9 @@ import zlib
 
 import pytest
 
-from mrv2_prof.runner.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.request import Request, RequestStatus, SamplingParams
-from mrv2_prof.runner.scheduler import Scheduler
+from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
+from mrv2_prof.runner.core.scheduler import Scheduler
 
 VOCAB = 50
 

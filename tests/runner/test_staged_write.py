@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner.staged_write import DenseWriteTensor, StagedWriteTensor
+from mrv2_prof.runner.worker.staged_write import DenseWriteTensor, StagedWriteTensor
 
 
 def random_writes(rng, rows, cols, n):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner import staged_write_triton
-from mrv2_prof.runner.staged_write import StagedWriteTensor, apply_packed_writes_ref
+from mrv2_prof.runner.worker import staged_write_triton
+from mrv2_prof.runner.worker.staged_write import StagedWriteTensor, apply_packed_writes_ref
 
 BLOCK = staged_write_triton.BLOCK
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

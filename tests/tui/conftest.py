@@ -82,7 +82,7 @@ def _steps(store: Store, run_id: str, modes: list[str], syncs_at: list[int]) -> 
             "step": syncs_at,
             "t_ns": [0] * len(syncs_at),
             "kind": ["output_wait"] * len(syncs_at),
-            "site": ["mrv2_prof/runner/model_runner.py:1"] * len(syncs_at),
+            "site": ["mrv2_prof/runner/worker/model_runner.py:1"] * len(syncs_at),
             "blocked_ns": [MS] * len(syncs_at),
         },
     )

@@ -65,8 +65,8 @@ def make_gpu_snapshot(**overrides: object) -> Snapshot:
         num_syncs=412,
         sync_blocked_ns=10_200_000,
         top_sync_sites=(
-            ("mrv2_prof/runner/model_runner.py:ModelRunner.wait_output", 400),
-            ("mrv2_prof/runner/sampler.py:123", 12),
+            ("mrv2_prof/runner/worker/model_runner.py:ModelRunner.wait_output", 400),
+            ("mrv2_prof/runner/worker/sampler.py:123", 12),
         ),
         graph_mode_counts=(("full", 380), ("piecewise", 12), ("none", 8)),
         graph_hit_rate=0.98,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mrv2_prof.runner.attention import AttentionMetadata
+from mrv2_prof.runner.model.attention import AttentionMetadata
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrv2_prof.runner.copy_audit import CopyAudit
-from mrv2_prof.runner.staged_write import ApplyFn, WriteStats, make_write_tensor
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.staged_write import ApplyFn, WriteStats, make_write_tensor
 
 
 class BlockTables:

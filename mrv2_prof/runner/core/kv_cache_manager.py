@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from mrv2_prof.runner.block_pool import BlockHash, BlockPool, hash_block_tokens
-from mrv2_prof.runner.request import Request
+from mrv2_prof.runner.core.block_pool import BlockHash, BlockPool, hash_block_tokens
+from mrv2_prof.runner.core.request import Request
 
 
 @dataclass

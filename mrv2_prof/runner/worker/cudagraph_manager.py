@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mrv2_prof.runner.attention import AttentionMetadata
 from mrv2_prof.runner.config import ConfigError, RunnerConfig
+from mrv2_prof.runner.model.attention import AttentionMetadata
 
 FULL, PIECEWISE, NONE = "full", "piecewise", "none"
 MODES = ("full", "piecewise", "full_and_piecewise", "none")

@@ -29,13 +29,13 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.sampler import (
+from mrv2_prof.runner.worker.sampler import (
     GREEDY_TEMPERATURE,
     SamplerOutput,
     SamplingMetadata,
     top_k_top_p_threshold_sorted,
 )
-from mrv2_prof.runner.uva import take
+from mrv2_prof.runner.worker.uva import take
 
 try:
     from triton.language.extra import libdevice

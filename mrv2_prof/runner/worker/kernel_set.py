@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mrv2_prof.runner.attention import paged_attention_ref, write_kv_ref
-from mrv2_prof.runner.input_batch import prepare_inputs_ref
-from mrv2_prof.runner.sampler import sample
-from mrv2_prof.runner.staged_write import ApplyFn, apply_packed_writes_ref
+from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
+from mrv2_prof.runner.worker.sampler import sample
+from mrv2_prof.runner.worker.staged_write import ApplyFn, apply_packed_writes_ref
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,10 @@ TORCH = KernelSet(
 
 
 def triton_kernels() -> KernelSet:
-    from mrv2_prof.runner.attention_triton import paged_attention_triton, write_kv_triton
-    from mrv2_prof.runner.input_batch_triton import prepare_inputs_triton
-    from mrv2_prof.runner.sampler_triton import sample_triton
-    from mrv2_prof.runner.staged_write_triton import apply_packed_writes_triton
+    from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
+    from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
+    from mrv2_prof.runner.worker.sampler_triton import sample_triton
+    from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
 
     return KernelSet(
         "triton",

@@ -23,10 +23,13 @@ import torch
 
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import G_END, G_FORWARD, G_PREPARE, G_SAMPLE, Probe
-from mrv2_prof.runner.block_table import BlockTables
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
-from mrv2_prof.runner.copy_audit import CopyAudit
-from mrv2_prof.runner.cudagraph_manager import (
+from mrv2_prof.runner.core.scheduler import SchedulerOutput
+from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.model.loader import load_model
+from mrv2_prof.runner.worker.block_table import BlockTables
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.cudagraph_manager import (
     FULL,
     PIECEWISE,
     BatchDescriptor,
@@ -34,21 +37,18 @@ from mrv2_prof.runner.cudagraph_manager import (
     GraphRunner,
     plan_graphs,
 )
-from mrv2_prof.runner.input_batch import InputBatch
-from mrv2_prof.runner.kernel_set import resolve_kernels
-from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
-from mrv2_prof.runner.model_loader import load_model
-from mrv2_prof.runner.prompt_logprobs import (
+from mrv2_prof.runner.worker.input_batch import InputBatch
+from mrv2_prof.runner.worker.kernel_set import resolve_kernels
+from mrv2_prof.runner.worker.prompt_logprobs import (
     PromptLogprobsPlan,
     compute_prompt_logprobs,
     plan_prompt_logprobs,
     split_by_request,
 )
-from mrv2_prof.runner.request_states import RequestStates
-from mrv2_prof.runner.sampler import GREEDY_TEMPERATURE, SamplingMetadata
-from mrv2_prof.runner.scheduler import SchedulerOutput
-from mrv2_prof.runner.staged_write import WriteStats
-from mrv2_prof.runner.uva import PINNED_RING_DEPTH, PinnedRing
+from mrv2_prof.runner.worker.request_states import RequestStates
+from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
+from mrv2_prof.runner.worker.staged_write import WriteStats
+from mrv2_prof.runner.worker.uva import PINNED_RING_DEPTH, PinnedRing
 
 
 @dataclass
@@ -80,7 +80,7 @@ class PendingOutput:
 
 
 _NO_PROBE = Probe()  # dummy runs are start-up work, not steps
-_OUTPUT_WAIT_SITE = "mrv2_prof/runner/model_runner.py:ModelRunner.wait_output"
+_OUTPUT_WAIT_SITE = "mrv2_prof/runner/worker/model_runner.py:ModelRunner.wait_output"
 
 
 def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.uva import is_uva
+from mrv2_prof.runner.worker.uva import is_uva
 
 BLOCK_T = 256  # tokens a program writes per loop iteration
 BLOCK_R = 256  # counts summed per loop iteration when finding the query start

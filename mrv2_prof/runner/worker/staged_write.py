@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mrv2_prof.runner.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
 
 _NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
 

@@ -21,8 +21,8 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 
-from mrv2_prof.runner.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.request import Request, RequestStatus, SamplingParams
+from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
 
 
 @dataclass

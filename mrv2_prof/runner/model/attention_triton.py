@@ -1,8 +1,9 @@
 """Paged attention and KV-cache write as Triton kernels (MRV2's attention backend on the GPU).
 
 ``write_kv_triton`` and ``paged_attention_triton`` have the contracts of ``write_kv_ref`` and
-``paged_attention_ref`` in ``mrv2_prof/runner/attention.py`` (the torch references, the CPU path
-and the oracles in tests), for mixed batches of prefill chunks and decodes over the paged cache.
+``paged_attention_ref`` in ``mrv2_prof/runner/model/attention.py`` (the torch references, the CPU
+path and the oracles in tests), for mixed batches of prefill chunks and decodes over the paged
+cache.
 
 Both are CUDA-graph safe: they read only the device tensors of ``AttentionMetadata``
 (``query_start_loc``, ``seq_lens``, ``block_table``, ``slot_mapping``) and host ints (the
@@ -49,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.attention import AttentionMetadata, paged_attention_ref
+from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref
 
 LOG2_E = 1.4426950408889634
 

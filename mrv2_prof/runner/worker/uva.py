@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrv2_prof.runner.staged_write import WriteStats
+from mrv2_prof.runner.worker.staged_write import WriteStats
 
 # Two steps in flight with async scheduling (one running, one queued) + the one being written.
 PINNED_RING_DEPTH = 3
@@ -67,6 +67,6 @@ def take(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``src[idx]`` on ``idx``'s device; ``src`` may be a pinned table read through UVA."""
     if src.device == idx.device:
         return src[idx.long()]
-    from mrv2_prof.runner.uva_triton import gather_triton
+    from mrv2_prof.runner.worker.uva_triton import gather_triton
 
     return gather_triton(src, idx)

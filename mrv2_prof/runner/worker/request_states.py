@@ -26,15 +26,15 @@ from collections import deque
 import numpy as np
 import torch
 
-from mrv2_prof.runner.copy_audit import CopyAudit
-from mrv2_prof.runner.request import SamplingParams
-from mrv2_prof.runner.staged_write import (
+from mrv2_prof.runner.core.request import SamplingParams
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.staged_write import (
     ApplyFn,
     StagedWriteTensor,
     WriteStats,
     make_write_tensor,
 )
-from mrv2_prof.runner.uva import PinnedRing, UvaTable
+from mrv2_prof.runner.worker.uva import PinnedRing, UvaTable
 
 
 class RequestStates:

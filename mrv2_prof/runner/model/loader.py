@@ -15,17 +15,12 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from mrv2_prof.runner.attention import paged_attention_ref, write_kv_ref
 from mrv2_prof.runner.config import ConfigError, ModelSpec
-from mrv2_prof.runner.model import (
-    PRESETS,
-    Attend,
-    CheckpointError,
-    LlamaForCausalLM,
-    ModelArgs,
-    WriteKV,
-    token_ids,
-)
+from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, token_ids
+from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.model.decoder import LlamaForCausalLM
+from mrv2_prof.runner.model.layers import Attend, WriteKV
+from mrv2_prof.runner.model.presets import PRESETS
 
 __all__ = ["CheckpointError", "load_model", "load_preset", "load_hf_checkpoint"]
 

@@ -1,0 +1,129 @@
+"""The architecture of a Llama-style decoder (Llama, Qwen2): ``ModelArgs`` from a preset or a
+Hugging Face ``config.json``, and the KV-cache geometry it implies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded; the one-line message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Architecture of a Llama-style decoder, from a preset or a Hugging Face ``config.json``."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, float] | None = None  # llama3: factor, low/high_freq_factor, original_*
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v bias (Qwen2); Llama's flag also covers o_proj
+    max_position_embeddings: int = 4096
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+
+    @property
+    def o_proj_bias(self) -> bool:
+        return self.attention_bias and self.architecture == "LlamaForCausalLM"
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict[str, Any], source: str) -> ModelArgs:
+        """Parse a Hugging Face ``config.json`` dict; ``source`` names the file in errors."""
+
+        def need(key: str) -> Any:
+            if cfg.get(key) is None:
+                raise CheckpointError(f"{source}: field {key!r} is missing")
+            return cfg[key]
+
+        archs = cfg.get("architectures") or [_MODEL_TYPES.get(cfg.get("model_type", ""))]
+        arch = archs[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise CheckpointError(
+                f"{source}: architecture {arch!r} is not supported "
+                f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+            )
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise CheckpointError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported")
+        if cfg.get("mlp_bias"):
+            raise CheckpointError(f"{source}: mlp_bias=true is not supported")
+        if cfg.get("use_sliding_window"):
+            raise CheckpointError(f"{source}: use_sliding_window=true is not supported")
+        hidden, heads = need("hidden_size"), need("num_attention_heads")
+        max_pos = cfg.get("max_position_embeddings") or 4096
+        theta, scaling = _parse_rope(cfg, source, max_pos)
+        eos = cfg.get("eos_token_id")
+        return cls(
+            architecture=arch,
+            vocab_size=need("vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=need("intermediate_size"),
+            num_hidden_layers=need("num_hidden_layers"),
+            num_attention_heads=heads,
+            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_dim") or hidden // heads,
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            attention_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
+            max_position_embeddings=max_pos,
+            eos_token_ids=token_ids(eos),
+            bos_token_id=cfg.get("bos_token_id"),
+        )
+
+
+def token_ids(value: int | list[int] | None) -> tuple[int, ...]:
+    """A config's ``eos_token_id`` (an int, a list or null) as a tuple."""
+    if value is None:
+        return ()
+    return (int(value),) if isinstance(value, int) else tuple(int(v) for v in value)
+
+
+def _parse_rope(cfg: dict[str, Any], source: str, max_pos: int) -> tuple[float, dict | None]:
+    """Theta and llama3 scaling from ``rope_parameters`` (transformers 5) or ``rope_scaling``."""
+    params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
+    field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
+    if any(isinstance(v, dict) for v in params.values()):
+        raise CheckpointError(f"{source}: per-layer {field} is not supported")
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise CheckpointError(f"{source}: {field}.partial_rotary_factor != 1 is not supported")
+    rope_type = params.get("rope_type") or params.get("type") or "default"
+    if rope_type == "default":
+        return theta, None
+    if rope_type != "llama3":
+        raise CheckpointError(
+            f"{source}: {field}.rope_type {rope_type!r} is not supported (supported: llama3)"
+        )
+    params.setdefault("original_max_position_embeddings", max_pos)
+    for key in _LLAMA3_KEYS:
+        if key not in params:
+            raise CheckpointError(f"{source}: {field}.{key} is missing for llama3 scaling")
+    return theta, {key: params[key] for key in _LLAMA3_KEYS}
+
+
+def kv_cache_shape(args: ModelArgs, num_blocks: int, block_size: int) -> tuple[int, ...]:
+    """Shape of one layer's paged KV cache: [2 (k, v), num_blocks, block_size, kvh, d]."""
+    return (2, num_blocks, block_size, args.num_key_value_heads, args.head_dim)
+
+
+def kv_cache_bytes_per_block(args: ModelArgs, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes one block id costs summed over all layers (a block id addresses every layer)."""
+    per_layer = 2 * block_size * args.num_key_value_heads * args.head_dim * dtype.itemsize
+    return per_layer * args.num_hidden_layers

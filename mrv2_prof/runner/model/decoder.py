@@ -1,0 +1,82 @@
+"""Llama-architecture decoder (Llama, Qwen2) over a flattened token batch with a paged KV cache.
+
+Corresponds to MRV2's model forward: the runner hands it ``input_ids`` and ``positions`` for all
+scheduled tokens of all requests, laid end to end (no batch dimension), plus the attention
+metadata; logits are computed separately for the tokens that need them (``logits_indices``).
+Parameter names equal Hugging Face's state-dict names, so loading a checkpoint is a name map.
+The attention calls are injectable so a Triton kernel can replace the torch references.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mrv2_prof.runner.model.args import ModelArgs
+from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.model.layers import Attend, DecoderLayer, RMSNorm, RotaryEmbedding, WriteKV
+
+
+class DecoderModel(nn.Module):
+    """The ``model.`` prefix of the Hugging Face state dict."""
+
+    def __init__(self, args: ModelArgs, write_kv: WriteKV, attend: Attend) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(args, write_kv, attend) for _ in range(args.num_hidden_layers)
+        )
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(args)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Llama/Qwen2 decoder; ``lm_head`` exists only when the embeddings are untied."""
+
+    def __init__(
+        self,
+        args: ModelArgs,
+        write_kv: WriteKV = write_kv_ref,
+        attend: Attend = paged_attention_ref,
+    ) -> None:
+        super().__init__()
+        self.args = args
+        self.model = DecoderModel(args, write_kv, attend)
+        if not args.tie_word_embeddings:
+            self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    def init_buffers(self) -> None:
+        """Recompute the non-persistent RoPE buffer on the weights' device (after a meta build)."""
+        self.model.rotary_emb.reset_inv_freq(self.model.embed_tokens.weight.device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        kv_caches: list[torch.Tensor] | None,  # per layer [2, num_blocks, block_size, kvh, d]
+        attn_metadata: AttentionMetadata,
+    ) -> torch.Tensor:
+        x, cos, sin = self.embed(input_ids, positions)
+        for i, layer in enumerate(self.model.layers):
+            kv_cache = kv_caches[i] if kv_caches is not None else None
+            x = layer(x, cos, sin, kv_cache, attn_metadata)
+        return self.model.norm(x)  # [T, H]
+
+    def embed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token embeddings [T, H] and the RoPE cos/sin [T, d] of the positions."""
+        x = self.model.embed_tokens(input_ids)  # [T, H]
+        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, d]
+        return x, cos, sin
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        if self.args.tie_word_embeddings:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, H] -> float32 logits [N, vocab]; the matmul runs in the weights' dtype."""
+        return F.linear(hidden, self.lm_head_weight).float()  # [N, V]
