@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mrv2_prof.runner.model import PRESETS, rope_inv_freq
+from mrv2_prof.runner.model import PRESETS, RotaryEmbedding, rope_inv_freq
+from mrv2_prof.runner.model.attention import write_kv_ref
 from mrv2_prof.runner.model.rotary_triton import (
     qk_norm_rope_ref,
     qk_norm_rope_triton,
@@ -91,6 +92,71 @@ SHAPES = [(1, 4, 2, 16), (5, 6, 2, 24), (3, 3, 3, 8), (4, 7, 1, 64)]
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "T{}-h{}-kvh{}-d{}".format(*s))
 def test_matches_reference(shape, dtype, by_position, norm):
     check(*shape, dtype, by_position=by_position, norm=norm)
+
+
+def test_cache_rows_are_the_torch_decoders_angles():
+    """The cache holds exactly the float32 cos/sin the torch path computes per step, and the
+    cache-backed ``RotaryEmbedding`` gives the torch path's [T, d] tables."""
+    args = replace(PRESETS["llama-tiny"], rope_scaling=LLAMA3, max_position_embeddings=300)
+    positions = torch.tensor([0, 5, 63, 64, 299])
+    plain, cached = RotaryEmbedding(args), RotaryEmbedding(args, cos_sin_cache=True)
+    assert plain.cos_sin_cache is None and cached.cos_sin_cache.shape == (300, args.head_dim)
+    want_cos, want_sin = plain(positions, torch.float32)
+    half = args.head_dim // 2
+    assert torch.equal(cached.cos_sin_cache[positions, :half], want_cos[:, :half])
+    assert torch.equal(cached.cos_sin_cache[positions, half:], want_sin[:, :half])
+    got_cos, got_sin = cached(positions, torch.float32)
+    assert torch.equal(got_cos, want_cos) and torch.equal(got_sin, want_sin)
+    cos, sin, rows = cached.tables(positions, torch.float32)
+    assert rows is positions and cos.shape == sin.shape == (300, half)
+    assert plain.tables(positions, torch.float32)[2] is None
+
+
+def ok_cells(slots: torch.Tensor, kv_cache: torch.Tensor) -> torch.Tensor:
+    """[num_blocks, block_size] mask of the cache slots a KV write with ``slots`` touches."""
+    written = torch.zeros(kv_cache.shape[1] * kv_cache.shape[2], dtype=torch.bool)
+    written[slots[slots >= 0]] = True
+    return written.view(kv_cache.shape[1], kv_cache.shape[2])
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("norm", [False, True], ids=["rope", "qk_norm_rope"])
+def test_fused_kv_write_equals_rope_then_write_kv(norm, cache_dtype):
+    """With the cache, one launch also stores the rotated k and v at their slots (exactly what
+    ``write_kv_ref`` stores after the RoPE), skipping slots < 0; other slots keep their bytes."""
+    T, h, kvh, d, num_blocks, block_size = 6, 6, 3, 24, 5, 4
+    fused, q, k = qkv(T, h, kvh, d, torch.float32, seed=4)
+    v = fused[:, (h + kvh) * d :].view(T, kvh, d)
+    gen = torch.Generator().manual_seed(9)
+    kv_cache = torch.randn(2, num_blocks, block_size, kvh, d, generator=gen).to(cache_dtype)
+    slots = torch.randperm(num_blocks * block_size, generator=gen)[:T]
+    slots[[1, 4]] = -1
+    cache = cache_for(d)
+    positions = torch.randint(0, cache.shape[0], (T,), generator=gen)
+    args = (cache[:, : d // 2], cache[:, d // 2 :], positions.to(DEVICE))
+    args += (*norm_weights(d, torch.float32), 1e-6) if norm else ()
+    want_q, want_k = qk_norm_rope_ref(q, k, *args)
+    want_cache = kv_cache.clone()
+    ok = slots >= 0
+    write_kv_ref(want_k[ok], v[ok], want_cache, slots[ok])
+    got_cache = kv_cache.to(DEVICE)
+    got_q, got_k = qk_norm_rope_triton(
+        q, k, *args, v=v, kv_cache=got_cache, slot_mapping=slots.to(DEVICE)
+    )
+    torch.testing.assert_close(got_q, want_q, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_k, want_k, atol=1e-5, rtol=1e-5)
+    expected_cache = want_cache.clone()  # the kernel's k, rounded as write_kv rounds it
+    write_kv_ref(got_k[ok.to(DEVICE)].cpu(), v[ok.to(DEVICE)].cpu(), expected_cache, slots[ok])
+    if INTERPRET and cache_dtype == torch.bfloat16:  # the interpreter truncates to bf16
+        torch.testing.assert_close(got_cache.cpu(), expected_cache, atol=1e-5, rtol=1.6e-2)
+    else:
+        assert torch.equal(got_cache.cpu(), expected_cache)
+    assert torch.equal(
+        got_cache.cpu()[:, ~ok_cells(slots, kv_cache)], kv_cache[:, ~ok_cells(slots, kv_cache)]
+    )
+    torch.testing.assert_close(got_cache.cpu().float(), want_cache.float(), atol=1e-2, rtol=1e-2)
+    with pytest.raises(ValueError, match="a KV write needs"):
+        qk_norm_rope_triton(q, k, *args[:3], kv_cache=got_cache, slot_mapping=slots)
 
 
 def test_empty_batch_and_shape_errors():
