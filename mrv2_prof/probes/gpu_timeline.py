@@ -37,8 +37,9 @@ from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import G_END, G_PREPARE, wait_deliberately
+from mrv2_prof.probes.api import G_END, G_PREPARE
 from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
+from mrv2_prof.probes.sync_site import wait_deliberately
 
 NUM_MARKS = 4
 GPU_PHASES = ("prepare", "forward", "sample")  # span i runs from mark i to mark i + 1
