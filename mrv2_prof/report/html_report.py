@@ -22,7 +22,7 @@ from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.tui.format import format_bytes, format_ms, format_percent
+from mrv2_prof.views.format import format_bytes, format_ms, format_percent
 
 # figure id -> (heading, what it shows in one sentence), in page order
 FIGURE_GUIDE = {

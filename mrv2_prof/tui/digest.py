@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import (
+from mrv2_prof.views.format import (
     NO_VALUE,
     NOT_ON_CPU,
     format_bytes,
