@@ -24,7 +24,7 @@ from mrv2_prof.views.format import (
     staged_ratio,
 )
 
-# (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``source.GpuSample``
+# (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``SnapshotSource.gpu_samples``
 GpuRow = Sequence[float]
 
 

@@ -30,7 +30,7 @@ DETAIL = [p.NAME for p in PANELS if p.NAME != "overview"]
 
 
 def visible(app: DashboardApp) -> list[str]:
-    return app.query_one(PanelDeck).visible_names()
+    return [type(p).NAME for p in app.query_one(PanelDeck).panels if p.display]
 
 
 def on_screen(app: DashboardApp, widget) -> bool:
