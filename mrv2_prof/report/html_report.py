@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from mrv2_prof.report import figures
-from mrv2_prof.report.figures import Figure, NotMeasured
+from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
 from mrv2_prof.report.timeline import timeline
