@@ -1,4 +1,4 @@
-"""The GPU timeline from CUDA events (DESIGN §4): device time per step and per phase.
+"""The GPU timeline from CUDA events: device time per step and per phase (architecture: Probes).
 
 The runner marks four boundaries of every step that runs GPU work on its stream:
 ``G_PREPARE`` (before the step's first copy or kernel), ``G_FORWARD``, ``G_SAMPLE`` and

@@ -1,4 +1,4 @@
-"""CPU/GPU overlap and GPU bubbles per step, from the host spans and the GPU spans (DESIGN §4).
+"""CPU/GPU overlap and GPU bubbles per step, from the host spans and the GPU spans.
 
 All times are ``perf_counter_ns`` (GPU times already mapped onto the CPU clock). For step N:
 

@@ -1,7 +1,7 @@
 """Where the live dashboard gets its snapshots from: the parent's end of the runner's queue.
 
 The dashboard only sees this protocol, so it can be driven by a scripted fake in tests and never
-imports the runner (DESIGN.md §1: the runner lives in its own process).
+imports the runner (the runner lives in its own process; architecture: Processes and data flow).
 """
 
 from __future__ import annotations
