@@ -29,7 +29,8 @@ from baseline_workload import QuickstartWorkload
 
 from mrv2_prof.harness import FLUSH_INTERVAL_NS
 from mrv2_prof.probes import api as probes
-from mrv2_prof.probes.api import Probe, RecordingProbe
+from mrv2_prof.probes.api import Probe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine

@@ -410,7 +410,7 @@ def report(
     """
     from mrv2_prof.report.html_report import render_run_report, render_sweep_report
     from mrv2_prof.report.sweep import sweep_members
-    from mrv2_prof.tui.format import format_bytes
+    from mrv2_prof.views.format import format_bytes
 
     detail_window = None
     if window is not None:
@@ -474,7 +474,7 @@ def export(
     Example:  mrv2-prof export latest --steps 100:200 -o trace.json --db runs.duckdb
     """
     from mrv2_prof.report.trace_export import ExportError, export_trace, parse_steps
-    from mrv2_prof.tui.format import format_bytes
+    from mrv2_prof.views.format import format_bytes
 
     try:
         window = None if steps is None else parse_steps(steps)

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from mrv2_prof import __version__
 from mrv2_prof.probes import api as probes
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.snapshot import Snapshot

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mrv2_prof.probes import api
-from mrv2_prof.probes.api import PHASES, Probe, RecordBuffer, RecordingProbe
+from mrv2_prof.probes import api, recording
+from mrv2_prof.probes.api import PHASES, Probe
+from mrv2_prof.probes.columns import RecordBuffer
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.store.schema import TABLES
 
 HOOKS = (
@@ -86,7 +88,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch) -> FakeClock:
     c = FakeClock()
-    monkeypatch.setattr(api, "perf_counter_ns", c)
+    monkeypatch.setattr(recording, "perf_counter_ns", c)
     return c
 
 

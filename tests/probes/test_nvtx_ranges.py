@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from mrv2_prof.probes import nvtx_ranges
-from mrv2_prof.probes.api import PHASES, RecordingProbe
+from mrv2_prof.probes.api import PHASES
 from mrv2_prof.probes.nvtx_ranges import (
     CATEGORIES,
     NVTX_NAMES,
@@ -20,6 +20,7 @@ from mrv2_prof.probes.nvtx_ranges import (
     batch_shape,
     get_domain,
 )
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.sync_finder import SYNC_MESSAGE, SyncFinder
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
