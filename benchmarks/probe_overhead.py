@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from baseline_workload import QuickstartWorkload
 
-from mrv2_prof.harness import FLUSH_INTERVAL_NS
+from mrv2_prof.open_loop import FLUSH_INTERVAL_NS
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe, RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig

@@ -21,6 +21,7 @@ from mrv2_prof.scenario import (
     expand_matrix,
     load_quickstart,
     load_scenario,
+    scenario_yaml,
 )
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.summary import render_comparison, render_runs, render_summary
@@ -92,7 +93,7 @@ def _preflight(scenario: Scenario) -> None:
         seed=scenario.seed,
         vocab_size=args.vocab_size,
         max_model_len=scenario.runner.max_model_len,
-        source=scenario._source,
+        source=scenario.source,
     )
 
 
@@ -128,7 +129,7 @@ def run(
 
     Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
     """
-    from mrv2_prof.harness import RunJob, scenario_yaml
+    from mrv2_prof.job import RunJob
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 

@@ -282,6 +282,11 @@ class Scenario(_Section):
                 raise _FieldError(key, "needs at least one value")
         return v
 
+    @property
+    def source(self) -> str:
+        """The file the scenario was read from (or ``<quickstart>``); errors name it."""
+        return self._source
+
     def runner_config(self) -> RunnerConfig:
         return self.runner.to_runner_config(self.seed)
 
@@ -442,3 +447,8 @@ probes: {nvtx: false, cuda_events: false, sync_finder: false, copy_audit: false,
 def load_quickstart() -> Scenario:
     """The embedded CPU-safe default scenario."""
     return _validate(_parse_yaml(QUICKSTART_YAML, "<quickstart>"), "<quickstart>", None)
+
+
+def scenario_yaml(data: dict[str, Any]) -> str:
+    """``data`` (a ``model_dump``) as the YAML stored with the run."""
+    return yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False)
