@@ -170,6 +170,10 @@ def macro(args, use_cuda: bool) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=max_model_len,
         num_kv_blocks=num_kv_blocks,
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
     )
     spec = ModelSpec(preset=args.preset, dtype=args.dtype)
     workload = QuickstartWorkload(
