@@ -53,6 +53,7 @@ def run_engine(probe, async_scheduling=False) -> Engine:
     config = RunnerConfig(
         device="cpu", num_kv_blocks=64, max_num_batched_tokens=24, max_num_seqs=4,
         max_model_len=128, async_scheduling=async_scheduling,
+        kernels="torch", uva=False, cudagraph_mode="none",
     )  # fmt: skip
     engine = Engine(config, ModelSpec(), probe)
     prompts = {f"r{i}": list(range(3 + i, 20 + 3 * i)) for i in range(4)}

@@ -293,6 +293,7 @@ def test_the_steady_state_decode_loop_has_no_hidden_syncs(async_scheduling):
             kernels="triton",
             async_scheduling=async_scheduling,
             uva=True,
+            cudagraph_mode="none",
             max_num_seqs=64,
             max_model_len=512,
             num_kv_blocks=2048,

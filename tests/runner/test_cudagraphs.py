@@ -35,6 +35,7 @@ def graph_engine(**kw) -> Engine:
         max_model_len=256,
         num_kv_blocks=512,
         async_scheduling=False,
+        uva=False,
         enable_prefix_caching=False,  # the tests count the tokens they schedule
     )
     config.update(kw)

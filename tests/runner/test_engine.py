@@ -56,6 +56,10 @@ def make_engine(path, dtype=None, device="cpu", **runner) -> Engine:
         max_model_len=128,
         block_size=4,
         num_kv_blocks=256,
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
     )
     cfg.update(runner)
     return Engine(RunnerConfig(**cfg), ModelSpec(preset=None, path=str(path), dtype=dtype))
@@ -277,8 +281,9 @@ def test_kv_blocks_from_gpu_memory_after_a_profiling_run():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cfg = RunnerConfig(
-        device="cuda", max_num_batched_tokens=2048, max_model_len=1024, gpu_memory_utilization=0.2
-    )
+        device="cuda", max_num_batched_tokens=2048, max_model_len=1024, gpu_memory_utilization=0.2,
+        kernels="torch", async_scheduling=False, uva=False, cudagraph_mode="none",
+    )  # fmt: skip
     engine = Engine(cfg, ModelSpec(preset="llama-tiny"))
     info = engine.info
     total = torch.cuda.mem_get_info()[1]
