@@ -206,15 +206,3 @@ class Engine:
             r.finish_reason,
             r.num_cached_tokens,
         )
-
-    def generate(
-        self, prompts: dict[str, list[int]], sampling_params: SamplingParams | None = None
-    ) -> dict[str, Request]:
-        """Run a batch of prompts to completion; returns the finished requests by id."""
-        requests = {
-            rid: self.add_request(rid, ids, sampling_params, arrival_time=float(i))
-            for i, (rid, ids) in enumerate(prompts.items())
-        }
-        while self.has_unfinished_requests():
-            self.step()
-        return requests

@@ -98,10 +98,6 @@ class RequestStates:
                 for name in ("temperature", "top_k", "top_p", "seeds")
             }
 
-    @property
-    def num_active(self) -> int:
-        return len(self.slot_of)
-
     def add_request(
         self,
         req_id: str,
