@@ -59,7 +59,7 @@ def _preflight(scenario: Scenario) -> None:
     if notes and scenario.runner.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
     if config.strict:
-        from mrv2_prof.runner.worker.model_runner import check_strict
+        from mrv2_prof.runner.worker.switches import check_strict
 
         check_strict(config)
     args = model_args_for(scenario.model_spec())

@@ -57,7 +57,10 @@ def run_engine(probe, async_scheduling=False) -> Engine:
     )  # fmt: skip
     engine = Engine(config, ModelSpec(), probe)
     prompts = {f"r{i}": list(range(3 + i, 20 + 3 * i)) for i in range(4)}
-    engine.generate(prompts, SamplingParams(max_tokens=5))
+    for i, (rid, ids) in enumerate(prompts.items()):
+        engine.add_request(rid, ids, SamplingParams(max_tokens=5), arrival_time=float(i))
+    while engine.has_unfinished_requests():
+        engine.step()
     return engine
 
 
