@@ -67,7 +67,7 @@ class GpuGaps:
 
         def queue_step(so, *a, **k):
             pending = queue(so, *a, **k)
-            if pending.batch is not None and not pending.dummy and start:
+            if pending.batch is not None and start:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()
                 self.spans.append((start[-1], end))

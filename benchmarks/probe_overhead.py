@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from baseline_workload import QuickstartWorkload
 
-from mrv2_prof.harness import FLUSH_INTERVAL_NS
+from mrv2_prof.open_loop import FLUSH_INTERVAL_NS
 from mrv2_prof.probes import api as probes
-from mrv2_prof.probes.api import Probe, RecordingProbe
+from mrv2_prof.probes.api import Probe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
@@ -170,6 +171,10 @@ def macro(args, use_cuda: bool) -> dict:
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=max_model_len,
         num_kv_blocks=num_kv_blocks,
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
     )
     spec = ModelSpec(preset=args.preset, dtype=args.dtype)
     workload = QuickstartWorkload(

@@ -41,6 +41,10 @@ def main() -> None:
                 max_model_len=hi + args.output_len + 1,
                 num_kv_blocks=None if torch.cuda.is_available() else 4096,
                 staged_writes=staged,
+                kernels="torch",
+                async_scheduling=False,
+                uva=False,
+                cudagraph_mode="none",
             )
             workload = QuickstartWorkload(
                 num_requests=n, prompt_len_min=lo, prompt_len_max=hi, output_len=args.output_len

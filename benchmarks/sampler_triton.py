@@ -21,12 +21,9 @@ import torch
 import triton
 from bench_io import write_results
 
+from mrv2_prof.runner.worker.gumbel_argmax_triton import gumbel_argmax
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata, sample
-from mrv2_prof.runner.worker.sampler_triton import (
-    gumbel_argmax,
-    sample_triton,
-    top_k_top_p_threshold,
-)
+from mrv2_prof.runner.worker.sampler_triton import sample_triton, top_k_top_p_threshold
 
 MODES = ("greedy", "temperature", "top_k_top_p")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

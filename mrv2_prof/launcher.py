@@ -1,4 +1,4 @@
-"""The parent side of a run (DESIGN §1): spawn the runner process, relay its snapshots to a view.
+"""The parent side of a run: spawn the runner process, relay its snapshots to a view.
 
 The runner runs in its own spawned process so the dashboard never shares its interpreter. The
 parent only reads small messages from a queue: the live dashboard (``tui``) or a rich progress
@@ -24,7 +24,8 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mrv2_prof.harness import Outcome, RunJob, runner_process_main
+from mrv2_prof.harness import runner_process_main
+from mrv2_prof.job import Outcome, RunJob
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store

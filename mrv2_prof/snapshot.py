@@ -2,7 +2,9 @@
 
 Plain data only (stdlib), so the dashboard and the progress bar never import the runner.
 Latencies are in milliseconds over the requests seen so far; ``None`` where nothing was measured
-yet. Names and definitions follow DESIGN §4 (overlap, bubble, TTFT/TPOT/ITL).
+yet. TTFT is arrival to first token, TPOT a request's mean time per output token after the
+first, ITL each gap between two tokens of a request; overlap and bubbles are defined in
+docs/architecture.md (Probes).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Snapshot:
     device: str = ""  # the run's torch device ("cpu", "cuda:0"); "" before it is known
     tpot_ms_p50: float | None = None  # over completed requests with more than one token
     tpot_ms_p99: float | None = None
-    # GPU timeline (DESIGN §4): None / 0 where there is none (a CPU run, or not measured yet).
+    # GPU timeline: None / 0 where there is none (a CPU run, or not measured yet).
     overlap_frac: float | None = None  # hidden / total host prep time so far
     bubble_host_bound_ns: int = 0  # GPU idle time while it waited for the host
     bubble_other_ns: int = 0  # the rest of the GPU idle time between steps

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.tui.format import format_bytes
+from mrv2_prof.views.format import format_bytes
 
 
 def _ms(v: float | None) -> str:

@@ -90,8 +90,8 @@ def make_hf_checkpoint() -> Callable[..., Path]:
 @pytest.fixture
 def quickstart_job(tmp_path):
     """A ``RunJob`` of the shipped quickstart with ``--set`` overrides, writing to tmp_path."""
-    from mrv2_prof.harness import RunJob, scenario_yaml
-    from mrv2_prof.scenario import load_scenario
+    from mrv2_prof.job import RunJob
+    from mrv2_prof.scenario import load_scenario, scenario_yaml
 
     def make(*sets: str) -> RunJob:
         s = load_scenario(Path(__file__).resolve().parents[1] / "scenarios/quickstart.yaml", sets)

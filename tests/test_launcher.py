@@ -7,7 +7,7 @@ import pytest
 
 from mrv2_prof.launcher import RunnerProcess
 from mrv2_prof.tui.dashboard import DashboardApp
-from mrv2_prof.tui.format import format_count
+from mrv2_prof.views.format import format_count
 
 
 @pytest.mark.asyncio

@@ -8,7 +8,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from mrv2_prof.scenario import Scenario, _models_in
+from mrv2_prof.scenario import Scenario
+from mrv2_prof.scenario.keys import models_in as _models_in
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

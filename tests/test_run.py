@@ -1,4 +1,5 @@
-"""``mrv2-prof run`` end to end through the real entry point, checked against DESIGN §5."""
+"""``mrv2-prof run`` end to end through the real entry point, checked against the store contract
+(docs/architecture.md, "Store contract")."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def query(db: Path, sql: str, *params) -> list[tuple]:
 
 
 def check_store_contract(db: Path, run_id: str) -> None:
-    """The invariants of DESIGN §5 that hold for every completed run."""
+    """The store contract's invariants that hold for every completed run."""
     (steps, lo, hi) = query(
         db, "SELECT count(*), min(step), max(step) FROM steps WHERE run_id=?", run_id
     )[0]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from mrv2_prof.runner.config import RunnerConfig
+from mrv2_prof.runner.config import ConfigError, RunnerConfig
 from mrv2_prof.scenario import (
     QUICKSTART_YAML,
     FixedLen,
@@ -288,3 +289,40 @@ def test_quickstart() -> None:
     assert isinstance(cfg, RunnerConfig)
     assert cfg.num_kv_blocks == 512 and cfg.kernels == "torch" and cfg.cudagraph_mode == "none"
     assert s.model_spec().preset == "llama-tiny"
+
+
+# ---- the runner section is RunnerConfig's fields, declared once ------------------------------
+def test_the_runner_section_has_every_runner_field_with_its_default() -> None:
+    """A scenario without ``runner:`` and ``RunnerConfig()`` are the same runner (seed aside)."""
+    section = Scenario(name="x").runner
+    defaults = RunnerConfig()
+    names = [f.name for f in dataclasses.fields(RunnerConfig) if f.name != "seed"]
+    assert list(type(section).model_fields) == names
+    assert section.to_runner_config(seed=defaults.seed) == defaults
+    for name in names:
+        want = getattr(defaults, name)
+        assert getattr(section, name) == ("auto" if want is None else want), name
+
+
+@pytest.mark.parametrize(
+    ("runner", "field", "problem"),
+    [
+        ({"num_kv_blocks": 2, "max_model_len": 1024}, "num_kv_blocks", "cannot hold one request"),
+        ({"max_num_reqs": 300, "max_num_seqs": 256}, "max_num_reqs", "too small for async"),
+        ({"max_num_batched_tokens": 64, "cudagraph_capture_sizes": [128]},
+         "cudagraph_capture_sizes", "size 128 exceeds max_num_batched_tokens 64"),
+        ({"cudagraph_capture_sizes": []}, "cudagraph_capture_sizes", "non-empty list"),
+        ({"gpu_memory_utilization": 0}, "gpu_memory_utilization", "> 0"),
+    ],
+)  # fmt: skip
+def test_a_runner_rule_is_one_error_from_a_scenario_and_from_runner_config(
+    tmp_path: Path, runner: dict, field: str, problem: str
+) -> None:
+    body = "name: x\nrunner: {" + ", ".join(f"{k}: {v}" for k, v in runner.items()) + "}\n"
+    msg = error_of(tmp_path, body)
+    assert f": runner.{field}: " in msg and problem in msg
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in runner.items()}
+    with pytest.raises(ConfigError) as info:
+        RunnerConfig(**kwargs)
+    assert info.value.field == field and str(info.value).startswith(f"runner.{field}: ")
+    assert problem in str(info.value)

@@ -1,4 +1,4 @@
-"""The GPU timeline from CUDA events (DESIGN §4): device time per step and per phase.
+"""The GPU timeline from CUDA events: device time per step and per phase (architecture: Probes).
 
 The runner marks four boundaries of every step that runs GPU work on its stream:
 ``G_PREPARE`` (before the step's first copy or kernel), ``G_FORWARD``, ``G_SAMPLE`` and
@@ -37,8 +37,9 @@ from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import G_END, G_PREPARE, wait_deliberately
+from mrv2_prof.probes.api import G_END, G_PREPARE
 from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
+from mrv2_prof.probes.sync_site import wait_deliberately
 
 NUM_MARKS = 4
 GPU_PHASES = ("prepare", "forward", "sample")  # span i runs from mark i to mark i + 1

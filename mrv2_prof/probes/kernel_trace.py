@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP, RecordingProbe
+from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP
+from mrv2_prof.probes.columns import from_rows
+from mrv2_prof.probes.recording import GPU_TRACK, RecordingProbe
 
 ANCHOR_NAME = "mrv2 kernel trace anchor"
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC",
@@ -70,7 +72,7 @@ class KernelTrace:
         """The step's CPU spans, copied from the probe's buffer before a flush drains it."""
         b = probe.spans
         for i in range(b.n - 1, -1, -1):
-            if b.gpu[i]:
+            if b.track[i] == GPU_TRACK:
                 continue  # device spans of earlier steps resolve after this step's host spans
             if b.step[i] != step:
                 if b.step[i] < step:
@@ -152,11 +154,4 @@ def attribute(
         start = round(float(e["ts"]) * 1000) + offset
         end = start + round(float(e.get("dur", 0)) * 1000)
         rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
-    return {
-        "step": np.array([r[0] for r in rows], dtype=np.int64),
-        "phase": np.array([r[1] for r in rows], dtype=object),
-        "name": np.array([r[2] for r in rows], dtype=object),
-        "start_ns": np.array([r[3] for r in rows], dtype=np.int64),
-        "end_ns": np.array([r[4] for r in rows], dtype=np.int64),
-        "stream": np.array([r[5] for r in rows], dtype=np.int64),
-    }
+    return from_rows("kernels", rows)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz")
+from mrv2_prof.probes.columns import from_rows
 
 
 class NvmlSampler:
@@ -30,7 +30,7 @@ class NvmlSampler:
         self.device = device  # the run's torch device, e.g. "cuda:0"
         self._nvml = nvml  # the pynvml module (tests pass a fake)
         self._handle = None
-        self._rows: list[tuple[int, float, int, float, float]] = []
+        self._rows: list[tuple[int, float, int, float, float]] = []  # gpu_samples columns
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,12 +100,7 @@ class NvmlSampler:
             self._handle = None
         with self._lock:
             rows, self._rows = self._rows, []
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(COLUMNS)
-        dtypes = (np.int64, np.float64, np.int64, np.float64, np.float64)
-        return {
-            name: np.array(col, dtype=dt)
-            for name, col, dt in zip(COLUMNS, cols, dtypes, strict=True)
-        }
+        return from_rows("gpu_samples", rows)
 
 
 def _read(fn, missing: float = math.nan):

@@ -23,7 +23,8 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Any
 
-from mrv2_prof.probes.api import PHASES, STEP, RecordingProbe
+from mrv2_prof.probes.api import PHASES, STEP
+from mrv2_prof.probes.recording import RecordingProbe
 
 DOMAIN = "mrv2"
 # The run-start mark's message; the trace export writes the same text, nsys import parses it.

@@ -1,4 +1,4 @@
-"""CPU/GPU overlap and GPU bubbles per step, from the host spans and the GPU spans (DESIGN §4).
+"""CPU/GPU overlap and GPU bubbles per step, from the host spans and the GPU spans.
 
 All times are ``perf_counter_ns`` (GPU times already mapped onto the CPU clock). For step N:
 
@@ -72,34 +72,6 @@ def step_overlap(
         if has_gpu:
             prev = i
     return StepOverlap(overlap, bubble, kind)
-
-
-@dataclass
-class RunOverlap:
-    overlap: float | None  # hidden host prep / all host prep, over steps that have an overlap
-    bubble_ns: int  # all GPU idle time between steps
-    host_bound_bubble_ns: int
-    other_bubble_ns: int
-
-
-def run_overlap(
-    prep_start_ns: np.ndarray,
-    enqueue_end_ns: np.ndarray,
-    per_step: StepOverlap,
-) -> RunOverlap:
-    defined = ~np.isnan(per_step.overlap_frac)
-    prep = (enqueue_end_ns - prep_start_ns)[defined]
-    hidden = (per_step.overlap_frac[defined] * prep).sum()
-    bubbles = np.where(per_step.bubble_ns > 0, per_step.bubble_ns, 0)
-    kinds = per_step.bubble_kind
-    host = sum(int(b) for b, k in zip(bubbles, kinds, strict=True) if k == HOST_BOUND)
-    total = int(bubbles.sum())
-    return RunOverlap(
-        overlap=float(hidden / prep.sum()) if prep.sum() > 0 else None,
-        bubble_ns=total,
-        host_bound_bubble_ns=host,
-        other_bubble_ns=total - host,
-    )
 
 
 def step_columns(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from time import perf_counter_ns
 from typing import Any
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.support import cpu_probe_notes
 
 ANCHOR_INTERVAL_NS = 1_000_000_000  # at most one idle re-anchor a second

@@ -20,7 +20,7 @@ import warnings
 from time import perf_counter_ns
 from typing import Any
 
-from mrv2_prof.probes.api import sync_site
+from mrv2_prof.probes.sync_site import sync_site
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
 

@@ -32,11 +32,6 @@ def us(ns: int) -> float:
     return value
 
 
-def ns_of(ts_us: float) -> int:
-    """The ns a µs value written by ``us()`` stands for (what a reader of the trace recovers)."""
-    return round(ts_us * 1000)
-
-
 def metadata(pid: int, tid: int, kind: str, **args: Any) -> Event:
     """An ``M`` event, e.g. ``metadata(1, 0, "process_name", name="runner")``."""
     return {"ph": "M", "pid": pid, "tid": tid, "name": kind, "args": args}

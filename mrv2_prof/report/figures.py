@@ -1,56 +1,24 @@
 """The report's figures: pure functions from ``RunData`` to Plotly figures (no I/O).
 
-Each figure carries ``layout.meta = {"id": <figure id>, "notes": [...], ...facts}`` so the HTML
-page and the tests find it by id. A figure whose data this run did not record is a
-``NotMeasured`` (id, title, why) instead of an empty chart. Per-step series use ``Scattergl``
-(WebGL) so that tens of thousands of points stay responsive. The step timeline is in
-``report.timeline``.
+Each figure carries its id, notes and facts in ``layout.meta``; a figure whose data this run did
+not record is a ``NotMeasured`` (id, title, why) instead of an empty chart
+(``report.figure_meta``). Per-step series use ``Scattergl`` (WebGL) so that tens of thousands of
+points stay responsive. The step timeline is in ``report.timeline``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mrv2_prof.report.figure_meta import Figure, NotMeasured, new_figure, why_no_gpu
 from mrv2_prof.report.run_data import RunData
 
 CDF_POINTS = 2000  # a latency CDF with more values is drawn through this many evenly spaced ranks
 SYNC_SITES = 40  # sync-site bars shown (the rest are summed into one bar)
-TEMPLATE = "plotly_white"
 KIND_COLORS = {"output_wait": "#4C78A8", "implicit": "#E45756", "copy": "#F58518"}
 MODE_COLORS = {"full": "#54A24B", "piecewise": "#EECA3B", "none": "#9D755D"}
-
-
-@dataclass(frozen=True)
-class NotMeasured:
-    """A figure this run has no data for, and why (shown as text in its place)."""
-
-    fig_id: str
-    title: str
-    why: str
-
-
-Figure = go.Figure | NotMeasured
-
-
-def new_figure(fig: go.Figure, fig_id: str, title: str, notes: list[str], **facts: Any):
-    fig.update_layout(
-        title=title, template=TEMPLATE, meta={"id": fig_id, "notes": notes, **facts},
-        margin={"l": 60, "r": 20, "t": 60, "b": 40},
-    )  # fmt: skip
-    return fig
-
-
-def why_no_gpu(data: RunData, what: str = "GPU times") -> str:
-    if not data.is_cuda:
-        return f"the run was on {data.device}; {what} need a CUDA device and probes.cuda_events"
-    if not data.probes.get("cuda_events", True):
-        return "probes.cuda_events was off"
-    return f"no {what} were stored (see the run's notes)"
 
 
 def _all_nan(values: np.ndarray) -> bool:

@@ -1,12 +1,12 @@
 """The migration-gate metrics of one run, by the names a user types (``p99_itl``, ``overlap``, …).
 
-The set follows the deployment gate of the vLLM 0.25 MRV2 migration guide (reference/
-mrv2-migration-guide, step 3 "load and distribution"): TTFT/TPOT/ITL p50/p95/p99, request and
-token throughput, peak GPU memory, start-up and CUDA graph capture time, errors, aborts and
-preemptions; plus the MRV2 mechanism metrics of DESIGN §4 (overlap, host-bound bubble time, sync
-count, graph hit rate). Latencies and throughput come from ``store.metrics.run_summary`` (vLLM
-``bench serve`` definitions) so every view reports the same numbers. A value is ``None`` when the
-run did not measure it (no GPU samples on a CPU run, no completed request, …).
+The set follows the deployment gate of vLLM 0.25's MRV2 migration guide (step 3, "load and
+distribution"): TTFT/TPOT/ITL p50/p95/p99, request and token throughput, peak GPU memory,
+start-up and CUDA graph capture time, errors, aborts and preemptions; plus the MRV2 mechanism
+metrics the probes measure (overlap, host-bound bubble time, sync count, graph hit rate).
+Latencies and throughput come from ``store.metrics.run_summary`` (vLLM ``bench serve``
+definitions) so every view reports the same numbers. A value is ``None`` when the run did not
+measure it (no GPU samples on a CPU run, no completed request, …).
 """
 
 from __future__ import annotations

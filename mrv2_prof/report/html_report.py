@@ -16,13 +16,13 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from mrv2_prof.report import figures
-from mrv2_prof.report.figures import Figure, NotMeasured
+from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.tui.format import format_bytes, format_ms, format_percent
+from mrv2_prof.views.format import format_bytes, format_ms, format_percent
 
 # figure id -> (heading, what it shows in one sentence), in page order
 FIGURE_GUIDE = {

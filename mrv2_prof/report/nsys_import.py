@@ -16,29 +16,12 @@ without an API call, or launched outside every ``mrv2`` range, keep step and pha
 Importing replaces every ``kernels`` row of the run (a capture holds all of the process'
 kernels; keeping an earlier import beside it would count each kernel twice), so importing the
 same file again gives the same table. ``runs.info['nsys_import']`` records file and alignment.
-
-Schema relied on (the Nsight Systems "SQLite schema reference", as quoted by public readers of
-the export such as nsys2json, and NVIDIA's own stats scripts):
-* ``StringIds(id, value)``: interned strings.
-* ``NVTX_EVENTS(start, end, eventType, text, textId → StringIds, globalTid, domainId, int64Value,
-  uint64Value, int32Value, uint32Value, …)``; eventType 34 NvtxMark, 59 NvtxPushPopRange,
-  60 NvtxStartEndRange, 75 NvtxDomainCreate (``text`` = domain name), by name from
-  ``ENUM_NSYS_EVENT_TYPE`` when present. Registered messages (the ``nvtx`` package registers
-  them) are in ``textId``, others in ``text``. A Python int payload is INT64 → ``int64Value``.
-* ``CUPTI_ACTIVITY_KIND_RUNTIME(start, end, eventClass, globalTid, correlationId, nameId)``:
-  runtime and driver API calls (eventClass 0/1); backtrace rows repeat a call's correlation id,
-  so one row per id is taken (the earliest).
-* ``CUPTI_ACTIVITY_KIND_KERNEL(start, end, deviceId, streamId, correlationId, globalPid,
-  demangledName, shortName → StringIds)``; the demangled name is stored.
-* ``TARGET_INFO_SESSION_START_TIME(utcEpochNs, …)``: wall clock at capture start, reported only.
-* ``globalTid`` = hardware/VM id << 48 | pid << 24 | tid, ``globalPid`` the same with tid 0, so
-  ``x >> 24`` names the process (correlation ids are unique per process only).
+The export is read through ``report.nsys_export``.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -46,25 +29,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from mrv2_prof.probes.nvtx_ranges import DOMAIN, NVTX_NAMES
+from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
+from mrv2_prof.report.nsys_export import (
+    KERNEL_NAME_COLUMNS,
+    NsysExport,
+    NsysImportError,
+    columns,
+    open_export,
+)
 from mrv2_prof.store import Store
 
-REQUIRED = {
-    "StringIds": ("id", "value"),
-    "NVTX_EVENTS": ("start", "end", "eventType", "globalTid"),
-    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "globalTid", "correlationId"),
-    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "streamId", "correlationId"),
-}
-EVENT_TYPES = {"NvtxMark": 34, "NvtxPushPopRange": 59, "NvtxDomainCreate": 75}
-PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
-KERNEL_NAME_COLUMNS = ("demangledName", "shortName", "mangledName")
 RESIDUAL_WARN_NS = 1_000_000
-START_MARK = re.compile(r"mrv2 run (\S+) perf_counter_ns=(-?\d+)")
-HOW_TO_EXPORT = "export the capture with: nsys export --type sqlite REPORT.nsys-rep"
-
-
-class NsysImportError(Exception):
-    """A capture that cannot be imported; ``str()`` is one line naming the file."""
 
 
 @dataclass
@@ -88,42 +63,6 @@ class NsysImport:
     notes: list[str] = field(default_factory=list)
 
 
-def open_export(path: str | Path) -> sqlite3.Connection:
-    """Open an nsys SQLite export read-only, checking the tables and columns the import reads."""
-    path = Path(path)
-    if not path.is_file():
-        raise NsysImportError(f"{path}: no such file; {HOW_TO_EXPORT}")
-    con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        missing = [t for t in REQUIRED if t not in tables]
-        if missing:
-            raise NsysImportError(
-                f"{path}: not an Nsight Systems export with CUDA and NVTX data: no table "
-                f"{', '.join(missing)} (profile with nsys profile --trace=cuda,nvtx; "
-                f"{HOW_TO_EXPORT})"
-            )
-        for table, needed in REQUIRED.items():
-            lacking = [c for c in needed if c not in columns(con, table)]
-            if lacking:
-                raise NsysImportError(f"{path}: table {table} has no column {', '.join(lacking)}")
-        if not columns(con, "NVTX_EVENTS") & {"text", "textId"}:
-            raise NsysImportError(f"{path}: table NVTX_EVENTS has no column text or textId")
-        if not columns(con, "CUPTI_ACTIVITY_KIND_KERNEL") & set(KERNEL_NAME_COLUMNS):
-            raise NsysImportError(f"{path}: table CUPTI_ACTIVITY_KIND_KERNEL has no name column")
-    except sqlite3.DatabaseError as exc:
-        con.close()
-        raise NsysImportError(f"{path}: not an SQLite file ({exc}); {HOW_TO_EXPORT}") from exc
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
-def columns(con: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in con.execute(f'PRAGMA table_info("{table}")')}
-
-
 def import_nsys(store: Store, run_ref: str, report: str | Path) -> NsysImport:
     """Store the kernels of ``report`` (an nsys SQLite export) as run ``run_ref``'s kernels."""
     if store.read_only:
@@ -132,9 +71,10 @@ def import_nsys(store: Store, run_ref: str, report: str | Path) -> NsysImport:
     result = NsysImport(run_id=run_id, report=str(report))
     with closing(open_export(report)) as con:
         try:
-            capture = _Capture(con, Path(report), result)
-            pid = capture.align(run_id, _run_steps(store, run_id))
-            kernels = capture.kernels(pid)
+            export = NsysExport(con, Path(report), result.notes)
+            result.session_start_utc_ns = export.session_start_utc_ns
+            pid = _align(export, run_id, _run_steps(store, run_id), result)
+            kernels = _kernels(export, pid, result)
         except sqlite3.DatabaseError as exc:
             raise NsysImportError(f"{report}: cannot read the export ({exc})") from exc
     _store_kernels(store, kernels, result)
@@ -150,225 +90,146 @@ def _run_steps(store: Store, run_id: str) -> list[tuple[int, int]]:
     ).fetchall()
 
 
-def _coalesce(exprs: list[str]) -> str:
-    return "NULL" if not exprs else exprs[0] if len(exprs) == 1 else f"COALESCE({', '.join(exprs)})"
-
-
-class _Capture:
-    """One open export: the run's ``mrv2`` ranges in a temp table, alignment, attribution."""
-
-    def __init__(self, con: sqlite3.Connection, path: Path, result: NsysImport) -> None:
-        self.con, self.path, self.result = con, path, result
-        nvtx = columns(con, "NVTX_EVENTS")
-        self.text = _coalesce(
-            [e for c, e in (("text", "n.text"), ("textId", "s.value")) if c in nvtx]
+def _align(
+    export: NsysExport, run_id: str, run_steps: list[tuple[int, int]], result: NsysImport
+) -> int:
+    """Set the result's offset and residual; return the run's process (``globalTid >> 24``)."""
+    path = export.path
+    marks = export.start_marks()
+    mine = [m for m in marks if m[0] == run_id]
+    offset = None
+    if mine:
+        _, anchor_ns, start, pid = mine[0]
+        offset = anchor_ns - start
+    elif marks:
+        others = ", ".join(sorted({m[0] for m in marks}))
+        raise NsysImportError(
+            f"{path}: a capture of run {others}, not of run {run_id}; import it into that run"
         )
-        self.strings = "LEFT JOIN StringIds s ON s.id = n.textId" if "textId" in nvtx else ""
-        self.payload = _coalesce([f"n.{c}" for c in PAYLOAD_COLUMNS if c in nvtx])
-        self.types = dict(EVENT_TYPES)
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "ENUM_NSYS_EVENT_TYPE" in tables:
-            for type_id, name in con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
-                if name in self.types:
-                    self.types[name] = type_id
-        if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in columns(
-            con, "TARGET_INFO_SESSION_START_TIME"
-        ):
-            row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-            result.session_start_utc_ns = None if row is None else row[0]
-        self._load_ranges("domainId" in nvtx)
-
-    def _load_ranges(self, has_domain: bool) -> None:
-        """Temp table ``mrv2_ranges``: push/pop ranges of domain mrv2 named as in NVTX_NAMES."""
-        con, text = self.con, self.text
-        con.execute("CREATE TEMP TABLE mrv2_domains (pid INTEGER, domainId INTEGER)")
-        if has_domain:
-            con.execute(
-                f"INSERT INTO mrv2_domains SELECT DISTINCT n.globalTid >> 24, n.domainId "
-                f"FROM NVTX_EVENTS n {self.strings} WHERE n.eventType = ? AND {text} = ?",
-                [self.types["NvtxDomainCreate"], DOMAIN],
-            )
-        in_domain = "1"
-        if con.execute("SELECT count(*) FROM mrv2_domains").fetchone()[0]:
-            in_domain = (
-                "EXISTS (SELECT 1 FROM mrv2_domains d "
-                "WHERE d.pid = n.globalTid >> 24 AND d.domainId = n.domainId)"
-            )
-        else:
-            self.result.notes.append(
-                f"no NVTX domain {DOMAIN!r} in the export; ranges of any domain named as "
-                "mrv2's are used"
-            )
-        con.execute(
-            "CREATE TEMP TABLE mrv2_ranges (id INTEGER PRIMARY KEY, tid INTEGER, pid INTEGER, "
-            'start INTEGER, "end" INTEGER, name TEXT, payload INTEGER)'
-        )
-        names = list(NVTX_NAMES.values())
-        con.execute(
-            f'INSERT INTO mrv2_ranges (tid, pid, start, "end", name, payload) '
-            f'SELECT n.globalTid, n.globalTid >> 24, n.start, n."end", {text}, {self.payload} '
-            f"FROM NVTX_EVENTS n {self.strings} "
-            f'WHERE n.eventType = ? AND n."end" IS NOT NULL AND {in_domain} '
-            f"AND {text} IN ({', '.join('?' * len(names))})",
-            [self.types["NvtxPushPopRange"], *names],
-        )
-        con.execute("CREATE INDEX mrv2_ranges_by_thread ON mrv2_ranges (tid, start)")
-
-    def align(self, run_id: str, run_steps: list[tuple[int, int]]) -> int:
-        """Set the result's offset and residual; return the run's process (``globalTid >> 24``)."""
-        result, path = self.result, self.path
-        marks = self._start_marks()
-        mine = [m for m in marks if m[0] == run_id]
-        offset = None
-        if mine:
-            _, anchor_ns, start, pid = mine[0]
-            offset = anchor_ns - start
-        elif marks:
-            others = ", ".join(sorted({m[0] for m in marks}))
+    else:
+        pids = [
+            r[0]
+            for r in export.con.execute("SELECT DISTINCT pid FROM mrv2_ranges WHERE name = 'step'")
+        ]
+        if len(pids) != 1:
+            found = "no mrv2 step ranges" if not pids else f"step ranges of {len(pids)} processes"
             raise NsysImportError(
-                f"{path}: a capture of run {others}, not of run {run_id}; import it into that run"
+                f"{path}: cannot align the capture with run {run_id}: no 'mrv2 run {run_id}' "
+                f"start mark and {found} (capture with nsys profile --trace=cuda,nvtx)"
             )
-        else:
-            pids = [
-                r[0]
-                for r in self.con.execute(
-                    "SELECT DISTINCT pid FROM mrv2_ranges WHERE name = 'step'"
-                )
-            ]
-            if len(pids) != 1:
-                found = (
-                    "no mrv2 step ranges" if not pids else f"step ranges of {len(pids)} processes"
-                )
-                raise NsysImportError(
-                    f"{path}: cannot align the capture with run {run_id}: no 'mrv2 run {run_id}' "
-                    f"start mark and {found} (capture with nsys profile --trace=cuda,nvtx)"
-                )
-            pid = pids[0]
-            result.alignment = "step ranges"
-            result.notes.append(f"no start mark of run {run_id}: aligned on the step ranges")
-        pairs = self._match_steps(pid, run_steps)
-        if offset is None:
-            if not pairs:
-                raise NsysImportError(
-                    f"{path}: cannot align the capture with run {run_id}: no start mark and "
-                    "no step range matches a step of the run"
-                )
-            offset = round(median(run_ns - nsys_ns for nsys_ns, run_ns in pairs))
-        result.offset_ns = offset
-        result.num_steps_matched = len(pairs)
+        pid = pids[0]
+        result.alignment = "step ranges"
+        result.notes.append(f"no start mark of run {run_id}: aligned on the step ranges")
+    pairs = _match_steps(export, pid, run_steps, result)
+    if offset is None:
         if not pairs:
-            result.notes.append("no step range matches a step of the run: alignment unchecked")
-            return pid
-        residuals = [abs(nsys_ns + offset - run_ns) for nsys_ns, run_ns in pairs]
-        result.residual_median_ns = round(median(residuals))
-        result.residual_max_ns = max(residuals)
-        if result.residual_median_ns > RESIDUAL_WARN_NS:
-            result.notes.append(
-                f"step ranges are {result.residual_median_ns / 1e6:.1f} ms (median) away from "
-                "the run's steps: is this a capture of this run?"
+            raise NsysImportError(
+                f"{path}: cannot align the capture with run {run_id}: no start mark and "
+                "no step range matches a step of the run"
             )
+        offset = round(median(run_ns - nsys_ns for nsys_ns, run_ns in pairs))
+    result.offset_ns = offset
+    result.num_steps_matched = len(pairs)
+    if not pairs:
+        result.notes.append("no step range matches a step of the run: alignment unchecked")
         return pid
+    residuals = [abs(nsys_ns + offset - run_ns) for nsys_ns, run_ns in pairs]
+    result.residual_median_ns = round(median(residuals))
+    result.residual_max_ns = max(residuals)
+    if result.residual_median_ns > RESIDUAL_WARN_NS:
+        result.notes.append(
+            f"step ranges are {result.residual_median_ns / 1e6:.1f} ms (median) away from "
+            "the run's steps: is this a capture of this run?"
+        )
+    return pid
 
-    def _start_marks(self) -> list[tuple[str, int, int, int]]:
-        """(run_id, perf_counter_ns, nsys start, pid) of every run-start mark, in time order."""
-        rows = self.con.execute(
-            f"SELECT {self.text}, n.start, n.globalTid >> 24 FROM NVTX_EVENTS n {self.strings} "
-            f"WHERE n.eventType = ? AND {self.text} LIKE 'mrv2 run %' ORDER BY n.start",
-            [self.types["NvtxMark"]],
-        ).fetchall()
-        marks = []
-        for message, start, pid in rows:
-            m = START_MARK.fullmatch(message.strip())
-            if m:
-                marks.append((m[1], int(m[2]), start, pid))
-        return marks
 
-    def _match_steps(self, pid: int, run_steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """(nsys start, run start) per step; without payloads the step ranges get them by order."""
-        rows = self.con.execute(
-            "SELECT id, payload, start FROM mrv2_ranges WHERE pid = ? AND name = 'step' "
-            "ORDER BY start",
-            [pid],
-        ).fetchall()
-        if all(payload is not None for _, payload, _ in rows):
-            run_start = dict(run_steps)
-            return [(start, run_start[p]) for _, p, start in rows if p in run_start]
-        self.result.notes.append(
-            f"step ranges without payload: numbered by order ({len(rows)} in the capture, "
-            f"{len(run_steps)} in the run)"
-        )
-        pairs = []
-        for (range_id, _, start), (step, run_start_ns) in zip(rows, run_steps, strict=False):
-            self.con.execute("UPDATE mrv2_ranges SET payload = ? WHERE id = ?", [step, range_id])
-            pairs.append((start, run_start_ns))
-        return pairs
+def _match_steps(
+    export: NsysExport, pid: int, run_steps: list[tuple[int, int]], result: NsysImport
+) -> list[tuple[int, int]]:
+    """(nsys start, run start) per step; without payloads the step ranges get them by order."""
+    rows = export.con.execute(
+        "SELECT id, payload, start FROM mrv2_ranges WHERE pid = ? AND name = 'step' ORDER BY start",
+        [pid],
+    ).fetchall()
+    if all(payload is not None for _, payload, _ in rows):
+        run_start = dict(run_steps)
+        return [(start, run_start[p]) for _, p, start in rows if p in run_start]
+    result.notes.append(
+        f"step ranges without payload: numbered by order ({len(rows)} in the capture, "
+        f"{len(run_steps)} in the run)"
+    )
+    pairs = []
+    for (range_id, _, start), (step, run_start_ns) in zip(rows, run_steps, strict=False):
+        export.con.execute("UPDATE mrv2_ranges SET payload = ? WHERE id = ?", [step, range_id])
+        pairs.append((start, run_start_ns))
+    return pairs
 
-    def kernels(self, pid: int) -> dict[str, list]:
-        """The process' kernels as ``kernels`` columns, mapped to perf_counter_ns, attributed."""
-        con, result = self.con, self.result
-        kernel_cols = columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
-        name_col = next(c for c in KERNEL_NAME_COLUMNS if c in kernel_cols)
-        in_process = "k.globalPid >> 24 = :pid" if "globalPid" in kernel_cols else "1"
-        if "globalPid" not in kernel_cols:
-            result.notes.append("kernels carry no process id in this export: all are imported")
-        con.execute(
-            "CREATE TEMP TABLE launches (corr INTEGER PRIMARY KEY, tid INTEGER, start INTEGER, "
-            "inner_id INTEGER, step_payload INTEGER)"
-        )
-        # One API call per correlation id (the earliest row: backtrace rows repeat a call).
-        con.execute(
-            "INSERT INTO launches (corr, tid, start) "
-            "SELECT r.correlationId, r.globalTid, min(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-            "WHERE r.globalTid >> 24 = :pid AND r.correlationId IN "
-            f"(SELECT k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {in_process}) "
-            "GROUP BY r.correlationId",
-            {"pid": pid},
-        )
-        enclosing = (
-            'r.tid = launches.tid AND r.start <= launches.start AND r."end" >= launches.start'
-        )
-        con.execute(
-            f"UPDATE launches SET "
-            f"inner_id = (SELECT r.id FROM mrv2_ranges r WHERE {enclosing} "
-            f'ORDER BY r.start DESC, r."end" ASC LIMIT 1), '
-            f"step_payload = (SELECT r.payload FROM mrv2_ranges r WHERE {enclosing} "
-            f"AND r.name = 'step' ORDER BY r.start DESC LIMIT 1)"
-        )
-        con.execute("CREATE TEMP TABLE phase_names (name TEXT PRIMARY KEY, phase TEXT)")
-        con.executemany(
-            "INSERT INTO phase_names VALUES (?, ?)", [(v, k) for k, v in NVTX_NAMES.items()]
-        )
-        rows = con.execute(
-            f'SELECT k.start + :off, k."end" + :off, k.streamId, kn.value, '
-            f"coalesce(r.payload, l.step_payload), p.phase, l.corr IS NOT NULL, r.id IS NOT NULL "
-            f"FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-            f"LEFT JOIN StringIds kn ON kn.id = k.{name_col} "
-            f"LEFT JOIN launches l ON l.corr = k.correlationId "
-            f"LEFT JOIN mrv2_ranges r ON r.id = l.inner_id "
-            f"LEFT JOIN phase_names p ON p.name = r.name "
-            f"WHERE {in_process} ORDER BY k.start",
-            {"pid": pid, "off": result.offset_ns},
-        ).fetchall()
-        start_ns, end_ns, stream, name, step, phase, has_call, in_range = (
-            list(col) for col in (zip(*rows, strict=True) if rows else [()] * 8)
-        )
-        result.num_kernels = len(rows)
-        result.num_with_step = sum(s is not None for s in step)
-        result.num_in_phase = sum(p not in (None, "step") for p in phase)
-        result.num_no_api_call = sum(not c for c in has_call)
-        result.num_outside_ranges = sum(
-            bool(c) and not r for c, r in zip(has_call, in_range, strict=True)
-        )
-        if not rows:
-            result.notes.append("the capture holds no kernel of the run's process")
-        return {
-            "step": step,
-            "phase": phase,
-            "name": name,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "stream": stream,
-        }
+
+def _kernels(export: NsysExport, pid: int, result: NsysImport) -> dict[str, list]:
+    """The process' kernels as ``kernels`` columns, mapped to perf_counter_ns, attributed."""
+    con = export.con
+    kernel_cols = columns(con, "CUPTI_ACTIVITY_KIND_KERNEL")
+    name_col = next(c for c in KERNEL_NAME_COLUMNS if c in kernel_cols)
+    in_process = "k.globalPid >> 24 = :pid" if "globalPid" in kernel_cols else "1"
+    if "globalPid" not in kernel_cols:
+        result.notes.append("kernels carry no process id in this export: all are imported")
+    con.execute(
+        "CREATE TEMP TABLE launches (corr INTEGER PRIMARY KEY, tid INTEGER, start INTEGER, "
+        "inner_id INTEGER, step_payload INTEGER)"
+    )
+    # One API call per correlation id (the earliest row: backtrace rows repeat a call).
+    con.execute(
+        "INSERT INTO launches (corr, tid, start) "
+        "SELECT r.correlationId, r.globalTid, min(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "WHERE r.globalTid >> 24 = :pid AND r.correlationId IN "
+        f"(SELECT k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {in_process}) "
+        "GROUP BY r.correlationId",
+        {"pid": pid},
+    )
+    enclosing = 'r.tid = launches.tid AND r.start <= launches.start AND r."end" >= launches.start'
+    con.execute(
+        f"UPDATE launches SET "
+        f"inner_id = (SELECT r.id FROM mrv2_ranges r WHERE {enclosing} "
+        f'ORDER BY r.start DESC, r."end" ASC LIMIT 1), '
+        f"step_payload = (SELECT r.payload FROM mrv2_ranges r WHERE {enclosing} "
+        f"AND r.name = 'step' ORDER BY r.start DESC LIMIT 1)"
+    )
+    con.execute("CREATE TEMP TABLE phase_names (name TEXT PRIMARY KEY, phase TEXT)")
+    con.executemany(
+        "INSERT INTO phase_names VALUES (?, ?)", [(v, k) for k, v in NVTX_NAMES.items()]
+    )
+    rows = con.execute(
+        f'SELECT k.start + :off, k."end" + :off, k.streamId, kn.value, '
+        f"coalesce(r.payload, l.step_payload), p.phase, l.corr IS NOT NULL, r.id IS NOT NULL "
+        f"FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        f"LEFT JOIN StringIds kn ON kn.id = k.{name_col} "
+        f"LEFT JOIN launches l ON l.corr = k.correlationId "
+        f"LEFT JOIN mrv2_ranges r ON r.id = l.inner_id "
+        f"LEFT JOIN phase_names p ON p.name = r.name "
+        f"WHERE {in_process} ORDER BY k.start",
+        {"pid": pid, "off": result.offset_ns},
+    ).fetchall()
+    start_ns, end_ns, stream, name, step, phase, has_call, in_range = (
+        list(col) for col in (zip(*rows, strict=True) if rows else [()] * 8)
+    )
+    result.num_kernels = len(rows)
+    result.num_with_step = sum(s is not None for s in step)
+    result.num_in_phase = sum(p not in (None, "step") for p in phase)
+    result.num_no_api_call = sum(not c for c in has_call)
+    result.num_outside_ranges = sum(
+        bool(c) and not r for c, r in zip(has_call, in_range, strict=True)
+    )
+    if not rows:
+        result.notes.append("the capture holds no kernel of the run's process")
+    return {
+        "step": step,
+        "phase": phase,
+        "name": name,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "stream": stream,
+    }
 
 
 def _store_kernels(store: Store, kernels: dict[str, list], result: NsysImport) -> None:

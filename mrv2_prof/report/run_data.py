@@ -1,6 +1,6 @@
 """What the report draws, read from the store in one pass: ``RunData`` (numpy columns).
 
-The queries follow the store's definitions (DESIGN §4, ``store.metrics``): latencies cover
+The queries follow the store's definitions (``store.metrics``): latencies cover
 completed requests only; a captured graph key is *replayed* when a dispatch chose its mode and
 padded size. For a run with more steps than ``detail_steps`` only a window of steps gets its
 phase spans loaded (``detail_window``); every step keeps its overall CPU and GPU span.

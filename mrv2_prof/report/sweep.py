@@ -15,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mrv2_prof.report.figures import new_figure
+from mrv2_prof.report.figure_meta import new_figure
 from mrv2_prof.store.db import Store, StoreError, no_run_error
 from mrv2_prof.store.metrics import run_summary
 

@@ -1,4 +1,4 @@
-"""Chrome/Perfetto trace of one stored run (DESIGN §6, "Trace export"): ``mrv2-prof export``.
+"""Chrome/Perfetto trace of one stored run: ``mrv2-prof export``.
 
 Tracks (``pid``/``tid``):
 

@@ -1,16 +1,97 @@
-"""Runner configuration, validated once and frozen; start-up values live in ``RuntimeInfo``."""
+"""The runner's configuration, validated once and frozen; start-up values live in ``RuntimeInfo``.
+
+``RunnerConfig`` is the one declaration of every runner setting: its name, its default and its
+rules (the choices of its ``Literal`` type, the bounds given to ``setting``, the rules between
+fields in ``check_fields``). The scenario's ``runner:`` section is derived from it
+(``mrv2_prof.scenario``), so a YAML file and a test that builds a ``RunnerConfig`` get the same
+defaults and the same errors. This module imports torch only where a device or a dtype is
+resolved: the scenario validates against it in processes that never load torch.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import operator
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+Device = Literal["auto", "cuda", "cpu"]
+Kernels = Literal["triton", "torch"]
+CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
+
+
+def __getattr__(name: str) -> Any:
+    """``DTYPES`` (name -> torch dtype) is built on first use, so importing needs no torch."""
+    if name == "DTYPES":
+        import torch
+
+        return {n: getattr(torch, n) for n in DTYPE_NAMES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
-    """A runner setting that cannot be honoured; the message names the field."""
+    """A runner setting that cannot be honoured; the message names the field.
+
+    Raised by ``RunnerConfig`` for one of its fields, ``field`` names it (``max_num_seqs``) and
+    ``problem`` is the message without the ``runner.<field>: `` prefix.
+    """
+
+    def __init__(self, message: str, field: str | None = None, problem: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.problem = problem if problem is not None else message
+
+
+def invalid(name: str, problem: str) -> ConfigError:
+    """The error for runner field ``name``: ``runner.<name>: <problem>``."""
+    return ConfigError(f"runner.{name}: {problem}", field=name, problem=problem)
+
+
+_OPS = {"ge": (">=", operator.ge), "gt": (">", operator.gt), "le": ("<=", operator.le)}
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Inclusive (``ge``, ``le``) or exclusive (``gt``) bounds on a number."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+    def given(self) -> dict[str, float]:
+        """The bounds that are set, as keyword arguments (``ge=1``)."""
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+    def text(self) -> str:
+        return " and ".join(f"{_OPS[k][0]} {v}" for k, v in self.given().items())
+
+    def problem(self, value: Any) -> str | None:
+        for k, bound in self.given().items():
+            op, holds = _OPS[k]
+            if not holds(value, bound):
+                return f"must be {op} {bound}, got {value}"
+        return None
+
+
+def setting(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    auto: bool = False,
+    in_scenario: bool = True,
+) -> Any:
+    """A ``RunnerConfig`` field with its rules: bounds on the value (on each item of a tuple);
+    ``auto``: None means "derived at start-up" and a scenario spells it ``auto``;
+    ``in_scenario``: False for a field a scenario sets elsewhere (the top-level ``seed``)."""
+    metadata = {"bounds": Bounds(ge, gt, le), "auto": auto, "in_scenario": in_scenario}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -25,86 +106,50 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.path is None):
             raise ConfigError("model: give exactly one of 'preset' or 'path'")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype: {self.dtype!r} is not one of {sorted(DTYPES)}")
+        if self.dtype is not None and self.dtype not in DTYPE_NAMES:
+            raise ConfigError(f"model.dtype: {self.dtype!r} is not one of {sorted(DTYPE_NAMES)}")
 
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    """The runner section of a scenario (DESIGN §5b)."""
+    """The runner's settings; the scenario's ``runner:`` section has the same names and defaults
+    (README, "Scenario reference", says what each does)."""
 
-    device: str = "auto"  # auto | cuda | cpu
-    max_num_reqs: int = 1024
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 4096
-    block_size: int = 16
-    num_kv_blocks: int | None = None  # None: derived from gpu_memory_utilization (CUDA only)
-    gpu_memory_utilization: float = 0.8
+    device: Device = "auto"
+    max_num_reqs: int = setting(1024, ge=1)  # rows of the persistent request state
+    max_num_seqs: int = setting(256, ge=1)  # most requests running in one step
+    max_num_batched_tokens: int = setting(8192, ge=1)
+    max_model_len: int = setting(4096, ge=2)
+    block_size: int = setting(16, ge=1)
+    # None: sized from gpu_memory_utilization after a profiling run (CUDA only)
+    num_kv_blocks: int | None = setting(None, ge=1, auto=True)
+    gpu_memory_utilization: float = setting(0.8, gt=0, le=1)
     enable_prefix_caching: bool = True
-    kernels: str = "torch"  # torch | triton
-    async_scheduling: bool = False
+    kernels: Kernels = "triton"
+    async_scheduling: bool = True
     staged_writes: bool = True
-    uva: bool = False
-    cudagraph_mode: str = "none"  # full | piecewise | full_and_piecewise | none
-    cudagraph_capture_sizes: tuple[int, ...] | None = None  # None: vLLM's default sizes
+    uva: bool = True
+    cudagraph_mode: CudagraphMode = "full_and_piecewise"
+    # None: vLLM's default sizes
+    cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
     strict: bool = False
-    seed: int = 0
+    seed: int = setting(0, in_scenario=False)  # the scenario's top-level seed
 
     def __post_init__(self) -> None:
-        positive = (
-            "max_num_reqs",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "max_model_len",
-            "block_size",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"runner.{name}: must be >= 1, got {getattr(self, name)}")
-        if self.device not in ("auto", "cuda", "cpu"):
-            raise ConfigError(f"runner.device: {self.device!r} is not one of auto, cuda, cpu")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ConfigError(f"runner.num_kv_blocks: must be >= 1, got {self.num_kv_blocks}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks * self.block_size < (
-            self.max_model_len
-        ):
-            raise ConfigError(
-                f"runner.num_kv_blocks: {self.num_kv_blocks} blocks of {self.block_size} tokens "
-                f"cannot hold one request of max_model_len {self.max_model_len}"
-            )
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError("runner.gpu_memory_utilization: must be in (0, 1]")
-        if self.max_num_seqs > self.max_num_reqs:
-            raise ConfigError(
-                f"runner.max_num_seqs: {self.max_num_seqs} exceeds max_num_reqs {self.max_num_reqs}"
-            )
-        if self.async_scheduling and self.max_num_reqs < 2 * self.max_num_seqs:
-            raise ConfigError(
-                f"runner.max_num_reqs: {self.max_num_reqs} is too small for async scheduling with "
-                f"max_num_seqs {self.max_num_seqs}: a finished request keeps its slot one more "
-                f"step, so at least 2 x max_num_seqs = {2 * self.max_num_seqs} are needed"
-            )
-        if self.cudagraph_mode not in ("full", "piecewise", "full_and_piecewise", "none"):
-            raise ConfigError(
-                f"runner.cudagraph_mode: {self.cudagraph_mode!r} is not one of full, piecewise, "
-                "full_and_piecewise, none"
-            )
-        if self.cudagraph_capture_sizes is not None:
-            bad = [s for s in self.cudagraph_capture_sizes if s < 1]
-            if bad or not self.cudagraph_capture_sizes:
-                raise ConfigError(
-                    "runner.cudagraph_capture_sizes: must be positive integers, got "
-                    f"{list(self.cudagraph_capture_sizes)}"
-                )
-        if self.kernels not in ("torch", "triton"):
-            raise ConfigError(f"runner.kernels: {self.kernels!r} is not one of torch, triton")
+        for f in fields(self):
+            problem = _field_problem(f, getattr(self, f.name))
+            if problem is not None:
+                raise invalid(f.name, problem)
+        for name, problem in check_fields(self):
+            raise invalid(name, problem)
 
     @property
     def max_num_blocks_per_req(self) -> int:
         return -(-self.max_model_len // self.block_size)
 
     def resolve_device(self) -> torch.device:
+        import torch
+
         if self.device == "cpu":
             return torch.device("cpu")
         if self.device == "cuda" or torch.cuda.is_available():
@@ -112,6 +157,59 @@ class RunnerConfig:
                 raise ConfigError("runner.device: 'cuda' requested but no CUDA device is available")
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
+
+
+FIELD_TYPES: dict[str, Any] = typing.get_type_hints(RunnerConfig)  # resolved annotations
+
+
+def choices_of(name: str) -> tuple[str, ...] | None:
+    """The values a ``Literal`` field allows, else None."""
+    hint = FIELD_TYPES[name]
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _field_problem(f: Any, value: Any) -> str | None:
+    choices = choices_of(f.name)
+    if choices is not None:
+        return None if value in choices else f"{value!r} is not one of {', '.join(choices)}"
+    bounds: Bounds = f.metadata.get("bounds", Bounds())
+    if value is None or not bounds.given():
+        return None
+    if isinstance(value, tuple):
+        if not value or any(bounds.problem(x) for x in value):
+            return f"must be a non-empty list of integers {bounds.text()}, got {list(value)}"
+        return None
+    return bounds.problem(value)
+
+
+def check_fields(c: RunnerConfig) -> Iterator[tuple[str, str]]:
+    """The rules between fields, as ``(field, problem)``, the first to fix first."""
+    if c.max_num_seqs > c.max_num_reqs:
+        yield "max_num_seqs", f"{c.max_num_seqs} exceeds max_num_reqs {c.max_num_reqs}"
+    if c.num_kv_blocks is not None and c.num_kv_blocks * c.block_size < c.max_model_len:
+        yield (
+            "num_kv_blocks",
+            (
+                f"{c.num_kv_blocks} blocks of {c.block_size} tokens cannot hold one request of "
+                f"max_model_len {c.max_model_len}"
+            ),
+        )
+    if c.async_scheduling and c.max_num_reqs < 2 * c.max_num_seqs:
+        yield (
+            "max_num_reqs",
+            (
+                f"{c.max_num_reqs} is too small for async scheduling with max_num_seqs "
+                f"{c.max_num_seqs}: a finished request keeps its slot one more step, so at least "
+                f"2 x max_num_seqs = {2 * c.max_num_seqs} are needed"
+            ),
+        )
+    for size in c.cudagraph_capture_sizes or ():
+        if size > c.max_num_batched_tokens:
+            yield (
+                "cudagraph_capture_sizes",
+                (f"size {size} exceeds max_num_batched_tokens {c.max_num_batched_tokens}"),
+            )
+            break
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The engine step loop (V1 engine shape): ``schedule() → execute_model() → update_from_output()``.
+"""The engine step loop (V1 engine shape): ``schedule()``, the runner's ``queue_step()`` and
+``wait_output()``, ``update_from_output()``.
 
 Owns the scheduler, the KV cache manager and the model runner; requests enter with
 ``add_request`` and can be aborted at any time. Every step, token and request lifecycle event is
@@ -23,8 +24,10 @@ from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, SamplingParams
 from mrv2_prof.runner.core.scheduler import Scheduler, SchedulerOutput
-from mrv2_prof.runner.worker.model_runner import ModelRunner, ModelRunnerOutput, PendingOutput
+from mrv2_prof.runner.worker.async_output import ModelRunnerOutput, PendingOutput
+from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.staged_write import WriteStats
+from mrv2_prof.runner.worker.startup import start_up
 
 
 @dataclass
@@ -45,9 +48,7 @@ class Engine:
         self.config = config
         self.probe = probe if probe is not None else Probe()
         self.runner = ModelRunner(config, model_spec, self.probe)
-        num_blocks = self.runner.initialize_kv_cache()
-        self.runner.warm_up()
-        self.runner.capture_graphs()
+        num_blocks = start_up(self.runner)  # KV cache, warm-up, CUDA graphs
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -205,15 +206,3 @@ class Engine:
             r.finish_reason,
             r.num_cached_tokens,
         )
-
-    def generate(
-        self, prompts: dict[str, list[int]], sampling_params: SamplingParams | None = None
-    ) -> dict[str, Request]:
-        """Run a batch of prompts to completion; returns the finished requests by id."""
-        requests = {
-            rid: self.add_request(rid, ids, sampling_params, arrival_time=float(i))
-            for i, (rid, ids) in enumerate(prompts.items())
-        }
-        while self.has_unfinished_requests():
-            self.step()
-        return requests

@@ -1,4 +1,7 @@
-"""The DuckDB run database (DESIGN §5): schema, writer, run lookup and metric queries. No torch."""
+"""The DuckDB run database: schema, writer, run lookup and metric queries. No torch.
+
+What the file promises other tools is in docs/architecture.md ("Store contract").
+"""
 
 from mrv2_prof.store.db import Store, StoreError
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary

@@ -1,4 +1,4 @@
-"""The run database: open (with one-line errors), run lifecycle, columnar appends, run lookup.
+"""The run database: run lifecycle, columnar appends, run lookup (opening: ``store.opening``).
 
 All DuckDB access of the project goes through ``Store``. A run is written by one process; each
 ``append`` is its own autocommitted transaction, so everything appended before a crash survives.
@@ -8,7 +8,6 @@ A ``Store`` (like its DuckDB connection) is used from one thread at a time.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,15 +17,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mrv2_prof.store.schema import (
-    FINISH_STATUSES,
-    META_TABLE,
-    SCHEMA_VERSION,
-    TABLES,
-    quote,
-    schema_ddl,
-    upgrade_ddl,
-)
+from mrv2_prof.store.opening import StoreError, connect
+from mrv2_prof.store.schema import FINISH_STATUSES, TABLES, quote
 
 _COLUMN_TYPES = {table: dict(columns) for table, columns in TABLES.items()}
 _UPDATABLE = (
@@ -43,94 +35,8 @@ _BATCH_VIEW = "_mrv2_append_batch"
 _RUN_ID_HEX_CHARS = 6
 
 
-class StoreError(Exception):
-    """A run database problem the user can act on; ``str()`` is one line naming the file."""
-
-
 def no_run_error(path: Path, ref: str) -> StoreError:
     return StoreError(f"no run {ref!r} in {path}; see mrv2-prof runs --db {path}")
-
-
-def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
-    """The one-line StoreError for a DuckDB error raised by ``duckdb.connect``."""
-    msg = str(exc)
-    if "Could not set lock" in msg or "Conflicting lock" in msg:
-        pid = re.search(r"PID (\d+)", msg)
-        holder = f" (PID {pid.group(1)})" if pid else ""
-        return StoreError(
-            f"{path}: in use by another process{holder}; "
-            "wait for it to finish or pass a different --db"
-        )
-    if "not a valid DuckDB database" in msg:
-        size_bytes = path.stat().st_size if path.exists() else 0
-        return StoreError(
-            f"{path}: not a DuckDB database ({size_bytes} bytes without a DuckDB header); "
-            "pass a different --db"
-        )
-    first_line = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
-    return StoreError(f"{path}: cannot open ({first_line}); pass a different --db")
-
-
-def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
-    """Create the schema in an empty file; otherwise require an mrv2-prof file of our version."""
-    tables = {
-        row[0]
-        for row in con.execute(
-            "SELECT table_name FROM duckdb_tables() "
-            "WHERE database_name = current_database() AND schema_name = 'main'"
-        ).fetchall()
-    }
-    not_ours = StoreError(
-        f"{path}: a DuckDB database but not an mrv2-prof run database (no schema_version); "
-        "pass a different --db"
-    )
-    if not tables:
-        if read_only:
-            raise not_ours
-        con.execute("BEGIN TRANSACTION")
-        for statement in schema_ddl():
-            con.execute(statement)
-        con.execute("COMMIT")
-        return
-    if META_TABLE not in tables:
-        raise not_ours
-    # fetchall: a partly fetched result would block the connection's next register()
-    rows = con.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchall()
-    row = rows[0] if rows else None
-    if row is None or not str(row[0]).isdigit():
-        raise not_ours
-    version = int(row[0])
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path}: run database schema version {version} is newer than this mrv2-prof "
-            f"expects ({SCHEMA_VERSION}); upgrade mrv2-prof to read it"
-        )
-    if version < SCHEMA_VERSION:
-        if read_only:
-            raise _NeedsUpgrade(version)
-        _upgrade(con)
-
-
-class _NeedsUpgrade(Exception):
-    """A read-only open found an older schema: the file is upgraded by a writable open first."""
-
-
-def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
-    """Add what newer versions added (columns only; nothing is dropped or rewritten)."""
-    existing: dict[str, set[str]] = {}
-    for table, column in con.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() "
-        "WHERE database_name = current_database() AND schema_name = 'main'"
-    ).fetchall():
-        existing.setdefault(table, set()).add(column)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        for statement in upgrade_ddl(existing):
-            con.execute(statement)
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    con.execute("COMMIT")
 
 
 def _to_json(value: Any) -> str | None:
@@ -150,28 +56,7 @@ class Store:
     def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
         """Open ``path``, creating the file and schema when it is missing (unless ``read_only``)."""
         path = Path(path)
-        if not path.exists():
-            if read_only:
-                raise StoreError(f"{path}: no such run database (pass --db with a file runs wrote)")
-            if not path.parent.is_dir():
-                raise StoreError(
-                    f"{path}: directory {path.parent} does not exist; "
-                    "create it or pass a different --db"
-                )
-        try:
-            con = duckdb.connect(str(path), read_only=read_only)
-        except duckdb.Error as exc:
-            raise _open_error(path, exc) from exc
-        try:
-            _check_schema(con, path, read_only)
-        except _NeedsUpgrade:
-            con.close()
-            Store.open(path).close()  # upgrade in place, then open read-only again
-            return cls.open(path, read_only=True)
-        except BaseException:
-            con.close()
-            raise
-        return cls(con, path, read_only)
+        return cls(connect(path, read_only), path, read_only)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:

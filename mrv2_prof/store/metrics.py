@@ -1,8 +1,11 @@
-"""The run summary, computed in SQL from the stored tables (definitions: DESIGN §4).
+"""The run summary, computed in SQL from the stored tables.
 
 Latency metrics cover completed requests only (finish reason ``stop`` or ``length``); percentiles
 use DuckDB's ``quantile_cont``, the same linear interpolation as numpy's default percentile and
-vLLM's ``bench serve``.
+vLLM's ``bench serve``. TTFT = first token − arrival; TPOT = (finish − first token) / (output
+tokens − 1); ITL = the gaps between a request's consecutive tokens; E2E = finish − arrival.
+Run overlap = hidden host prep / all host prep and bubbles summed, over the per-step values the
+step timeline stored (``probes.overlap``).
 """
 
 from __future__ import annotations

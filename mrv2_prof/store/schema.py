@@ -1,7 +1,11 @@
-"""The run database's schema (DESIGN §5): one table per probe, keyed by ``run_id``.
+"""The run database's schema: one table per probe, keyed by ``run_id``.
 
-``TABLES`` is the single source of the column lists; the DDL, the writer's column checks and the
-docs are derived from it. Every timestamp is int64 ns of ``time.perf_counter_ns()``.
+``TABLES`` declares every table's columns once (name and DuckDB type, in table order). Derived
+from it: the DDL and the upgrade of an older file (here), the store's column checks on append
+(``store.db``), and the probes' record buffers, drain and row-to-column conversion
+(``probes.columns``). Plain data: this module imports nothing, so the probes can import it. Every
+timestamp is int64 ns of ``time.perf_counter_ns()``. What the tables promise other tools:
+docs/architecture.md ("Store contract").
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_prefill_tokens", "INTEGER"),
         ("num_decode_tokens", "INTEGER"),
         ("graph_mode", "VARCHAR"),
-        ("overlap_frac", "DOUBLE"),  # hidden / host prep of this step (DESIGN §4), NULL w/o GPU
+        ("overlap_frac", "DOUBLE"),  # hidden / host prep of this step, NULL without GPU times
         ("bubble_ns", "BIGINT"),  # GPU idle before this step, NULL without GPU times
         ("bubble_kind", "VARCHAR"),  # v2: host_bound | other (NULL when bubble_ns is NULL)
         ("host_prep_ns", "BIGINT"),  # v2: schedule start to end of enqueueing

@@ -19,7 +19,6 @@ import pyarrow as pa
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.schema import TABLES, quote
 
-MISSING = -1
 _VIEW = "_mrv2_step_timeline"
 _UPDATABLE = {name for name, _ in TABLES["steps"]} - {"run_id", "step"}
 

@@ -1,6 +1,6 @@
 """The live run dashboard: polls a ``SnapshotSource`` and shows the newest snapshot in panels.
 
-The app only renders; the run lives in another process (DESIGN.md §1). Quitting asks the runner
+The app only renders; the run lives in another process, the runner's. Quitting asks the runner
 to stop cleanly and waits for it to report done, so the data recorded so far is kept. Which
 panels are on screen depends on the size (``PanelDeck``): one at a time at 80×24, all of them
 side by side on a wide terminal.

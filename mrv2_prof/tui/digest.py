@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import (
+from mrv2_prof.views.format import (
     NO_VALUE,
     NOT_ON_CPU,
     format_bytes,
@@ -24,7 +24,7 @@ from mrv2_prof.tui.format import (
     staged_ratio,
 )
 
-# (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``source.GpuSample``
+# (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``SnapshotSource.gpu_samples``
 GpuRow = Sequence[float]
 
 

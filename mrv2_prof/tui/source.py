@@ -1,25 +1,15 @@
 """Where the live dashboard gets its snapshots from: the parent's end of the runner's queue.
 
 The dashboard only sees this protocol, so it can be driven by a scripted fake in tests and never
-imports the runner (DESIGN.md §1: the runner lives in its own process).
+imports the runner (the runner lives in its own process; architecture: Processes and data flow).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from mrv2_prof.snapshot import Snapshot
-
-
-class GpuSample(NamedTuple):
-    """One NVML sample (the columns of ``gpu_samples``); NaN / -1 where the GPU did not say."""
-
-    t_ns: int
-    gpu_util: float  # %
-    mem_used_bytes: int
-    power_w: float
-    sm_clock_mhz: float
 
 
 class SnapshotSource(Protocol):
@@ -38,6 +28,7 @@ class SnapshotSource(Protocol):
         ...
 
     def gpu_samples(self) -> tuple[Sequence[Sequence[float]], str | None]:
-        """Recent NVML samples (``GpuSample`` fields, oldest first) and the note saying why
-        there are none (a CPU run, NVML missing); ``([], None)`` until sampling starts."""
+        """Recent NVML samples, oldest first, each ``(t_ns, gpu_util, mem_used_bytes, power_w,
+        sm_clock_mhz)`` as in ``gpu_samples`` (NaN where the GPU did not say), and the note saying
+        why there are none (a CPU run, NVML missing); ``([], None)`` until sampling starts."""
         ...

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mrv2_prof.probes import api
-from mrv2_prof.probes.api import PHASES, Probe, RecordBuffer, RecordingProbe
+from mrv2_prof.probes import api, recording
+from mrv2_prof.probes.api import PHASES, Probe
+from mrv2_prof.probes.columns import RecordBuffer
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.store.schema import TABLES
 
 HOOKS = (
@@ -33,7 +35,7 @@ HOOKS = (
     "token",
     "request_finish",
 )
-SITE = "mrv2_prof/runner/worker/model_runner.py:ModelRunner.wait_output"
+SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait"
 COLUMNS = {
     "steps": [
         "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
@@ -86,7 +88,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch) -> FakeClock:
     c = FakeClock()
-    monkeypatch.setattr(api, "perf_counter_ns", c)
+    monkeypatch.setattr(recording, "perf_counter_ns", c)
     return c
 
 
@@ -444,7 +446,12 @@ def probe_calls(source: str) -> set[str]:
 def test_every_hook_the_runner_calls_exists_on_the_noop_probe():
     root = Path(api.__file__).parents[1]
     called = set()
-    for rel in ("runner/engine.py", "runner/worker/model_runner.py"):
+    for rel in (
+        "runner/engine.py",
+        "runner/worker/model_runner.py",
+        "runner/worker/async_output.py",
+        "runner/worker/startup.py",
+    ):
         called |= probe_calls((root / rel).read_text())
     assert {"step_begin", "step_end", "token", "staged_write", "sync"} <= called
     assert called <= set(HOOKS), called - set(HOOKS)

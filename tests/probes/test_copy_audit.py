@@ -12,7 +12,7 @@ import inspect
 import pytest
 import torch
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.worker.copy_audit import CopyAudit, direction
 
 META = torch.device("meta")

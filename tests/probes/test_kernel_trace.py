@@ -3,13 +3,17 @@ events on CPU), the CLI refusing it under Nsight Systems, and a real window on t
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from mrv2_prof.probes import kernel_trace, recording
 from mrv2_prof.probes.api import FORWARD, PREPARE, SAMPLE, STEP
-from mrv2_prof.probes.kernel_trace import ANCHOR_NAME, attribute
+from mrv2_prof.probes.kernel_trace import ANCHOR_NAME, KernelTrace, attribute
+from mrv2_prof.probes.recording import RecordingProbe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +68,52 @@ def test_kernels_get_the_step_and_phase_of_their_launch_on_the_run_clock():
 def test_a_trace_without_the_anchor_is_an_error():
     with pytest.raises(ValueError, match="no anchor"):
         attribute([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0}], [], 0)
+
+
+def test_a_window_attributes_by_the_probes_host_spans_not_its_device_spans(tmp_path, monkeypatch):
+    """A one-step window on the CPU with a stand-in profiler: the spans it keeps are the host
+    spans the probe recorded for the step; a device span of the same step (on the GPU's time,
+    overlapping the host's) is not one of them."""
+    events = [
+        {"ph": "X", "name": ANCHOR_NAME, "ts": 0.0, "dur": 1.0, "cat": "user_annotation"},
+        {"ph": "X", "name": "cudaLaunchKernel", "ts": 1.2, "dur": 0.1, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.3, "dur": 0.2,
+         "args": {"correlation": 1, "stream": 7}},
+    ]  # fmt: skip
+
+    class Profile:  # torch.profiler.profile, exporting ``events``
+        def __init__(self, activities) -> None:
+            pass
+
+        def __enter__(self) -> Profile:
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+        def export_chrome_trace(self, path: str) -> None:
+            Path(path).write_text(json.dumps({"traceEvents": events}))
+
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(torch.profiler, "record_function", lambda name: contextlib.nullcontext())
+    monkeypatch.setattr(kernel_trace, "perf_counter_ns", lambda: 0)  # the anchor: profiler ts 0
+    host = iter([1000, 1100, 1500, 1600, 1700, 2000])  # step, prepare, forward, step end
+    monkeypatch.setattr(recording, "perf_counter_ns", lambda: next(host))
+
+    trace = KernelTrace(start=0, count=1, trace_dir=str(tmp_path))
+    p = RecordingProbe()
+    p.step_begin(0)
+    for phase in (PREPARE, FORWARD):
+        p.begin(phase)
+        p.end(phase)
+    p.gpu_span(0, 1, 1150, 1400)  # the device's forward, around the launch at 1200 ns
+    p.step_end(1, 1, 1, 0, 1, 1, 0, 0, "none")
+    trace.after_step(0, p)
+
+    assert trace.error is None and trace.steps_traced == 1
+    got = {k: v.tolist() for k, v in trace.columns.items()}
+    assert got == {"step": [0], "phase": ["prepare"], "name": ["k"], "start_ns": [1300],
+                   "end_ns": [1500], "stream": [7]}  # fmt: skip
 
 
 def test_the_cli_refuses_a_kernel_trace_under_nsight_systems(tmp_path, monkeypatch):

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from mrv2_prof import launcher
-from mrv2_prof.probes.nvml_sampler import COLUMNS, NvmlSampler
+from mrv2_prof.probes.nvml_sampler import NvmlSampler
+
+COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz")  # of gpu_samples
 
 
 class NotSupported(Exception):

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from mrv2_prof.probes import nvtx_ranges
-from mrv2_prof.probes.api import PHASES, RecordingProbe
+from mrv2_prof.probes.api import PHASES
 from mrv2_prof.probes.nvtx_ranges import (
     CATEGORIES,
     NVTX_NAMES,
@@ -20,6 +20,7 @@ from mrv2_prof.probes.nvtx_ranges import (
     batch_shape,
     get_domain,
 )
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
@@ -52,10 +53,14 @@ def run_engine(probe, async_scheduling=False) -> Engine:
     config = RunnerConfig(
         device="cpu", num_kv_blocks=64, max_num_batched_tokens=24, max_num_seqs=4,
         max_model_len=128, async_scheduling=async_scheduling,
+        kernels="torch", uva=False, cudagraph_mode="none",
     )  # fmt: skip
     engine = Engine(config, ModelSpec(), probe)
     prompts = {f"r{i}": list(range(3 + i, 20 + 3 * i)) for i in range(4)}
-    engine.generate(prompts, SamplingParams(max_tokens=5))
+    for i, (rid, ids) in enumerate(prompts.items()):
+        engine.add_request(rid, ids, SamplingParams(max_tokens=5), arrival_time=float(i))
+    while engine.has_unfinished_requests():
+        engine.step()
     return engine
 
 

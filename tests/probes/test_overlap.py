@@ -3,13 +3,45 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, run_overlap, step_overlap
+from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, StepOverlap, step_overlap
 
 NAN = math.nan
+
+
+@dataclass
+class RunOverlap:
+    overlap: float | None  # hidden host prep / all host prep, over steps that have an overlap
+    bubble_ns: int  # all GPU idle time between steps
+    host_bound_bubble_ns: int
+    other_bubble_ns: int
+
+
+def run_overlap(
+    prep_start_ns: np.ndarray,
+    enqueue_end_ns: np.ndarray,
+    per_step: StepOverlap,
+) -> RunOverlap:
+    """A run's totals from its per-step values: what the run summary's SQL (``store.metrics``)
+    computes from the stored ``host_prep_ns``, ``hidden_prep_ns`` and ``bubble_*`` columns."""
+    defined = ~np.isnan(per_step.overlap_frac)
+    prep = (enqueue_end_ns - prep_start_ns)[defined]
+    hidden = (per_step.overlap_frac[defined] * prep).sum()
+    bubbles = np.where(per_step.bubble_ns > 0, per_step.bubble_ns, 0)
+    kinds = per_step.bubble_kind
+    host = sum(int(b) for b, k in zip(bubbles, kinds, strict=True) if k == HOST_BOUND)
+    total = int(bubbles.sum())
+    return RunOverlap(
+        overlap=float(hidden / prep.sum()) if prep.sum() > 0 else None,
+        bubble_ns=total,
+        host_bound_bubble_ns=host,
+        other_bubble_ns=total - host,
+    )
+
 
 # (name, steps as (prep start, enqueue end, gpu start, gpu end), per-step (overlap, bubble, kind),
 #  run (overlap, bubble, host-bound bubble))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.sync_finder import SYNC_MESSAGE, SyncFinder
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
@@ -36,7 +36,17 @@ def queue_step_line() -> int:
 def test_a_planted_sync_is_found_with_its_step_and_site(monkeypatch, recwarn):
     probe = RecordingProbe()
     engine = Engine(
-        RunnerConfig(device="cpu", num_kv_blocks=64, max_model_len=128), ModelSpec(), probe
+        RunnerConfig(
+            device="cpu",
+            num_kv_blocks=64,
+            max_model_len=128,
+            kernels="torch",
+            async_scheduling=False,
+            uva=False,
+            cudagraph_mode="none",
+        ),
+        ModelSpec(),
+        probe,
     )
     original = model_runner.ModelRunner.queue_step
 
@@ -98,7 +108,7 @@ def test_a_planted_item_on_the_gpu_is_found(monkeypatch):
     probe = RecordingProbe()
     config = RunnerConfig(
         device="cuda", kernels="triton", num_kv_blocks=256, max_model_len=256,
-        async_scheduling=True, uva=True,
+        async_scheduling=True, uva=True, cudagraph_mode="none",
     )  # fmt: skip
     engine = Engine(config, ModelSpec(preset="llama-tiny"), probe)
     original = model_runner.ModelRunner._prepare_inputs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_engine import generate
 from test_kernel_set import cfg, drive
 
 from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
@@ -18,7 +19,7 @@ from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.worker.request_states import RequestStates
 from mrv2_prof.runner.worker.uva import PinnedRing, take
-from mrv2_prof.runner.worker.uva_triton import gather_ref, gather_triton
+from mrv2_prof.runner.worker.uva_triton import gather_triton
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
@@ -55,7 +56,7 @@ def assert_clean(engine: Engine) -> None:
     """Nothing left behind: no slots, no blocks, no placeholders, nothing in flight."""
     engine.step()  # hands the last finished ids to the runner
     assert not engine.has_unfinished_requests()
-    assert engine.runner.req_states.num_active == 0
+    assert len(engine.runner.req_states.slot_of) == 0
     engine.kv_cache_manager.check_consistency()
     assert engine.kv_cache_manager.num_free_blocks == engine.info.num_kv_blocks
 
@@ -99,7 +100,7 @@ def test_step_n_plus_1_is_queued_before_step_n_is_waited_for(async_scheduling):
     engine = Engine(cfg(device="cpu", async_scheduling=async_scheduling), ModelSpec())
     log = CallLog(engine)
     prompts = {f"r{i}": list(range(5 + i, 15 + 2 * i)) for i in range(4)}
-    reqs = engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
+    reqs = generate(engine, prompts, SamplingParams(max_tokens=6, ignore_eos=True))
     assert all(r.num_output_tokens == 6 for r in reqs.values())
     waits = [k for kind, k in log.calls if kind == "wait"]
     assert waits == sorted(waits) and len(waits) == len(set(waits))
@@ -215,6 +216,11 @@ def test_pinned_ring_hands_out_its_buffers_in_turn():
     assert tensor.is_pinned() == CUDA
 
 
+def gather_ref(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The torch reference of ``gather_triton``: ``src[idx]`` on ``idx``'s device."""
+    return src[idx.long().to(src.device)].to(idx.device)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int64])
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300])
 def test_gather_kernel_matches_the_reference(dtype, n):
@@ -293,6 +299,7 @@ def test_the_steady_state_decode_loop_has_no_hidden_syncs(async_scheduling):
             kernels="triton",
             async_scheduling=async_scheduling,
             uva=True,
+            cudagraph_mode="none",
             max_num_seqs=64,
             max_model_len=512,
             num_kv_blocks=2048,

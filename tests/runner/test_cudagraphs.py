@@ -35,6 +35,7 @@ def graph_engine(**kw) -> Engine:
         max_model_len=256,
         num_kv_blocks=512,
         async_scheduling=False,
+        uva=False,
         enable_prefix_caching=False,  # the tests count the tokens they schedule
     )
     config.update(kw)
@@ -60,10 +61,10 @@ def three_ways(engine: Engine, batch):
         model(batch.input_ids, batch.positions, r.kv_caches, meta)[batch.logits_indices]
     )
     d = r.graphs.dispatch(BatchDescriptor.of(batch.num_scheduled_tokens_np))
-    full = r._graph_runner.replay_full(d.key, batch).clone() if d.mode == "full" else None
+    full = r.graph_runner.replay_full(d.key, batch).clone() if d.mode == "full" else None
     keys = r.graphs.piecewise_keys
     key = keys[bisect.bisect_left(keys, batch.num_tokens)]
-    hidden = r._graph_runner.run_piecewise(key, batch, meta)
+    hidden = r.graph_runner.run_piecewise(key, batch, meta)
     piecewise = model.compute_logits(hidden[batch.logits_indices])
     return d, key, eager, full, piecewise
 

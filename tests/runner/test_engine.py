@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
-from mrv2_prof.runner.core.request import RequestStatus, SamplingParams
+from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
 from mrv2_prof.runner.engine import Engine
 
 NEW_TOKENS = 24
@@ -46,6 +46,19 @@ def hf_greedy(path, prompts, max_new_tokens, dtype=torch.float32, device="cpu", 
     return out
 
 
+def generate(
+    engine: Engine, prompts: dict[str, list[int]], sampling_params: SamplingParams | None = None
+) -> dict[str, Request]:
+    """Run a batch of prompts to completion; returns the requests by id."""
+    requests = {
+        rid: engine.add_request(rid, ids, sampling_params, arrival_time=float(i))
+        for i, (rid, ids) in enumerate(prompts.items())
+    }
+    while engine.has_unfinished_requests():
+        engine.step()
+    return requests
+
+
 def make_engine(path, dtype=None, device="cpu", **runner) -> Engine:
     """An engine on a checkpoint directory, with small test-sized runner settings."""
     cfg = dict(
@@ -56,6 +69,10 @@ def make_engine(path, dtype=None, device="cpu", **runner) -> Engine:
         max_model_len=128,
         block_size=4,
         num_kv_blocks=256,
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
     )
     cfg.update(runner)
     return Engine(RunnerConfig(**cfg), ModelSpec(preset=None, path=str(path), dtype=dtype))
@@ -63,7 +80,7 @@ def make_engine(path, dtype=None, device="cpu", **runner) -> Engine:
 
 def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **runner):
     engine = make_engine(path, dtype, device, **runner)
-    reqs = engine.generate(prompts, SamplingParams(max_tokens=max_new_tokens))
+    reqs = generate(engine, prompts, SamplingParams(max_tokens=max_new_tokens))
     engine.step()  # hands the last finished ids to the runner
     return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
 
@@ -71,7 +88,7 @@ def engine_greedy(path, prompts, max_new_tokens, dtype=None, device="cpu", **run
 def assert_no_leaks(engine: Engine) -> None:
     assert engine.kv_cache_manager.num_free_blocks == engine.runner.info.num_kv_blocks
     engine.kv_cache_manager.check_consistency()
-    assert engine.runner.req_states.num_active == 0
+    assert len(engine.runner.req_states.slot_of) == 0
 
 
 CHECKPOINTS = [
@@ -277,14 +294,15 @@ def test_kv_blocks_from_gpu_memory_after_a_profiling_run():
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cfg = RunnerConfig(
-        device="cuda", max_num_batched_tokens=2048, max_model_len=1024, gpu_memory_utilization=0.2
-    )
+        device="cuda", max_num_batched_tokens=2048, max_model_len=1024, gpu_memory_utilization=0.2,
+        kernels="torch", async_scheduling=False, uva=False, cudagraph_mode="none",
+    )  # fmt: skip
     engine = Engine(cfg, ModelSpec(preset="llama-tiny"))
     info = engine.info
     total = torch.cuda.mem_get_info()[1]
     assert info.profile_run_s > 0 and info.peak_activation_bytes > 0
     assert 0 < info.kv_cache_bytes <= 0.2 * total
     assert info.kv_cache_bytes > 0.5 * (0.2 * total - info.peak_activation_bytes)
-    assert engine.runner.req_states.num_active == 0
-    reqs = engine.generate({"a": [1, 2, 3], "b": list(range(40))}, SamplingParams(max_tokens=8))
+    assert len(engine.runner.req_states.slot_of) == 0
+    reqs = generate(engine, {"a": [1, 2, 3], "b": list(range(40))}, SamplingParams(max_tokens=8))
     assert all(len(r.output_token_ids) == 8 for r in reqs.values())

@@ -21,6 +21,7 @@ def cfg(**kw) -> RunnerConfig:
         max_model_len=256,
         block_size=8,
         num_kv_blocks=40,
+        kernels="torch",
         async_scheduling=False,
         uva=False,
         cudagraph_mode="none",

@@ -12,8 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from test_sampler import make_meta as _make_meta
 
+from mrv2_prof.runner.worker.gumbel_argmax_triton import gumbel_argmax
 from mrv2_prof.runner.worker.sampler import (
     SamplerOutput,
     SamplingMetadata,
@@ -21,13 +24,8 @@ from mrv2_prof.runner.worker.sampler import (
     sample,
     uniform_noise,
 )
-from mrv2_prof.runner.worker.sampler_triton import (
-    gumbel_argmax,
-    gumbel_noise_triton,
-    sample_triton,
-    top_k_top_p_threshold,
-    uniform_noise_triton,
-)
+from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, row_key, uniform
+from mrv2_prof.runner.worker.sampler_triton import sample_triton, top_k_top_p_threshold
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LOGPROB_ATOL = 2e-5
@@ -102,6 +100,53 @@ def check_against_reference(logits: torch.Tensor, meta: SamplingMetadata) -> Sam
 def random_logits(rng, num_rows: int, vocab_size: int, scale: float = 3.0) -> torch.Tensor:
     logits = rng.normal(0, scale, (num_rows, vocab_size)).astype(np.float32)
     return torch.from_numpy(logits).to(DEVICE)
+
+
+@triton.jit
+def _noise_kernel(
+    seeds_ptr,
+    positions_ptr,
+    out_ptr,
+    vocab_size,
+    BLOCK_SIZE: tl.constexpr,
+    GUMBEL: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
+    """[B, V] uniform (or Gumbel) noise from the sampler's RNG, one row block per program."""
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    key = row_key(tl.load(seeds_ptr + row), tl.load(positions_ptr + row))
+    noise = gumbel(key, cols, PRECISE) if GUMBEL else uniform(key, cols)
+    tl.store(out_ptr + row.to(tl.int64) * vocab_size + cols, noise, mask=cols < vocab_size)
+
+
+def _noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, as_gumbel: bool):
+    seeds = seeds.to(torch.int64).contiguous()
+    positions = positions.to(torch.int64).contiguous()
+    out = torch.empty(seeds.shape[0], vocab_size, dtype=torch.float32, device=seeds.device)
+    block_size = min(1024, max(16, triton.next_power_of_2(vocab_size)))
+    if out.numel():
+        grid = (seeds.shape[0], triton.cdiv(vocab_size, block_size))
+        _noise_kernel[grid](
+            seeds,
+            positions,
+            out,
+            vocab_size,
+            BLOCK_SIZE=block_size,
+            GUMBEL=as_gumbel,
+            PRECISE=not is_interpreted(),
+        )
+    return out
+
+
+def uniform_noise_triton(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int):
+    """The kernels' uniform noise [B, V] float32: equals ``sampler.uniform_noise`` bit for bit."""
+    return _noise(seeds, positions, vocab_size, as_gumbel=False)
+
+
+def gumbel_noise_triton(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int):
+    """The kernels' Gumbel noise [B, V] float32 (``sampler.gumbel_noise``; on CUDA bit for bit)."""
+    return _noise(seeds, positions, vocab_size, as_gumbel=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ DETAIL = [p.NAME for p in PANELS if p.NAME != "overview"]
 
 
 def visible(app: DashboardApp) -> list[str]:
-    return app.query_one(PanelDeck).visible_names()
+    return [type(p).NAME for p in app.query_one(PanelDeck).panels if p.display]
 
 
 def on_screen(app: DashboardApp, widget) -> bool:
@@ -374,7 +374,7 @@ def test_importing_the_dashboard_does_not_import_torch_or_the_runner() -> None:
 
 def test_source_format_and_digest_import_without_textual() -> None:
     code = (
-        "import sys, mrv2_prof.tui.source, mrv2_prof.tui.format, mrv2_prof.tui.digest; "
+        "import sys, mrv2_prof.tui.source, mrv2_prof.views.format, mrv2_prof.tui.digest; "
         "assert 'textual' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

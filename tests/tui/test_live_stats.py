@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mrv2_prof.harness import LiveStats
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.live_stats import LiveStats
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
 

@@ -1,4 +1,4 @@
-"""The copy audit (DESIGN §4): the one door every host<->device copy of the runner goes through.
+"""The copy audit: the one door every host<->device copy of the runner goes through.
 
 ``CopyAudit.copy_(dst, src)`` makes the copy and, when the probe audits copies, reports its
 direction, bytes, whether the host side was pinned, whether both sides were contiguous, whether

@@ -21,8 +21,8 @@ Modes:
 ``plan_graphs`` turns the scenario's request into what this runner will capture, with a visible
 note for each downgrade (an error under ``strict``). ``CudaGraphManager.dispatch`` is a pure
 function of the batch shape and what was captured; every decision carries its reason. The
-capture itself goes through a ``GraphBackend`` (``GraphRunner`` on CUDA; tests can pass a fake),
-timed and measured per key.
+capture itself goes through a ``GraphBackend`` (``cudagraph_runner.GraphRunner`` on CUDA; tests
+can pass a fake), timed and measured per key; what the graphs run is ``cudagraph_bodies.py``.
 """
 
 from __future__ import annotations
@@ -34,13 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from mrv2_prof.runner.config import ConfigError, RunnerConfig
-from mrv2_prof.runner.model.attention import AttentionMetadata
 
 FULL, PIECEWISE, NONE = "full", "piecewise", "none"
-MODES = ("full", "piecewise", "full_and_piecewise", "none")
 
 
 def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
@@ -249,161 +246,3 @@ class CudaGraphManager:
             "unused_capture_s": sum(r.capture_s for r in unused),
             "unused_graph_bytes": sum(r.mem_bytes for r in unused),
         }
-
-
-class GraphRunner(GraphBackend):
-    """Static buffers, captured graphs and their replay for one model and KV cache (CUDA)."""
-
-    def __init__(
-        self,
-        model,
-        kv_caches: list[torch.Tensor],
-        block_size: int,
-        max_blocks_per_req: int,
-        plan: GraphPlan,
-    ) -> None:
-        self.model, self.kv_caches, self.block_size = model, kv_caches, block_size
-        args = model.args
-        dev = kv_caches[0].device
-        dtype = model.model.embed_tokens.weight.dtype
-        self.device = dev
-        n = max((*plan.full_sizes, *plan.piecewise_sizes), default=1)
-        nf = max(plan.full_sizes, default=1)
-
-        def zeros(*shape, dt=torch.int64):
-            return torch.zeros(shape, dtype=dt, device=dev)
-
-        # Inputs, shared by every graph (views of the first rows).
-        self.input_ids = zeros(n)
-        self.positions = zeros(n)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
-        # FULL: one token per request; padding rows attend to one token of block 0.
-        self.seq_lens = torch.ones(nf, dtype=torch.int32, device=dev)
-        self.query_start_loc = torch.arange(nf + 1, dtype=torch.int32, device=dev)
-        self.block_table = zeros(nf, max_blocks_per_req, dt=torch.int32)
-        self.logits = torch.zeros(
-            (nf if plan.full_sizes else 0, args.vocab_size), dtype=torch.float32, device=dev
-        )
-        # PIECEWISE: the residual stream and attention in/out between segments.
-        h, kvh, d = args.num_attention_heads, args.num_key_value_heads, args.head_dim
-        np_ = n if plan.piecewise_sizes else 0
-        self.x = zeros(np_, args.hidden_size, dt=dtype)
-        self.cos = zeros(np_, d, dt=dtype)
-        self.sin = zeros(np_, d, dt=dtype)
-        self.q = zeros(np_, h, d, dt=dtype)
-        self.k = zeros(np_, kvh, d, dt=dtype)
-        self.v = zeros(np_, kvh, d, dt=dtype)
-        self.attn = zeros(np_, h, d, dt=dtype)
-        self.hidden = zeros(np_, args.hidden_size, dt=dtype)
-        self.full_graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.piece_graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
-
-    # ---- GraphBackend ----------------------------------------------------------------------
-    def new_pool(self):
-        return torch.cuda.graph_pool_handle()
-
-    def memory_reserved(self) -> int:
-        """Reserved bytes net of the allocator's cache: live tensors plus the graph pools.
-        (Each capture empties the cache on entry, so raw reserved bytes can even fall.)"""
-        torch.cuda.empty_cache()
-        return torch.cuda.memory_reserved(self.device)
-
-    def synchronize(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def _full_meta(self, size: int) -> AttentionMetadata:
-        return AttentionMetadata(
-            num_reqs=size,
-            num_tokens=size,
-            query_start_loc=self.query_start_loc[: size + 1],
-            seq_lens=self.seq_lens[:size],
-            block_table=self.block_table[:size],
-            slot_mapping=self.slot_mapping[:size],
-            query_start_loc_np=np.arange(size + 1, dtype=np.int32),
-            seq_lens_np=np.ones(size, dtype=np.int32),
-            block_size=self.block_size,
-        )
-
-    def _full_body(self, size: int) -> None:
-        hidden = self.model(
-            self.input_ids[:size], self.positions[:size], self.kv_caches, self._full_meta(size)
-        )
-        # the LM head straight into the static logits (the copy is the float32 cast)
-        self.logits[:size].copy_(torch.nn.functional.linear(hidden, self.model.lm_head_weight))
-
-    def capture_full(self, size: int, pool) -> None:
-        self.slot_mapping[:size].fill_(-1)  # capture writes nothing to the KV cache
-        self._full_body(size)  # warm-up outside the graph (cuBLAS workspaces, autotuning)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            self._full_body(size)
-        self.full_graphs[size] = graph
-
-    def _segments(self, size: int) -> list[Callable[[], None]]:
-        m = self.model
-        layers = m.model.layers
-
-        def first() -> None:
-            x, cos, sin = m.embed(self.input_ids[:size], self.positions[:size])
-            self.x[:size].copy_(x)
-            self.cos[:size].copy_(cos)
-            self.sin[:size].copy_(sin)
-            self._store_qkv(size, layers[0].pre_attention(x, cos, sin))
-
-        def middle(i: int) -> Callable[[], None]:
-            def run() -> None:
-                x = layers[i - 1].post_attention(self.x[:size], self.attn[:size])
-                self.x[:size].copy_(x)
-                self._store_qkv(size, layers[i].pre_attention(x, self.cos[:size], self.sin[:size]))
-
-            return run
-
-        def last() -> None:
-            x = layers[-1].post_attention(self.x[:size], self.attn[:size])
-            self.hidden[:size].copy_(m.model.norm(x))
-
-        return [first, *(middle(i) for i in range(1, len(layers))), last]
-
-    def _store_qkv(self, size: int, qkv) -> None:
-        for buf, t in zip((self.q, self.k, self.v), qkv, strict=True):
-            buf[:size].copy_(t)
-
-    def capture_piecewise(self, size: int, pool) -> None:
-        graphs = []
-        for segment in self._segments(size):
-            segment()  # warm-up outside the graph
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                segment()
-            graphs.append(graph)
-        self.piece_graphs[size] = graphs
-
-    # ---- replay ------------------------------------------------------------------------------
-    def replay_full(self, size: int, batch) -> torch.Tensor:
-        """Logits [B, V] of a uniform decode batch of B <= size requests."""
-        n = batch.num_reqs
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.slot_mapping[:n].copy_(batch.slot_mapping)
-        self.seq_lens[:n].copy_(batch.seq_lens)
-        self.block_table[:n].copy_(batch.block_table)
-        if size > n:  # padding: write nothing, attend to one token
-            self.slot_mapping[n:size].fill_(-1)
-            self.seq_lens[n:size].fill_(1)
-        self.full_graphs[size].replay()
-        return self.logits[:n]
-
-    def run_piecewise(self, size: int, batch, meta: AttentionMetadata) -> torch.Tensor:
-        """Hidden states [T, H] of any batch of T <= size tokens; attention runs eagerly."""
-        t = batch.num_tokens
-        self.input_ids[:t].copy_(batch.input_ids)
-        self.positions[:t].copy_(batch.positions)
-        graphs = self.piece_graphs[size]
-        for i, layer in enumerate(self.model.model.layers):
-            graphs[i].replay()
-            attn = layer.self_attn.attention(
-                self.q[:t], self.k[:t], self.v[:t], self.kv_caches[i], meta
-            )
-            self.attn[:t].copy_(attn)
-        graphs[-1].replay()
-        return self.hidden[:t]

@@ -5,6 +5,9 @@ per request, packed into one fresh pinned buffer); ``input_ids``, ``positions``,
 ``query_start_loc``, ``seq_lens``, ``slot_mapping`` and ``logits_indices`` are built on the
 device from the request slots and block tables. ``prepare_inputs_ref`` is the torch reference
 (the CPU path, and the oracle for the Triton kernel).
+
+``dummy_batch`` is the batch of the start-up runs (profiling, warm-up): fresh prefills over
+slots 0..B-1 that read, but never write, any request state.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 import torch
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.worker.block_table import BlockTables
 
 
 @dataclass
@@ -92,3 +96,46 @@ def prepare_inputs_ref(
         "slot_mapping": slot_mapping,
         "logits_indices": query_start_loc[1:] - 1,
     }
+
+
+def dummy_batch(
+    num_tokens: int,
+    num_reqs: int,
+    max_num_reqs: int,
+    device: torch.device,
+    block_tables: BlockTables,
+) -> InputBatch:
+    """``num_tokens`` spread evenly over ``num_reqs`` fresh prefills in slots 0..B-1; every
+    token's KV slot is -1, so a forward pass over it writes nothing to the cache."""
+    counts_np = np.array(
+        [num_tokens // num_reqs + (i < num_tokens % num_reqs) for i in range(num_reqs)],
+        dtype=np.int32,
+    )
+    qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
+    np.cumsum(counts_np, out=qsl_np[1:])
+    idx_np = (np.arange(num_reqs) % max_num_reqs).astype(np.int32)
+    positions = np.concatenate([np.arange(n) for n in counts_np])
+    dev = device
+
+    def t(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device=dev, dtype=dtype)
+
+    idx_mapping = t(idx_np, torch.int32)
+    return InputBatch(
+        req_ids=[f"dummy-{i}" for i in range(num_reqs)],
+        num_reqs=num_reqs,
+        num_tokens=num_tokens,
+        idx_mapping_np=idx_np,
+        num_scheduled_tokens_np=counts_np,
+        query_start_loc_np=qsl_np,
+        seq_lens_np=counts_np.copy(),
+        idx_mapping=idx_mapping,
+        num_scheduled_tokens=t(counts_np, torch.int32),
+        input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=dev),
+        positions=t(positions, torch.int64),
+        query_start_loc=t(qsl_np, torch.int32),
+        seq_lens=t(counts_np, torch.int32),
+        slot_mapping=torch.full((num_tokens,), -1, dtype=torch.int64, device=dev),
+        logits_indices=t(qsl_np[1:] - 1, torch.int64),
+        block_table=block_tables.gather(idx_mapping),
+    )

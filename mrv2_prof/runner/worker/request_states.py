@@ -21,6 +21,7 @@ may still be running on the GPU and reading the slot's rows when the next step i
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 
 import numpy as np
@@ -35,6 +36,13 @@ from mrv2_prof.runner.worker.staged_write import (
     make_write_tensor,
 )
 from mrv2_prof.runner.worker.uva import PinnedRing, UvaTable
+
+
+def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
+    """A request's sampling seed: its own, or one derived from the engine seed and its id."""
+    if seed is not None:
+        return seed
+    return (engine_seed << 32) ^ zlib.crc32(req_id.encode())
 
 
 class RequestStates:
@@ -89,10 +97,6 @@ class RequestStates:
                 name: PinnedRing(max_num_reqs, getattr(self, name).dtype, pin=True)
                 for name in ("temperature", "top_k", "top_p", "seeds")
             }
-
-    @property
-    def num_active(self) -> int:
-        return len(self.slot_of)
 
     def add_request(
         self,

@@ -1,4 +1,4 @@
-"""StagedWriteTensor: device-resident state updated by packed diffs (MRV2 §4).
+"""StagedWriteTensor: device-resident state updated by packed diffs (MRV2 ``buffer_utils.py``).
 
 The base tensor lives on the device. ``stage_write(row, start, values)`` only records the write on
 the CPU; ``apply_write()`` packs every staged write into one contiguous host buffer
@@ -90,10 +90,6 @@ class StagedWriteTensor:
         self._starts.append(start)
         self._values.append(vals)
 
-    @property
-    def num_staged(self) -> int:
-        return len(self._rows)
-
     def apply_write(self) -> WriteStats | None:
         """Pack, copy once, apply once. Returns what moved, or None when nothing was staged."""
         n = len(self._rows)
@@ -178,10 +174,6 @@ class DenseWriteTensor:
         self._writes += 1
         self._rows.add(row)
         self._elements += len(vals)
-
-    @property
-    def num_staged(self) -> int:
-        return self._writes
 
     def apply_write(self) -> WriteStats:
         """Send the whole tensor, as V1 does every step, whether or not anything changed."""

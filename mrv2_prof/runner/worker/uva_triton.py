@@ -2,8 +2,8 @@
 
 The torch ops of the sampler's top-k / top-p path need the batch's parameters on the device;
 when the parameters live in a pinned round-robin buffer (``runner.uva``), this one small launch
-reads just the batch's rows over the bus instead of copying the table. ``gather_ref`` is the
-torch reference (and the oracle in tests).
+reads just the batch's rows over the bus instead of copying the table. (On the same device,
+``uva.take`` is plain indexing.)
 """
 
 from __future__ import annotations
@@ -21,10 +21,6 @@ def _gather_kernel(src_ptr, idx_ptr, out_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     rows = tl.load(idx_ptr + offs, mask=mask, other=0).to(tl.int64)
     tl.store(out_ptr + offs, tl.load(src_ptr + rows, mask=mask), mask=mask)
-
-
-def gather_ref(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    return src[idx.long().to(src.device)].to(idx.device)
 
 
 def gather_triton(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

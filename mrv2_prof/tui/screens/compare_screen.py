@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from mrv2_prof.report.compare import compare, format_pct
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.tui.format import one_line
+from mrv2_prof.views.format import one_line
 
 VERDICT_STYLE = {"better": "green", "worse": "red", "same": "", None: "dim"}
 CAPTION = "lower is better except where marked ↑ · '-' = not measured"

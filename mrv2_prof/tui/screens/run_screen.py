@@ -23,8 +23,8 @@ from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.metrics import RunSummary, run_summary
 from mrv2_prof.summary import summary_tables
 from mrv2_prof.tui import run_queries
-from mrv2_prof.tui.format import NO_VALUE, format_count, format_ms, format_percent, one_line
 from mrv2_prof.tui.run_queries import StepRow, load_steps
+from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_percent, one_line
 
 STEP_COLUMNS = (
     ("step", "step"),

@@ -19,10 +19,10 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.tui.format import NO_VALUE, format_count, format_ms, format_rate, one_line
 from mrv2_prof.tui.run_queries import Headline, RunRow, headline, list_run_rows
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
+from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_rate, one_line
 
 COLUMNS = (
     ("mark", ""),

@@ -13,9 +13,9 @@ from textual.app import ComposeResult
 from textual.widgets import Sparkline, Static
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import NO_VALUE, NOT_ON_CPU, format_bytes
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
+from mrv2_prof.views.format import NO_VALUE, NOT_ON_CPU, format_bytes
 
 WAITING = "waiting for samples…"
 SERIES = (("gpu-util", "utilisation", 1), ("gpu-mem", "memory used", 2), ("gpu-power", "power", 3))

@@ -1,4 +1,4 @@
-"""Latency so far: TTFT, TPOT and ITL at p50 and p99 (DESIGN §4 definitions)."""
+"""Latency so far: TTFT, TPOT and ITL at p50 and p99 (the definitions of ``store.metrics``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from textual.containers import Grid
 from textual.widgets import Label, Static
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import NO_VALUE, format_ms
 from mrv2_prof.tui.widgets.panel import Panel
+from mrv2_prof.views.format import NO_VALUE, format_ms
 
 METRICS = (
     ("ttft", "TTFT", "time to first token"),

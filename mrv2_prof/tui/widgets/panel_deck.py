@@ -53,10 +53,6 @@ class PanelDeck(Container):
     def panels(self) -> list[Panel]:
         return [w for w in self.children if isinstance(w, Panel)]
 
-    @property
-    def selected_name(self) -> str:
-        return PANELS[self.selected].NAME
-
     def on_mount(self) -> None:
         self._arrange()
 
@@ -71,9 +67,6 @@ class PanelDeck(Container):
         """Select panel ``index`` (wrapping around)."""
         self.selected = index % len(PANELS)
         self._arrange()
-
-    def visible_names(self) -> list[str]:
-        return [type(p).NAME for p in self.panels if p.display]
 
     def _arrange(self) -> None:
         for i, panel in enumerate(self.panels):

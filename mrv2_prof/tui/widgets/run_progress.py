@@ -7,7 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import format_count, format_duration
+from mrv2_prof.views.format import format_count, format_duration
 
 
 class RunProgress(Vertical):

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.widgets import Sparkline
 
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.tui.format import format_count, format_rate
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
+from mrv2_prof.views.format import format_count, format_rate
 
 HISTORY = 120  # snapshots of tokens/s in the sparkline (~30 s at 4 snapshots/s)
 

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label, Static
 
-from mrv2_prof.tui.format import NO_VALUE
+from mrv2_prof.views.format import NO_VALUE
 
 
 class ValueRow(Horizontal):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrv2_prof.tui.format import (
+from mrv2_prof.views.format import (
     format_bytes,
     format_duration,
     format_ms,

@@ -1,4 +1,5 @@
-"""Text formatting of snapshot values for the dashboard (plain functions, no Textual)."""
+"""Text formatting of values for every view: the dashboard, the run browser, the summary and the
+report (plain functions: no rich, no Textual; ``—`` where nothing was measured)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,165 @@
+"""``mrv2-prof run``: validate a scenario (every matrix combination), run each in the runner
+process under the live dashboard or a progress bar, and print the summaries."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from mrv2_prof.cli.console import err, fail, out
+from mrv2_prof.job import RunJob
+from mrv2_prof.scenario import (
+    Scenario,
+    ScenarioError,
+    expand_matrix,
+    load_quickstart,
+    load_scenario,
+    scenario_yaml,
+)
+from mrv2_prof.store import Store, StoreError
+from mrv2_prof.summary import render_comparison, render_summary
+
+NSYS_SESSION_ENV = "NSYS_PROFILING_SESSION_ID"  # set in processes Nsight Systems profiles
+DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
+
+
+def _combo(base: Scenario, scenario: Scenario) -> dict[str, Any] | None:
+    if not base.matrix:
+        return None
+    data = scenario.model_dump(mode="json")
+    combo = {}
+    for key in base.matrix:
+        node: Any = data
+        for part in key.split("."):
+            node = node[part]
+        combo[key] = node
+    return combo
+
+
+def _preflight(scenario: Scenario) -> None:
+    """Checks that need the model's shape: done before anything is written."""
+    from mrv2_prof.probes.support import cpu_probe_notes, unavailable_probe_notes
+    from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.model.loader import model_args_for
+    from mrv2_prof.workload import build_workload
+
+    config = scenario.runner_config()
+    if scenario.probes.kernel_trace and os.environ.get(NSYS_SESSION_ENV):
+        raise ConfigError(
+            "probes.kernel_trace: cannot run under Nsight Systems (CUPTI takes one subscriber); "
+            "set probes.kernel_trace: false and use mrv2-prof nsys import for the kernels"
+        )
+    notes = unavailable_probe_notes(scenario.probes.model_dump())
+    if scenario.runner.strict and config.resolve_device().type != "cuda":
+        notes += cpu_probe_notes(scenario.probes.model_dump())
+    if notes and scenario.runner.strict:
+        raise ConfigError(f"{notes[0]} (strict: true)")
+    if config.strict:
+        from mrv2_prof.runner.worker.switches import check_strict
+
+        check_strict(config)
+    args = model_args_for(scenario.model_spec())
+    build_workload(
+        scenario.workload,
+        seed=scenario.seed,
+        vocab_size=args.vocab_size,
+        max_model_len=scenario.runner.max_model_len,
+        source=scenario.source,
+    )
+
+
+def run(
+    scenario_file: Path = typer.Argument(
+        None,
+        metavar="SCENARIO",
+        help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
+        show_default=False,
+    ),
+    db: Path = typer.Option(None, "--db", help=DB_HELP, show_default=False),
+    overrides: list[str] = typer.Option(
+        [],
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a scenario key (repeatable), e.g. --set runner.async_scheduling=false.",
+    ),
+    headless: bool = typer.Option(
+        False,
+        "--headless",
+        help="A progress bar instead of the live dashboard (implied w/o a TTY).",
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Anything the runner cannot honour is an error, not a note."
+    ),
+) -> None:
+    """Run a scenario (every combination of its matrix) and store it in DuckDB.
+
+    The runner works in its own process; this one shows a live dashboard (q stops the run and
+    keeps the data) or, with --headless or without a terminal, a progress bar. Each run ends
+    with a summary table; query it later with `mrv2-prof runs` and `mrv2-prof show`.
+
+    Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
+    """
+    from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.model import CheckpointError
+
+    sets = list(overrides) + (["runner.strict=true"] if strict else [])
+    try:
+        if scenario_file is None:
+            if sets:
+                fail("--set needs a SCENARIO file (the embedded quickstart takes no overrides)")
+            base = load_quickstart()
+        else:
+            base = load_scenario(scenario_file, sets)
+        runs = expand_matrix(base)
+        for _, scenario in runs:
+            _preflight(scenario)
+    except (ScenarioError, ConfigError, CheckpointError) as exc:
+        fail(str(exc))
+    db_path = db if db is not None else Path(base.store.db)
+    try:
+        Store.open(db_path).close()
+    except StoreError as exc:
+        fail(str(exc))
+
+    live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
+    outcomes = []
+    for label, scenario in runs:
+        data = scenario.model_dump(mode="json")
+        job = RunJob(data, scenario_yaml(data), label, _combo(base, scenario), str(db_path))
+        runner = _launch(job, live)
+        outcome = runner.outcome
+        outcomes.append(outcome)
+        if outcome.run_id is not None:
+            _print_summary(db_path, outcome.run_id)
+        if outcome.exit_code == 2:
+            fail(outcome.error or "bad input")
+        if outcome.error and outcome.status == "failed":
+            err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+        if runner.interrupted or outcome.status == "aborted":
+            break
+    if len(outcomes) > 1:
+        with Store.open(db_path, read_only=True) as store:
+            out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+    last = outcomes[-1]
+    if last.status == "aborted" and last.error and "SIGINT" in last.error:
+        raise typer.Exit(130)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _launch(job, live: bool):
+    from mrv2_prof.launcher import run_dashboard, run_headless
+
+    return run_dashboard(job) if live else run_headless(job, err)
+
+
+def _print_summary(db_path: Path, run_id: str) -> None:
+    try:
+        with Store.open(db_path, read_only=True) as store:
+            out.print(render_summary(store, run_id))
+    except StoreError as exc:
+        fail(str(exc))

@@ -1,0 +1,50 @@
+"""``mrv2-prof runs`` and ``mrv2-prof show``: the stored runs of a DuckDB file, printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from mrv2_prof.cli.console import fail, out
+from mrv2_prof.store import Store, StoreError
+from mrv2_prof.summary import render_runs, render_summary
+
+
+def runs(db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file.")) -> None:
+    """List the runs stored in a DuckDB file, newest first.
+
+    Example:  mrv2-prof runs --db runs.duckdb
+    """
+    try:
+        with Store.open(db, read_only=True) as store:
+            out.print(render_runs(store.list_runs(), str(db)))
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def show(
+    run_id: str = typer.Argument(
+        ..., metavar="RUN_ID", help="A run id, a unique prefix of one, or 'latest'."
+    ),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Print the summary of a stored run again.
+
+    Example:  mrv2-prof show latest --db runs.duckdb
+    """
+    from dataclasses import asdict
+
+    from mrv2_prof.store.metrics import run_summary
+
+    try:
+        with Store.open(db, read_only=True) as store:
+            rid = store.resolve_run(run_id)
+            if as_json:
+                out.print_json(json.dumps(asdict(run_summary(store, rid)), default=str))
+            else:
+                out.print(render_summary(store, rid))
+    except StoreError as exc:
+        fail(str(exc))

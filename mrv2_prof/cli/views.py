@@ -1,0 +1,200 @@
+"""The commands that turn a stored run into something to look at: ``report`` (HTML),
+``export`` (Perfetto trace), ``tui`` (the run browser) and ``nsys import`` (an Nsight Systems
+capture's kernels, by step and phase)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mrv2_prof.cli.console import fail, out
+from mrv2_prof.store import Store, StoreError
+
+
+def report(
+    run_refs: list[str] = typer.Argument(
+        ...,
+        metavar="RUN...",
+        help="A run id, a unique prefix, or 'latest'; several runs make a sweep comparison.",
+    ),
+    output: Path = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="HTML file to write (default: <run_id>.report.html, sweep-<first_id>.report.html).",
+        show_default=False,
+    ),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    sweep: bool = typer.Option(
+        False, "--sweep", help="Compare every run of the sweep (matrix) that RUN belongs to."
+    ),
+    window: str = typer.Option(
+        None,
+        "--window",
+        metavar="A:B",
+        help="Steps A..B get phase detail on the timeline (default: all steps up to 2,000, else "
+        "2,000 around the slowest step).",
+        show_default=False,
+    ),
+) -> None:
+    """Write one self-contained HTML report (works offline) of a run, or compare several runs.
+
+    One run: step timeline (CPU and GPU lanes), overlap, bubbles, sync sites, graph modes and
+    capture cost, staged writes, latency CDFs, NVML series and the scenario. Several runs (or
+    --sweep): the headline metrics of each run side by side.
+
+    Example:  mrv2-prof report latest -o report.html --db runs.duckdb
+    """
+    from mrv2_prof.report.html_report import render_run_report, render_sweep_report
+    from mrv2_prof.report.sweep import sweep_members
+    from mrv2_prof.views.format import format_bytes
+
+    detail_window = None
+    if window is not None:
+        lo, sep, hi = window.partition(":")
+        if not (sep and lo.strip().isdigit() and hi.strip().isdigit() and int(lo) <= int(hi)):
+            fail(f"--window {window!r}: expected A:B with step numbers A <= B, e.g. 100:300")
+        detail_window = (int(lo), int(hi))
+    try:
+        with Store.open(db, read_only=True) as store:
+            run_ids = list(dict.fromkeys(store.resolve_run(ref) for ref in run_refs))
+            if sweep:
+                if len(run_ids) != 1:
+                    fail("--sweep takes one RUN (a run of the sweep)")
+                run_ids = sweep_members(store, run_ids[0])
+            if len(run_ids) == 1 and not sweep:
+                html_text = render_run_report(store, run_ids[0], detail_window=detail_window)
+                default = Path(f"{run_ids[0]}.report.html")
+            else:
+                html_text = render_sweep_report(store, run_ids)
+                default = Path(f"sweep-{run_ids[0]}.report.html")
+    except StoreError as exc:
+        fail(str(exc))
+    path = output if output is not None else default
+    try:
+        path.write_text(html_text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: cannot write the report ({exc.strerror or exc})")
+    out.print(f"{path} ({format_bytes(path.stat().st_size)})", highlight=False, soft_wrap=True)
+
+
+def export(
+    run_ref: str = typer.Argument(
+        ..., metavar="RUN", help="A run id, a unique prefix of one, or 'latest'."
+    ),
+    output: Path = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="Trace file to write (default: <run_id>.trace.json).",
+        show_default=False,
+    ),
+    steps: str = typer.Option(
+        None,
+        "--steps",
+        metavar="A:B",
+        help="Only steps A..B-1 (a python slice: B excluded, either end may be left out, "
+        "negatives count from the end, e.g. -200: for the last 200 steps). Default: all.",
+        show_default=False,
+    ),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+) -> None:
+    """Export a run as a Chrome/Perfetto trace (JSON): CPU phases, GPU spans, counters, flows.
+
+    Open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing. Range names and
+    step payloads are the NVTX ranges' (domain mrv2), so a step is found by its payload in an
+    Nsight Systems capture of the same run; to line the clocks up, find the NVTX mark
+    'mrv2 run <id> perf_counter_ns=<t>' in nsys: the trace's otherData has origin_ns and the
+    formula (perf_counter_ns = origin_ns + ts*1000).
+
+    Example:  mrv2-prof export latest --steps 100:200 -o trace.json --db runs.duckdb
+    """
+    from mrv2_prof.report.trace_export import ExportError, export_trace, parse_steps
+    from mrv2_prof.views.format import format_bytes
+
+    try:
+        window = None if steps is None else parse_steps(steps)
+        with Store.open(db, read_only=True) as store:
+            run_id = store.resolve_run(run_ref)
+            path = output if output is not None else Path(f"{run_id}.trace.json")
+            partial = path.with_name(path.name + ".partial")
+            try:
+                with partial.open("w", encoding="utf-8") as fp:
+                    result = export_trace(store, run_id, fp, window)
+                partial.replace(path)
+            finally:
+                partial.unlink(missing_ok=True)
+    except (StoreError, ExportError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{path}: cannot write the trace ({exc.strerror or exc})")
+    window_text = ""
+    if window is not None:
+        window_text = f", steps {result.first_step}..{result.last_step}"
+    out.print(
+        f"{path}: {result.num_events:,} events{window_text}, "
+        f"{format_bytes(path.stat().st_size)} — open in https://ui.perfetto.dev",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def tui(db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file.")) -> None:
+    """Browse the stored runs in a terminal UI: open a run's summary and step timeline, or
+    mark two runs (c, then c on the other) to compare them side by side. ? lists the keys.
+
+    Example:  mrv2-prof tui --db runs.duckdb
+    """
+    try:
+        Store.open(db, read_only=True).close()
+    except StoreError as exc:
+        fail(str(exc))
+    from mrv2_prof.tui.browser import BrowserApp
+
+    BrowserApp(db).run()
+
+
+def nsys_main() -> None:
+    """Nsight Systems captures of a run: import their kernels by step and phase."""
+
+
+def nsys_import(
+    run_id: str = typer.Argument(
+        ..., metavar="RUN", help="A run id, a unique prefix of one, or 'latest'."
+    ),
+    report_sqlite: Path = typer.Argument(
+        ..., metavar="REPORT_SQLITE", help="The capture exported to SQLite (rep.sqlite)."
+    ),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+) -> None:
+    """Store the kernels of an Nsight Systems capture of a run, by step and phase.
+
+    Capture the run, then export the capture to SQLite:
+    nsys profile --trace=cuda,nvtx -o rep mrv2-prof run s.yaml --headless
+    nsys export --type sqlite rep.nsys-rep   (nsys stats rep.nsys-rep writes rep.sqlite too).
+
+    The capture's clock is aligned with the run's by the run-start NVTX mark (else by the step
+    ranges); each kernel gets the step and phase of the innermost mrv2 NVTX range around its
+    launch call (a CUDA graph replay: every kernel of the cudaGraphLaunch). The run's rows in
+    the kernels table are replaced, so importing again gives the same table. Prints the kernels
+    imported and attributed, the unattributed ones, the clock offset and the alignment residual.
+
+    Example:  mrv2-prof nsys import latest rep.sqlite --db runs.duckdb
+    """
+    from mrv2_prof.report.nsys_import import NsysImportError, import_nsys, summary_lines
+
+    if not db.is_file():
+        fail(f"{db}: no such run database (pass --db with a file runs wrote)")
+    try:
+        with Store.open(db) as store:
+            result = import_nsys(store, run_id, report_sqlite)
+    except (StoreError, NsysImportError) as exc:
+        fail(str(exc))
+    for line in summary_lines(result):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+nsys_app = typer.Typer(no_args_is_help=True)
+nsys_app.callback()(nsys_main)
+nsys_app.command("import")(nsys_import)

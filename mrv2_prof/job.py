@@ -1,0 +1,32 @@
+"""What the parent hands the runner process, and what comes back: ``RunJob`` and ``Outcome``.
+
+Plain data (stdlib only) so both pickle under ``spawn`` and the parent (cli, launcher) never
+imports the runner to build or read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Everything the runner process needs for one run."""
+
+    scenario: dict[str, Any]  # Scenario.model_dump(mode="json"), overrides and matrix applied
+    scenario_yaml: str
+    label: str
+    matrix_combo: dict[str, Any] | None
+    db_path: str
+
+
+@dataclass
+class Outcome:
+    """How a run ended, as the runner process reports it (or the parent, if the runner died)."""
+
+    run_id: str | None
+    status: str  # completed | aborted | failed
+    error: str | None = None
+    exit_code: int = 0  # 2: bad input (scenario, checkpoint, config, database)
+    facts: dict[str, Any] = field(default_factory=dict)

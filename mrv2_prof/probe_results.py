@@ -1,0 +1,48 @@
+"""What the recording probe gathered, into the store: drained buffers as Arrow columns, and the
+results known only once the step loop is over (the kernel trace's rows, overlap and bubbles
+per step from the resolved GPU timeline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mrv2_prof.probes.session import ProbeSession
+from mrv2_prof.store import Store
+
+
+def arrow_columns(cols: dict[str, np.ndarray]) -> dict[str, Any]:
+    """-1 in a ``*_ns`` column means "not measured": stored as NULL."""
+    return {
+        k: pa.array(v, mask=v < 0) if k.endswith("_ns") and v.dtype.kind == "i" else v
+        for k, v in cols.items()
+    }
+
+
+def arrow_tables(batches: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    """``RecordingProbe.drain()``'s tables, ready for ``Store.append_batches``."""
+    return {table: arrow_columns(cols) for table, cols in batches.items()}
+
+
+def store_probe_results(
+    store: Store, run_id: str, session: ProbeSession, facts: dict[str, Any]
+) -> None:
+    """After the last flush: the kernel trace's rows, and overlap and bubbles per step."""
+    kt = session.kernel_trace
+    if kt is not None and kt.columns is not None:
+        cols = dict(kt.columns)
+        cols["step"] = pa.array(cols["step"], mask=cols["step"] < 0)  # -1: not attributed
+        store.append(run_id, "kernels", arrow_columns(cols))
+    if session.timeline is not None:
+        from mrv2_prof.probes.overlap import step_columns
+        from mrv2_prof.store.step_timeline import step_times, update_steps
+
+        t = step_times(store, run_id)
+        cols = step_columns(
+            t["prep_start_ns"], t["enqueue_end_ns"], t["gpu_start_ns"], t["gpu_end_ns"]
+        )
+        update_steps(store, run_id, t["step"], cols)
+    store.update_run(run_id, info=facts)

@@ -1,0 +1,85 @@
+"""Numpy columns of the store's tables, typed from the store's one declaration of them.
+
+``store.schema.TABLES`` declares every table's columns (name and DuckDB type) once; what the
+probes hand over is derived from it here: the numpy dtype of each column (``dtypes``), rows
+turned into columns (``from_rows``), and ``RecordBuffer``, the preallocated growable columns the
+recording probe writes into. A ``VARCHAR`` column is an object array of ``str`` / ``None`` once
+handed over; inside a ``RecordBuffer`` it holds ids of strings interned by the probe.
+
+The declaration lives in ``store`` (plain data, no torch) because it is the contract of the
+database file; the probes conform to it and the store never imports the probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mrv2_prof.store.schema import TABLES
+
+STRING = np.dtype(object)  # a VARCHAR column handed over: str / None
+STRING_ID = np.dtype(np.int32)  # a VARCHAR column inside a RecordBuffer: interned string ids
+_NUMPY = {
+    "BIGINT": np.dtype(np.int64),
+    "INTEGER": np.dtype(np.int32),
+    "DOUBLE": np.dtype(np.float64),
+    "BOOLEAN": np.dtype(np.bool_),
+    "VARCHAR": STRING,
+}
+
+
+def dtypes(table: str, names: Iterable[str] | None = None) -> dict[str, np.dtype]:
+    """``{column: numpy dtype}`` of ``table``, in table order (or in the order of ``names``);
+    ``run_id`` is left out: the store fills it in."""
+    types = dict(TABLES[table])
+    if names is None:
+        names = [name for name in types if name != "run_id"]
+    return {name: _NUMPY[types[name]] for name in names}
+
+
+def buffer_dtypes(table: str, names: Iterable[str] | None = None) -> dict[str, np.dtype]:
+    """``dtypes`` with every string column as interned ids (``STRING_ID``)."""
+    return {name: STRING_ID if dt == STRING else dt for name, dt in dtypes(table, names).items()}
+
+
+def from_rows(table: str, rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:
+    """Rows holding every column of ``table`` but ``run_id`` (in table order), as columns."""
+    types = dtypes(table)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(types)
+    return {
+        name: np.array(col, dtype=dt) for (name, dt), col in zip(types.items(), cols, strict=True)
+    }
+
+
+class RecordBuffer:
+    """Columns of one record type in preallocated arrays; ``n`` rows are valid."""
+
+    def __init__(self, columns: dict[str, Any], capacity: int) -> None:
+        self.capacity = capacity
+        self.n = 0
+        self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}
+        for name, col in self.cols.items():
+            setattr(self, name, col)
+
+    def reserve(self, k: int = 1) -> int:
+        """Index of the next row, making room for ``k`` rows (doubling when full)."""
+        n = self.n
+        if n + k > self.capacity:
+            self.capacity = max(2 * self.capacity, n + k)
+            for name, col in self.cols.items():
+                grown = np.zeros(self.capacity, dtype=col.dtype)
+                grown[:n] = col[:n]
+                self.cols[name] = grown
+                setattr(self, name, grown)
+        return n
+
+    @property
+    def fill(self) -> float:
+        return self.n / self.capacity
+
+    def take(self) -> dict[str, np.ndarray]:
+        out = {name: col[: self.n].copy() for name, col in self.cols.items()}
+        self.n = 0
+        return out

@@ -1,0 +1,295 @@
+"""The recording probe: every hook into preallocated numpy columns, drained for the store.
+
+``RecordingProbe`` writes each record into a ``RecordBuffer`` per table; nothing is allocated per
+event except when a buffer is full and doubles. Strings (phase names, tensor names, sync sites,
+graph reasons, request ids) are interned to small integers on the hot path and turned back into
+strings only when the buffers are drained. The phase names are interned first, in ``PHASES``
+order, and the span tracks next, so a phase's id is its index and a span's ``name`` and
+``track`` need no lookup.
+
+Each buffer's columns and dtypes come from the store's declaration of its table
+(``store.schema.TABLES``, through ``probes.columns``): ``drain()`` hands over
+``{table: {column: array}}`` in the store's column names and types, every string column decoded.
+Only ``steps`` lists its columns here, the ones a step's row gets when the step ends; the rest of
+that table (device times, overlap, bubbles) is written after the run (``store.step_timeline``).
+Timestamps are ``time.perf_counter_ns()``; ``-1`` in an ``*_ns`` column (and ``None`` in a
+string column) means "not measured" and is stored as NULL.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+import numpy as np
+
+from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, SCHEDULE, STEP, Probe
+from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes, from_rows
+
+# GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample") as PHASES indices
+_GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
+# Interned ids of the span tracks (after the phase names)
+CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
+
+# The columns of a ``steps`` row at the step's end, in the order ``step_end`` takes them.
+STEP_COLUMNS = (
+    "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
+    "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
+    "output_wait_ns", "graph_mode",
+)  # fmt: skip
+
+
+class RecordingProbe(Probe):
+    """Records every hook into preallocated buffers; ``drain()`` empties them for the store."""
+
+    enabled = True
+
+    def __init__(self, capacity: int = 1 << 14) -> None:
+        self.step = -1
+        self._open = np.zeros(len(PHASES), dtype=np.int64)  # start of the open span per phase
+        self._names: dict[str, int] = {}
+        self._name_list: list[str | None] = []
+        for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
+            self.intern(name)
+        self._tables: dict[str, RecordBuffer] = {}  # store table -> its buffer
+        self._strings: dict[str, list[str]] = {}  # store table -> its string columns
+        self.steps = self._buffer("steps", capacity, STEP_COLUMNS)
+        self.spans = self._buffer("spans", 8 * capacity)
+        self.staged = self._buffer("staged_writes", 4 * capacity)
+        self.dispatch = self._buffer("graph_dispatch", capacity)
+        self.syncs = self._buffer("syncs", capacity)
+        self.tokens = self._buffer("tokens", 16 * capacity)
+        self.finished = self._buffer("requests", capacity)
+        self.copies = self._buffer("copies", 4 * capacity)
+        self._buffers = tuple(self._tables.values())
+        self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
+        self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
+        self.first_token: dict[int, int] = {}  # req → first token t_ns
+        self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
+
+    def _buffer(
+        self, table: str, capacity: int, names: tuple[str, ...] | None = None
+    ) -> RecordBuffer:
+        """The buffer of ``table``'s columns (``names``, else all but ``run_id``)."""
+        buffer = RecordBuffer(buffer_dtypes(table, names), capacity)
+        self._tables[table] = buffer
+        types = dtypes(table, buffer.cols)
+        self._strings[table] = [name for name, dt in types.items() if dt == STRING]
+        return buffer
+
+    # ---- interning ------------------------------------------------------------------------------
+    def intern(self, name: str | None) -> int:
+        i = self._names.get(name)  # type: ignore[arg-type]
+        if i is None:
+            i = self._names[name] = len(self._name_list)  # type: ignore[index]
+            self._name_list.append(name)
+        return i
+
+    def name_of(self, name_id: int) -> str | None:
+        """The name interned as ``name_id`` (``intern``'s inverse)."""
+        return self._name_list[name_id]
+
+    # ---- steps and spans -----------------------------------------------------------------------
+    def step_begin(self, step: int) -> None:
+        self.step = step
+        self._open[STEP] = perf_counter_ns()
+
+    def step_end(
+        self,
+        num_reqs: int,
+        num_tokens: int,
+        num_prefill_tokens: int,
+        num_waiting: int,
+        num_running: int,
+        kv_used_blocks: int,
+        num_preempted: int,
+        output_wait_ns: int,
+        graph_mode: str,
+    ) -> None:
+        t = perf_counter_ns()
+        b = self.steps
+        i = b.reserve()
+        b.step[i] = self.step
+        b.cpu_start_ns[i] = self._open[STEP]
+        b.cpu_end_ns[i] = t
+        b.num_reqs[i] = num_reqs
+        b.num_tokens[i] = num_tokens
+        b.num_prefill_tokens[i] = num_prefill_tokens
+        b.num_decode_tokens[i] = num_tokens - num_prefill_tokens
+        b.num_waiting[i] = num_waiting
+        b.num_running[i] = num_running
+        b.kv_used_blocks[i] = kv_used_blocks
+        b.num_preempted[i] = num_preempted
+        b.output_wait_ns[i] = output_wait_ns
+        b.graph_mode[i] = self.intern(graph_mode)
+        b.n = i + 1
+        self._span(STEP, self._open[STEP], t)
+        self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
+
+    def _step_recorded(
+        self, num_reqs: int, num_tokens: int, num_prefill_tokens: int, graph_mode: str
+    ) -> None:
+        """After a step's row: for subclasses that emit the step elsewhere too."""
+
+    def begin(self, phase: int) -> None:
+        self._open[phase] = perf_counter_ns()
+
+    def end(self, phase: int) -> None:
+        self._span(phase, self._open[phase], perf_counter_ns())
+
+    def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
+        b = self.spans
+        i = b.reserve()
+        b.step[i] = self.step
+        b.track[i] = CPU_TRACK
+        b.name[i] = phase
+        b.start_ns[i] = start_ns
+        b.end_ns[i] = end_ns
+        b.n = i + 1
+
+    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int) -> None:
+        """A resolved device span (the timeline's sink); ``gpu_phase`` indexes ``GPU_PHASES``."""
+        b = self.spans
+        i = b.reserve()
+        b.step[i] = step
+        b.track[i] = GPU_TRACK
+        b.name[i] = _GPU_PHASE_IDS[gpu_phase]
+        b.start_ns[i] = start_ns
+        b.end_ns[i] = end_ns
+        b.n = i + 1
+
+    def gpu_mark(self, mark: int) -> None:
+        t = self.timeline
+        if t is not None:
+            t.mark(self.step, mark, int(self._open[SCHEDULE]))
+
+    def copy(
+        self,
+        direction: str,
+        num_bytes: int,
+        pinned: bool,
+        contiguous: bool,
+        non_blocking: bool,
+        host_ns: int,
+    ) -> None:
+        b = self.copies
+        i = b.reserve()
+        b.step[i] = self.step
+        b.direction[i] = self.intern(direction)
+        b.bytes[i] = num_bytes
+        b.pinned[i] = pinned
+        b.contiguous[i] = contiguous
+        b.non_blocking[i] = non_blocking
+        b.host_ns[i] = host_ns
+        b.n = i + 1
+
+    # ---- typed records -------------------------------------------------------------------------
+    def staged_write(
+        self, tensor: str, rows: int, elements: int, staged_bytes: int, dense_bytes: int
+    ) -> None:
+        b = self.staged
+        i = b.reserve()
+        b.step[i] = self.step
+        b.tensor[i] = self.intern(tensor)
+        b.rows[i] = rows
+        b.elements[i] = elements
+        b.staged_bytes[i] = staged_bytes
+        b.dense_bytes[i] = dense_bytes
+        b.n = i + 1
+
+    def graph_dispatch(
+        self,
+        num_tokens: int,
+        padded_tokens: int,
+        requested_mode: str,
+        mode: str,
+        hit: bool,
+        reason: str,
+    ) -> None:
+        b = self.dispatch
+        i = b.reserve()
+        b.step[i] = self.step
+        b.num_tokens[i] = num_tokens
+        b.padded_tokens[i] = padded_tokens
+        b.requested_mode[i] = self.intern(requested_mode)
+        b.mode[i] = self.intern(mode)
+        b.hit[i] = hit
+        b.reason[i] = self.intern(reason)
+        b.n = i + 1
+
+    def graph_capture(
+        self, key: str, mode: str, num_tokens: int, capture_s: float, mem_bytes: int
+    ) -> None:
+        self.captures.append((key, mode, num_tokens, capture_s, mem_bytes))
+
+    def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
+        b = self.syncs
+        i = b.reserve()
+        b.step[i] = self.step
+        b.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
+        b.kind[i] = self.intern(kind)
+        b.site[i] = self.intern(site)
+        b.blocked_ns[i] = blocked_ns
+        b.n = i + 1
+
+    def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
+        self.arrivals[self.intern(req_id)] = (arrival_ns, prompt_tokens)
+
+    def token(self, req_id: str, idx: int, t_ns: int, token_id: int) -> None:
+        r = self.intern(req_id)
+        if idx == 0:
+            self.first_token[r] = t_ns
+        b = self.tokens
+        i = b.reserve()
+        b.req_id[i] = r
+        b.idx[i] = idx
+        b.t_ns[i] = t_ns
+        b.token_id[i] = token_id
+        b.n = i + 1
+
+    def request_finish(
+        self,
+        req_id: str,
+        finish_ns: int,
+        output_tokens: int,
+        num_preemptions: int,
+        finish_reason: str | None,
+        cached_tokens: int,
+    ) -> None:
+        r = self.intern(req_id)
+        arrival_ns, prompt_tokens = self.arrivals.pop(r, (-1, 0))
+        b = self.finished
+        i = b.reserve()
+        b.req_id[i] = r
+        b.arrival_ns[i] = arrival_ns
+        b.first_token_ns[i] = self.first_token.pop(r, -1)
+        b.finish_ns[i] = finish_ns
+        b.prompt_tokens[i] = prompt_tokens
+        b.output_tokens[i] = output_tokens
+        b.num_preemptions[i] = num_preemptions
+        b.finish_reason[i] = self.intern(finish_reason)
+        b.cached_tokens[i] = max(cached_tokens, 0)
+        b.n = i + 1
+
+    # ---- handing over --------------------------------------------------------------------------
+    @property
+    def fill(self) -> float:
+        """The fullest buffer's fill fraction; flush before it reaches 1 to avoid growing."""
+        return max(b.fill for b in self._buffers)
+
+    def drain(self) -> dict[str, dict[str, np.ndarray]]:
+        """Everything recorded since the last drain, as store tables; the buffers are reset."""
+        names = np.array(self._name_list + [None], dtype=object)
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for table, buffer in self._tables.items():
+            cols = buffer.take()
+            for name in self._strings[table]:
+                cols[name] = names[cols[name]]
+            out[table] = cols
+        if self.captures:
+            out["graph_captures"] = from_rows("graph_captures", self.captures)
+            self.captures = []
+        return out
+
+    def unfinished(self) -> list[str]:
+        """Requests that arrived and never finished (for the end of an interrupted run)."""
+        return [self._name_list[r] for r in self.arrivals]  # type: ignore[misc]

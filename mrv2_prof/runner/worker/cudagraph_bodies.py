@@ -1,0 +1,107 @@
+"""What the captured CUDA graphs run: every call the graph code makes into the model.
+
+* FULL (``full_body``): the model's whole forward pass, then the LM head into static logits.
+* PIECEWISE (``PiecewiseBody``): the model cut at its attention calls. Segment 0 embeds the
+  tokens and runs layer 0 up to its q/k/v; segment i runs layer i-1's output projection and MLP
+  and layer i up to its q/k/v; the last segment runs the last layer's rest and the final norm.
+  Each segment is one graph; layer i's KV write and paged attention run eagerly between segments
+  i and i+1, with the batch's real metadata. The residual stream, the RoPE cos/sin, q/k/v and
+  the attention output cross from one segment to the next in static buffers owned here, since
+  their shapes follow the layer interface.
+
+This module is the one place to change when the model's layer interface (``embed``,
+``pre_attention``, ``self_attn.attention``, ``post_attention``, ``norm``) changes;
+``cudagraph_runner.py`` only captures and replays what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from mrv2_prof.runner.model.attention import AttentionMetadata
+
+
+def full_body(
+    model,
+    kv_caches: list[torch.Tensor],
+    input_ids: torch.Tensor,  # [B] static
+    positions: torch.Tensor,  # [B] static
+    meta: AttentionMetadata,  # over static buffers
+    logits: torch.Tensor,  # [B, V] float32 static: written
+) -> None:
+    """The FULL graph's work for one capture size."""
+    hidden = model(input_ids, positions, kv_caches, meta)
+    # the LM head straight into the static logits (the copy is the float32 cast)
+    logits.copy_(torch.nn.functional.linear(hidden, model.lm_head_weight))
+
+
+class PiecewiseBody:
+    """The PIECEWISE segments of one model and KV cache, and the eager attention between them."""
+
+    def __init__(self, model, kv_caches: list[torch.Tensor], max_tokens: int) -> None:
+        """``max_tokens``: the largest piecewise capture size (0: no piecewise graphs)."""
+        self.model, self.kv_caches = model, kv_caches
+        args = model.args
+        dev, dtype = kv_caches[0].device, model.model.embed_tokens.weight.dtype
+        h, kvh, d = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+
+        def zeros(*shape):
+            return torch.zeros((max_tokens, *shape), dtype=dtype, device=dev)
+
+        self.x = zeros(args.hidden_size)  # the residual stream
+        self.cos = zeros(d)
+        self.sin = zeros(d)
+        self.q = zeros(h, d)
+        self.k = zeros(kvh, d)
+        self.v = zeros(kvh, d)
+        self.attn = zeros(h, d)
+        self.hidden = zeros(args.hidden_size)  # after the final norm
+
+    def segments(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, size: int
+    ) -> list[Callable[[], None]]:
+        """The ``num_layers + 1`` segments of capture size ``size``, reading the static
+        ``input_ids`` / ``positions`` buffers."""
+        m = self.model
+        layers = m.model.layers
+
+        def first() -> None:
+            x, cos, sin = m.embed(input_ids[:size], positions[:size])
+            self.x[:size].copy_(x)
+            self.cos[:size].copy_(cos)
+            self.sin[:size].copy_(sin)
+            self._store_qkv(size, layers[0].pre_attention(x, cos, sin))
+
+        def middle(i: int) -> Callable[[], None]:
+            def run() -> None:
+                x = layers[i - 1].post_attention(self.x[:size], self.attn[:size])
+                self.x[:size].copy_(x)
+                self._store_qkv(size, layers[i].pre_attention(x, self.cos[:size], self.sin[:size]))
+
+            return run
+
+        def last() -> None:
+            x = layers[-1].post_attention(self.x[:size], self.attn[:size])
+            self.hidden[:size].copy_(m.model.norm(x))
+
+        return [first, *(middle(i) for i in range(1, len(layers))), last]
+
+    def _store_qkv(self, size: int, qkv) -> None:
+        for buf, t in zip((self.q, self.k, self.v), qkv, strict=True):
+            buf[:size].copy_(t)
+
+    def run(
+        self, replays: Sequence[Callable[[], None]], num_tokens: int, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """Hidden states [T, H]: each segment's replay, then that layer's attention, eagerly."""
+        t = num_tokens
+        for i, layer in enumerate(self.model.model.layers):
+            replays[i]()
+            attn = layer.self_attn.attention(
+                self.q[:t], self.k[:t], self.v[:t], self.kv_caches[i], meta
+            )
+            self.attn[:t].copy_(attn)
+        replays[-1]()
+        return self.hidden[:t]

@@ -1,0 +1,162 @@
+"""Start-up of a model runner, before its first step (MRV2 ``model_runner.py``:
+``profile_run``, ``_dummy_run``, ``capture_model``): the KV cache, sized by a profiling run or
+given; the Triton warm-up; the CUDA graph capture. ``start_up`` runs them in that order (the
+warm-up and the graphs run through the real cache).
+
+The profiling run and the warm-up are dummy runs: forward passes and sampling over a
+``dummy_batch``, through ``ModelRunner.run_dummy``. They read the request slots, write none and
+report nothing to the probe; the time each part takes goes into ``RuntimeInfo``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from mrv2_prof.runner.config import ConfigError
+from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
+from mrv2_prof.runner.worker.input_batch import dummy_batch
+
+if TYPE_CHECKING:
+    from mrv2_prof.runner.worker.model_runner import ModelRunner
+
+
+def start_up(runner: ModelRunner) -> int:
+    """KV cache, warm-up, CUDA graphs. Returns the number of KV cache blocks."""
+    num_blocks = initialize_kv_cache(runner)
+    warm_up(runner)
+    capture_graphs(runner)
+    return num_blocks
+
+
+def initialize_kv_cache(runner: ModelRunner) -> int:
+    """Allocate the paged KV cache: an explicit block count, or what fits in GPU memory
+    after a profiling run. Returns the number of blocks."""
+    c = runner.config
+    per_block = kv_cache_bytes_per_block(runner.model_args, c.block_size, runner.dtype)
+    if c.num_kv_blocks is not None:
+        num_blocks = c.num_kv_blocks
+    elif not runner.is_cuda:
+        raise ConfigError(
+            "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory; give a number on CPU"
+        )
+    else:
+        num_blocks = _profile_num_blocks(runner, per_block)
+    if num_blocks * c.block_size < c.max_model_len:
+        raise ConfigError(
+            f"runner.num_kv_blocks: {num_blocks} blocks of {c.block_size} tokens cannot hold "
+            f"one request of max_model_len {c.max_model_len}"
+        )
+    t0 = time.perf_counter()
+    shape = kv_cache_shape(runner.model_args, num_blocks, c.block_size)
+    runner.kv_caches = [
+        torch.zeros(shape, dtype=runner.dtype, device=runner.device)
+        for _ in range(runner.model_args.num_hidden_layers)
+    ]
+    info = runner.info
+    info.kv_alloc_s = time.perf_counter() - t0
+    info.num_kv_blocks = num_blocks
+    info.kv_cache_bytes = num_blocks * per_block
+    return num_blocks
+
+
+def _profile_num_blocks(runner: ModelRunner, per_block: int) -> int:
+    c, device = runner.config, runner.device
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    profile_run(runner)
+    torch.cuda.synchronize(device)
+    runner.info.profile_run_s = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated(device)
+    free, total = torch.cuda.mem_get_info(device)
+    non_torch = (total - free) - torch.cuda.memory_reserved(device)
+    runner.info.peak_activation_bytes = peak
+    available = int(total * c.gpu_memory_utilization) - peak - max(non_torch, 0)
+    num_blocks = available // per_block
+    if num_blocks < 1:
+        raise ConfigError(
+            f"runner.gpu_memory_utilization: {c.gpu_memory_utilization} leaves no memory for "
+            f"the KV cache (peak use {peak / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)"
+        )
+    return int(num_blocks)
+
+
+def profile_run(runner: ModelRunner) -> None:
+    """Peak activation memory: the longest prefill chunk, and the widest sampling batch."""
+    c = runner.config
+    dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1), 1)
+    num_reqs = min(c.max_num_seqs, c.max_num_batched_tokens)
+    dummy_run(runner, num_reqs, num_reqs)
+
+
+def dummy_run(
+    runner: ModelRunner, num_tokens: int, num_reqs: int, with_kv_cache: bool = False
+) -> None:
+    """An empty forward pass and sampling; ``with_kv_cache`` attends through the real cache
+    (every slot is -1, so nothing is written) to compile the kernels on the way."""
+    batch = dummy_batch(
+        num_tokens, num_reqs, runner.config.max_num_reqs, runner.device, runner.block_tables
+    )
+    runner.run_dummy(batch, runner.kv_caches if with_kv_cache else None)
+
+
+def warm_up(runner: ModelRunner) -> None:
+    """Compile the Triton kernels for decode- and prefill-shaped batches before the first
+    step, so no step of the run pays a compile. Changes no request state."""
+    if runner.kernels.name != "triton" or runner.kv_caches is None:
+        return
+    c, device = runner.config, runner.device
+    t0 = time.perf_counter()
+    num_reqs = min(c.max_num_seqs, 8)
+    dummy_run(runner, num_reqs, num_reqs, with_kv_cache=True)
+    dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1, 256), 1, True)
+    # Input prep and the staged-write apply are not part of a dummy run: call them on
+    # scratch outputs (they read persistent state, write only what they return / scratch).
+    one = torch.ones(1, dtype=torch.int32, device=device)
+    rs = runner.req_states
+    runner.kernels.prepare_inputs(
+        one * 0,
+        one,
+        1,
+        rs.num_computed_tokens.gpu,
+        rs.num_prefill_tokens.gpu,
+        rs.prefill_token_ids.gpu,
+        rs.last_sampled_tokens,
+        runner.block_tables.table.gpu,
+        c.block_size,
+    )
+    scratch = torch.zeros((1, 2), dtype=torch.int32, device=device)
+    packed = torch.tensor([0, 0, 1, 0, 7], dtype=torch.int32, device=device)
+    runner.kernels.apply_writes(scratch, packed, 1, 1)
+    if runner.is_cuda:
+        torch.cuda.synchronize(device)
+    runner.info.warmup_s = time.perf_counter() - t0
+
+
+def capture_graphs(runner: ModelRunner) -> None:
+    """Capture the planned CUDA graphs (after the KV cache and the warm-up); each capture
+    is reported to the probe with its seconds and pool memory."""
+    graphs = runner.graphs
+    plan = graphs.plan
+    if not (plan.full_sizes or plan.piecewise_sizes):
+        return
+    assert runner.kv_caches is not None, "initialize_kv_cache() before capture_graphs()"
+    runner.graph_runner = GraphRunner(
+        runner.model,
+        runner.kv_caches,
+        runner.config.block_size,
+        runner.config.max_num_blocks_per_req,
+        plan,
+    )
+    p = runner.probe
+    info = runner.info
+    info.capture_s = graphs.capture(
+        runner.graph_runner,
+        lambda r: p.graph_capture(r.key, r.mode, r.num_tokens, r.capture_s, r.mem_bytes),
+    )
+    info.graph_memory_bytes = sum(r.mem_bytes for r in graphs.captures)
+    info.num_graphs = len(graphs.captures)

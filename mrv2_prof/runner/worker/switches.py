@@ -1,0 +1,41 @@
+"""Which runner switches this build can honour with the kernels in use.
+
+A switch that cannot be honoured is a visible note in ``RuntimeInfo`` (the run goes on without
+it), or under ``strict`` a ``ConfigError`` naming it. ``check_strict`` asks the same questions
+without building a runner, so the CLI can refuse a run before it writes anything. CUDA graphs
+answer for themselves (``cudagraph_manager.plan_graphs``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mrv2_prof.runner.config import ConfigError, RunnerConfig
+from mrv2_prof.runner.worker.cudagraph_manager import plan_graphs
+from mrv2_prof.runner.worker.kernel_set import resolve_kernels
+
+
+def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str | None) -> list[str]:
+    """The runner switches (besides CUDA graphs, see ``plan_graphs``) that cannot be honoured
+    with the ``kernels`` in use; ``kernels_note`` says why those differ from the request."""
+    unsupported = [kernels_note] if kernels_note else []
+    # Only a Triton kernel can dereference pinned host memory; the torch ops cannot.
+    if config.uva and kernels != "triton":
+        unsupported.append(
+            "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
+            "sampling parameters are copied to the device"
+        )
+    return unsupported
+
+
+def check_strict(config: RunnerConfig) -> None:
+    """What the runner would refuse under ``strict``, checked without building it (the CLI
+    runs this before it writes anything)."""
+    if not config.strict:
+        return
+    is_cuda = config.device != "cpu" and torch.cuda.is_available()
+    kernels, note = resolve_kernels(config.kernels, is_cuda)
+    unsupported = unsupported_switches(config, kernels.name, note)
+    if unsupported:
+        raise ConfigError(f"{unsupported[0]} (strict: true)")
+    plan_graphs(config, kernels.name, is_cuda)

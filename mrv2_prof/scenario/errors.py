@@ -1,0 +1,52 @@
+"""``ScenarioError``: every problem with a scenario as one line, ``<file>: <field>: <problem>``,
+including pydantic's validation errors, reworded in the names users type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from mrv2_prof.scenario.section import FieldError
+from mrv2_prof.scenario.workload_section import DIST_TAGS
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; ``str()`` is one line: ``<file>: <field>: <problem>``."""
+
+    def __init__(self, file: str, field: str, problem: str) -> None:
+        self.file, self.field = str(file), field
+        self.problem = " ".join(str(problem).split())
+        where = f"{self.file}: {field}: " if field else f"{self.file}: "
+        super().__init__(where + self.problem)
+
+
+def _problem(err: dict[str, Any]) -> str:
+    kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<="}
+    if kind in bounds:
+        bound = ctx.get({">=": "ge", ">": "gt", "<=": "le"}[bounds[kind]])
+        return f"must be {bounds[kind]} {bound}, got {got!r}"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required"
+    if kind == "union_tag_invalid":
+        return f"unknown dist {ctx.get('tag')!r}, expected one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return "missing 'dist' (fixed, uniform, normal, lognormal)"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg']}, got {got!r}"
+
+
+def to_scenario_error(exc: ValidationError, file: str) -> ScenarioError:
+    """The first of pydantic's errors, at the dotted key a user would type."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        loc.append(cause.field)
+    # Discriminated unions add the tag to the location; users never type it.
+    loc = [p for i, p in enumerate(loc) if not (p in DIST_TAGS and i and "len" in loc[i - 1])]
+    return ScenarioError(file, ".".join(loc), _problem(err))

@@ -1,0 +1,85 @@
+"""Reading a scenario: YAML text, ``--set key=value`` overrides, validation into a ``Scenario``
+(``Scenario.from_data``), and the embedded CPU-safe quickstart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mrv2_prof.scenario.errors import ScenarioError
+from mrv2_prof.scenario.keys import has_key, set_path
+from mrv2_prof.scenario.schema import Scenario
+
+
+def parse_yaml(text: str, file: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(
+            file, where, f"YAML syntax error: {getattr(exc, 'problem', exc)}"
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(file, "", f"must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], file: str) -> None:
+    """Apply ``dotted.key=value`` overrides in place; values are parsed as YAML scalars."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ScenarioError(file, key, f"override {item!r} is not of the form key=value")
+        if not has_key(Scenario, key):
+            raise ScenarioError(file, key, "unknown key (from --set)")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ScenarioError(file, key, f"cannot parse override value {raw!r}") from exc
+        set_path(data, key, value)
+
+
+def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file; every failure is a ``ScenarioError``."""
+    file, path = str(path), Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(file, "", f"cannot read scenario file: {exc.strerror or exc}") from None
+    data = parse_yaml(text, file)
+    apply_overrides(data, overrides, file)
+    return Scenario.from_data(data, file, path.resolve().parent)
+
+
+def scenario_yaml(data: dict[str, Any]) -> str:
+    """``data`` (a ``model_dump``) as the YAML stored with the run."""
+    return yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False)
+
+
+QUICKSTART_YAML = """\
+name: quickstart
+model: {preset: llama-tiny}
+runner: {device: auto, kernels: torch, async_scheduling: false, uva: false, cudagraph_mode: none,
+         num_kv_blocks: 512, max_model_len: 1024, max_num_batched_tokens: 2048}
+workload:
+  num_requests: 16
+  arrival: {pattern: burst}
+  prompt_len: {dist: uniform, min: 16, max: 96}
+  output_len: {dist: fixed, value: 32}
+  sampling: {temperature: 0.0}   # greedy
+# GPU probes off: on a CPU there is no GPU timeline, NVML or CUDA sync to record.
+probes: {nvtx: false, cuda_events: false, sync_finder: false, copy_audit: false, nvml_hz: 0}
+"""
+
+
+def load_quickstart() -> Scenario:
+    """The embedded CPU-safe default scenario."""
+    return Scenario.from_data(parse_yaml(QUICKSTART_YAML, "<quickstart>"), "<quickstart>")

@@ -1,0 +1,113 @@
+"""The scenario file's schema: its root ``Scenario`` and the small sections (model, probes,
+store); the runner and workload sections have modules of their own.
+
+This package owns the names users type in a scenario YAML. Every section is a frozen pydantic
+model that rejects unknown keys; ``runner:`` is derived from the runner's own ``RunnerConfig``
+and ``Scenario.runner_config`` is the one bridge to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from mrv2_prof.runner.config import DTYPE_NAMES, ModelSpec, RunnerConfig
+from mrv2_prof.scenario.errors import to_scenario_error
+from mrv2_prof.scenario.keys import has_key
+from mrv2_prof.scenario.runner_section import RunnerSection
+from mrv2_prof.scenario.section import FieldError, Section
+from mrv2_prof.scenario.workload_section import WorkloadSection
+
+
+class ModelSection(Section):
+    preset: str | None = None
+    path: str | None = None
+    dtype: Literal[DTYPE_NAMES] | None = None
+    seed: int | None = None  # None: the scenario seed
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_preset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("preset") is None and data.get("path") is None:
+            data = {**data, "preset": "llama-tiny"}
+        return data
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSection:
+        if self.preset is not None and self.path is not None:
+            raise FieldError("path", "give exactly one of 'preset' or 'path'")
+        return self
+
+    def to_model_spec(self, seed: int) -> ModelSpec:
+        s = self.seed if self.seed is not None else seed
+        return ModelSpec(preset=self.preset, path=self.path, dtype=self.dtype, seed=s)
+
+
+class ProbesSection(Section):
+    # On by default: cheap enough to leave on (benchmarks/probe_overhead_runs.py). The sync
+    # finder and the copy audit are diagnostics: asked for when looking for a hidden sync.
+    nvtx: bool = True
+    cuda_events: bool = True
+    sync_finder: bool = False
+    copy_audit: bool = False
+    nvml_hz: Annotated[float, Field(ge=0)] = 10
+    kernel_trace: bool = False
+    # [first step, number of steps] the kernel trace covers
+    kernel_trace_steps: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = (10, 20)
+
+
+class StoreSection(Section):
+    db: str = "runs.duckdb"
+
+
+class Scenario(Section):
+    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+    seed: int = 0
+    model: ModelSection = ModelSection()
+    runner: RunnerSection = RunnerSection()
+    workload: WorkloadSection = WorkloadSection()
+    probes: ProbesSection = ProbesSection()
+    store: StoreSection = StoreSection()
+    matrix: dict[str, list[Any]] | None = None
+    _source: str = PrivateAttr(default="<scenario>")
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix_keys(cls, v: dict[str, list[Any]] | None) -> dict[str, list[Any]] | None:
+        for key, values in (v or {}).items():
+            if key.split(".")[0] == "matrix" or not has_key(cls, key):
+                raise FieldError(key, "unknown key")
+            if not values:
+                raise FieldError(key, "needs at least one value")
+        return v
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], file: str, base_dir: Path | None = None) -> Scenario:
+        """``data`` validated as the scenario of ``file``, every problem a ``ScenarioError``;
+        a trace path is resolved against ``base_dir`` (the scenario file's directory)."""
+        try:
+            scenario = cls.model_validate(data, context={"base_dir": base_dir})
+        except ValidationError as exc:
+            raise to_scenario_error(exc, file) from None
+        scenario._source = file
+        return scenario
+
+    @property
+    def source(self) -> str:
+        """The file the scenario was read from (or ``<quickstart>``); errors name it."""
+        return self._source
+
+    def runner_config(self) -> RunnerConfig:
+        return self.runner.to_runner_config(self.seed)
+
+    def model_spec(self) -> ModelSpec:
+        return self.model.to_model_spec(self.seed)

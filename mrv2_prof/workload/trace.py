@@ -1,0 +1,179 @@
+"""Trace replay: a JSONL file, one request per line, every line validated before the run.
+
+A line has ``max_tokens`` and either ``prompt_token_ids`` or ``prompt_len`` (seeded random
+tokens); ``id``, ``arrival_s`` and the sampling keys are optional (the section's sampling
+settings are the defaults). A bad line is a ``ScenarioError`` naming the file, line and key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from mrv2_prof.scenario import ScenarioError, WorkloadSection
+from mrv2_prof.workload.request import (
+    SAMPLING_KEYS,
+    TRACE_TOKENS,
+    WorkloadRequest,
+    rng,
+    sampling_of,
+)
+
+
+class _LineError(Exception):
+    def __init__(self, key: str, problem: str) -> None:
+        self.key, self.problem = key, problem
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int  # not bool
+
+
+def _is_num(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "id": (
+        lambda v: _is_int(v) or (isinstance(v, str) and v != ""),
+        "must be a non-empty string or an integer",
+    ),
+    "arrival_s": (lambda v: _is_num(v) and v >= 0, "must be a number >= 0"),
+    "prompt_token_ids": (
+        lambda v: isinstance(v, list) and len(v) > 0 and all(map(_is_int, v)),
+        "must be a non-empty list of integers",
+    ),
+    "prompt_len": (lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "must be an integer >= 1"),
+    "temperature": (lambda v: _is_num(v) and v >= 0, "must be a number >= 0"),
+    "top_k": (lambda v: _is_int(v) and v >= 0, "must be an integer >= 0"),
+    "top_p": (lambda v: _is_num(v) and 0 < v <= 1, "must be in (0, 1]"),
+    "logprobs": (lambda v: _is_int(v) and v >= 0, "must be an integer >= 0"),
+    "prompt_logprobs": (
+        lambda v: v is None or (_is_int(v) and v >= 0),
+        "must be an integer >= 0 or null",
+    ),
+    "seed": (lambda v: v is None or _is_int(v), "must be an integer or null"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "must be true or false"),
+}
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _LineError(key, "key given twice")
+        obj[key] = value
+    return obj
+
+
+def _parse_line(raw: bytes, line_no: int) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+    except UnicodeDecodeError:
+        raise _LineError("", "not valid UTF-8") from None
+    try:
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise _LineError("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise _LineError("", f"must be a JSON object, got {_shown(obj)}")
+    for key, value in obj.items():
+        if key not in _RULES:
+            raise _LineError(key, "unknown key")
+        is_ok, want = _RULES[key]
+        if not is_ok(value):
+            raise _LineError(key, f"{want}, got {_shown(value)}")
+    return obj
+
+
+def _line_request(
+    obj: dict[str, Any],
+    line_no: int,
+    defaults: dict[str, Any],
+    seed: int,
+    vocab_size: int,
+    max_model_len: int,
+) -> WorkloadRequest:
+    has_ids, has_len = "prompt_token_ids" in obj, "prompt_len" in obj
+    if has_ids and has_len:
+        raise _LineError("prompt_len", "give exactly one of 'prompt_token_ids' or 'prompt_len'")
+    if not has_ids and not has_len:
+        raise _LineError("prompt_token_ids", "required (or 'prompt_len')")
+    if "max_tokens" not in obj:
+        raise _LineError("max_tokens", "required")
+    max_tokens = obj["max_tokens"]
+    if has_ids:
+        bad = next((t for t in obj["prompt_token_ids"] if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise _LineError(
+                "prompt_token_ids", f"token id {bad} outside the vocabulary [0, {vocab_size})"
+            )
+    prompt_len = len(obj["prompt_token_ids"]) if has_ids else obj["prompt_len"]
+    if prompt_len + max_tokens > max_model_len:
+        raise _LineError(
+            "max_tokens",
+            f"prompt length {prompt_len} + max_tokens {max_tokens} exceeds "
+            f"max_model_len {max_model_len}",
+        )
+    if has_ids:
+        tokens = tuple(obj["prompt_token_ids"])
+    else:
+        tokens = tuple(
+            rng(seed, TRACE_TOKENS, line_no).integers(0, vocab_size, prompt_len).tolist()
+        )
+    sampling = {**defaults, **{k: obj[k] for k in SAMPLING_KEYS if k in obj}}
+    sampling["temperature"] = float(sampling["temperature"])
+    sampling["top_p"] = float(sampling["top_p"])
+    return WorkloadRequest(
+        req_id=str(obj.get("id", line_no)),
+        arrival_s=float(obj.get("arrival_s", 0.0)),
+        prompt_token_ids=tokens,
+        max_tokens=max_tokens,
+        abort_after_tokens=None,
+        **sampling,
+    )
+
+
+def trace_requests(
+    section: WorkloadSection, seed: int, vocab_size: int, max_model_len: int, source: str
+) -> list[WorkloadRequest]:
+    """Every line is validated; the first ``num_requests`` are kept when it is set."""
+    assert section.trace is not None
+    file = str(section.trace)
+    try:
+        lines = section.trace.read_bytes().splitlines()
+    except OSError as exc:
+        raise ScenarioError(
+            source, "workload.trace", f"cannot read {file}: {exc.strerror or exc}"
+        ) from None
+    defaults = sampling_of(section)
+    first_line_of: dict[str, int] = {}
+    reqs = []
+    for line_no, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = _parse_line(raw, line_no)
+            req = _line_request(obj, line_no, defaults, seed, vocab_size, max_model_len)
+            if req.req_id in first_line_of:
+                raise _LineError(
+                    "id", f"duplicate id {req.req_id!r} (first on line {first_line_of[req.req_id]})"
+                )
+        except _LineError as err:
+            field = f"line {line_no}: {err.key}" if err.key else f"line {line_no}"
+            raise ScenarioError(file, field, err.problem) from None
+        first_line_of[req.req_id] = line_no
+        reqs.append(req)
+    if not reqs:
+        raise ScenarioError(file, "", "trace has no requests")
+    if section.num_requests is not None:
+        reqs = reqs[: section.num_requests]
+    return reqs
