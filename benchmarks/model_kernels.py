@@ -148,8 +148,8 @@ def layer_case(args: ModelArgs, kernels: ModelKernels, tokens: int, dtype, devic
     meta, positions = paged_batch([(500 + i, 1) for i in range(tokens)], bs, device)
     kv_cache = torch.zeros(kv_cache_shape(args, 64 * tokens, bs), dtype=dtype, device=device)
     x = torch.randn(tokens, args.hidden_size, device=device).to(dtype)
-    cos, sin, rows = rope.tables(positions, dtype)
-    return lambda: layer(x, cos, sin, kv_cache, meta, rows)
+    tables = rope.tables(positions, dtype)
+    return lambda: layer(x, tables, kv_cache, meta)
 
 
 def graphed(fn):

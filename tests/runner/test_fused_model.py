@@ -1,7 +1,8 @@
 """The decoder with the fused Triton ops (``ModelKernels``) against the torch path: merged QKV and
 gate/up weights that keep Hugging Face's state-dict names, the same greedy tokens, the same
-logits with Qwen2's biases and a per-head QK norm, and on the GPU the same tokens in every graph
-mode, bf16 parity with transformers, and at most ten kernels per decoder layer.
+logits with Qwen2's biases and a per-head QK norm, PIECEWISE segments that write the KV cache
+themselves, and on the GPU the same tokens in every graph mode, bf16 parity with transformers,
+and at most ten kernels per decoder layer.
 
 CPU tests run the kernels in Triton's interpreter (``tests/conftest.py``); the ``gpu`` tests use
 the real kernels and the presets' shapes.
@@ -29,6 +30,7 @@ from mrv2_prof.runner.model.model_kernels import (
     model_kernels_for,
     triton_model_kernels,
 )
+from mrv2_prof.runner.worker.cudagraph_bodies import PiecewiseBody
 from mrv2_prof.runner.worker.kernel_set import TORCH
 
 CUDA = torch.cuda.is_available()
@@ -203,6 +205,54 @@ def test_triton_model_ops_give_the_torch_greedy_tokens_in_the_interpreter(monkey
     assert out["triton"] == out["torch"]
 
 
+@pytest.mark.parametrize("pad", [0, 5], ids=["exact", "padded"])
+def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
+    """With the Triton ops and the static slot buffer, the PIECEWISE segments write each layer's
+    k/v themselves (padding slots -1 write nothing) and only attention is left between them:
+    the hidden states and the KV cache are the forward pass's."""
+    model, args = load_model(
+        ModelSpec(preset="llama-tiny"), DEVICE, torch.float32, kernels=triton_model_kernels()
+    )
+    bs = 4
+    meta, positions = paged_batch([(5, 4), (0, 3), (8, 1)], bs)
+    t, size = meta.num_tokens, meta.num_tokens + pad
+    ids = torch.randint(0, args.vocab_size, (t,), generator=torch.Generator().manual_seed(2))
+
+    def caches() -> list[torch.Tensor]:
+        shape = kv_cache_shape(args, 3 * 64, bs)
+        gens = [torch.Generator().manual_seed(i) for i in range(args.num_hidden_layers)]
+        return [torch.randn(shape, generator=g).to(DEVICE) for g in gens]
+
+    want_caches = caches()
+    with torch.no_grad():
+        want = model(ids.to(DEVICE), positions, want_caches, meta)
+    static = {
+        name: torch.full((size,), fill, dtype=torch.int64, device=DEVICE)
+        for name, fill in (("ids", 0), ("positions", 0), ("slots", -1))
+    }
+    static["ids"][:t], static["positions"][:t] = ids, positions
+    static["slots"][:t] = meta.slot_mapping
+    got_caches = caches()
+    body = PiecewiseBody(model, got_caches, max_tokens=size, slot_mapping=static["slots"])
+    assert body.kv_in_segments
+    assert not PiecewiseBody(
+        load_model(ModelSpec(preset="llama-tiny"), DEVICE, torch.float32)[0],
+        got_caches,
+        size,
+        static["slots"],
+    ).kv_in_segments
+    with torch.no_grad():
+        segments = body.segments(static["ids"], static["positions"], size)
+        hidden = body.run(segments, t, meta)
+    if pad == 0:
+        assert torch.equal(hidden, want)
+        assert all(torch.equal(a, b) for a, b in zip(got_caches, want_caches, strict=True))
+    else:  # GEMMs over more rows: the same values up to their blocking
+        torch.testing.assert_close(hidden, want, atol=1e-5, rtol=1e-5)
+        for got, expected in zip(got_caches, want_caches, strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 # --------------------------------------------------------------------------------------------
 # GPU
 
@@ -286,10 +336,10 @@ def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(preset, num_r
 
     layer = model.model.layers[3]
     x = model.model.embed_tokens(ids)  # the layer adds into it in place, call after call
-    cos, sin, rows = model.model.rotary_emb.tables(positions, x.dtype)
+    rope = model.model.rotary_emb.tables(positions, x.dtype)
 
     def one_layer():
-        layer(x, cos, sin, caches[3], meta, rows)
+        layer(x, rope, caches[3], meta)
 
     with torch.no_grad():
         forward(), one_layer()  # compile and warm up outside the counts

@@ -95,8 +95,8 @@ def test_matches_reference(shape, dtype, by_position, norm):
 
 
 def test_cache_rows_are_the_torch_decoders_angles():
-    """The cache holds exactly the float32 cos/sin the torch path computes per step, and the
-    cache-backed ``RotaryEmbedding`` gives the torch path's [T, d] tables."""
+    """The cache holds exactly the float32 cos/sin the torch path computes per step; with it the
+    tables are the cache's halves read by position, without it this step's [T, d] tables."""
     args = replace(PRESETS["llama-tiny"], rope_scaling=LLAMA3, max_position_embeddings=300)
     positions = torch.tensor([0, 5, 63, 64, 299])
     plain, cached = RotaryEmbedding(args), RotaryEmbedding(args, cos_sin_cache=True)
@@ -105,11 +105,12 @@ def test_cache_rows_are_the_torch_decoders_angles():
     half = args.head_dim // 2
     assert torch.equal(cached.cos_sin_cache[positions, :half], want_cos[:, :half])
     assert torch.equal(cached.cos_sin_cache[positions, half:], want_sin[:, :half])
-    got_cos, got_sin = cached(positions, torch.float32)
-    assert torch.equal(got_cos, want_cos) and torch.equal(got_sin, want_sin)
     cos, sin, rows = cached.tables(positions, torch.float32)
     assert rows is positions and cos.shape == sin.shape == (300, half)
-    assert plain.tables(positions, torch.float32)[2] is None
+    assert torch.equal(cos[positions], want_cos[:, :half])
+    cos, sin, rows = plain.tables(positions, torch.bfloat16)
+    assert rows is None and cos.dtype == torch.bfloat16
+    assert torch.equal(cos, want_cos.to(torch.bfloat16)) and torch.equal(sin, want_sin.bfloat16())
 
 
 def ok_cells(slots: torch.Tensor, kv_cache: torch.Tensor) -> torch.Tensor:

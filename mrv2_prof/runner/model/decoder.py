@@ -16,7 +16,7 @@ from torch import nn
 
 from mrv2_prof.runner.model.args import ModelArgs
 from mrv2_prof.runner.model.attention import AttentionMetadata
-from mrv2_prof.runner.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding
+from mrv2_prof.runner.model.layers import DecoderLayer, RMSNorm, RopeTables, RotaryEmbedding
 from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKernels
 
 
@@ -55,20 +55,19 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[torch.Tensor] | None,  # per layer [2, num_blocks, block_size, kvh, d]
         attn_metadata: AttentionMetadata,
     ) -> torch.Tensor:
-        x = self.model.embed_tokens(input_ids)  # [T, H]
-        cos, sin, rows = self.model.rotary_emb.tables(positions, x.dtype)
+        x, rope = self.embed(input_ids, positions)
         for i, layer in enumerate(self.model.layers):
             kv_cache = kv_caches[i] if kv_caches is not None else None
-            x = layer(x, cos, sin, kv_cache, attn_metadata, rows)
+            x = layer(x, rope, kv_cache, attn_metadata)
         return self.model.norm(x)  # [T, H]
 
     def embed(
         self, input_ids: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Token embeddings [T, H] and the RoPE cos/sin [T, d] of the positions."""
+    ) -> tuple[torch.Tensor, RopeTables]:
+        """Token embeddings [T, H] and the RoPE tables of the positions: the cos/sin cache read
+        at ``positions`` (no work), or this step's per-token cos/sin [T, d]."""
         x = self.model.embed_tokens(input_ids)  # [T, H]
-        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, d]
-        return x, cos, sin
+        return x, self.model.rotary_emb.tables(positions, x.dtype)
 
     @property
     def lm_head_weight(self) -> torch.Tensor:

@@ -10,6 +10,7 @@ merged (``qkv_proj``, ``gate_up_proj``) but state dicts name them as Hugging Fac
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ __all__ = [
     "Attention",
     "DecoderLayer",
     "RMSNorm",
+    "RopeTables",
     "RotaryEmbedding",
     "WriteKV",
     "rope_inv_freq",
@@ -68,11 +70,20 @@ class RMSNorm(nn.Module):
         return self.rmsnorm(x, self.weight, self.eps)
 
 
+class RopeTables(NamedTuple):
+    """What QK-norm + RoPE reads for a step: cos/sin tables [R, >= d/2] and the row of each
+    token (``positions``), or per-token tables [T, d] (``positions`` None)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor | None
+
+
 class RotaryEmbedding(nn.Module):
-    """Neox-style RoPE angles. ``forward`` gives the positions' cos/sin [T, d] in the activations'
-    dtype (computed from ``inv_freq`` per step, or gathered from the cache); with
-    ``cos_sin_cache`` a float32 [max_positions, d] table is built once and the layers read it by
-    position (``tables``)."""
+    """Neox-style RoPE angles. Without a cache, ``tables`` computes the positions' cos/sin [T, d]
+    from ``inv_freq`` every step, in the activations' dtype (the torch decoder's arithmetic); with
+    ``cos_sin_cache`` a float32 [max_positions, d] table (cos | sin) is built once and the layers
+    read it by position: no per-step work."""
 
     def __init__(self, args: ModelArgs, cos_sin_cache: bool = False) -> None:
         super().__init__()
@@ -91,24 +102,18 @@ class RotaryEmbedding(nn.Module):
             self.cos_sin_cache = rope_cos_sin_cache(self.inv_freq, max_positions)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        if self.cos_sin_cache is not None:
-            rows = self.cos_sin_cache[positions]  # [T, d]: cos | sin
-            cos, sin = rows[:, : self.half], rows[:, self.half :]
-            return torch.cat((cos, cos), dim=-1).to(dtype), torch.cat((sin, sin), dim=-1).to(dtype)
+        """The positions' cos and sin [T, d] in ``dtype``, computed from ``inv_freq``."""
         freqs = positions.float().unsqueeze(-1) * self.inv_freq  # [T, d/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [T, d]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def tables(
-        self, positions: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(cos, sin, rows) for ``ModelKernels.qk_norm_rope``: the cache's two halves and the
-        positions as rows, or (without a cache) this step's per-token tables and no rows."""
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
+        """The cache's two halves read at ``positions``, or (without a cache) this step's
+        per-token tables."""
         if self.cos_sin_cache is not None:
             cache = self.cos_sin_cache
-            return cache[:, : self.half], cache[:, self.half :], positions
-        cos, sin = self(positions, dtype)
-        return cos, sin, None
+            return RopeTables(cache[:, : self.half], cache[:, self.half :], positions)
+        return RopeTables(*self(positions, dtype), None)
 
 
 class Attention(nn.Module):
@@ -127,21 +132,17 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [T, H]
-        cos: torch.Tensor,  # [T, d], or the cache's cos half with ``positions``
-        sin: torch.Tensor,
+        rope: RopeTables,
         kv_cache: torch.Tensor | None,  # [2, num_blocks, block_size, kvh, d]
         meta: AttentionMetadata,
-        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        q, k, v = self.qkv(x, cos, sin, positions, kv_cache, meta.slot_mapping)
+        q, k, v = self.qkv(x, rope, kv_cache, meta.slot_mapping)
         return self.o_proj(self.attend(q, k, v, kv_cache, meta).reshape(x.shape[0], -1))
 
     def qkv(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor | None = None,
+        rope: RopeTables,
         kv_cache: torch.Tensor | None = None,
         slot_mapping: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -151,16 +152,15 @@ class Attention(nn.Module):
         T, d = x.shape[0], self.head_dim
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
-        norm = ()
+        args = (q, k, *rope)
         if self.q_norm is not None and self.k_norm is not None:
-            norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
-        rope = self.kernels.qk_norm_rope
+            args += (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         if kv_cache is not None and self.kernels.rope_writes_kv:
-            q, k = rope(
-                q, k, cos, sin, positions, *norm, v=v, kv_cache=kv_cache, slot_mapping=slot_mapping
+            q, k = self.kernels.qk_norm_rope(
+                *args, v=v, kv_cache=kv_cache, slot_mapping=slot_mapping
             )
             return q, k, v
-        q, k = rope(q, k, cos, sin, positions, *norm)
+        q, k = self.kernels.qk_norm_rope(*args)
         if kv_cache is not None:
             self.kernels.write_kv(k, v, kv_cache, slot_mapping)
         return q, k, v
@@ -220,28 +220,25 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [T, H]
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: RopeTables,
         kv_cache: torch.Tensor | None,
         meta: AttentionMetadata,
-        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
         bundle fuses it."""
-        h = self.input_layernorm(x)
-        q, k, v = self.self_attn.qkv(h, cos, sin, positions, kv_cache, meta.slot_mapping)
+        q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
         return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))
 
     def pre_attention(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        positions: torch.Tensor | None = None,
+        rope: RopeTables,
+        kv_cache: torch.Tensor | None = None,
+        slot_mapping: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """RMSNorm, QKV, QK-norm + RoPE. ``cos``/``sin`` are the per-token tables [T, d] (as
-        ``embed`` gives them), or tables read at row ``positions[t]``."""
-        return self.self_attn.qkv(self.input_layernorm(x), cos, sin, positions)
+        """RMSNorm, QKV, QK-norm + RoPE; with ``kv_cache`` also the KV write (then only
+        ``self_attn.attend`` is left before ``post_attention``, else ``self_attn.attention``)."""
+        return self.self_attn.qkv(self.input_layernorm(x), rope, kv_cache, slot_mapping)
 
     def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
