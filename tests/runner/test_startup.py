@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.input_batch import dummy_batch
