@@ -106,29 +106,30 @@ def test_qwen3_logits_match_hf(tmp_path, case):
     assert (one_shot_logits(model, ids) - expected).abs().max() > 100 * ATOL_HF
 
 
-@pytest.mark.parametrize("case", ["tied-gqa", "untied-gqa"])
-def test_qwen3_engine_greedy_matches_generate(tmp_path, case):
-    """Token for token, under chunked prefill over a paged cache of 4-token blocks."""
+def hf_greedy(path: Path, prompts: dict[str, list[int]], new_tokens: int) -> dict[str, list[int]]:
     import transformers
 
-    tied, kv_heads, bias = CASES[case]
-    path = make_qwen3_checkpoint(tmp_path, tied, kv_heads, bias)
-    rng = random.Random(0)
-    prompts = {f"p{i}": [rng.randrange(256) for _ in range(n)] for i, n in enumerate([1, 7, 19])}
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    expected = {}
+    out = {}
     for rid, ids in prompts.items():
         x = torch.tensor([ids])
         y = hf.generate(
             x,
             attention_mask=torch.ones_like(x),
-            max_new_tokens=16,
+            max_new_tokens=new_tokens,
             do_sample=False,
             eos_token_id=None,
             pad_token_id=0,
         )
-        expected[rid] = y[0, len(ids) :].tolist()
-    config = RunnerConfig(
+        out[rid] = y[0, len(ids) :].tolist()
+    assert len({tuple(t) for t in out.values()}) > 1  # the prompts lead somewhere different
+    return out
+
+
+def engine_greedy(path: Path, prompts, new_tokens: int, dtype=None, **runner) -> dict:
+    """Greedy tokens through the engine, with chunked prefill over a paged cache of 4-token
+    blocks (a 9-token budget splits the longest prompt)."""
+    config = dict(
         device="cpu",
         max_num_reqs=8,
         max_num_seqs=4,
@@ -137,7 +138,57 @@ def test_qwen3_engine_greedy_matches_generate(tmp_path, case):
         block_size=4,
         num_kv_blocks=64,
     )
-    engine = Engine(config, ModelSpec(preset=None, path=str(path)))
-    reqs = engine.generate(prompts, SamplingParams(max_tokens=16))
-    assert {rid: r.output_token_ids for rid, r in reqs.items()} == expected
-    assert len({tuple(t) for t in expected.values()}) > 1  # the prompts lead somewhere different
+    config.update(runner)
+    engine = Engine(RunnerConfig(**config), ModelSpec(preset=None, path=str(path), dtype=dtype))
+    reqs = engine.generate(prompts, SamplingParams(max_tokens=new_tokens))
+    return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
+
+
+def prompts_for(seed: int, lens: list[int]) -> dict[str, list[int]]:
+    rng = random.Random(seed)
+    return {f"p{i}": [rng.randrange(256) for _ in range(n)] for i, n in enumerate(lens)}
+
+
+@pytest.mark.parametrize("case", ["tied-gqa", "untied-gqa"])
+def test_qwen3_engine_greedy_matches_generate(tmp_path, case):
+    path = make_qwen3_checkpoint(tmp_path, *CASES[case])
+    prompts = prompts_for(0, [1, 7, 19])
+    _, got = engine_greedy(path, prompts, 16)
+    assert got == hf_greedy(path, prompts, 16)
+
+
+def test_qwen3_through_the_triton_kernels_in_the_interpreter(tmp_path, monkeypatch):
+    """CPU, TRITON_INTERPRET=1: every Triton kernel forced in, the tokens are transformers'."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU version is the test below")
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
+
+    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
+    path = make_qwen3_checkpoint(tmp_path, *CASES["untied-gqa"])
+    prompts = prompts_for(1, [3, 11])
+    engine, got = engine_greedy(path, prompts, 6, kernels="triton")
+    assert engine.runner.kernels.name == "triton"
+    assert got == hf_greedy(path, prompts, 6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", list(CASES))
+def test_qwen3_on_cuda_with_triton_and_graphs_matches_generate_fp32(tmp_path, case):
+    """fp32 on the GPU, Triton kernels, async scheduling, FULL and PIECEWISE graphs: the tokens of
+    transformers' generate on the CPU."""
+    path = make_qwen3_checkpoint(tmp_path, *CASES[case])
+    prompts = prompts_for(2, [1, 7, 19, 30])
+    engine, got = engine_greedy(
+        path,
+        prompts,
+        24,
+        dtype="float32",
+        device="cuda",
+        kernels="triton",
+        async_scheduling=True,
+        cudagraph_mode="full_and_piecewise",
+    )
+    assert sum(engine.runner.graphs.replays.values()) > 0
+    assert got == hf_greedy(path, prompts, 24)
