@@ -5,8 +5,8 @@ measured in the same run, the utilisation, and the kernels per step from a profi
 For each preset one engine (Triton kernels, async scheduling, staged writes, UVA, FULL graphs
 captured at exactly the batch sizes) runs, for each batch size B, B requests of ``--prompt-len``
 prompt tokens and ``--output-len`` output tokens, all at once, EOS ignored. TPOT is the median
-wall time of the steady decode steps (all B requests decoding; the first two still drain the
-prefill), each checked to have replayed a FULL graph.
+wall time of the steady decode steps (all B requests decoding) after the first two (they still
+drain the prefill) and the profiler window; the graph mode each of them replayed is listed.
 
 Bytes read per step: every weight once, except that an untied embedding table gives only its B
 rows (the lm_head reads the whole of its own matrix; a tied table is read whole by it), plus the
@@ -14,7 +14,7 @@ KV cache of every request at the median context length of the timed steps. Activ
 logits written are not counted. Bandwidth: ``torch.sum`` over a 4 GiB bf16 tensor, bytes read
 over the best of 10 timed sums (CUDA events), so the utilisation is bytes / TPOT / bandwidth.
 
-Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady decode steps after
+Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady decode steps before
 the timed ones; each kernel is put with the launch that made it (its correlation id): a
 ``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input preparation, sampling).
 Graph kernels per step / layers is the kernels-per-decoder-layer figure; the kernels that take
@@ -146,32 +146,40 @@ class Window:
 
 
 def decode_run(engine: Engine, batch: int, prompt: int, output: int, trace_steps: int) -> dict:
-    """B requests at once; TPOT and context length over the steady decode steps before the
-    trace window, kernels over the window."""
+    """B requests at once. The steady decode steps (all B requests decoding one token): two
+    skipped, then the profiler window, one skipped, then the timed ones up to the first step
+    without all B (requests prefilled in an earlier chunk finish a few steps sooner)."""
     rng = np.random.default_rng(batch)
     params = SamplingParams(max_tokens=output, ignore_eos=True)
     for i in range(batch):
         engine.add_request(
             f"b{batch}-{i}", rng.integers(0, engine.vocab_size, prompt).tolist(), params
         )
-    timed_steps = output - 1 - trace_steps - 1  # the last steady step also drains the batch
+    first_timed = SKIP_STEPS + trace_steps + (1 if trace_steps else 0)
     walls, contexts, modes = [], [], set()
     window, kernels, steady = None, None, 0
+    requests = engine.scheduler.requests
     while engine.has_unfinished_requests():
         res = engine.step()
         so = res.scheduler_output
         if not (so.num_reqs == batch and so.total_num_scheduled_tokens == batch):
+            if window is not None:  # the run left the steady state inside the window
+                kernels, window = window.stop(), None
             continue
         if window is not None:
             window.steps += 1
             if window.steps == trace_steps:
                 kernels, window = window.stop(), None
-        elif SKIP_STEPS <= steady < timed_steps:
+        elif steady == SKIP_STEPS - 1 and trace_steps:
+            window = Window()  # opens after this step: the next trace_steps are traced
+        elif steady >= first_timed:
             walls.append(res.host_ns / 1e6)
-            contexts.append(prompt + steady + 1)  # KV read per request, the new token included
+            # KV read per request: its computed tokens, the one written this step included
+            lens = [
+                requests[r].num_computed_tokens for r in so.num_scheduled_tokens if r in requests
+            ]
+            contexts.append(float(np.mean(lens)) if lens else prompt + steady + 1)
             modes.add(engine.runner.graph_mode_of_last_step)
-        elif steady == timed_steps and trace_steps:
-            window = Window()
         steady += 1
     if window is not None:
         kernels = window.stop()
