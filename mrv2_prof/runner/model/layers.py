@@ -1,5 +1,5 @@
-"""The decoder layer's parts: RMSNorm, rotary embedding, attention (projections, RoPE, the
-injectable KV write and paged attention) and the gated MLP."""
+"""The decoder layer's parts: RMSNorm, rotary embedding, attention (projections, Qwen3's per-head
+q/k norm, RoPE, the injectable KV write and paged attention) and the gated MLP."""
 
 from __future__ import annotations
 
@@ -79,6 +79,10 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.hidden_size, kvh * d, bias=args.attention_bias)
         self.v_proj = nn.Linear(args.hidden_size, kvh * d, bias=args.attention_bias)
         self.o_proj = nn.Linear(h * d, args.hidden_size, bias=args.o_proj_bias)
+        self.qk_norm = args.qk_norm
+        if self.qk_norm:  # one weight [d] shared by all heads, as in Hugging Face's Qwen3
+            self.q_norm = RMSNorm(d, args.rms_norm_eps)
+            self.k_norm = RMSNorm(d, args.rms_norm_eps)
         self.write_kv, self.attend = write_kv, attend
 
     def forward(
@@ -95,11 +99,13 @@ class Attention(nn.Module):
     def qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Projections and RoPE: q [T, h, d], k and v [T, kvh, d]."""
+        """Projections, q/k norm (Qwen3) and RoPE: q [T, h, d], k and v [T, kvh, d]."""
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, h, d]
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [T, 1, d]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
