@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_engine import generate
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
@@ -137,10 +138,14 @@ def engine_greedy(path: Path, prompts, new_tokens: int, dtype=None, **runner) ->
         max_model_len=64,
         block_size=4,
         num_kv_blocks=64,
+        kernels="torch",
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
     )
     config.update(runner)
     engine = Engine(RunnerConfig(**config), ModelSpec(preset=None, path=str(path), dtype=dtype))
-    reqs = engine.generate(prompts, SamplingParams(max_tokens=new_tokens))
+    reqs = generate(engine, prompts, SamplingParams(max_tokens=new_tokens))
     return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
 
 
