@@ -59,17 +59,6 @@ from mrv2_prof.runner.model.rotary_triton import (  # noqa: E402
 )
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-LLAMA_3_8B = replace(  # Llama-3.1-8B's shapes (the preset may not exist in this tree)
-    PRESETS["llama-1b"],
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    tie_word_embeddings=False,
-)
 SMOKE = replace(PRESETS["llama-tiny"], hidden_size=96, intermediate_size=160)
 
 
@@ -203,7 +192,9 @@ def row(preset, op, tokens, kernel_us, reference_us, moved_bytes) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", nargs="+", default=["llama-1b", "llama-3-8b"])
+    ap.add_argument(
+        "--presets", nargs="+", default=["llama-1b", "llama-3-8b"], choices=sorted(PRESETS)
+    )
     ap.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES))
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 64, 256])
     ap.add_argument("--skip-layer", action="store_true", help="only the single kernels")
@@ -217,8 +208,7 @@ def main() -> None:
         if not torch.cuda.is_available():
             sys.exit("model_kernels benchmark: needs a CUDA device (or --cpu-smoke)")
         device, dtype, token_counts = torch.device("cuda"), DTYPES[args.dtype], args.tokens
-        shapes = {**PRESETS, "llama-3-8b": PRESETS.get("llama-3-8b", LLAMA_3_8B)}
-        presets = {name: shapes[name] for name in args.presets}
+        presets = {name: PRESETS[name] for name in args.presets}
 
     rows = []
     with torch.no_grad():

@@ -187,8 +187,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         outcome.error, outcome.exit_code = _one_line(exc), 2
     except Exception as exc:  # a runner bug: keep the data and the traceback
         outcome.error, outcome.exit_code = _one_line(exc), 1
-        outcome.facts["traceback"] = traceback.format_exc()
-        store.update_run(run_id, info=outcome.facts)
+        outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done
     finally:
         if engine is not None:
             _close_unfinished(engine, probe)
@@ -200,10 +199,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
                 writer.close()  # everything drained is written before the run row is finished
             if session is not None:
                 store_probe_results(store, run_id, session, outcome.facts)
-            usage = engine.graph_usage() if engine is not None else {}
-            if usage:
-                outcome.facts.update(usage)  # never-replayed graphs
-                store.update_run(run_id, info=outcome.facts)
+            outcome.facts.update(engine.graph_usage() if engine is not None else {})
+            # The writer thread has stopped: the connection is this thread's again.
+            store.update_run(run_id, info=outcome.facts)
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome

@@ -1,8 +1,8 @@
 """The embedded inference runner, following vLLM's Model Runner V2 (``vllm/v1/worker/gpu/``).
 
-One module per mechanism: ``request`` (request lifecycle), ``block_pool`` and
-``kv_cache_manager`` (paged KV cache with prefix caching), ``scheduler`` (V1 engine scheduler),
-``staged_write`` (StagedWriteTensor), ``request_states`` (fixed slots), ``block_table``,
-``input_batch`` (GPU-side input preparation), ``attention``, ``model``/``model_loader``,
-``sampler``, ``model_runner`` and ``engine`` (the step loop).
+``engine`` (the step loop) and ``config`` (its one config) sit on top of three wings, split as vLLM
+splits them: ``core/`` (request, scheduler, KV-cache manager, block pool), ``worker/`` (the model
+runner and the MRV2 mechanisms beside it) and ``model/`` (the decoder, its loader, attention and
+the fused kernels). ``spec_decode/`` is reserved for speculative decoding. The map and the import
+rules are in docs/architecture.md.
 """

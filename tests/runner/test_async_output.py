@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrv2_prof.probes.api import RecordingProbe
+from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.worker.async_output import OUTPUT_WAIT_SITE, AsyncOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit

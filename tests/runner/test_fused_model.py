@@ -314,7 +314,7 @@ MAX_KERNELS_PER_LAYER = 10
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("num_reqs", [1, 64])
-@pytest.mark.parametrize("preset", ["llama-1b", "qwen2-0.5b"])
+@pytest.mark.parametrize("preset", ["llama-1b", "qwen2-0.5b", "qwen3-0.6b", "llama-3-8b"])
 def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(preset, num_reqs):
     """bf16, Triton ops, a uniform decode batch: each decoder layer launches at most ten kernels
     (nine: the KV write is fused into the RoPE kernel), and the captured forward (a FULL graph's

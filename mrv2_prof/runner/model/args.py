@@ -1,5 +1,5 @@
-"""The architecture of a Llama-style decoder (Llama, Qwen2): ``ModelArgs`` from a preset or a
-Hugging Face ``config.json``, and the KV-cache geometry it implies."""
+"""The architecture of a Llama-style decoder (Llama, Qwen2, Qwen3): ``ModelArgs`` from a preset or
+a Hugging Face ``config.json`` (and back to one), and the KV-cache geometry it implies."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+_MODEL_TYPES = dict(zip(("llama", "qwen2", "qwen3"), SUPPORTED_ARCHITECTURES, strict=True))
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -33,14 +33,23 @@ class ModelArgs:
     rope_theta: float = 10000.0
     rope_scaling: dict[str, float] | None = None  # llama3: factor, low/high_freq_factor, original_*
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # q/k/v bias (Qwen2); Llama's flag also covers o_proj
+    attention_bias: bool = False  # q/k/v bias (always on in Qwen2); Llama's and Qwen3's also o_proj
     max_position_embeddings: int = 4096
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
 
     @property
     def o_proj_bias(self) -> bool:
-        return self.attention_bias and self.architecture == "LlamaForCausalLM"
+        return self.attention_bias and self.architecture != "Qwen2ForCausalLM"
+
+    @property
+    def qk_norm(self) -> bool:
+        """Per-head RMSNorm of q and k before RoPE (Qwen3's ``q_norm`` / ``k_norm``)."""
+        return self.architecture == "Qwen3ForCausalLM"
+
+    @property
+    def model_type(self) -> str:
+        return next(t for t, a in _MODEL_TYPES.items() if a == self.architecture)
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any], source: str) -> ModelArgs:
@@ -86,6 +95,34 @@ class ModelArgs:
             eos_token_ids=token_ids(eos),
             bos_token_id=cfg.get("bos_token_id"),
         )
+
+    def to_hf_config(self) -> dict[str, Any]:
+        """A Hugging Face ``config.json`` dict of this architecture (``from_hf_config`` reads it
+        back equal); the rope fields are the legacy ones, which transformers 4 and 5 both read."""
+        eos = list(self.eos_token_ids)
+        scaling = self.rope_scaling and {"rope_type": "llama3", **self.rope_scaling}
+        return {
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": scaling,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.attention_bias,
+            "mlp_bias": False,
+            "use_sliding_window": False,
+            "max_position_embeddings": self.max_position_embeddings,
+            "eos_token_id": (eos[0] if len(eos) == 1 else eos) if eos else None,
+            "bos_token_id": self.bos_token_id,
+        }
 
 
 def token_ids(value: int | list[int] | None) -> tuple[int, ...]:

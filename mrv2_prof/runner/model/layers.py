@@ -1,5 +1,6 @@
 """The decoder layer's parts: RMSNorm, rotary embedding, attention (the merged QKV projection,
-QK-norm + RoPE, the KV write and paged attention) and the gated MLP (merged gate/up).
+Qwen3's per-head q/k norm with RoPE, the KV write and paged attention) and the gated MLP (merged
+gate/up).
 
 Every op a layer runs besides its GEMMs comes from the ``ModelKernels`` bundle it was built with
 (``model_kernels.py``): the torch references or the fused Triton kernels. Parameters are stored
@@ -125,8 +126,11 @@ class Attention(nn.Module):
         self.qkv_proj = MergedLinear(args.hidden_size, parts, bias=args.attention_bias)
         name_parts_in_state_dict(self, "qkv_proj")
         self.o_proj = nn.Linear(h * d, args.hidden_size, bias=args.o_proj_bias)
-        self.q_norm: RMSNorm | None = None  # per-head RMSNorm of q and k, where the
-        self.k_norm: RMSNorm | None = None  # architecture has them (Qwen3)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if args.qk_norm:  # one weight [d] shared by all heads, as in Hugging Face's Qwen3
+            self.q_norm = RMSNorm(d, args.rms_norm_eps, kernels.rmsnorm)
+            self.k_norm = RMSNorm(d, args.rms_norm_eps, kernels.rmsnorm)
         self.kernels = kernels
 
     def forward(
@@ -146,8 +150,8 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor | None = None,
         slot_mapping: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The QKV GEMM, then QK-norm + RoPE: q [T, h, d], k and v [T, kvh, d] (views of the
-        GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
+        """The QKV GEMM, then q/k norm (Qwen3) + RoPE: q [T, h, d], k and v [T, kvh, d] (views
+        of the GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
         ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two)."""
         T, d = x.shape[0], self.head_dim
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))

@@ -1,10 +1,12 @@
 """Builds the model from a preset (random weights by seed) or a local Hugging Face directory.
 
 Corresponds to MRV2's model loading step. The model is built on the ``meta`` device, so no memory
-is spent on weights that are overwritten; checkpoint tensors are then assigned by name. Only
-local directories are read: there are no hub downloads. The per-layer ops are a ``ModelKernels``
-bundle (torch references or fused Triton kernels); the merged QKV and gate/up weights are
-concatenated from the checkpoint's tensors as they are loaded (``merged_linear.py``).
+is spent on weights that are overwritten. A preset's weights are then allocated on the target
+device in the target dtype and drawn there (no host copy, no float32 copy); checkpoint tensors
+are read straight onto the device and assigned by name. Only local directories are read: there
+are no hub downloads. The per-layer ops are a ``ModelKernels`` bundle (torch references or fused
+Triton kernels); the merged QKV and gate/up weights are concatenated from the checkpoint's
+tensors as they are loaded (``merged_linear.py``).
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def load_hf_checkpoint(
     *,
     kernels: ModelKernels = TORCH_MODEL_KERNELS,
 ) -> LlamaForCausalLM:
-    """A Llama/Qwen2 model from ``config.json`` and every ``*.safetensors`` file in ``path``."""
+    """A Llama/Qwen2/Qwen3 model from ``config.json`` and every ``*.safetensors`` file in
+    ``path``, read onto ``device``."""
     directory = Path(path)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: checkpoint directory does not exist")
@@ -115,10 +118,10 @@ def load_hf_checkpoint(
     with torch.device("meta"):
         model = LlamaForCausalLM(args, kernels)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    state = _read_tensors(directory, files, expected, dtype)
+    state = _read_tensors(directory, files, expected, dtype, device)
     model.load_state_dict(state, strict=True, assign=True)
     model.init_buffers()
-    return model.to(device)
+    return model
 
 
 def read_model_args(directory: Path) -> ModelArgs:
@@ -151,12 +154,14 @@ def _read_tensors(
     files: list[Path],
     expected: dict[str, tuple[int, ...]],
     dtype: torch.dtype,
+    device: torch.device,
 ) -> dict[str, torch.Tensor]:
-    """Every expected tensor, shape-checked and cast; extra tensors (rotary buffers) are ignored."""
+    """Every expected tensor, shape-checked, on ``device`` and cast there; extra tensors (rotary
+    buffers) are ignored."""
     state: dict[str, torch.Tensor] = {}
     for file in files:
         try:
-            with safe_open(str(file), framework="pt") as f:
+            with safe_open(str(file), framework="pt", device=str(device)) as f:
                 for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                     if name not in expected or name in state:
                         continue

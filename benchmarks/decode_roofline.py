@@ -1,0 +1,333 @@
+"""Decode against the memory roofline: TPOT at batch 1 / 8 / 64 / 256 per preset through our
+engine with FULL CUDA graphs, the bytes one decode step must read, the HBM read bandwidth
+measured in the same run, the utilisation, and the kernels per step from a profiler window.
+
+For each preset one engine (Triton kernels, async scheduling, staged writes, UVA, FULL graphs
+captured at exactly the batch sizes) runs, for each batch size B, B requests of ``--prompt-len``
+prompt tokens and ``--output-len`` output tokens, all at once, EOS ignored. TPOT is the median
+wall time of the steady decode steps (all B requests decoding) after the first two (they still
+drain the prefill) and the profiler window; the graph mode each of them replayed is listed.
+
+Bytes read per step: every weight once, except that an untied embedding table gives only its B
+rows (the lm_head reads the whole of its own matrix; a tied table is read whole by it), plus the
+KV cache of every request at the median context length of the timed steps. Activations and the
+logits written are not counted. Bandwidth: ``torch.sum`` over a 4 GiB bf16 tensor, bytes read
+over the best of 10 timed sums (CUDA events), so the utilisation is bytes / TPOT / bandwidth.
+
+Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady decode steps before
+the timed ones; each kernel is put with the launch that made it (its correlation id): a
+``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input preparation, sampling).
+Graph kernels per step / layers is the kernels-per-decoder-layer figure; the kernels that take
+the most time per step are listed.
+
+    python benchmarks/decode_roofline.py --preset llama-1b --preset qwen3-0.6b \\
+        --preset llama-3-8b --out roofline.json
+    python benchmarks/decode_roofline.py --cpu-smoke     # llama-tiny on the CPU, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+from bench_io import write_results
+
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
+from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.model.presets import PRESETS
+
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
+SKIP_STEPS = 2  # steady steps that still overlap the last prefill
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def read_bandwidth(nbytes: int) -> float:
+    """Bytes per second read by ``torch.sum`` over a bf16 tensor of ``nbytes`` (best of 10)."""
+    x = torch.ones(
+        nbytes // 2, dtype=torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    best = float("inf")
+    for i in range(12):
+        if x.is_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            x.sum()
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            x.sum()
+            seconds = time.perf_counter() - t0
+        if i >= 2:  # two warm-ups
+            best = min(best, seconds)
+    del x
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return nbytes / best
+
+
+def count_kernels(trace_path: str, steps: int) -> dict:
+    """Kernels per step in a Chrome trace of ``steps`` steps, split by the launch that made
+    them, and the kernels that take the most device time per step."""
+    with open(trace_path) as f:
+        events = json.load(f).get("traceEvents", [])
+    launches = {  # correlation id -> API call, of the calls made inside the window
+        (e.get("args") or {}).get("correlation"): e.get("name")
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+    }
+    counts: collections.Counter[str] = collections.Counter()
+    time_us: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    for e in events:
+        cat = e.get("cat")
+        if e.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        launch = launches.get((e.get("args") or {}).get("correlation"))
+        if launch is None:  # launched before the window opened (async: the step before)
+            counts["before_window"] += 1
+        elif cat != "kernel":
+            counts[cat] += 1
+        else:
+            counts["graph" if launch in GRAPH_LAUNCHES else "eager"] += 1
+            name = str(e.get("name"))
+            time_us[name] += float(e.get("dur", 0.0))
+            calls[name] += 1
+    top = [
+        {"kernel": name[:120], "us_per_step": us / steps, "calls_per_step": calls[name] / steps}
+        for name, us in time_us.most_common(8)
+    ]
+    return {
+        "graph_kernels_per_step": counts["graph"] / steps,
+        "eager_kernels_per_step": counts["eager"] / steps,
+        "memcpy_per_step": counts["gpu_memcpy"] / steps,
+        "memset_per_step": counts["gpu_memset"] / steps,
+        "launched_before_window": counts["before_window"],
+        "kernel_us_per_step": sum(time_us.values()) / steps,
+        "top_kernels": top,
+    }
+
+
+class Window:
+    """torch.profiler over a run of consecutive steps, its trace counted when it stops."""
+
+    def __init__(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.prof = profile(activities=activities)
+        self.steps = 0
+        self.prof.__enter__()
+
+    def stop(self) -> dict:
+        sync()
+        self.prof.__exit__(None, None, None)
+        fd, path = tempfile.mkstemp(prefix="roofline-", suffix=".json")
+        os.close(fd)
+        try:
+            self.prof.export_chrome_trace(path)
+            return count_kernels(path, max(self.steps, 1))
+        finally:
+            os.unlink(path)
+
+
+def decode_run(engine: Engine, batch: int, prompt: int, output: int, trace_steps: int) -> dict:
+    """B requests at once. The steady decode steps (all B requests decoding one token): two
+    skipped, then the profiler window, one skipped, then the timed ones up to the first step
+    without all B (requests prefilled in an earlier chunk finish a few steps sooner)."""
+    rng = np.random.default_rng(batch)
+    params = SamplingParams(max_tokens=output, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(
+            f"b{batch}-{i}", rng.integers(0, engine.vocab_size, prompt).tolist(), params
+        )
+    first_timed = SKIP_STEPS + trace_steps + (1 if trace_steps else 0)
+    walls, contexts, modes = [], [], set()
+    window, kernels, steady = None, None, 0
+    requests = engine.scheduler.requests
+    while engine.has_unfinished_requests():
+        res = engine.step()
+        so = res.scheduler_output
+        if not (so.num_reqs == batch and so.total_num_scheduled_tokens == batch):
+            if window is not None:  # the run left the steady state inside the window
+                kernels, window = window.stop(), None
+            continue
+        if window is not None:
+            window.steps += 1
+            if window.steps == trace_steps:
+                kernels, window = window.stop(), None
+        elif steady == SKIP_STEPS - 1 and trace_steps:
+            window = Window()  # opens after this step: the next trace_steps are traced
+        elif steady >= first_timed:
+            walls.append(res.host_ns / 1e6)
+            # KV read per request: its computed tokens, the one written this step included
+            lens = [
+                requests[r].num_computed_tokens for r in so.num_scheduled_tokens if r in requests
+            ]
+            contexts.append(float(np.mean(lens)) if lens else prompt + steady + 1)
+            modes.add(engine.runner.graph_mode_of_last_step)
+        steady += 1
+    if window is not None:
+        kernels = window.stop()
+    if not walls:
+        raise SystemExit(f"batch {batch}: no steady decode step to time (raise --output-len)")
+    tpot = float(np.median(walls))
+    return {
+        "batch": batch,
+        "tpot_ms": tpot,
+        "tok_s": batch / tpot * 1e3,
+        "timed_steps": len(walls),
+        "context_len": float(np.median(contexts)),
+        "modes": sorted(modes),
+        **(kernels or {}),
+    }
+
+
+def step_bytes(engine: Engine, batch: int, context_len: float) -> tuple[int, int]:
+    """Weight bytes and KV bytes one decode step of ``batch`` requests reads."""
+    model, a = engine.runner.model, engine.runner.model_args
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not a.tie_word_embeddings:  # only the B looked-up rows of the embedding table
+        table = model.model.embed_tokens.weight
+        weights += (batch - table.shape[0]) * table.shape[1] * table.element_size()
+    itemsize = next(model.parameters()).element_size()
+    kv_per_token = 2 * a.num_hidden_layers * a.num_key_value_heads * a.head_dim * itemsize
+    return weights, round(batch * context_len * kv_per_token)
+
+
+def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
+    cuda = torch.cuda.is_available() and not args.cpu_smoke
+    max_model_len = args.prompt_len + args.output_len + 1
+    seqs = max(args.batches)
+    config = RunnerConfig(
+        device="cuda" if cuda else "cpu",
+        kernels="triton" if cuda else "torch",
+        async_scheduling=cuda,
+        staged_writes=True,
+        uva=cuda,
+        cudagraph_mode="full" if cuda else "none",
+        cudagraph_capture_sizes=tuple(sorted(set(args.batches))) if cuda else None,
+        max_num_seqs=seqs,
+        max_num_reqs=2 * seqs,
+        max_num_batched_tokens=8192,
+        max_model_len=max_model_len,
+        num_kv_blocks=seqs * -(-max_model_len // 16) + 16,
+        enable_prefix_caching=False,
+    )
+    t0 = time.perf_counter()
+    engine = Engine(config, ModelSpec(preset=preset))
+    startup_s = time.perf_counter() - t0
+    layers = engine.runner.model_args.num_hidden_layers
+    rows = []
+    for b in args.batches:
+        r = decode_run(engine, b, args.prompt_len, args.output_len, args.trace_steps)
+        weights, kv = step_bytes(engine, b, r["context_len"])
+        r.update(
+            preset=preset,
+            startup_s=startup_s,
+            weight_bytes=weights,
+            kv_bytes=kv,
+            step_bytes=weights + kv,
+            achieved_bytes_per_s=(weights + kv) / (r["tpot_ms"] / 1e3),
+        )
+        r["utilisation"] = r["achieved_bytes_per_s"] / bandwidth
+        if "graph_kernels_per_step" in r:
+            r["graph_kernels_per_layer"] = r["graph_kernels_per_step"] / layers
+        rows.append(r)
+        print(
+            f"{preset:11} batch {b:4d}: TPOT {r['tpot_ms']:7.3f} ms {r['tok_s']:9,.0f} tok/s  "
+            f"reads {r['step_bytes'] / 1e9:6.3f} GB ({kv / 1e9:.3f} KV) -> "
+            f"{r['achieved_bytes_per_s'] / 1e9:6,.0f} GB/s = {100 * r['utilisation']:4.1f}%  "
+            f"kernels/step graph {r.get('graph_kernels_per_step', 0):.0f} "
+            f"({r.get('graph_kernels_per_layer', 0):.1f}/layer) eager "
+            f"{r.get('eager_kernels_per_step', 0):.0f}  dispatch {','.join(r['modes'])}",
+            flush=True,
+        )
+    notes = list(engine.info.notes)
+    for r in rows:
+        r["notes"] = notes
+    del engine
+    gc.collect()
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return rows
+
+
+def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
+    lines = [
+        f"HBM read bandwidth (torch.sum over {gib:g} GiB bf16, best of 10): "
+        f"{bandwidth / 1e9:,.0f} GB/s",
+        "",
+        "| preset | batch | TPOT ms | tok/s | GB read / step | of it KV | GB/s | utilisation "
+        "| graph kernels / step | / layer | eager kernels / step |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['preset']} | {r['batch']} | {r['tpot_ms']:.3f} | {r['tok_s']:,.0f} | "
+            f"{r['step_bytes'] / 1e9:.3f} | {r['kv_bytes'] / 1e9:.3f} | "
+            f"{r['achieved_bytes_per_s'] / 1e9:,.0f} | {100 * r['utilisation']:.1f}% | "
+            f"{r.get('graph_kernels_per_step', 0):.0f} | "
+            f"{r.get('graph_kernels_per_layer', 0):.1f} | "
+            f"{r.get('eager_kernels_per_step', 0):.0f} |"
+        )
+    lines += ["", "Most device time per step (batch 1):"]
+    for r in rows:
+        if r["batch"] == min(x["batch"] for x in rows) and r.get("top_kernels"):
+            top = "; ".join(
+                f"{k['kernel'][:60]} {k['us_per_step']:.0f} µs x{k['calls_per_step']:.0f}"
+                for k in r["top_kernels"][:5]
+            )
+            lines.append(f"- {r['preset']}: {top}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeatable")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--trace-steps", type=int, default=5, help="steps in the profiler window")
+    ap.add_argument("--bandwidth-gib", type=float, default=4.0, help="size of the summed tensor")
+    ap.add_argument("--cpu-smoke", action="store_true", help="llama-tiny on the CPU, tiny sizes")
+    ap.add_argument("--out", default=None, help="write all results as JSON here")
+    args = ap.parse_args()
+    if args.cpu_smoke:
+        torch.set_num_threads(1)
+        args.preset = args.preset or ["llama-tiny"]
+        args.batches, args.prompt_len, args.output_len, args.trace_steps = [1, 4], 8, 12, 2
+        args.bandwidth_gib = 1 / 16
+    elif not torch.cuda.is_available():
+        raise SystemExit("decode_roofline: needs a CUDA device (or --cpu-smoke)")
+    presets = args.preset or ["llama-1b", "qwen3-0.6b", "llama-3-8b"]
+    bandwidth = read_bandwidth(int(args.bandwidth_gib * 2**30))
+    print(f"HBM read bandwidth (torch.sum, best of 10): {bandwidth / 1e9:,.0f} GB/s", flush=True)
+    rows = []
+    for preset in presets:
+        rows += run_preset(preset, args, bandwidth)
+    print(markdown(rows, bandwidth, args.bandwidth_gib))
+    meta = {
+        "read_bytes_per_s": bandwidth,
+        "prompt_len": args.prompt_len,
+        "output_len": args.output_len,
+        "trace_steps": args.trace_steps,
+    }
+    write_results(args.out, meta, rows)
+
+
+if __name__ == "__main__":
+    main()

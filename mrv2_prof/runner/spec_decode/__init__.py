@@ -1,0 +1,1 @@
+"""Speculative decoding (drafters, rejection sampler, draft graphs): reserved, not built yet."""

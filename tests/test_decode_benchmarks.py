@@ -1,0 +1,93 @@
+"""The decode benchmarks (``benchmarks/decode_roofline.py``, ``benchmarks/peer_transformers.py``)
+run end to end on the CPU in their smoke modes, and the roofline's kernel count puts each kernel
+with the launch that made it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the benchmarks import bench_io beside them
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_benchmark(name: str, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), "--cpu-smoke", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
+    roofline = load_benchmark("decode_roofline", monkeypatch)
+
+    def launch(name, corr):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "args": {"correlation": corr}}
+
+    def kernel(name, corr, dur, cat="kernel"):
+        return {"ph": "X", "cat": cat, "name": name, "dur": dur, "args": {"correlation": corr}}
+
+    events = [
+        launch("cudaGraphLaunch", 1),
+        launch("cudaGraphLaunch", 2),
+        launch("cuLaunchKernel", 3),
+        launch("cudaMemcpyAsync", 4),
+        *(kernel("gemm", c, 10.0) for c in (1, 1, 2, 2)),
+        *(kernel("rmsnorm", c, 2.0) for c in (1, 2)),
+        kernel("sample", 3, 5.0),
+        kernel("copy", 4, 1.0, cat="gpu_memcpy"),
+        kernel("gemm", 99, 10.0),  # launched before the window opened
+    ]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = roofline.count_kernels(str(path), steps=2)
+    assert got["graph_kernels_per_step"] == 3 and got["eager_kernels_per_step"] == 0.5
+    assert got["memcpy_per_step"] == 0.5 and got["launched_before_window"] == 1
+    assert got["kernel_us_per_step"] == (40 + 4 + 5) / 2
+    assert [k["kernel"] for k in got["top_kernels"]] == ["gemm", "sample", "rmsnorm"]
+    assert got["top_kernels"][0] == {"kernel": "gemm", "us_per_step": 20.0, "calls_per_step": 2.0}
+
+
+def test_decode_roofline_cpu_smoke(tmp_path):
+    data = run_benchmark("decode_roofline", tmp_path)
+    rows = data["results"]
+    assert [r["batch"] for r in rows] == [1, 4] and data["meta"]["read_bytes_per_s"] > 0
+    for r in rows:
+        assert r["preset"] == "llama-tiny" and r["tpot_ms"] > 0 and r["timed_steps"] > 0
+        assert r["step_bytes"] == r["weight_bytes"] + r["kv_bytes"] and r["kv_bytes"] > 0
+        assert 0 < r["utilisation"] < 1
+    assert rows[1]["kv_bytes"] == 4 * rows[0]["kv_bytes"]  # the same context length
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [False, True], ids=["generate_batch", "padded"])
+def test_peer_transformers_cpu_smoke(tmp_path, padded):
+    data = run_benchmark("peer_transformers", tmp_path, *(["--hf-padded"] if padded else []))
+    (row,) = data["results"]
+    ours, hf = row["ours"], row["hf"]
+    assert row["preset"] == "llama-tiny" and hf["transformers"]
+    assert ours["decode_tokens"] == hf["decode_tokens"] == 8
+    assert ours["batch_tokens"] == hf["batch_tokens"] == 4 * 8
+    assert ours["decode_tpot_ms"] > 0 and hf["decode_tpot_ms"] > 0
+    assert row["batch_tok_s_ratio"] == ours["batch_tok_s"] / hf["batch_tok_s"]
+    assert hf["batch_api"] == ("padded generate" if padded else "generate_batch")
