@@ -19,9 +19,9 @@ from mrv2_prof.runner.model.layers import (
     RotaryEmbedding,
     WriteKV,
     rope_inv_freq,
-    rotate_half,
 )
 from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.rotary_triton import rotate_half
 
 __all__ = [
     "MLP",

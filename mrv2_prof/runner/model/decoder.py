@@ -3,8 +3,9 @@
 Corresponds to MRV2's model forward: the runner hands it ``input_ids`` and ``positions`` for all
 scheduled tokens of all requests, laid end to end (no batch dimension), plus the attention
 metadata; logits are computed separately for the tokens that need them (``logits_indices``).
-Parameter names equal Hugging Face's state-dict names, so loading a checkpoint is a name map.
-The attention calls are injectable so a Triton kernel can replace the torch references.
+State-dict names equal Hugging Face's, so loading a checkpoint is a name map (the merged QKV and
+gate/up projections name their parts as the checkpoint does). The per-layer ops come from a
+``ModelKernels`` bundle, so the fused Triton kernels can replace the torch references.
 """
 
 from __future__ import annotations
@@ -14,40 +15,37 @@ import torch.nn.functional as F
 from torch import nn
 
 from mrv2_prof.runner.model.args import ModelArgs
-from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref, write_kv_ref
-from mrv2_prof.runner.model.layers import Attend, DecoderLayer, RMSNorm, RotaryEmbedding, WriteKV
+from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.layers import DecoderLayer, RMSNorm, RopeTables, RotaryEmbedding
+from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKernels
 
 
 class DecoderModel(nn.Module):
     """The ``model.`` prefix of the Hugging Face state dict."""
 
-    def __init__(self, args: ModelArgs, write_kv: WriteKV, attend: Attend) -> None:
+    def __init__(self, args: ModelArgs, kernels: ModelKernels) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(args, write_kv, attend) for _ in range(args.num_hidden_layers)
+            DecoderLayer(args, kernels) for _ in range(args.num_hidden_layers)
         )
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(args)
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, kernels.rmsnorm)
+        self.rotary_emb = RotaryEmbedding(args, cos_sin_cache=kernels.cos_sin_cache)
 
 
 class LlamaForCausalLM(nn.Module):
     """Llama/Qwen2 decoder; ``lm_head`` exists only when the embeddings are untied."""
 
-    def __init__(
-        self,
-        args: ModelArgs,
-        write_kv: WriteKV = write_kv_ref,
-        attend: Attend = paged_attention_ref,
-    ) -> None:
+    def __init__(self, args: ModelArgs, kernels: ModelKernels = TORCH_MODEL_KERNELS) -> None:
         super().__init__()
         self.args = args
-        self.model = DecoderModel(args, write_kv, attend)
+        self.kernels = kernels
+        self.model = DecoderModel(args, kernels)
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
     def init_buffers(self) -> None:
-        """Recompute the non-persistent RoPE buffer on the weights' device (after a meta build)."""
+        """Recompute the non-persistent RoPE buffers on the weights' device (after a meta build)."""
         self.model.rotary_emb.reset_inv_freq(self.model.embed_tokens.weight.device)
 
     def forward(
@@ -57,19 +55,19 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[torch.Tensor] | None,  # per layer [2, num_blocks, block_size, kvh, d]
         attn_metadata: AttentionMetadata,
     ) -> torch.Tensor:
-        x, cos, sin = self.embed(input_ids, positions)
+        x, rope = self.embed(input_ids, positions)
         for i, layer in enumerate(self.model.layers):
             kv_cache = kv_caches[i] if kv_caches is not None else None
-            x = layer(x, cos, sin, kv_cache, attn_metadata)
+            x = layer(x, rope, kv_cache, attn_metadata)
         return self.model.norm(x)  # [T, H]
 
     def embed(
         self, input_ids: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Token embeddings [T, H] and the RoPE cos/sin [T, d] of the positions."""
+    ) -> tuple[torch.Tensor, RopeTables]:
+        """Token embeddings [T, H] and the RoPE tables of the positions: the cos/sin cache read
+        at ``positions`` (no work), or this step's per-token cos/sin [T, d]."""
         x = self.model.embed_tokens(input_ids)  # [T, H]
-        cos, sin = self.model.rotary_emb(positions, x.dtype)  # [T, d]
-        return x, cos, sin
+        return x, self.model.rotary_emb.tables(positions, x.dtype)
 
     @property
     def lm_head_weight(self) -> torch.Tensor:

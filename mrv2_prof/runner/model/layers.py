@@ -1,20 +1,44 @@
-"""The decoder layer's parts: RMSNorm, rotary embedding, attention (projections, Qwen3's per-head
-q/k norm, RoPE, the injectable KV write and paged attention) and the gated MLP."""
+"""The decoder layer's parts: RMSNorm, rotary embedding, attention (the merged QKV projection,
+Qwen3's per-head q/k norm with RoPE, the KV write and paged attention) and the gated MLP (merged
+gate/up).
+
+Every op a layer runs besides its GEMMs comes from the ``ModelKernels`` bundle it was built with
+(``model_kernels.py``): the torch references or the fused Triton kernels. Parameters are stored
+merged (``qkv_proj``, ``gate_up_proj``) but state dicts name them as Hugging Face does
+(``merged_linear.py``).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mrv2_prof.runner.model.args import ModelArgs
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.merged_linear import MergedLinear, name_parts_in_state_dict
+from mrv2_prof.runner.model.model_kernels import (
+    TORCH_MODEL_KERNELS,
+    Attend,
+    ModelKernels,
+    WriteKV,
+)
+from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
+from mrv2_prof.runner.model.rotary_triton import rope_cos_sin_cache
 
-WriteKV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
-Attend = Callable[..., torch.Tensor]
+__all__ = [
+    "MLP",
+    "Attend",
+    "Attention",
+    "DecoderLayer",
+    "RMSNorm",
+    "RopeTables",
+    "RotaryEmbedding",
+    "WriteKV",
+    "rope_inv_freq",
+]
 
 
 def rope_inv_freq(args: ModelArgs, device: torch.device | None = None) -> torch.Tensor:
@@ -36,80 +60,125 @@ def rope_inv_freq(args: ModelArgs, device: torch.device | None = None) -> torch.
     return torch.where(is_medium, smoothed, scaled)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, rmsnorm=rmsnorm_ref) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.rmsnorm = rmsnorm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.rmsnorm(x, self.weight, self.eps)
+
+
+class RopeTables(NamedTuple):
+    """What QK-norm + RoPE reads for a step: cos/sin tables [R, >= d/2] and the row of each
+    token (``positions``), or per-token tables [T, d] (``positions`` None)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor | None
 
 
 class RotaryEmbedding(nn.Module):
-    """Neox-style RoPE; cos/sin computed in float32 from the positions, cast to the activations."""
+    """Neox-style RoPE angles. Without a cache, ``tables`` computes the positions' cos/sin [T, d]
+    from ``inv_freq`` every step, in the activations' dtype (the torch decoder's arithmetic); with
+    ``cos_sin_cache`` a float32 [max_positions, d] table (cos | sin) is built once and the layers
+    read it by position: no per-step work."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, cos_sin_cache: bool = False) -> None:
         super().__init__()
         self.args = args
+        self.half = args.head_dim // 2
         self.register_buffer("inv_freq", rope_inv_freq(args), persistent=False)
+        cache = None
+        if cos_sin_cache:
+            cache = rope_cos_sin_cache(self.inv_freq, args.max_position_embeddings)
+        self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     def reset_inv_freq(self, device: torch.device) -> None:
         self.inv_freq = rope_inv_freq(self.args, device)
+        if self.cos_sin_cache is not None:
+            max_positions = self.args.max_position_embeddings
+            self.cos_sin_cache = rope_cos_sin_cache(self.inv_freq, max_positions)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """The positions' cos and sin [T, d] in ``dtype``, computed from ``inv_freq``."""
         freqs = positions.float().unsqueeze(-1) * self.inv_freq  # [T, d/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [T, d]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> RopeTables:
+        """The cache's two halves read at ``positions``, or (without a cache) this step's
+        per-token tables."""
+        if self.cos_sin_cache is not None:
+            cache = self.cos_sin_cache
+            return RopeTables(cache[:, : self.half], cache[:, self.half :], positions)
+        return RopeTables(*self(positions, dtype), None)
+
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, write_kv: WriteKV, attend: Attend) -> None:
+    def __init__(self, args: ModelArgs, kernels: ModelKernels = TORCH_MODEL_KERNELS) -> None:
         super().__init__()
         h, kvh, d = args.num_attention_heads, args.num_key_value_heads, args.head_dim
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, d
-        self.q_proj = nn.Linear(args.hidden_size, h * d, bias=args.attention_bias)
-        self.k_proj = nn.Linear(args.hidden_size, kvh * d, bias=args.attention_bias)
-        self.v_proj = nn.Linear(args.hidden_size, kvh * d, bias=args.attention_bias)
+        parts = {"q_proj": h * d, "k_proj": kvh * d, "v_proj": kvh * d}
+        self.qkv_proj = MergedLinear(args.hidden_size, parts, bias=args.attention_bias)
+        name_parts_in_state_dict(self, "qkv_proj")
         self.o_proj = nn.Linear(h * d, args.hidden_size, bias=args.o_proj_bias)
-        self.qk_norm = args.qk_norm
-        if self.qk_norm:  # one weight [d] shared by all heads, as in Hugging Face's Qwen3
-            self.q_norm = RMSNorm(d, args.rms_norm_eps)
-            self.k_norm = RMSNorm(d, args.rms_norm_eps)
-        self.write_kv, self.attend = write_kv, attend
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if args.qk_norm:  # one weight [d] shared by all heads, as in Hugging Face's Qwen3
+            self.q_norm = RMSNorm(d, args.rms_norm_eps, kernels.rmsnorm)
+            self.k_norm = RMSNorm(d, args.rms_norm_eps, kernels.rmsnorm)
+        self.kernels = kernels
 
     def forward(
         self,
         x: torch.Tensor,  # [T, H]
-        cos: torch.Tensor,  # [T, d]
-        sin: torch.Tensor,  # [T, d]
+        rope: RopeTables,
         kv_cache: torch.Tensor | None,  # [2, num_blocks, block_size, kvh, d]
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        q, k, v = self.qkv(x, cos, sin)
-        return self.o_proj(self.attention(q, k, v, kv_cache, meta).reshape(x.shape[0], -1))
+        q, k, v = self.qkv(x, rope, kv_cache, meta.slot_mapping)
+        return self.o_proj(self.attend(q, k, v, kv_cache, meta).reshape(x.shape[0], -1))
 
     def qkv(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        rope: RopeTables,
+        kv_cache: torch.Tensor | None = None,
+        slot_mapping: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Projections, q/k norm (Qwen3) and RoPE: q [T, h, d], k and v [T, kvh, d]."""
-        T = x.shape[0]
-        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)  # [T, h, d]
-        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
-        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [T, 1, d]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        """The QKV GEMM, then q/k norm (Qwen3) + RoPE: q [T, h, d], k and v [T, kvh, d] (views
+        of the GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
+        ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two)."""
+        T, d = x.shape[0], self.head_dim
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
+        args = (q, k, *rope)
+        if self.q_norm is not None and self.k_norm is not None:
+            args += (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+        if kv_cache is not None and self.kernels.rope_writes_kv:
+            q, k = self.kernels.qk_norm_rope(
+                *args, v=v, kv_cache=kv_cache, slot_mapping=slot_mapping
+            )
+            return q, k, v
+        q, k = self.kernels.qk_norm_rope(*args)
+        if kv_cache is not None:
+            self.kernels.write_kv(k, v, kv_cache, slot_mapping)
         return q, k, v
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Paged attention over the cache, this step's k and v already in it: [T, h, d]."""
+        return self.kernels.attend(q, k, v, kv_cache, meta, scale=self.head_dim**-0.5)
 
     def attention(
         self,
@@ -121,46 +190,64 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """The KV-cache write and paged attention: the part PIECEWISE graphs leave eager."""
         if kv_cache is not None:
-            self.write_kv(k, v, kv_cache, meta.slot_mapping)
-        return self.attend(q, k, v, kv_cache, meta, scale=self.head_dim**-0.5)  # [T, h, d]
+            self.kernels.write_kv(k, v, kv_cache, meta.slot_mapping)
+        return self.attend(q, k, v, kv_cache, meta)
 
 
 class MLP(nn.Module):
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, kernels: ModelKernels = TORCH_MODEL_KERNELS) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        inter = args.intermediate_size
+        parts = {"gate_proj": inter, "up_proj": inter}
+        self.gate_up_proj = MergedLinear(args.hidden_size, parts, bias=False)
+        name_parts_in_state_dict(self, "gate_up_proj")
+        self.down_proj = nn.Linear(inter, args.hidden_size, bias=False)
+        self.kernels = kernels
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """residual + down(silu(gate(x)) * up(x)); the Triton path adds into ``residual``."""
+        h = self.kernels.silu_and_mul(self.gate_up_proj(x))  # [T, I]
+        return self.kernels.add_linear(residual, h, self.down_proj.weight, None)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs, write_kv: WriteKV, attend: Attend) -> None:
+    def __init__(self, args: ModelArgs, kernels: ModelKernels = TORCH_MODEL_KERNELS) -> None:
         super().__init__()
-        self.self_attn = Attention(args, write_kv, attend)
-        self.mlp = MLP(args)
-        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = Attention(args, kernels)
+        self.mlp = MLP(args, kernels)
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, kernels.rmsnorm)
+        self.post_attention_layernorm = RMSNorm(
+            args.hidden_size, args.rms_norm_eps, kernels.rmsnorm
+        )
+        self.kernels = kernels
 
     def forward(
         self,
         x: torch.Tensor,  # [T, H]
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: RopeTables,
         kv_cache: torch.Tensor | None,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        attn = self.self_attn.attention(*self.pre_attention(x, cos, sin), kv_cache, meta)
-        return self.post_attention(x, attn)
+        """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
+        bundle fuses it."""
+        q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
+        return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))
 
     def pre_attention(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self,
+        x: torch.Tensor,
+        rope: RopeTables,
+        kv_cache: torch.Tensor | None = None,
+        slot_mapping: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.self_attn.qkv(self.input_layernorm(x), cos, sin)
+        """RMSNorm, QKV, QK-norm + RoPE; with ``kv_cache`` also the KV write (then only
+        ``self_attn.attend`` is left before ``post_attention``, else ``self_attn.attention``)."""
+        return self.self_attn.qkv(self.input_layernorm(x), rope, kv_cache, slot_mapping)
 
     def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]."""
-        x = x + self.self_attn.o_proj(attn.reshape(x.shape[0], -1))
-        return x + self.mlp(self.post_attention_layernorm(x))  # [T, H]
+        """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
+        path updates ``x`` in place (and returns it)."""
+        o = self.self_attn.o_proj(attn.reshape(x.shape[0], -1))
+        norm = self.post_attention_layernorm
+        h, x = self.kernels.fused_add_rmsnorm(o, x, norm.weight, norm.eps)
+        return self.mlp(h, x)  # [T, H]

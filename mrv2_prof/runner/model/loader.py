@@ -4,7 +4,9 @@ Corresponds to MRV2's model loading step. The model is built on the ``meta`` dev
 is spent on weights that are overwritten. A preset's weights are then allocated on the target
 device in the target dtype and drawn there (no host copy, no float32 copy); checkpoint tensors
 are read straight onto the device and assigned by name. Only local directories are read: there
-are no hub downloads.
+are no hub downloads. The per-layer ops are a ``ModelKernels`` bundle (torch references or fused
+Triton kernels); the merged QKV and gate/up weights are concatenated from the checkpoint's
+tensors as they are loaded (``merged_linear.py``).
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ from safetensors import safe_open
 
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, token_ids
-from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
-from mrv2_prof.runner.model.layers import Attend, WriteKV
+from mrv2_prof.runner.model.model_kernels import (
+    TORCH_MODEL_KERNELS,
+    Attend,
+    ModelKernels,
+    WriteKV,
+    model_kernels_for,
+)
 from mrv2_prof.runner.model.presets import PRESETS
 
 __all__ = ["CheckpointError", "load_model", "load_preset", "load_hf_checkpoint"]
@@ -34,14 +41,20 @@ def load_model(
     device: torch.device,
     dtype: torch.dtype,
     *,
-    write_kv: WriteKV = write_kv_ref,
-    attend: Attend = paged_attention_ref,
+    kernels: ModelKernels | None = None,
+    write_kv: WriteKV | None = None,
+    attend: Attend | None = None,
 ) -> tuple[LlamaForCausalLM, ModelArgs]:
-    """The model described by ``spec`` on ``device`` in ``dtype``, in eval mode."""
+    """The model described by ``spec`` on ``device`` in ``dtype``, in eval mode.
+
+    ``kernels`` is the per-layer op bundle (by default the one of ``attend``'s family: the fused
+    Triton ops go with the Triton attention); ``write_kv``/``attend`` replace its attention ops.
+    """
+    kernels = (kernels or model_kernels_for(attend)).with_attention(write_kv, attend)
     if spec.preset is not None:
-        model = load_preset(spec.preset, spec.seed, device, dtype, write_kv=write_kv, attend=attend)
+        model = load_preset(spec.preset, spec.seed, device, dtype, kernels=kernels)
     else:
-        model = load_hf_checkpoint(spec.path, device, dtype, write_kv=write_kv, attend=attend)
+        model = load_hf_checkpoint(spec.path, device, dtype, kernels=kernels)
     return model.eval().requires_grad_(False), model.args
 
 
@@ -65,14 +78,13 @@ def load_preset(
     device: torch.device,
     dtype: torch.dtype,
     *,
-    write_kv: WriteKV = write_kv_ref,
-    attend: Attend = paged_attention_ref,
+    kernels: ModelKernels = TORCH_MODEL_KERNELS,
 ) -> LlamaForCausalLM:
     """A preset architecture with weights drawn deterministically from ``seed`` on ``device``."""
     if name not in PRESETS:
         raise ConfigError(f"model.preset: {name!r} is not one of {sorted(PRESETS)}")
     with torch.device("meta"):
-        model = LlamaForCausalLM(PRESETS[name], write_kv, attend)
+        model = LlamaForCausalLM(PRESETS[name], kernels)
     model = model.to(dtype).to_empty(device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
@@ -92,8 +104,7 @@ def load_hf_checkpoint(
     device: torch.device,
     dtype: torch.dtype,
     *,
-    write_kv: WriteKV = write_kv_ref,
-    attend: Attend = paged_attention_ref,
+    kernels: ModelKernels = TORCH_MODEL_KERNELS,
 ) -> LlamaForCausalLM:
     """A Llama/Qwen2/Qwen3 model from ``config.json`` and every ``*.safetensors`` file in
     ``path``, read onto ``device``."""
@@ -105,7 +116,7 @@ def load_hf_checkpoint(
     if not files:
         raise CheckpointError(f"{directory}: no *.safetensors files")
     with torch.device("meta"):
-        model = LlamaForCausalLM(args, write_kv, attend)
+        model = LlamaForCausalLM(args, kernels)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     state = _read_tensors(directory, files, expected, dtype, device)
     model.load_state_dict(state, strict=True, assign=True)

@@ -4,14 +4,18 @@
 * PIECEWISE (``PiecewiseBody``): the model cut at its attention calls. Segment 0 embeds the
   tokens and runs layer 0 up to its q/k/v; segment i runs layer i-1's output projection and MLP
   and layer i up to its q/k/v; the last segment runs the last layer's rest and the final norm.
-  Each segment is one graph; layer i's KV write and paged attention run eagerly between segments
-  i and i+1, with the batch's real metadata. The residual stream, the RoPE cos/sin, q/k/v and
-  the attention output cross from one segment to the next in static buffers owned here, since
-  their shapes follow the layer interface.
+  Each segment is one graph; layer i's paged attention runs eagerly between segments i and i+1,
+  with the batch's real metadata. Given the static ``slot_mapping`` buffer and a model whose
+  RoPE kernel writes the KV cache (the Triton ops), each segment also writes its layer's k/v
+  into the cache, so only the attention is left eager; otherwise the KV write runs eagerly
+  before it. The residual stream, q/k/v and the attention output cross from one segment to the
+  next in static buffers owned here (their shapes follow the layer interface), and so do the
+  RoPE cos/sin when the model computes them per step; RoPE tables read by position need no
+  copy (the positions are a static buffer already).
 
 This module is the one place to change when the model's layer interface (``embed``,
-``pre_attention``, ``self_attn.attention``, ``post_attention``, ``norm``) changes;
-``cudagraph_runner.py`` only captures and replays what it is given.
+``pre_attention``, ``self_attn.attend`` / ``self_attn.attention``, ``post_attention``, ``norm``)
+changes; ``cudagraph_runner.py`` only captures and replays what it is given.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.layers import RopeTables
 
 
 def full_body(
@@ -40,9 +45,20 @@ def full_body(
 class PiecewiseBody:
     """The PIECEWISE segments of one model and KV cache, and the eager attention between them."""
 
-    def __init__(self, model, kv_caches: list[torch.Tensor], max_tokens: int) -> None:
-        """``max_tokens``: the largest piecewise capture size (0: no piecewise graphs)."""
+    def __init__(
+        self,
+        model,
+        kv_caches: list[torch.Tensor],
+        max_tokens: int,
+        slot_mapping: torch.Tensor | None = None,
+    ) -> None:
+        """``max_tokens``: the largest piecewise capture size (0: no piecewise graphs).
+        ``slot_mapping``: the static [max_tokens] slot buffer, for the KV write in the segments
+        (slots < 0 are not written); None keeps the KV write eager."""
         self.model, self.kv_caches = model, kv_caches
+        self.slot_mapping = slot_mapping
+        self.kv_in_segments = slot_mapping is not None and model.kernels.rope_writes_kv
+        self._rope: dict[int, RopeTables] = {}  # per capture size: what the later segments read
         args = model.args
         dev, dtype = kv_caches[0].device, model.model.embed_tokens.weight.dtype
         h, kvh, d = args.num_attention_heads, args.num_key_value_heads, args.head_dim
@@ -67,18 +83,26 @@ class PiecewiseBody:
         m = self.model
         layers = m.model.layers
 
+        def kv(i: int) -> tuple:
+            if not self.kv_in_segments:
+                return ()
+            return self.kv_caches[i], self.slot_mapping[:size]
+
         def first() -> None:
-            x, cos, sin = m.embed(input_ids[:size], positions[:size])
+            x, rope = m.embed(input_ids[:size], positions[:size])
             self.x[:size].copy_(x)
-            self.cos[:size].copy_(cos)
-            self.sin[:size].copy_(sin)
-            self._store_qkv(size, layers[0].pre_attention(x, cos, sin))
+            if rope.positions is None:  # per-token cos/sin: kept for the later segments
+                self.cos[:size].copy_(rope.cos)
+                self.sin[:size].copy_(rope.sin)
+                rope = RopeTables(self.cos[:size], self.sin[:size], None)
+            self._rope[size] = rope
+            self._store_qkv(size, layers[0].pre_attention(x, rope, *kv(0)))
 
         def middle(i: int) -> Callable[[], None]:
             def run() -> None:
                 x = layers[i - 1].post_attention(self.x[:size], self.attn[:size])
                 self.x[:size].copy_(x)
-                self._store_qkv(size, layers[i].pre_attention(x, self.cos[:size], self.sin[:size]))
+                self._store_qkv(size, layers[i].pre_attention(x, self._rope[size], *kv(i)))
 
             return run
 
@@ -95,13 +119,13 @@ class PiecewiseBody:
     def run(
         self, replays: Sequence[Callable[[], None]], num_tokens: int, meta: AttentionMetadata
     ) -> torch.Tensor:
-        """Hidden states [T, H]: each segment's replay, then that layer's attention, eagerly."""
+        """Hidden states [T, H]: each segment's replay, then that layer's attention (and KV
+        write, unless the segments do it), eagerly."""
         t = num_tokens
         for i, layer in enumerate(self.model.model.layers):
             replays[i]()
-            attn = layer.self_attn.attention(
-                self.q[:t], self.k[:t], self.v[:t], self.kv_caches[i], meta
-            )
+            attend = layer.self_attn.attend if self.kv_in_segments else layer.self_attn.attention
+            attn = attend(self.q[:t], self.k[:t], self.v[:t], self.kv_caches[i], meta)
             self.attn[:t].copy_(attn)
         replays[-1]()
         return self.hidden[:t]

@@ -7,7 +7,8 @@ first. Each body runs once outside the graph before its capture (cuBLAS workspac
 autotuning). What the graphs run, the model calls, comes from ``cudagraph_bodies.py``.
 
 A FULL replay pads the batch up to the capture size: padding rows get KV slot -1 (the KV write
-skips them) and a one-token context in block 0.
+skips them) and a one-token context in block 0. A PIECEWISE replay whose segments write the KV
+cache pads the slots with -1 the same way.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class GraphRunner(GraphBackend):
         self.logits = torch.zeros(
             (nf if plan.full_sizes else 0, model.args.vocab_size), dtype=torch.float32, device=dev
         )
-        self.piecewise = PiecewiseBody(model, kv_caches, n if plan.piecewise_sizes else 0)
+        self.piecewise = PiecewiseBody(
+            model, kv_caches, n if plan.piecewise_sizes else 0, self.slot_mapping
+        )
         self.full_graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.piece_graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
 
@@ -106,6 +109,7 @@ class GraphRunner(GraphBackend):
         self.full_graphs[size] = _capture(body, pool)
 
     def capture_piecewise(self, size: int, pool) -> None:
+        self.slot_mapping[:size].fill_(-1)  # capture writes nothing to the KV cache
         segments = self.piecewise.segments(self.input_ids, self.positions, size)
         self.piece_graphs[size] = [_capture(segment, pool) for segment in segments]
 
@@ -129,5 +133,9 @@ class GraphRunner(GraphBackend):
         t = batch.num_tokens
         self.input_ids[:t].copy_(batch.input_ids)
         self.positions[:t].copy_(batch.positions)
+        if self.piecewise.kv_in_segments:  # the segments write the KV cache: padding writes none
+            self.slot_mapping[:t].copy_(batch.slot_mapping)
+            if size > t:
+                self.slot_mapping[t:size].fill_(-1)
         replays = [graph.replay for graph in self.piece_graphs[size]]
         return self.piecewise.run(replays, t, meta)

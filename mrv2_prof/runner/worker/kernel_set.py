@@ -1,10 +1,10 @@
 """Which implementation of each per-step op the runner uses: Triton kernels or torch references.
 
-``runner.kernels: triton`` selects the Triton kernels (input prep, staged-write apply, KV write and
-paged attention, the Gumbel sampler) on a CUDA device; ``torch`` selects the references, which are
-also the CPU path and the oracles the kernels are tested against. When Triton was asked for but
-cannot be used (no CUDA device, triton not importable) the reason is returned so the runner can
-record it, or refuse it under ``strict``.
+``runner.kernels: triton`` selects the Triton kernels (input prep, staged-write apply, the
+model's fused per-layer ops with the KV write and paged attention, the Gumbel sampler) on a CUDA
+device; ``torch`` selects the references, which are also the CPU path and the oracles the kernels
+are tested against. When Triton was asked for but cannot be used (no CUDA device, triton not
+importable) the reason is returned so the runner can record it, or refuse it under ``strict``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKernels
 from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
 from mrv2_prof.runner.worker.sampler import sample
 from mrv2_prof.runner.worker.staged_write import ApplyFn, apply_packed_writes_ref
@@ -23,18 +23,23 @@ class KernelSet:
     name: str  # "triton" | "torch"
     prepare_inputs: Callable
     apply_writes: ApplyFn
-    write_kv: Callable
-    attend: Callable
+    model: ModelKernels  # the decoder's per-layer ops, attention included
     sample: Callable
 
+    @property
+    def write_kv(self) -> Callable:
+        return self.model.write_kv
 
-TORCH = KernelSet(
-    "torch", prepare_inputs_ref, apply_packed_writes_ref, write_kv_ref, paged_attention_ref, sample
-)
+    @property
+    def attend(self) -> Callable:
+        return self.model.attend
+
+
+TORCH = KernelSet("torch", prepare_inputs_ref, apply_packed_writes_ref, TORCH_MODEL_KERNELS, sample)
 
 
 def triton_kernels() -> KernelSet:
-    from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
+    from mrv2_prof.runner.model.model_kernels import triton_model_kernels
     from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
     from mrv2_prof.runner.worker.sampler_triton import sample_triton
     from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
@@ -43,8 +48,7 @@ def triton_kernels() -> KernelSet:
         "triton",
         prepare_inputs_triton,
         apply_packed_writes_triton,
-        write_kv_triton,
-        paged_attention_triton,
+        triton_model_kernels(),
         sample_triton,
     )
 

@@ -1,0 +1,60 @@
+"""SiLU-and-mul of the gated MLP: the Triton kernel beside its torch reference.
+
+The input is the merged gate/up projection's output [T, 2I] (gate in the first I columns, up in
+the last I); the output is ``silu(gate) * up`` [T, I]. ``silu_and_mul_ref`` is the torch
+decoder's arithmetic (``F.silu`` rounds to the io dtype, then the product rounds again); the
+kernel computes in float32 and rounds where the reference does, one program per row and block of
+``BLOCK`` columns. Any I (the last block is masked); the input may have any row stride.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.optional_triton import tl, triton
+
+BLOCK = 1024  # output columns per program
+
+
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
+    """[T, 2I] -> [T, I]: silu(x[:, :I]) * x[:, I:]."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+@triton.jit
+def _silu_and_mul_kernel(
+    x_ptr,  # [T, 2I]
+    out_ptr,  # [T, I]
+    x_stride,
+    out_stride,
+    n_cols,  # I
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
+    g = gate.to(tl.float32)
+    silu = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+    out = silu * up.to(tl.float32)
+    tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
+    """``silu_and_mul_ref`` in one launch; a new [T, I] tensor."""
+    if x.dim() != 2 or x.shape[1] % 2 or x.stride(-1) != 1:
+        raise ValueError(
+            f"silu_and_mul: expected [T, 2I] with a contiguous last dimension, got "
+            f"{tuple(x.shape)} with strides {x.stride()}"
+        )
+    num_tokens, n_cols = x.shape[0], x.shape[1] // 2
+    out = torch.empty((num_tokens, n_cols), dtype=x.dtype, device=x.device)
+    if num_tokens == 0:
+        return out
+    _silu_and_mul_kernel[(num_tokens, triton.cdiv(n_cols, BLOCK))](
+        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=BLOCK
+    )
+    return out
