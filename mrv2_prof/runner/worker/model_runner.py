@@ -71,8 +71,7 @@ class ModelRunner:
             model_spec,
             self.device,
             self.dtype,
-            write_kv=self.kernels.write_kv,
-            attend=self.kernels.attend,
+            kernels=self.kernels.model,
         )
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
