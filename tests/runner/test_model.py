@@ -441,7 +441,7 @@ def test_preset_initialises_on_the_device_in_bfloat16(name):
     assert all(p.device.type == "cuda" and p.dtype == torch.bfloat16 for p in model.parameters())
     assert sum(p.numel() for p in model.parameters()) == PRESET_PARAMS[name]
     assert peak <= weight_bytes + (64 << 20)
-    first = model.model.layers[0].mlp.up_proj.weight[:4, :8].clone()
+    first = model.model.layers[0].mlp.down_proj.weight[:4, :8].clone()
     del model
     again = load_preset(name, 0, cuda, torch.bfloat16)
-    assert torch.equal(again.model.layers[0].mlp.up_proj.weight[:4, :8], first)
+    assert torch.equal(again.model.layers[0].mlp.down_proj.weight[:4, :8], first)
