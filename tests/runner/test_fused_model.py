@@ -27,7 +27,6 @@ from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.model_kernels import (
     TORCH_MODEL_KERNELS,
-    model_kernels_for,
     triton_model_kernels,
 )
 from mrv2_prof.runner.worker.cudagraph_bodies import PiecewiseBody
@@ -140,12 +139,7 @@ def test_merged_weights_keep_hugging_face_names(make_hf_checkpoint, tmp_path):
     )
 
 
-def test_attention_family_picks_the_model_ops():
-    from mrv2_prof.runner.model.attention_triton import paged_attention_triton
-
-    assert model_kernels_for(None) is TORCH_MODEL_KERNELS
-    assert model_kernels_for(TORCH_MODEL_KERNELS.attend) is TORCH_MODEL_KERNELS
-    assert model_kernels_for(paged_attention_triton).name == "triton"
+def test_the_torch_kernel_set_carries_the_torch_model_ops():
     assert TORCH.model is TORCH_MODEL_KERNELS and TORCH.write_kv is TORCH_MODEL_KERNELS.write_kv
 
 

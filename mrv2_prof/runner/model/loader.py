@@ -27,7 +27,6 @@ from mrv2_prof.runner.model.model_kernels import (
     Attend,
     ModelKernels,
     WriteKV,
-    model_kernels_for,
 )
 from mrv2_prof.runner.model.presets import PRESETS
 
@@ -47,10 +46,10 @@ def load_model(
 ) -> tuple[LlamaForCausalLM, ModelArgs]:
     """The model described by ``spec`` on ``device`` in ``dtype``, in eval mode.
 
-    ``kernels`` is the per-layer op bundle (by default the one of ``attend``'s family: the fused
-    Triton ops go with the Triton attention); ``write_kv``/``attend`` replace its attention ops.
+    ``kernels`` is the per-layer op bundle (the torch references when not given; the runner passes
+    its kernel set's); ``write_kv``/``attend`` replace its attention ops.
     """
-    kernels = (kernels or model_kernels_for(attend)).with_attention(write_kv, attend)
+    kernels = (kernels or TORCH_MODEL_KERNELS).with_attention(write_kv, attend)
     if spec.preset is not None:
         model = load_preset(spec.preset, spec.seed, device, dtype, kernels=kernels)
     else:

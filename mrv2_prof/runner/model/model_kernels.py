@@ -109,11 +109,3 @@ def triton_model_kernels() -> ModelKernels:
         cos_sin_cache=True,
         rope_writes_kv=True,
     )
-
-
-def model_kernels_for(attend: Attend | None) -> ModelKernels:
-    """The bundle of ``attend``'s family: Triton's with the Triton attention, else torch's
-    (for callers that name only the attention ops)."""
-    if attend is not None and attend.__module__.endswith(".attention_triton"):
-        return triton_model_kernels()
-    return TORCH_MODEL_KERNELS
