@@ -310,17 +310,7 @@ MAX_KERNELS_PER_LAYER = 10
 @pytest.mark.parametrize(
     ("preset", "num_reqs"),
     [
-        *((p, n) for p in ("llama-1b", "qwen2-0.5b", "qwen3-0.6b") for n in (1, 64)),
-        pytest.param(
-            "llama-3-8b",
-            1,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="H200, 2026-12-01: cuBLAS picks split-K for two GEMMs of the 8B layer at "
-                "batch 1 and adds a reduction kernel: 11 per layer (benchmarks/RESULTS.md)",
-            ),
-        ),
-        ("llama-3-8b", 64),
+        *((p, n) for p in ("llama-1b", "qwen2-0.5b", "qwen3-0.6b", "llama-3-8b") for n in (1, 64)),
     ],
 )
 def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(preset, num_reqs):

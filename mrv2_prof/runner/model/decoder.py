@@ -75,6 +75,12 @@ class LlamaForCausalLM(nn.Module):
             return self.model.embed_tokens.weight
         return self.lm_head.weight
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, H] -> logits [N, vocab] in the weights' dtype: one GEMM. The samplers read them
+        as they are (the Triton sampler upcasts in registers, the torch one with ``.float()``),
+        which is the same float32 values as ``compute_logits`` without a [N, V] copy."""
+        return F.linear(hidden, self.lm_head_weight)  # [N, V]
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, H] -> float32 logits [N, vocab]; the matmul runs in the weights' dtype."""
-        return F.linear(hidden, self.lm_head_weight).float()  # [N, V]
+        return self.logits(hidden).float()  # [N, V]

@@ -141,7 +141,8 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         q, k, v = self.qkv(x, rope, kv_cache, meta.slot_mapping)
-        return self.o_proj(self.attend(q, k, v, kv_cache, meta).reshape(x.shape[0], -1))
+        attn = self.attend(q, k, v, kv_cache, meta).reshape(x.shape[0], -1)
+        return self.kernels.linear(attn, self.o_proj.weight, self.o_proj.bias)
 
     def qkv(
         self,
@@ -154,7 +155,8 @@ class Attention(nn.Module):
         of the GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
         ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two)."""
         T, d = x.shape[0], self.head_dim
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        qkv = self.kernels.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        q, k, v = self.qkv_proj.split(qkv)
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
         args = (q, k, *rope)
         if self.q_norm is not None and self.k_norm is not None:
@@ -206,7 +208,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x)); the Triton path adds into ``residual``."""
-        h = self.kernels.silu_and_mul(self.gate_up_proj(x))  # [T, I]
+        gate_up = self.kernels.linear(x, self.gate_up_proj.weight, None)  # [T, 2I]
+        h = self.kernels.silu_and_mul(gate_up)  # [T, I]
         return self.kernels.add_linear(residual, h, self.down_proj.weight, None)
 
 
@@ -247,7 +250,8 @@ class DecoderLayer(nn.Module):
     def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
         path updates ``x`` in place (and returns it)."""
-        o = self.self_attn.o_proj(attn.reshape(x.shape[0], -1))
+        o_proj = self.self_attn.o_proj
+        o = self.kernels.linear(attn.reshape(x.shape[0], -1), o_proj.weight, o_proj.bias)
         norm = self.post_attention_layernorm
         h, x = self.kernels.fused_add_rmsnorm(o, x, norm.weight, norm.eps)
         return self.mlp(h, x)  # [T, H]

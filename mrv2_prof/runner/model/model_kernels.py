@@ -38,17 +38,6 @@ def add_linear_ref(
     return residual + F.linear(x, weight, bias)
 
 
-def add_linear_inplace(
-    residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """residual += x @ weight.T (+ bias): one GEMM that reads the residual in its epilogue
-    (beta = 1), rounded once; returns ``residual``."""
-    residual.addmm_(x, weight.t())
-    if bias is not None:
-        residual.add_(bias)
-    return residual
-
-
 @dataclass(frozen=True)
 class ModelKernels:
     name: str  # "torch" | "triton"
@@ -59,6 +48,7 @@ class ModelKernels:
     qk_norm_rope: Callable  # (q, k, cos, sin, positions, q_weight, k_weight, eps) -> (q, k)
     silu_and_mul: Callable  # [T, 2I] -> [T, I]
     add_linear: Callable  # (residual, x, weight, bias) -> residual + x @ weight.T + bias
+    linear: Callable  # (x, weight, bias) -> x @ weight.T + bias: the QKV, o and gate/up GEMMs
     cos_sin_cache: bool  # RoPE reads a cos/sin table built once, by position (else per step)
     rope_writes_kv: bool  # qk_norm_rope(..., v=, kv_cache=, slot_mapping=) also does write_kv
 
@@ -85,6 +75,7 @@ TORCH_MODEL_KERNELS = ModelKernels(
     qk_norm_rope_ref,
     silu_and_mul_ref,
     add_linear_ref,
+    F.linear,
     cos_sin_cache=False,
     rope_writes_kv=False,
 )
@@ -94,6 +85,7 @@ def triton_model_kernels() -> ModelKernels:
     """The fused Triton bundle; raises ImportError where triton cannot be imported."""
     from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
     from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
+    from mrv2_prof.runner.model.gemv_triton import add_linear_triton, linear_triton
     from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
     from mrv2_prof.runner.model.rotary_triton import qk_norm_rope_triton
 
@@ -105,7 +97,8 @@ def triton_model_kernels() -> ModelKernels:
         fused_add_rmsnorm_triton,
         qk_norm_rope_triton,
         silu_and_mul_triton,
-        add_linear_inplace,
+        add_linear_triton,
+        linear_triton,
         cos_sin_cache=True,
         rope_writes_kv=True,
     )

@@ -34,12 +34,12 @@ def full_body(
     input_ids: torch.Tensor,  # [B] static
     positions: torch.Tensor,  # [B] static
     meta: AttentionMetadata,  # over static buffers
-    logits: torch.Tensor,  # [B, V] float32 static: written
+    logits: torch.Tensor,  # [B, V] static, the weights' dtype: written
 ) -> None:
-    """The FULL graph's work for one capture size."""
+    """The FULL graph's work for one capture size: the forward pass, then the LM head straight
+    into the static logits (one GEMM, no cast: the samplers read the weights' dtype)."""
     hidden = model(input_ids, positions, kv_caches, meta)
-    # the LM head straight into the static logits (the copy is the float32 cast)
-    logits.copy_(torch.nn.functional.linear(hidden, model.lm_head_weight))
+    torch.mm(hidden, model.lm_head_weight.t(), out=logits)
 
 
 class PiecewiseBody:

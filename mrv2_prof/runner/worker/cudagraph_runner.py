@@ -58,7 +58,9 @@ class GraphRunner(GraphBackend):
         self.query_start_loc = torch.arange(nf + 1, dtype=torch.int32, device=dev)
         self.block_table = torch.zeros((nf, max_blocks_per_req), dtype=torch.int32, device=dev)
         self.logits = torch.zeros(
-            (nf if plan.full_sizes else 0, model.args.vocab_size), dtype=torch.float32, device=dev
+            (nf if plan.full_sizes else 0, model.args.vocab_size),
+            dtype=model.lm_head_weight.dtype,
+            device=dev,
         )
         self.piecewise = PiecewiseBody(
             model, kv_caches, n if plan.piecewise_sizes else 0, self.slot_mapping

@@ -216,7 +216,7 @@ class ModelRunner:
             hidden = self.graph_runner.run_piecewise(key, batch, meta)
         else:
             hidden = self.model(batch.input_ids, batch.positions, kv_caches, meta)  # [T, H]
-        return hidden, self.model.compute_logits(hidden[batch.logits_indices])  # [B, V]
+        return hidden, self.model.logits(hidden[batch.logits_indices])  # [B, V]
 
     def _sample(self, batch: InputBatch, logits: torch.Tensor) -> tuple[SamplerOutput, int]:
         """One token per row, with the rows' sampling parameters read through ``idx_mapping``;

@@ -1,0 +1,180 @@
+"""Decode GEMV: ``x @ weight.T`` for a few rows (M <= ``GEMV_MAX_ROWS``), the Triton kernel beside
+its torch reference.
+
+At batch 1 a decode step's projections are matrix-vector products: each weight element is read
+once and used M times, so the step is a stream of the weights through HBM and only the read
+bandwidth matters. cuBLAS serves these shapes with GEMM tiles (64x8, 128x8) and, on some shapes,
+a split-K pass with a second reduction kernel. ``gemv_triton`` is one launch per projection: a
+program owns ``BLOCK_N`` output features and walks the whole reduction dimension ``K`` in
+``BLOCK_K`` steps, each loading a ``[BLOCK_N, BLOCK_K]`` tile of the weight (row-major, as
+``nn.Linear`` keeps it, so every row of the tile is one contiguous read) and the ``[M, BLOCK_K]``
+slice of the input; products accumulate in float32 and are reduced over K once at the end.
+Optional epilogues: a bias, and ``residual += x @ weight.T`` in place (the down projection adding
+into the residual stream, as ``addmm_`` does). The output is rounded once to its dtype, as cuBLAS
+rounds its float32 accumulator.
+
+``gemv_ref`` is the torch arithmetic it replaces (``F.linear``, then the residual add rounded
+once in float32), the oracle of the tests. Tiles are chosen from host ints only (``pick_tiles``),
+so the launch of a CUDA-graph key never changes; the numbers come from
+``benchmarks/gemv.py`` on the H200.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.optional_triton import tl, triton
+
+GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
+GEMV_MAX_FEATURES = 8192  # ``prefers_gemv``: wider weights stream as fast through cuBLAS
+
+
+@dataclass(frozen=True)
+class GemvTiles:
+    block_n: int  # output features per program
+    block_k: int  # reduction elements per loop step
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def pick_tiles(m: int, n: int, k: int) -> GemvTiles:
+    """Tiles for M rows against an [n, k] weight: the float32 partial products of a program
+    (``block_m * block_n * block_k``) held to 4096, and enough programs to fill the SMs."""
+    if m == 1:  # the best of a sweep on nearly every projection of three presets
+        return GemvTiles(block_n=4, block_k=1024, num_warps=4, num_stages=4)
+    block_m = triton.next_power_of_2(max(m, 1))
+    block_n = 8 if n <= 4096 else 16
+    return GemvTiles(block_n=block_n, block_k=max(4096 // (block_m * block_n), 32))
+
+
+def prefers_gemv(m: int, n: int) -> bool:
+    """Whether the kernel beats cuBLAS for M rows of an [n, *] weight (host ints only, so one
+    CUDA-graph key always takes the same path). Measured on the H200 (``benchmarks/gemv.py``):
+    at M = 1 it is 5-70 % faster on the QKV, o and down projections of llama-1b, qwen3-0.6b and
+    llama-3-8b (cuBLAS's GEMM tiles, some with a split-K reduction kernel, reach 0.3-3.6 TB/s
+    there) and level with cuBLAS on the wide gate/up and LM-head weights; at M >= 2 cuBLAS's
+    tensor-core tiles win."""
+    return m == 1 and n <= GEMV_MAX_FEATURES
+
+
+def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` for [T, K] activations: the GEMV where ``prefers_gemv``, else cuBLAS."""
+    if x.dim() == 2 and prefers_gemv(x.shape[0], weight.shape[0]) and x.stride(-1) == 1:
+        return gemv_triton(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def add_linear_triton(
+    residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``residual += x @ weight.T (+ bias)`` in place, returning ``residual``: the GEMV with the
+    residual in its epilogue where ``prefers_gemv``, else cuBLAS's ``addmm_`` (beta = 1)."""
+    if prefers_gemv(x.shape[0], weight.shape[0]) and x.stride(-1) == 1:
+        return gemv_triton(x, weight, bias, residual=residual)
+    residual.addmm_(x, weight.t())
+    if bias is not None:
+        residual.add_(bias)
+    return residual
+
+
+def gemv_ref(
+    x: torch.Tensor,  # [M, K]
+    weight: torch.Tensor,  # [N, K]
+    bias: torch.Tensor | None = None,  # [N]
+    residual: torch.Tensor | None = None,  # [M, N]: returned as residual + x @ weight.T
+) -> torch.Tensor:
+    """``x @ weight.T (+ bias)``, plus ``residual`` rounded once in float32 where given."""
+    y = F.linear(x, weight, bias)
+    if residual is None:
+        return y
+    return (residual.float() + y.float()).to(residual.dtype)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [N, K]
+    b_ptr,  # [N] or a dummy
+    out_ptr,  # [M, N]: written; or read and written (RESIDUAL)
+    N,
+    K,
+    x_stride,
+    w_stride,
+    out_stride,
+    M,
+    BLOCK_M: tl.constexpr,  # M rounded up to a power of two
+    HAS_BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,  # out += x @ w.T
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
+    col_ok = cols < N
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < M
+    w_rows = w_ptr + cols.to(tl.int64)[:, None] * w_stride  # [BLOCK_N, 1]
+    x_rows = x_ptr + rows[:, None] * x_stride  # [BLOCK_M, 1]
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + ks
+        k_ok = k < K
+        w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
+    y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    out = out_ptr + rows[:, None] * out_stride + cols[None, :]
+    ok = row_ok[:, None] & col_ok[None, :]
+    if RESIDUAL:
+        y += tl.load(out, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def gemv_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    *,
+    tiles: GemvTiles | None = None,
+) -> torch.Tensor:
+    """``gemv_ref`` in one launch. With ``residual`` the sum is written into it (in place) and it
+    is returned; otherwise a new [M, N] tensor of ``x``'s dtype."""
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"gemv: x {tuple(x.shape)} does not fit weight {tuple(weight.shape)}")
+    if x.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("gemv: x and weight need a contiguous last dimension")
+    (m, k), n = x.shape, weight.shape[0]
+    if m > GEMV_MAX_ROWS:
+        raise ValueError(f"gemv: {m} rows > GEMV_MAX_ROWS {GEMV_MAX_ROWS}; use F.linear")
+    if residual is not None and (residual.shape != (m, n) or residual.stride(-1) != 1):
+        raise ValueError(f"gemv: residual {tuple(residual.shape)} is not [{m}, {n}]")
+    out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    t = tiles or pick_tiles(m, n, k)
+    _gemv_kernel[(triton.cdiv(n, t.block_n),)](
+        x,
+        weight,
+        bias if bias is not None else weight,
+        out,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        m,
+        BLOCK_M=triton.next_power_of_2(m),
+        HAS_BIAS=bias is not None,
+        RESIDUAL=residual is not None,
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+    )
+    return out

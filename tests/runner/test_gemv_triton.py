@@ -1,0 +1,103 @@
+"""Triton decode GEMV against its torch reference (``gemv_triton.py``).
+
+Without CUDA the kernel runs on CPU tensors in Triton's interpreter; the ``gpu`` tests use the
+presets' projection shapes. The kernel accumulates in float32 in a different order from the
+reference's GEMM, so float32 is held to 1e-5 relative and the 16-bit types to two ulps of the
+rounded output.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrv2_prof.runner.model.gemv_triton import (
+    GEMV_MAX_ROWS,
+    GemvTiles,
+    gemv_ref,
+    gemv_triton,
+    pick_tiles,
+)
+
+INTERPRET = not torch.cuda.is_available()
+DEVICE = torch.device("cpu" if INTERPRET else "cuda")
+TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 1.6e-2)}
+
+
+def operands(m, n, k, dtype, *, bias=False, residual=False, seed=0, device=DEVICE):
+    gen = torch.Generator(device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device).to(dtype)
+
+    x, w = randn(m, k), randn(n, k) / k**0.5
+    return x, w, randn(n) if bias else None, randn(m, n) if residual else None
+
+
+def assert_matches(x, w, b=None, r=None, tiles=None):
+    want = gemv_ref(x, w, b, None if r is None else r.clone())
+    got = gemv_triton(x, w, b, None if r is None else r.clone(), tiles=tiles)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    atol, rtol = TOL[x.dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+# (M, N, K): one row; M not a power of two; N with a masked last block; K with a masked last
+# step; K below one step
+SHAPES = [(1, 64, 256), (3, 40, 200), (4, 24, 96), (2, 16, 7)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
+def test_matches_reference(shape, dtype):
+    assert_matches(*operands(*shape, dtype), tiles=GemvTiles(block_n=8, block_k=64))
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "residual", "both"])
+def test_epilogues(epilogue):
+    x, w, b, r = operands(
+        3, 40, 130, torch.bfloat16, bias=epilogue != "residual", residual=epilogue != "bias"
+    )
+    assert_matches(x, w, b, r, tiles=GemvTiles(block_n=16, block_k=32))
+
+
+def test_residual_is_updated_in_place_and_returned():
+    x, w, _, r = operands(2, 24, 64, torch.float32, residual=True, seed=5)
+    want = r + x @ w.T
+    got = gemv_triton(x, w, residual=r, tiles=GemvTiles(block_n=8, block_k=32))
+    assert got is r
+    torch.testing.assert_close(r, want, atol=1e-5, rtol=1e-5)
+
+
+def test_strided_rows_and_errors():
+    wide = torch.randn(3, 100, device=DEVICE)
+    x = wide[:, :64]  # rows of a wider buffer
+    w = torch.randn(16, 64, device=DEVICE)
+    assert_matches(x, w, tiles=GemvTiles(block_n=8, block_k=32))
+    assert gemv_triton(x[:0], w).shape == (0, 16)
+    with pytest.raises(ValueError, match="does not fit"):
+        gemv_triton(x, torch.randn(16, 63, device=DEVICE))
+    with pytest.raises(ValueError, match="GEMV_MAX_ROWS"):
+        gemv_triton(torch.randn(GEMV_MAX_ROWS + 1, 64, device=DEVICE), w)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemv_triton(x, torch.randn(64, 16, device=DEVICE).t())
+
+
+def test_pick_tiles_bounds_the_partial_products():
+    for m in range(1, GEMV_MAX_ROWS + 1):
+        for n in (64, 2048, 3072, 16384, 128256):
+            t = pick_tiles(m, n, 2048)
+            block_m = 1 << (m - 1).bit_length()
+            assert block_m * t.block_n * t.block_k <= 4096
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("m", [1, 2, 4])
+@pytest.mark.parametrize(
+    "n,k", [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192), (6144, 4096), (4096, 14336)]
+)
+def test_gpu_projection_shapes(m, n, k):
+    x, w, _, r = operands(m, n, k, torch.bfloat16, residual=True, seed=m)
+    assert_matches(x, w)
+    assert_matches(x, w, r=r)
