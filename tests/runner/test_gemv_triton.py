@@ -61,6 +61,36 @@ def test_epilogues(epilogue):
     assert_matches(x, w, b, r, tiles=GemvTiles(block_n=16, block_k=32))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m", [1, 3])
+def test_rmsnorm_prologue(m, dtype):
+    """RMSNorm of each row before the product: K with a masked last step (two loop passes)."""
+    x, w, b, r = operands(m, 24, 200, dtype, bias=True, residual=True, seed=7)
+    x = 4 * x + 1  # rows whose rms is far from 1
+    g = torch.rand(200, device=DEVICE).to(dtype) + 0.5
+    want = gemv_ref(x, w, b, r.clone(), norm=(g, 1e-5))
+    got = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=GemvTiles(block_n=8, block_k=64))
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    unnormed = gemv_ref(x, w, b, r.clone())
+    assert not torch.allclose(unnormed, want, atol=atol, rtol=rtol)  # the prologue matters
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_silu_mul_prologue(dtype):
+    """x is a gate/up row [2K]: silu(gate) * up, K = 150 (a masked last step)."""
+    gate_up, w, _, r = operands(2, 40, 300, dtype, residual=True, seed=11)
+    w = w[:, :150].contiguous()
+    want = gemv_ref(gate_up, w, None, r.clone(), silu_mul=True)
+    got = gemv_triton(gate_up, w, None, r.clone(), silu_mul=True, tiles=GemvTiles(8, 64))
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    with pytest.raises(ValueError, match="does not fit"):
+        gemv_triton(gate_up[:, :150], w, silu_mul=True)
+    with pytest.raises(ValueError, match="one prologue"):
+        gemv_triton(gate_up, w, silu_mul=True, norm=(torch.ones(150, device=DEVICE), 1e-5))
+
+
 def test_residual_is_updated_in_place_and_returned():
     x, w, _, r = operands(2, 24, 64, torch.float32, residual=True, seed=5)
     want = r + x @ w.T
@@ -101,3 +131,10 @@ def test_gpu_projection_shapes(m, n, k):
     x, w, _, r = operands(m, n, k, torch.bfloat16, residual=True, seed=m)
     assert_matches(x, w)
     assert_matches(x, w, r=r)
+    g = torch.rand(k, device=DEVICE).to(torch.bfloat16) + 0.5
+    want = gemv_ref(x, w, norm=(g, 1e-6))
+    torch.testing.assert_close(gemv_triton(x, w, norm=(g, 1e-6)), want, atol=2e-2, rtol=1.6e-2)
+    gate_up = torch.randn(m, 2 * k, device=DEVICE).to(torch.bfloat16)
+    want = gemv_ref(gate_up, w, residual=r.clone(), silu_mul=True)
+    got = gemv_triton(gate_up, w, residual=r.clone(), silu_mul=True)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=1.6e-2)

@@ -11,11 +11,15 @@ program owns ``BLOCK_N`` output features and walks the whole reduction dimension
 slice of the input; products accumulate in float32 and are reduced over K once at the end.
 Optional epilogues: a bias, and ``residual += x @ weight.T`` in place (the down projection adding
 into the residual stream, as ``addmm_`` does). The output is rounded once to its dtype, as cuBLAS
-rounds its float32 accumulator.
+rounds its float32 accumulator. Optional prologues, which remove the launch of the elementwise
+kernel before the GEMM at batch 1: ``norm=(weight, eps)`` applies RMSNorm to each input row
+(every program first reduces the row's squares itself: a row is a few KiB, read from L2), and
+``silu_mul=True`` reads a gate/up row [2K] and multiplies ``silu(gate) * up`` on the fly. Both
+round where their references round (``rmsnorm_ref``, ``silu_and_mul_ref``).
 
-``gemv_ref`` is the torch arithmetic it replaces (``F.linear``, then the residual add rounded
-once in float32), the oracle of the tests. Tiles are chosen from host ints only (``pick_tiles``),
-so the launch of a CUDA-graph key never changes; the numbers come from
+``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
+residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
+only (``pick_tiles``), so the launch of a CUDA-graph key never changes; the numbers come from
 ``benchmarks/gemv.py`` on the H200.
 """
 
@@ -26,10 +30,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
 
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
-GEMV_MAX_FEATURES = 8192  # ``prefers_gemv``: wider weights stream as fast through cuBLAS
+GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
+NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -51,42 +58,31 @@ def pick_tiles(m: int, n: int, k: int) -> GemvTiles:
 
 
 def prefers_gemv(m: int, n: int) -> bool:
-    """Whether the kernel beats cuBLAS for M rows of an [n, *] weight (host ints only, so one
-    CUDA-graph key always takes the same path). Measured on the H200 (``benchmarks/gemv.py``):
-    at M = 1 it is 5-70 % faster on the QKV, o and down projections of llama-1b, qwen3-0.6b and
-    llama-3-8b (cuBLAS's GEMM tiles, some with a split-K reduction kernel, reach 0.3-3.6 TB/s
-    there) and level with cuBLAS on the wide gate/up and LM-head weights; at M >= 2 cuBLAS's
+    """Whether the decode path takes the kernel for M rows of an [n, *] weight (host ints only,
+    so one CUDA-graph key always takes the same path). Measured on the H200
+    (``benchmarks/gemv.py``, tiles of ``pick_tiles``): at M = 1 it is 5-70 % faster than cuBLAS
+    on the QKV, o and down projections of llama-1b, qwen3-0.6b and llama-3-8b (cuBLAS's GEMM
+    tiles, some with a split-K reduction kernel, reach 0.3-3.6 TB/s there) and within 1-8 % of it
+    on the gate/up weights, where its RMSNorm prologue saves a launch; at M >= 2 cuBLAS's
     tensor-core tiles win."""
     return m == 1 and n <= GEMV_MAX_FEATURES
 
 
-def linear_triton(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` for [T, K] activations: the GEMV where ``prefers_gemv``, else cuBLAS."""
-    if x.dim() == 2 and prefers_gemv(x.shape[0], weight.shape[0]) and x.stride(-1) == 1:
-        return gemv_triton(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
-def add_linear_triton(
-    residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """``residual += x @ weight.T (+ bias)`` in place, returning ``residual``: the GEMV with the
-    residual in its epilogue where ``prefers_gemv``, else cuBLAS's ``addmm_`` (beta = 1)."""
-    if prefers_gemv(x.shape[0], weight.shape[0]) and x.stride(-1) == 1:
-        return gemv_triton(x, weight, bias, residual=residual)
-    residual.addmm_(x, weight.t())
-    if bias is not None:
-        residual.add_(bias)
-    return residual
-
-
 def gemv_ref(
-    x: torch.Tensor,  # [M, K]
+    x: torch.Tensor,  # [M, K], or [M, 2K] gate/up with silu_mul
     weight: torch.Tensor,  # [N, K]
     bias: torch.Tensor | None = None,  # [N]
     residual: torch.Tensor | None = None,  # [M, N]: returned as residual + x @ weight.T
+    *,
+    norm: tuple[torch.Tensor, float] | None = None,  # RMSNorm (weight [K], eps) of x first
+    silu_mul: bool = False,  # x is gate/up: silu(gate) * up first
 ) -> torch.Tensor:
-    """``x @ weight.T (+ bias)``, plus ``residual`` rounded once in float32 where given."""
+    """``x @ weight.T (+ bias)`` after the prologue, plus ``residual`` rounded once in float32
+    where given."""
+    if norm is not None:
+        x = rmsnorm_ref(x, *norm)
+    if silu_mul:
+        x = silu_and_mul_ref(x)
     y = F.linear(x, weight, bias)
     if residual is None:
         return y
@@ -98,16 +94,19 @@ def _gemv_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
     b_ptr,  # [N] or a dummy
+    norm_ptr,  # [K] RMSNorm weight (RMSNORM) or a dummy
     out_ptr,  # [M, N]: written; or read and written (RESIDUAL)
     N,
     K,
     x_stride,
     w_stride,
     out_stride,
+    eps,
     M,
     BLOCK_M: tl.constexpr,  # M rounded up to a power of two
     HAS_BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,  # out += x @ w.T
+    PROLOGUE: tl.constexpr,  # NO_PROLOGUE | RMSNORM | SILU_MUL
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
@@ -118,12 +117,31 @@ def _gemv_kernel(
     w_rows = w_ptr + cols.to(tl.int64)[:, None] * w_stride  # [BLOCK_N, 1]
     x_rows = x_ptr + rows[:, None] * x_stride  # [BLOCK_M, 1]
     ks = tl.arange(0, BLOCK_K)
+    io_dtype = x_ptr.dtype.element_ty
+    if PROLOGUE == 1:  # RMSNORM: each row's rsqrt(mean(x^2) + eps), from the whole row
+        sum_sq = tl.zeros([BLOCK_M], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + ks
+            mask = row_ok[:, None] & (k < K)[None, :]
+            xs = tl.load(x_rows + k[None, :], mask=mask, other=0.0).to(tl.float32)
+            sum_sq += tl.sum(xs * xs, axis=1)
+        rstd = tl.rsqrt(sum_sq / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + ks
         k_ok = k < K
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        x_mask = row_ok[:, None] & k_ok[None, :]
+        x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
+        if PROLOGUE == 1:  # rmsnorm_ref's roundings: the normalised row, then the weight product
+            g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
+            x = (x.to(tl.float32) * rstd[:, None]).to(io_dtype)
+            x = (g.to(tl.float32)[None, :] * x.to(tl.float32)).to(io_dtype)
+        if PROLOGUE == 2:  # silu_and_mul_ref's roundings: silu(gate), then the product
+            up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
+            g = x.to(tl.float32)
+            x = (g / (1.0 + tl.exp(-g))).to(io_dtype)
+            x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
         acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
     y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     if HAS_BIAS:
@@ -141,15 +159,20 @@ def gemv_triton(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     *,
+    norm: tuple[torch.Tensor, float] | None = None,
+    silu_mul: bool = False,
     tiles: GemvTiles | None = None,
 ) -> torch.Tensor:
     """``gemv_ref`` in one launch. With ``residual`` the sum is written into it (in place) and it
     is returned; otherwise a new [M, N] tensor of ``x``'s dtype."""
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+    if norm is not None and silu_mul:
+        raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
+    k_in = weight.shape[1] * (2 if silu_mul else 1)
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != k_in:
         raise ValueError(f"gemv: x {tuple(x.shape)} does not fit weight {tuple(weight.shape)}")
     if x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError("gemv: x and weight need a contiguous last dimension")
-    (m, k), n = x.shape, weight.shape[0]
+    m, n = x.shape[0], weight.shape[0]
     if m > GEMV_MAX_ROWS:
         raise ValueError(f"gemv: {m} rows > GEMV_MAX_ROWS {GEMV_MAX_ROWS}; use F.linear")
     if residual is not None and (residual.shape != (m, n) or residual.stride(-1) != 1):
@@ -157,21 +180,24 @@ def gemv_triton(
     out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    t = tiles or pick_tiles(m, n, k)
+    t = tiles or pick_tiles(m, n, weight.shape[1])
     _gemv_kernel[(triton.cdiv(n, t.block_n),)](
         x,
         weight,
         bias if bias is not None else weight,
+        norm[0] if norm is not None else weight,
         out,
         n,
-        k,
+        weight.shape[1],
         x.stride(0),
         weight.stride(0),
         out.stride(0),
+        float(norm[1]) if norm is not None else 0.0,
         m,
         BLOCK_M=triton.next_power_of_2(m),
         HAS_BIAS=bias is not None,
         RESIDUAL=residual is not None,
+        PROLOGUE=RMSNORM if norm is not None else SILU_MUL if silu_mul else NO_PROLOGUE,
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         num_warps=t.num_warps,

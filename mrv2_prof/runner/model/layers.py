@@ -14,6 +14,7 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mrv2_prof.runner.model.args import ModelArgs
@@ -142,7 +143,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         q, k, v = self.qkv(x, rope, kv_cache, meta.slot_mapping)
         attn = self.attend(q, k, v, kv_cache, meta).reshape(x.shape[0], -1)
-        return self.kernels.linear(attn, self.o_proj.weight, self.o_proj.bias)
+        return self.o_proj(attn)
 
     def qkv(
         self,
@@ -150,12 +151,18 @@ class Attention(nn.Module):
         rope: RopeTables,
         kv_cache: torch.Tensor | None = None,
         slot_mapping: torch.Tensor | None = None,
+        norm: RMSNorm | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The QKV GEMM, then q/k norm (Qwen3) + RoPE: q [T, h, d], k and v [T, kvh, d] (views
-        of the GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
+        """(``norm``, the layer's input norm, where given, fused with the GEMM by the bundle) the
+        QKV GEMM, then q/k norm (Qwen3) + RoPE: q [T, h, d], k and v [T, kvh, d] (views of the
+        GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
         ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two)."""
         T, d = x.shape[0], self.head_dim
-        qkv = self.kernels.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        if norm is not None:
+            qkv = self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
+        else:
+            qkv = F.linear(x, w, b)
         q, k, v = self.qkv_proj.split(qkv)
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
         args = (q, k, *rope)
@@ -208,9 +215,11 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x)); the Triton path adds into ``residual``."""
-        gate_up = self.kernels.linear(x, self.gate_up_proj.weight, None)  # [T, 2I]
-        h = self.kernels.silu_and_mul(gate_up)  # [T, I]
-        return self.kernels.add_linear(residual, h, self.down_proj.weight, None)
+        return self.down(residual, F.linear(x, self.gate_up_proj.weight))
+
+    def down(self, residual: torch.Tensor, gate_up: torch.Tensor) -> torch.Tensor:
+        """residual + down(silu(gate) * up) from the gate/up GEMM's output [T, 2I]."""
+        return self.kernels.mlp_down(residual, gate_up, self.down_proj.weight)
 
 
 class DecoderLayer(nn.Module):
@@ -245,13 +254,19 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RMSNorm, QKV, QK-norm + RoPE; with ``kv_cache`` also the KV write (then only
         ``self_attn.attend`` is left before ``post_attention``, else ``self_attn.attention``)."""
-        return self.self_attn.qkv(self.input_layernorm(x), rope, kv_cache, slot_mapping)
+        return self.self_attn.qkv(x, rope, kv_cache, slot_mapping, norm=self.input_layernorm)
 
     def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
         path updates ``x`` in place (and returns it)."""
-        o_proj = self.self_attn.o_proj
-        o = self.kernels.linear(attn.reshape(x.shape[0], -1), o_proj.weight, o_proj.bias)
-        norm = self.post_attention_layernorm
-        h, x = self.kernels.fused_add_rmsnorm(o, x, norm.weight, norm.eps)
-        return self.mlp(h, x)  # [T, H]
+        o_proj, norm = self.self_attn.o_proj, self.post_attention_layernorm
+        gate_up, x = self.kernels.add_norm_linear(
+            x,
+            attn.reshape(x.shape[0], -1),
+            o_proj.weight,
+            o_proj.bias,
+            norm.weight,
+            norm.eps,
+            self.mlp.gate_up_proj.weight,
+        )
+        return self.mlp.down(x, gate_up)  # [T, H]

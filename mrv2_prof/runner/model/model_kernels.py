@@ -1,17 +1,19 @@
 """The decoder's per-layer ops as one bundle: the torch references or the fused Triton kernels.
 
 ``runner.kernels`` picks the bundle (through the runner's ``KernelSet``); the model is built with
-it and calls nothing else per layer but its GEMMs. With the Triton bundle one decoder layer of a
-forward pass is nine launches: RMSNorm, the QKV GEMM, QK-norm + RoPE of q and k in place with the
-KV write in the same kernel, paged attention, the output GEMM, residual add + RMSNorm, the
-gate/up GEMM, SiLU-and-mul, and the down GEMM with the residual add in its epilogue
-(``add_linear_inplace``: cuBLAS's C += A @ B). Where the KV write runs on its own (the eager
-attention between PIECEWISE graph pieces) it is a tenth. The torch bundle is the reference path
-(the CPU path, the oracles of the kernels): the torch decoder's arithmetic, one op at a time,
-with new tensors.
+it and a decoder layer calls nothing else: the three projection ops (``norm_linear``: input norm
++ QKV; ``add_norm_linear``: o into the residual, post-attention norm, gate/up; ``mlp_down``:
+SiLU-and-mul, down into the residual), QK-norm + RoPE (with the KV write where the bundle fuses
+it) and attention. With the Triton bundle a decoder layer of a forward pass is nine launches
+(RMSNorm, QKV GEMM, QK-norm + RoPE + KV write, attention, o GEMM, residual add + RMSNorm, gate/up
+GEMM, SiLU-and-mul, down GEMM adding into the residual: cuBLAS's C += A @ B), and six at batch 1,
+where the projections are the decode GEMV with the elementwise ops as its prologue and epilogue
+(``projections_triton.py``). Where the KV write runs on its own (the eager attention between
+PIECEWISE graph pieces) it is one more. The torch bundle is the reference path (the CPU path,
+the oracles of the kernels): the torch decoder's arithmetic, one op at a time, with new tensors.
 
-The Triton bundle mutates the residual stream in place (``fused_add_rmsnorm`` and
-``add_linear``): a decoder layer's ``post_attention(x, attn)`` may update ``x``.
+The Triton bundle mutates the residual stream in place (``add_norm_linear`` and ``mlp_down``): a
+decoder layer's ``post_attention(x, attn)`` may update ``x``.
 """
 
 from __future__ import annotations
@@ -31,11 +33,30 @@ WriteKV = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], Non
 Attend = Callable[..., torch.Tensor]
 
 
-def add_linear_ref(
-    residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+def norm_linear_ref(
+    x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, bias
 ) -> torch.Tensor:
-    """residual + x @ weight.T (+ bias), as a new tensor."""
-    return residual + F.linear(x, weight, bias)
+    """RMSNorm of x, then ``@ weight.T (+ bias)``."""
+    return F.linear(rmsnorm_ref(x, norm_weight, eps), weight, bias)
+
+
+def add_norm_linear_ref(
+    x: torch.Tensor,
+    attn: torch.Tensor,
+    o_weight: torch.Tensor,
+    o_bias: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + attn @ o_weight.T) @ weight.T, x + attn @ o_weight.T); new tensors."""
+    h, x = fused_add_rmsnorm_ref(F.linear(attn, o_weight, o_bias), x, norm_weight, eps)
+    return F.linear(h, weight), x
+
+
+def mlp_down_ref(x: torch.Tensor, gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x + silu_and_mul(gate_up) @ weight.T, as a new tensor."""
+    return x + F.linear(silu_and_mul_ref(gate_up), weight)
 
 
 @dataclass(frozen=True)
@@ -43,12 +64,11 @@ class ModelKernels:
     name: str  # "torch" | "triton"
     write_kv: WriteKV
     attend: Attend
-    rmsnorm: Callable  # (x, weight, eps) -> out
-    fused_add_rmsnorm: Callable  # (x, residual, weight, eps) -> (normed, x + residual)
+    rmsnorm: Callable  # (x, weight, eps) -> out: the final norm, Qwen3's q/k norm modules
     qk_norm_rope: Callable  # (q, k, cos, sin, positions, q_weight, k_weight, eps) -> (q, k)
-    silu_and_mul: Callable  # [T, 2I] -> [T, I]
-    add_linear: Callable  # (residual, x, weight, bias) -> residual + x @ weight.T + bias
-    linear: Callable  # (x, weight, bias) -> x @ weight.T + bias: the QKV, o and gate/up GEMMs
+    norm_linear: Callable  # (x, norm_w, eps, w, b) -> rmsnorm(x) @ w.T + b: input norm + QKV
+    add_norm_linear: Callable  # (x, attn, o_w, o_b, norm_w, eps, w) -> (gate_up, new x)
+    mlp_down: Callable  # (x, gate_up, w) -> x + silu_and_mul(gate_up) @ w.T
     cos_sin_cache: bool  # RoPE reads a cos/sin table built once, by position (else per step)
     rope_writes_kv: bool  # qk_norm_rope(..., v=, kv_cache=, slot_mapping=) also does write_kv
 
@@ -71,11 +91,10 @@ TORCH_MODEL_KERNELS = ModelKernels(
     write_kv_ref,
     paged_attention_ref,
     rmsnorm_ref,
-    fused_add_rmsnorm_ref,
     qk_norm_rope_ref,
-    silu_and_mul_ref,
-    add_linear_ref,
-    F.linear,
+    norm_linear_ref,
+    add_norm_linear_ref,
+    mlp_down_ref,
     cos_sin_cache=False,
     rope_writes_kv=False,
 )
@@ -83,10 +102,13 @@ TORCH_MODEL_KERNELS = ModelKernels(
 
 def triton_model_kernels() -> ModelKernels:
     """The fused Triton bundle; raises ImportError where triton cannot be imported."""
-    from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
     from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
-    from mrv2_prof.runner.model.gemv_triton import add_linear_triton, linear_triton
-    from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
+    from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
+    from mrv2_prof.runner.model.projections_triton import (
+        add_norm_linear_triton,
+        mlp_down_triton,
+        norm_linear_triton,
+    )
     from mrv2_prof.runner.model.rotary_triton import qk_norm_rope_triton
 
     return ModelKernels(
@@ -94,11 +116,10 @@ def triton_model_kernels() -> ModelKernels:
         write_kv_triton,
         paged_attention_triton,
         rmsnorm_triton,
-        fused_add_rmsnorm_triton,
         qk_norm_rope_triton,
-        silu_and_mul_triton,
-        add_linear_triton,
-        linear_triton,
+        norm_linear_triton,
+        add_norm_linear_triton,
+        mlp_down_triton,
         cos_sin_cache=True,
         rope_writes_kv=True,
     )

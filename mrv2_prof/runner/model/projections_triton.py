@@ -1,0 +1,70 @@
+"""The decoder layer's projections with their neighbours, on the Triton path.
+
+A decoder layer calls three projection ops of its kernel bundle (``ModelKernels``), each a GEMM
+with the elementwise work on either side of it:
+
+* ``norm_linear``: RMSNorm, then a projection (the input norm and QKV).
+* ``add_norm_linear``: the output projection added into the residual stream, RMSNorm of the new
+  stream, then a projection (o, residual add + post-attention norm, gate/up).
+* ``mlp_down``: SiLU-and-mul, then the down projection added into the residual stream.
+
+Their torch references are in ``model_kernels.py``. Here, for a batch of one row where
+``prefers_gemv`` says so (host ints: one CUDA-graph key always takes the same path), each op is
+the decode GEMV of ``gemv_triton.py`` with its prologue and epilogue: one launch per projection,
+so a decoder layer at batch 1 is six launches (QKV with its norm, QK-norm + RoPE + KV write,
+attention, o into the residual, gate/up with its norm, down with SiLU-and-mul into the residual).
+Otherwise the ops are cuBLAS GEMMs beside the fused elementwise kernels (nine launches a layer).
+Both paths update the residual stream ``x`` in place and return it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
+from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
+from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
+
+
+def _gemv(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return x.dim() == 2 and x.stride(-1) == 1 and prefers_gemv(x.shape[0], weight.shape[0])
+
+
+def norm_linear_triton(
+    x: torch.Tensor,  # [T, K]
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    weight: torch.Tensor,  # [N, K]
+    bias: torch.Tensor | None,
+) -> torch.Tensor:  # [T, N]
+    if _gemv(x, weight):
+        return gemv_triton(x, weight, bias, norm=(norm_weight, eps))
+    return F.linear(rmsnorm_triton(x, norm_weight, eps), weight, bias)
+
+
+def add_norm_linear_triton(
+    x: torch.Tensor,  # [T, H]: the residual stream, updated in place
+    attn: torch.Tensor,  # [T, K]
+    o_weight: torch.Tensor,  # [H, K]
+    o_bias: torch.Tensor | None,
+    norm_weight: torch.Tensor,  # [H]
+    eps: float,
+    weight: torch.Tensor,  # [N, H]
+) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, N], x)
+    if _gemv(attn, o_weight) and _gemv(x, weight):
+        gemv_triton(attn, o_weight, o_bias, residual=x)
+        return gemv_triton(x, weight, None, norm=(norm_weight, eps)), x
+    o = F.linear(attn, o_weight, o_bias)
+    h, x = fused_add_rmsnorm_triton(o, x, norm_weight, eps)
+    return F.linear(h, weight), x
+
+
+def mlp_down_triton(
+    x: torch.Tensor,  # [T, H]: the residual stream, updated in place
+    gate_up: torch.Tensor,  # [T, 2I]
+    weight: torch.Tensor,  # [H, I]
+) -> torch.Tensor:  # x
+    if gate_up.dim() == 2 and gate_up.stride(-1) == 1 and prefers_gemv(x.shape[0], x.shape[1]):
+        return gemv_triton(gate_up, weight, residual=x, silu_mul=True)
+    return x.addmm_(silu_and_mul_triton(gate_up), weight.t())

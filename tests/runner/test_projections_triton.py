@@ -1,0 +1,88 @@
+"""The Triton bundle's projection ops against their torch references (``projections_triton.py``,
+``model_kernels.py``): one row takes the decode GEMV with its prologue/epilogue, three rows the
+cuBLAS GEMMs beside the fused elementwise kernels. Both paths must give the reference's values
+and update the residual stream in place.
+
+Without CUDA the kernels run in Triton's interpreter (float32 and bfloat16 held as the kernels'
+own tests hold them).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrv2_prof.runner.model.gemv_triton import prefers_gemv
+from mrv2_prof.runner.model.model_kernels import (
+    add_norm_linear_ref,
+    mlp_down_ref,
+    norm_linear_ref,
+)
+from mrv2_prof.runner.model.projections_triton import (
+    add_norm_linear_triton,
+    mlp_down_triton,
+    norm_linear_triton,
+)
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 2e-2)}
+H, INTER, QKV = 64, 96, 96  # hidden, intermediate, q+k+v features
+
+
+def tensors(m: int, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator(DEVICE).manual_seed(seed)
+
+    def randn(*shape, scale=1.0):
+        return (scale * torch.randn(*shape, generator=gen, device=DEVICE)).to(dtype)
+
+    return {
+        "x": randn(m, H, scale=3.0),
+        "attn": randn(m, H),
+        "norm": (1 + 0.3 * torch.randn(H, generator=gen, device=DEVICE)).to(dtype),
+        "w_qkv": randn(QKV, H, scale=H**-0.5),
+        "b_qkv": randn(QKV),
+        "w_o": randn(H, H, scale=H**-0.5),
+        "w_gate_up": randn(2 * INTER, H, scale=H**-0.5),
+        "gate_up": randn(m, 2 * INTER),
+        "w_down": randn(H, INTER, scale=INTER**-0.5),
+    }
+
+
+CASES = [(1, torch.float32), (1, torch.bfloat16), (3, torch.float32), (3, torch.bfloat16)]
+
+
+@pytest.mark.parametrize(("m", "dtype"), CASES, ids=lambda c: str(c))
+def test_projection_ops_match_their_references(m, dtype):
+    assert prefers_gemv(m, QKV) == (m == 1)  # both paths are covered
+    t = tensors(m, dtype, seed=m)
+    atol, rtol = TOL[dtype]
+
+    want = norm_linear_ref(t["x"], t["norm"], 1e-5, t["w_qkv"], t["b_qkv"])
+    got = norm_linear_triton(t["x"], t["norm"], 1e-5, t["w_qkv"], t["b_qkv"])
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+    args = (t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
+    want_gu, want_x = add_norm_linear_ref(t["x"], *args)
+    x = t["x"].clone()
+    got_gu, got_x = add_norm_linear_triton(x, *args)
+    assert got_x is x  # the residual stream is updated in place
+    torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_gu, want_gu, atol=atol, rtol=rtol)
+
+    want = mlp_down_ref(t["x"], t["gate_up"], t["w_down"])
+    x = t["x"].clone()
+    got = mlp_down_triton(x, t["gate_up"], t["w_down"])
+    assert got is x
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def test_the_references_are_the_unfused_decoder_arithmetic():
+    """Hand-composed: norm_linear = linear(rmsnorm(x)); mlp_down = x + linear(silu(g) * u)."""
+    t = tensors(2, torch.float32, seed=9)
+    x = t["x"]
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * t["norm"]
+    want = normed @ t["w_qkv"].T + t["b_qkv"]
+    torch.testing.assert_close(norm_linear_ref(x, t["norm"], 1e-5, t["w_qkv"], t["b_qkv"]), want)
+    gate, up = t["gate_up"].chunk(2, dim=-1)
+    want = x + (gate * torch.sigmoid(gate) * up) @ t["w_down"].T
+    torch.testing.assert_close(mlp_down_ref(x, t["gate_up"], t["w_down"]), want)
