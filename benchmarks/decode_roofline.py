@@ -42,7 +42,9 @@ from bench_io import write_results
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 SKIP_STEPS = 2  # steady steps that still overlap the last prefill
@@ -271,13 +273,14 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
         f"HBM read bandwidth (torch.sum over {gib:g} GiB bf16, best of 10): "
         f"{bandwidth / 1e9:,.0f} GB/s",
         "",
-        "| preset | batch | TPOT ms | tok/s | GB read / step | of it KV | GB/s | utilisation "
-        "| graph kernels / step | / layer | eager kernels / step |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| preset | batch 1 path | batch | TPOT ms | tok/s | GB read / step | of it KV | GB/s "
+        "| utilisation | graph kernels / step | / layer | eager kernels / step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['preset']} | {r['batch']} | {r['tpot_ms']:.3f} | {r['tok_s']:,.0f} | "
+            f"| {r['preset']} | {r.get('decode_gemv', '')} | {r['batch']} | "
+            f"{r['tpot_ms']:.3f} | {r['tok_s']:,.0f} | "
             f"{r['step_bytes'] / 1e9:.3f} | {r['kv_bytes'] / 1e9:.3f} | "
             f"{r['achieved_bytes_per_s'] / 1e9:,.0f} | {100 * r['utilisation']:.1f}% | "
             f"{r.get('graph_kernels_per_step', 0):.0f} | "
@@ -291,7 +294,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
                 f"{k['kernel'][:60]} {k['us_per_step']:.0f} µs x{k['calls_per_step']:.0f}"
                 for k in r["top_kernels"][:5]
             )
-            lines.append(f"- {r['preset']}: {top}")
+            lines.append(f"- {r['preset']} ({r.get('decode_gemv', '')}): {top}")
     return "\n".join(lines)
 
 
@@ -304,6 +307,12 @@ def main() -> None:
     ap.add_argument("--trace-steps", type=int, default=5, help="steps in the profiler window")
     ap.add_argument("--bandwidth-gib", type=float, default=4.0, help="size of the summed tensor")
     ap.add_argument("--cpu-smoke", action="store_true", help="llama-tiny on the CPU, tiny sizes")
+    ap.add_argument(
+        "--decode-gemv",
+        action="append",
+        choices=DECODE_GEMV_MODES,
+        help="batch-1 projection path(s) to compare, one engine each (default: fused)",
+    )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
     if args.cpu_smoke:
@@ -317,8 +326,11 @@ def main() -> None:
     bandwidth = read_bandwidth(int(args.bandwidth_gib * 2**30))
     print(f"HBM read bandwidth (torch.sum, best of 10): {bandwidth / 1e9:,.0f} GB/s", flush=True)
     rows = []
+    modes = args.decode_gemv or [projections_triton.DECODE_GEMV]
     for preset in presets:
-        rows += run_preset(preset, args, bandwidth)
+        for mode in modes:  # one engine each: the mode is read while its graphs are captured
+            projections_triton.DECODE_GEMV = mode
+            rows += [{**r, "decode_gemv": mode} for r in run_preset(preset, args, bandwidth)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {
         "read_bytes_per_s": bandwidth,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.gemv_triton import prefers_gemv
 from mrv2_prof.runner.model.model_kernels import (
     add_norm_linear_ref,
@@ -51,8 +52,11 @@ def tensors(m: int, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor
 CASES = [(1, torch.float32), (1, torch.bfloat16), (3, torch.float32), (3, torch.bfloat16)]
 
 
+@pytest.mark.parametrize("mode", projections_triton.DECODE_GEMV_MODES)
 @pytest.mark.parametrize(("m", "dtype"), CASES, ids=lambda c: str(c))
-def test_projection_ops_match_their_references(m, dtype):
+def test_projection_ops_match_their_references(m, dtype, mode, monkeypatch):
+    """Every batch-1 path (fused GEMV, plain GEMV, cuBLAS) gives the references' values."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", mode)
     assert prefers_gemv(m, QKV) == (m == 1)  # both paths are covered
     t = tensors(m, dtype, seed=m)
     atol, rtol = TOL[dtype]

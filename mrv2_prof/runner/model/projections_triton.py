@@ -15,6 +15,12 @@ so a decoder layer at batch 1 is six launches (QKV with its norm, QK-norm + RoPE
 attention, o into the residual, gate/up with its norm, down with SiLU-and-mul into the residual).
 Otherwise the ops are cuBLAS GEMMs beside the fused elementwise kernels (nine launches a layer).
 Both paths update the residual stream ``x`` in place and return it.
+
+``DECODE_GEMV`` selects the batch-1 path, for measuring one against another in the same process
+(``benchmarks/decode_roofline.py --decode-gemv``): ``fused`` (above), ``plain`` (the GEMV without
+prologues, only for weights of at most ``PLAIN_MAX_FEATURES`` outputs, beside the elementwise
+kernels: nine launches) or ``off`` (cuBLAS for every batch). A model reads it at each call, so it
+must be set before a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -26,9 +32,24 @@ from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
+DECODE_GEMV_MODES = ("fused", "plain", "off")
+DECODE_GEMV = "fused"
+PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 
-def _gemv(x: torch.Tensor, weight: torch.Tensor) -> bool:
+
+def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
+    """Whether this projection of ``x`` takes the GEMV (with its prologue where ``fused``)."""
+    if DECODE_GEMV == "off" or (fused and DECODE_GEMV != "fused"):
+        return False
+    if DECODE_GEMV == "plain" and weight.shape[0] > PLAIN_MAX_FEATURES:
+        return False
     return x.dim() == 2 and x.stride(-1) == 1 and prefers_gemv(x.shape[0], weight.shape[0])
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return (
+        gemv_triton(x, weight, bias) if _gemv(x, weight, fused=False) else F.linear(x, weight, bias)
+    )
 
 
 def norm_linear_triton(
@@ -40,7 +61,7 @@ def norm_linear_triton(
 ) -> torch.Tensor:  # [T, N]
     if _gemv(x, weight):
         return gemv_triton(x, weight, bias, norm=(norm_weight, eps))
-    return F.linear(rmsnorm_triton(x, norm_weight, eps), weight, bias)
+    return _linear(rmsnorm_triton(x, norm_weight, eps), weight, bias)
 
 
 def add_norm_linear_triton(
@@ -55,9 +76,9 @@ def add_norm_linear_triton(
     if _gemv(attn, o_weight) and _gemv(x, weight):
         gemv_triton(attn, o_weight, o_bias, residual=x)
         return gemv_triton(x, weight, None, norm=(norm_weight, eps)), x
-    o = F.linear(attn, o_weight, o_bias)
+    o = _linear(attn, o_weight, o_bias)
     h, x = fused_add_rmsnorm_triton(o, x, norm_weight, eps)
-    return F.linear(h, weight), x
+    return _linear(h, weight, None), x
 
 
 def mlp_down_triton(
@@ -65,6 +86,9 @@ def mlp_down_triton(
     gate_up: torch.Tensor,  # [T, 2I]
     weight: torch.Tensor,  # [H, I]
 ) -> torch.Tensor:  # x
-    if gate_up.dim() == 2 and gate_up.stride(-1) == 1 and prefers_gemv(x.shape[0], x.shape[1]):
+    if _gemv(gate_up, weight):
         return gemv_triton(gate_up, weight, residual=x, silu_mul=True)
-    return x.addmm_(silu_and_mul_triton(gate_up), weight.t())
+    h = silu_and_mul_triton(gate_up)
+    if _gemv(h, weight, fused=False):
+        return gemv_triton(h, weight, residual=x)
+    return x.addmm_(h, weight.t())
