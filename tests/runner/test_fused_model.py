@@ -22,7 +22,7 @@ from test_kernel_set import cfg
 from mrv2_prof.runner.config import ModelSpec
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import RMSNorm, kv_cache_shape
+from mrv2_prof.runner.model import RMSNorm, kv_cache_shape, projections_triton
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.model_kernels import (
@@ -313,11 +313,15 @@ MAX_KERNELS_PER_LAYER = 10
         *((p, n) for p in ("llama-1b", "qwen2-0.5b", "qwen3-0.6b", "llama-3-8b") for n in (1, 64)),
     ],
 )
-def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(preset, num_reqs):
+@pytest.mark.parametrize("decode_gemv", ["plain", "fused"])
+def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(
+    preset, num_reqs, decode_gemv, monkeypatch
+):
     """bf16, Triton ops, a uniform decode batch: each decoder layer launches at most ten kernels
-    (nine: the KV write is fused into the RoPE kernel; six at batch 1), and the captured forward
+    (nine: the KV write is fused into the RoPE kernel), and the captured forward
     (a FULL graph's model part) holds exactly the eager launches: those of every layer, the
     embedding and the final norm."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
     model, args = load_model(
         ModelSpec(preset=preset), DEVICE, torch.bfloat16, kernels=triton_model_kernels()
     )
@@ -355,7 +359,7 @@ def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(preset, num_r
     print(f"\n{preset} B={num_reqs}: {len(per_layer)} kernels per layer:", *per_layer, sep="\n  ")
     print(f"forward: {len(eager)} eager, {len(replay)} in the graph replay")
     assert len(per_layer) <= MAX_KERNELS_PER_LAYER, per_layer
-    if num_reqs == 1:  # the projections are GEMVs with the elementwise ops fused into them
+    if num_reqs == 1 and decode_gemv == "fused":  # the elementwise ops inside the GEMVs
         assert len(per_layer) == 6, per_layer
     assert len(eager) == args.num_hidden_layers * len(per_layer) + 2, eager[:24]
     assert len(replay) == len(eager), replay[:24]

@@ -25,7 +25,11 @@ from mrv2_prof.runner.worker.sampler import (
     uniform_noise,
 )
 from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, row_key, uniform
-from mrv2_prof.runner.worker.sampler_triton import sample_triton, top_k_top_p_threshold
+from mrv2_prof.runner.worker.sampler_triton import (
+    SPLIT_ARGMAX_MAX_ROWS,
+    sample_triton,
+    top_k_top_p_threshold,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 LOGPROB_ATOL = 2e-5
@@ -286,6 +290,29 @@ def test_top_k_one_and_tiny_top_p_are_greedy():
         make_meta(temperature, top_p=[1e-6] * num_rows, positions=range(num_rows)),
     ):
         assert torch.equal(check_against_reference(logits, meta).sampled_token_ids, greedy)
+
+
+@pytest.mark.parametrize("num_rows", [1, SPLIT_ARGMAX_MAX_ROWS, SPLIT_ARGMAX_MAX_ROWS + 1])
+def test_all_greedy_batches_of_a_few_rows_take_the_split_scan(num_rows, monkeypatch):
+    """A batch-1 decode step's greedy token comes from the scan (the vocabulary split over the
+    SMs), a larger all-greedy batch from one argmax; both are the first index of the maximum,
+    from bfloat16 logits with ties."""
+    import mrv2_prof.runner.worker.sampler_triton as sampler_triton
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return gumbel_argmax(*args, **kwargs)
+
+    monkeypatch.setattr(sampler_triton, "gumbel_argmax", counting)
+    rng = np.random.default_rng(8)
+    logits = torch.from_numpy(rng.integers(0, 5, (num_rows, 3000)).astype(np.float32))
+    logits = logits.to(DEVICE).to(torch.bfloat16)  # many ties of the maximum in each row
+    meta = make_meta([0.0] * num_rows, all_greedy=True, no_top_k=True, no_top_p=True)
+    out = sample_triton(logits, meta)
+    assert torch.equal(out.sampled_token_ids, logits.float().argmax(dim=-1))
+    assert len(calls) == (1 if num_rows <= SPLIT_ARGMAX_MAX_ROWS else 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -6,11 +6,12 @@ it and a decoder layer calls nothing else: the three projection ops (``norm_line
 SiLU-and-mul, down into the residual), QK-norm + RoPE (with the KV write where the bundle fuses
 it) and attention. With the Triton bundle a decoder layer of a forward pass is nine launches
 (RMSNorm, QKV GEMM, QK-norm + RoPE + KV write, attention, o GEMM, residual add + RMSNorm, gate/up
-GEMM, SiLU-and-mul, down GEMM adding into the residual: cuBLAS's C += A @ B), and six at batch 1,
-where the projections are the decode GEMV with the elementwise ops as its prologue and epilogue
-(``projections_triton.py``). Where the KV write runs on its own (the eager attention between
-PIECEWISE graph pieces) it is one more. The torch bundle is the reference path (the CPU path,
-the oracles of the kernels): the torch decoder's arithmetic, one op at a time, with new tensors.
+GEMM, SiLU-and-mul, down GEMM adding into the residual: cuBLAS's C += A @ B); at batch 1 the
+QKV, o and down projections are the decode GEMV instead (``projections_triton.py``, which also
+holds a measured six-launch variant with the elementwise ops fused into the GEMVs). Where the KV
+write runs on its own (the eager attention between PIECEWISE graph pieces) it is one more. The
+torch bundle is the reference path (the CPU path, the oracles of the kernels): the torch
+decoder's arithmetic, one op at a time, with new tensors.
 
 The Triton bundle mutates the residual stream in place (``add_norm_linear`` and ``mlp_down``): a
 decoder layer's ``post_attention(x, attn)`` may update ``x``.

@@ -8,19 +8,25 @@ with the elementwise work on either side of it:
   stream, then a projection (o, residual add + post-attention norm, gate/up).
 * ``mlp_down``: SiLU-and-mul, then the down projection added into the residual stream.
 
-Their torch references are in ``model_kernels.py``. Here, for a batch of one row where
-``prefers_gemv`` says so (host ints: one CUDA-graph key always takes the same path), each op is
-the decode GEMV of ``gemv_triton.py`` with its prologue and epilogue: one launch per projection,
-so a decoder layer at batch 1 is six launches (QKV with its norm, QK-norm + RoPE + KV write,
-attention, o into the residual, gate/up with its norm, down with SiLU-and-mul into the residual).
-Otherwise the ops are cuBLAS GEMMs beside the fused elementwise kernels (nine launches a layer).
-Both paths update the residual stream ``x`` in place and return it.
+Their torch references are in ``model_kernels.py``. For a batch of one row where
+``prefers_gemv`` says so (host ints: one CUDA-graph key always takes the same path) the
+projections take the decode GEMV of ``gemv_triton.py``; otherwise they are cuBLAS GEMMs beside the
+fused elementwise kernels (nine launches a layer). Both paths update the residual stream ``x`` in
+place and return it.
 
 ``DECODE_GEMV`` selects the batch-1 path, for measuring one against another in the same process
-(``benchmarks/decode_roofline.py --decode-gemv``): ``fused`` (above), ``plain`` (the GEMV without
-prologues, only for weights of at most ``PLAIN_MAX_FEATURES`` outputs, beside the elementwise
-kernels: nine launches) or ``off`` (cuBLAS for every batch). A model reads it at each call, so it
-must be set before a CUDA graph is captured.
+(``benchmarks/decode_roofline.py --decode-gemv``):
+
+* ``plain`` (the default): the GEMV alone, on weights of at most ``PLAIN_MAX_FEATURES`` outputs
+  (QKV, o, down with the residual add in its epilogue), beside the elementwise kernels; gate/up
+  stays on cuBLAS. Nine launches a layer, no cuBLAS split-K reduction.
+* ``fused``: every projection is the GEMV with its neighbours as prologue and epilogue (QKV with
+  the input norm, o into the residual, gate/up with the post-attention norm, down with
+  SiLU-and-mul into the residual): six launches a layer, but measured slower on the H200 (each of
+  the N / 4 programs re-reads and re-normalises the whole input row before its weight stream).
+* ``off``: cuBLAS for every batch.
+
+A model reads it at each call, so it must be set before a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
 DECODE_GEMV_MODES = ("fused", "plain", "off")
-DECODE_GEMV = "fused"
+DECODE_GEMV = "plain"  # the fastest of the three on the H200 (benchmarks/RESULTS.md)
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 
 

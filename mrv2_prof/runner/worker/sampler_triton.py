@@ -29,6 +29,8 @@ from mrv2_prof.runner.worker.sampler import (
 )
 from mrv2_prof.runner.worker.uva import take
 
+SPLIT_ARGMAX_MAX_ROWS = 4  # all-greedy batches up to this size take the split scan, not argmax
+
 
 def _check_inputs(logits: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
     if logits.dim() != 2:
@@ -63,10 +65,15 @@ def sample_triton(logits: torch.Tensor, meta: SamplingMetadata) -> SamplerOutput
     """``sampler.sample`` with one Gumbel-max launch: the same tokens, no [B, V] intermediates
     besides the top-k / top-p sort (only when the host flags allow those masks).
 
-    An all-greedy batch without logprobs is one ``argmax``: torch's reduction measured 0.03 ms
-    against the kernel's 0.07 ms at V = 128k on an H200 (benchmarks/RESULTS.md)."""
+    An all-greedy batch of more than ``SPLIT_ARGMAX_MAX_ROWS`` rows without logprobs is one
+    ``argmax``: it costs the host one launch where the scan costs two (0.03 ms against 0.07 ms of
+    launch at V = 128k on an H200, benchmarks/RESULTS.md). A batch of a few rows takes the scan,
+    which splits each row over the SMs: torch's argmax reduces a single 128k row in one block
+    (36 us of device time in a batch-1 decode step of llama-1b on the H200), which a GPU-bound
+    batch-1 step pays in full."""
     logits = _check_inputs(logits, meta)
-    if meta.all_greedy and meta.max_num_logprobs <= 0:
+    few_rows = logits.shape[0] <= SPLIT_ARGMAX_MAX_ROWS
+    if meta.all_greedy and meta.max_num_logprobs <= 0 and not few_rows:
         return SamplerOutput(logits.argmax(dim=-1), None, None)
     threshold = None
     if not meta.all_greedy and not (meta.no_top_k and meta.no_top_p):
