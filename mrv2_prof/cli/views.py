@@ -9,7 +9,9 @@ from pathlib import Path
 import typer
 
 from mrv2_prof.cli.console import fail, out
+from mrv2_prof.cli.output_file import OutputError, check_output, write_output
 from mrv2_prof.store import Store, StoreError
+from mrv2_prof.views.safe_text import plain
 
 
 def report(
@@ -63,20 +65,25 @@ def report(
                 if len(run_ids) != 1:
                     fail("--sweep takes one RUN (a run of the sweep)")
                 run_ids = sweep_members(store, run_ids[0])
-            if len(run_ids) == 1 and not sweep:
+            one = len(run_ids) == 1 and not sweep
+            default = Path(
+                f"{run_ids[0]}.report.html" if one else f"sweep-{run_ids[0]}.report.html"
+            )
+            path = output if output is not None else default
+            check_output(path, [db], "report")  # before the work of rendering
+            if one:
                 html_text = render_run_report(store, run_ids[0], detail_window=detail_window)
-                default = Path(f"{run_ids[0]}.report.html")
             else:
                 html_text = render_sweep_report(store, run_ids)
-                default = Path(f"sweep-{run_ids[0]}.report.html")
-    except StoreError as exc:
+        write_output(path, [db], "report", lambda fp: fp.write(html_text))
+    except (StoreError, OutputError) as exc:
         fail(str(exc))
-    path = output if output is not None else default
-    try:
-        path.write_text(html_text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"{path}: cannot write the report ({exc.strerror or exc})")
-    out.print(f"{path} ({format_bytes(path.stat().st_size)})", highlight=False, soft_wrap=True)
+    out.print(
+        f"{plain(path)} ({format_bytes(path.stat().st_size)})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def export(
@@ -118,23 +125,18 @@ def export(
         with Store.open(db, read_only=True) as store:
             run_id = store.resolve_run(run_ref)
             path = output if output is not None else Path(f"{run_id}.trace.json")
-            partial = path.with_name(path.name + ".partial")
-            try:
-                with partial.open("w", encoding="utf-8") as fp:
-                    result = export_trace(store, run_id, fp, window)
-                partial.replace(path)
-            finally:
-                partial.unlink(missing_ok=True)
-    except (StoreError, ExportError) as exc:
+            result = write_output(
+                path, [db], "trace", lambda fp: export_trace(store, run_id, fp, window)
+            )
+    except (StoreError, ExportError, OutputError) as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(f"{path}: cannot write the trace ({exc.strerror or exc})")
     window_text = ""
     if window is not None:
         window_text = f", steps {result.first_step}..{result.last_step}"
     out.print(
-        f"{path}: {result.num_events:,} events{window_text}, "
+        f"{plain(path)}: {result.num_events:,} events{window_text}, "
         f"{format_bytes(path.stat().st_size)} — open in https://ui.perfetto.dev",
+        markup=False,
         highlight=False,
         soft_wrap=True,
     )
