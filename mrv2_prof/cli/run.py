@@ -22,6 +22,7 @@ from mrv2_prof.scenario import (
 )
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.summary import render_comparison, render_summary
+from mrv2_prof.views.safe_text import markup_safe
 
 NSYS_SESSION_ENV = "NSYS_PROFILING_SESSION_ID"  # set in processes Nsight Systems profiles
 DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
@@ -138,7 +139,7 @@ def run(
         if outcome.exit_code == 2:
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
-            err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+            err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
         if runner.interrupted or outcome.status == "aborted":
             break
     if len(outcomes) > 1:
