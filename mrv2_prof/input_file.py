@@ -67,7 +67,7 @@ def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them."""
     st = check_regular_file(path, what)
     if st.st_size > max_bytes:
-        raise InputError(path, _too_big(what, st.st_size, max_bytes))
+        raise InputError(path, _too_big(what, f"{st.st_size:,} bytes", max_bytes))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -88,12 +88,12 @@ def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
     finally:
         os.close(fd)
     if size > max_bytes:
-        raise InputError(path, _too_big(what, size, max_bytes))
+        raise InputError(path, _too_big(what, "longer", max_bytes))
     return b"".join(chunks)
 
 
-def _too_big(what: str, size: int, max_bytes: int) -> str:
-    return f"the {what} is {size:,} bytes or more, over the limit of {max_bytes:,} bytes"
+def _too_big(what: str, size: str, max_bytes: int) -> str:
+    return f"the {what} is {size}, over the limit of {max_bytes:,} bytes"
 
 
 def decode_utf8(data: bytes, file: str | Path, what: str) -> str:
