@@ -10,6 +10,7 @@ import typer
 
 from mrv2_prof.cli.console import checked_db, fail, out
 from mrv2_prof.cli.output_file import OutputError, check_output, write_output
+from mrv2_prof.input_file import InputError, check_regular_file
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.safe_text import plain
 
@@ -190,6 +191,10 @@ def nsys_import(
 
     if not db.is_file():
         fail(f"{db}: no such run database (pass --db with a file runs wrote)")
+    try:
+        check_regular_file(report_sqlite, "capture (SQLite export)")
+    except InputError as exc:
+        fail(str(exc))
     try:
         with Store.open(db) as store:
             result = import_nsys(store, run_id, report_sqlite)

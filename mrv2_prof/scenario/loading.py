@@ -46,7 +46,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], file: str) -
         if len(item) > MAX_OVERRIDE_CHARS:
             raise ScenarioError(
                 file,
-                shown(key, 60),
+                key,
                 f"override of {len(item):,} characters, over the limit of {MAX_OVERRIDE_CHARS:,}",
             )
         if not sep or not key:

@@ -33,8 +33,8 @@ MAX_MATRIX_RUNS = 1000
 
 
 class ModelSection(Section):
-    preset: str | None = None
-    path: str | None = None
+    preset: Annotated[str, StringConstraints(max_length=100)] | None = None
+    path: Annotated[str, StringConstraints(max_length=4096)] | None = None
     dtype: Literal[DTYPE_NAMES] | None = None
     seed: Seed | None = None  # None: the scenario seed
 
@@ -73,7 +73,7 @@ class ProbesSection(Section):
 
 
 class StoreSection(Section):
-    db: str = "runs.duckdb"
+    db: Annotated[str, StringConstraints(min_length=1, max_length=4096)] = "runs.duckdb"
 
 
 class Scenario(Section):

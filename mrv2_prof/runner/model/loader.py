@@ -64,7 +64,8 @@ def model_args_for(spec: ModelSpec) -> ModelArgs:
     """The architecture ``spec`` names, read without loading weights (for checks before a run)."""
     if spec.preset is not None:
         if spec.preset not in PRESETS:
-            raise ConfigError(f"model.preset: {spec.preset!r} is not one of {sorted(PRESETS)}")
+            name = repr(spec.preset)[:60]
+            raise ConfigError(f"model.preset: {name} is not one of {sorted(PRESETS)}")
         return PRESETS[spec.preset]
     directory = Path(spec.path)
     if not directory.is_dir():
