@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from mrv2_prof.cli import app
@@ -58,7 +59,7 @@ def flow_bomb(levels: int = 9) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def trace(*lines: dict) -> str:
+def trace_text(*lines: dict) -> str:
     return "".join(json.dumps(line) + "\n" for line in lines)
 
 
@@ -103,6 +104,7 @@ def _links(d: Path) -> None:
 LOGNORMAL_INF = "{dist: lognormal, mean: 9, sigma: .inf}"
 DEEP = "[" * 30000 + "]" * 30000
 DB = "runs.duckdb"
+LINE = '{"prompt_len": 2, "max_tokens": 1}\n'
 CKPT = "name: c\nmodel: {path: {dir}/ckpt}\n" + RUNNER
 RUN = ["run", "{dir}/s.yaml", "--db", "{db}", "--headless"]
 
@@ -127,7 +129,7 @@ CASES: dict[str, Case] = {
                           ["workload.sampling.seed", "64-bit"], {"s.yaml": OK}),
     "trace-seed": Case(RUN, ["t.jsonl: line 1: seed: must be <="],
                        {"s.yaml": OK + "workload: {trace: t.jsonl}\n",
-                        "t.jsonl": trace({"prompt_len": 2, "max_tokens": 2, "seed": 2**63})}),
+                        "t.jsonl": trace_text({"prompt_len": 2, "max_tokens": 2, "seed": 2**63})}),
     # --- bounds from the model ---------------------------------------------------------------
     "logprobs-over-vocab": Case([*RUN, "--set", f"workload.sampling.logprobs={VOCAB + 1}"],
                                 ["workload.sampling.logprobs", f"vocabulary size {VOCAB}"],
@@ -136,7 +138,7 @@ CASES: dict[str, Case] = {
                        ["workload.sampling.top_k", "vocabulary"], {"s.yaml": OK}),
     "trace-prompt-logprobs": Case(RUN, ["t.jsonl: line 2: prompt_logprobs", "vocabulary"],
                                   {"s.yaml": OK + "workload: {trace: t.jsonl}\n",
-                                   "t.jsonl": trace({"prompt_len": 2, "max_tokens": 1},
+                                   "t.jsonl": trace_text({"prompt_len": 2, "max_tokens": 1},
                                                     {"prompt_len": 2, "max_tokens": 1,
                                                      "prompt_logprobs": VOCAB + 1})}),
     "max-model-len": Case([*RUN, "--set", "runner.max_model_len=8192",
@@ -175,7 +177,7 @@ CASES: dict[str, Case] = {
                           ["workload.shared_prefix.groups", "<= 1,000,000"], {"s.yaml": OK}),
     "trace-arrival": Case(RUN, ["t.jsonl: line 1: arrival_s", "86,400", "wall time"],
                           {"s.yaml": OK + "workload: {trace: t.jsonl}\n",
-                           "t.jsonl": trace({"prompt_len": 2, "max_tokens": 1,
+                           "t.jsonl": trace_text({"prompt_len": 2, "max_tokens": 1,
                                              "arrival_s": 1e12})}),
     "slow-rate": Case([*RUN, "--set", "workload.arrival={pattern: constant, rate: 1.0e-9}"],
                       ["workload.arrival.rate", "more than a day"], {"s.yaml": OK}),
@@ -215,7 +217,7 @@ CASES: dict[str, Case] = {
                        _fifo("t.jsonl")),
     "trace-utf16": Case(RUN, ["t.jsonl", "UTF-16"],
                         {"s.yaml": OK + "workload: {trace: t.jsonl}\n",
-                         "t.jsonl": trace({"prompt_len": 2, "max_tokens": 1}).encode("utf-16")}),
+                         "t.jsonl": LINE.encode("utf-16")}),
     "db-fifo": Case(["runs", "--db", "{dir}/fifo.duckdb"], ["fifo.duckdb", "regular file"],
                     setup=_fifo("fifo.duckdb")),
     "thresholds-fifo": Case(["gate", "--baseline", "aaa111", "--candidate", "aaa111", "--db",
@@ -236,7 +238,7 @@ CASES: dict[str, Case] = {
                            setup=lambda d: (d / "[/x]").mkdir(parents=True)),
     "markup-trace-id": Case(RUN, ["t.jsonl: line 2: id: duplicate id '[/x]'"],
                             {"s.yaml": OK + "workload: {trace: t.jsonl}\n",
-                             "t.jsonl": trace({"id": "[/x]", "prompt_len": 2, "max_tokens": 1},
+                             "t.jsonl": trace_text({"id": "[/x]", "prompt_len": 2, "max_tokens": 1},
                                               {"id": "[/x]", "prompt_len": 2, "max_tokens": 1})}),
     # --- output files that would destroy the database ------------------------------------------
     "report-o-db": Case(["report", "aaa111", "--db", "{db}", "-o", "{db}"],
@@ -299,7 +301,28 @@ class _UnblockFifos:
 def test_bad_input_is_one_line_exit_2_and_the_database_unchanged(
     name: str, tmp_path: Path, base_db: Path
 ) -> None:
-    case = CASES[name]
+    check_case(CASES[name], tmp_path, base_db)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a CUDA device")
+def test_cuda_requested_without_a_device(tmp_path: Path, base_db: Path) -> None:
+    case = Case([*RUN, "--set", "runner.device=cuda"], ["s.yaml: runner.device", "no CUDA"],
+                {"s.yaml": OK})  # fmt: skip
+    check_case(case, tmp_path, base_db)
+
+
+def test_a_trace_of_too_many_requests(tmp_path: Path, base_db: Path, monkeypatch) -> None:
+    from mrv2_prof.workload import trace
+
+    monkeypatch.setattr(trace, "MAX_NUM_REQUESTS", 3)
+    lines = trace_text(*[{"prompt_len": 2, "max_tokens": 1}] * 4)
+    case = Case(RUN, ["t.jsonl: line 4: more than 3 requests"],
+                {"s.yaml": OK + "workload: {trace: t.jsonl}\n", "t.jsonl": lines})  # fmt: skip
+    check_case(case, tmp_path, base_db)
+
+
+def check_case(case: Case, tmp_path: Path, base_db: Path) -> None:
+    """Run ``case`` in ``tmp_path`` (a copy of ``base_db`` as runs.duckdb) and check it."""
     db = tmp_path / "runs.duckdb"
     shutil.copyfile(base_db, db)
     for file, content in case.files.items():

@@ -27,11 +27,16 @@ _INDEX_BYTES = 4  # int32 block ids and prompt token ids of the request state
 
 def _on_gpu(config: RunnerConfig) -> bool:
     """Whether the runner will run on CUDA (``auto`` picks it when a device is visible)."""
+    from mrv2_prof.runner.config import invalid
+
     if config.device == "cpu":
         return False
     import torch
 
-    return config.device == "cuda" or torch.cuda.is_available()
+    available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
+    if config.device == "cuda" and not available:
+        raise invalid("device", "'cuda' requested but no CUDA device is available")
+    return available
 
 
 def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:
@@ -117,8 +122,8 @@ def preflight(scenario: Scenario) -> None:
     _probe_checks(scenario, config)
     spec = scenario.model_spec()
     args = model_args_for(spec)
-    on_gpu = _on_gpu(config)
     try:
+        on_gpu = _on_gpu(config)
         _model_bounds(config, args, on_gpu)
         _memory(config, args, spec.dtype or ("bfloat16" if on_gpu else "float32"), on_gpu)
     except ConfigError as exc:  # a setting of this scenario file: the error names it

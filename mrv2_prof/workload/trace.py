@@ -21,6 +21,8 @@ from mrv2_prof.scenario.workload_section import (
     LEN_REASON,
     MAX_ARRIVAL_S,
     MAX_LEN,
+    MAX_NUM_REQUESTS,
+    NUM_REQUESTS_REASON,
     over,
 )
 from mrv2_prof.views.format import format_bytes
@@ -226,6 +228,12 @@ def trace_requests(
             field = f"line {line_no}: {err.key}" if err.key else f"line {line_no}"
             raise ScenarioError(file, field, err.problem) from None
         first_line_of[req.req_id] = line_no
+        if len(reqs) == MAX_NUM_REQUESTS:
+            raise ScenarioError(
+                file,
+                f"line {line_no}",
+                f"more than {MAX_NUM_REQUESTS:,} requests ({NUM_REQUESTS_REASON})",
+            )
         reqs.append(req)
         num_tokens += len(req.prompt_token_ids)
         need = workload_bytes(len(reqs), num_tokens)
