@@ -42,12 +42,12 @@ STEP_COLUMNS = (
 def step_cells(r: StepRow) -> tuple[str, ...]:
     return (
         str(r.step),
-        r.graph_mode or NO_VALUE,
+        markup_safe(r.graph_mode or NO_VALUE),
         NO_VALUE if r.num_tokens is None else format_count(r.num_tokens),
         format_ms(r.host_ms),
         format_percent(r.overlap_frac),
         format_ms(r.bubble_ms),
-        r.bubble_kind or NO_VALUE,
+        markup_safe(r.bubble_kind or NO_VALUE),
         format_count(r.num_syncs),
     )
 
