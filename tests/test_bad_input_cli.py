@@ -365,3 +365,14 @@ def test_hostile_labels_and_errors_print_as_they_read(tmp_path: Path, base_db: P
         assert ESC not in result.output
         assert "[/x][31mred[bold]" in result.output
         assert "[/oops] [2J boom\\" in result.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_kv_cache_larger_than_the_gpu(tmp_path: Path, base_db: Path) -> None:
+    """llama-1b: 2 x 16 tokens x 8 KV heads x 64 x 2 bytes x 16 layers = 512 KiB a block, so
+    10^8 blocks are 47.7 TiB: more than any GPU has free, found from NVML before the run."""
+    case = Case([*RUN, "--set", "runner.num_kv_blocks=100000000"],
+                ["s.yaml: runner.num_kv_blocks", "47.7 TiB", "free on the GPU"],
+                {"s.yaml": "name: g\nmodel: {preset: llama-1b}\n"})  # fmt: skip
+    check_case(case, tmp_path, base_db)
