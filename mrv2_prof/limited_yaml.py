@@ -19,6 +19,7 @@ import yaml
 
 MAX_DEPTH = 64  # mappings and lists inside each other
 MAX_NODES = 100_000  # values in the document once its aliases are expanded
+_MERGE = "tag:yaml.org,2002:merge"  # `<<: *base`, a key that may repeat what it merges
 
 
 class YamlError(ValueError):
@@ -54,10 +55,10 @@ class _LimitedLoader(yaml.SafeLoader):
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int | None] = {}
             for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
                     continue  # merge keys and complex keys: PyYAML's own rules
                 key = self.construct_object(key_node, deep=True)
-                if key in seen and key_node.tag != "tag:yaml.org,2002:merge":
+                if key in seen:
                     raise YamlError(
                         f"key {key!s:.60} given twice (first on line {seen[key]})",
                         _line(key_node),

@@ -22,29 +22,25 @@ class ScenarioError(ValueError):
         super().__init__(where + self.problem)
 
 
-_REASONS = {
-    (
-        "<",
-        RUN_SEED_LIMIT,
-    ): "2^31: per-request seeds are derived as seed * 2^32 + a hash, in 64 bits",
-    ("<", SEED_LIMIT): "2^63: a seed is a signed 64-bit integer",
+_RUN_SEED_WHY = "2^31: per-request seeds are derived as seed * 2^32 + a hash, in 64 bits"
+_REASONS = {("<", RUN_SEED_LIMIT): _RUN_SEED_WHY, ("<", SEED_LIMIT): "2^63: a signed 64-bit seed"}
+_BOUNDS = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
 }
+_BOUND_KEYS = {">=": "ge", ">": "gt", "<=": "le", "<": "lt"}
 
 
 def _problem(err: dict[str, Any]) -> str:
     kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
-    bounds = {
-        "greater_than_equal": ">=",
-        "greater_than": ">",
-        "less_than_equal": "<=",
-        "less_than": "<",
-    }
-    if kind in bounds:
-        bound = ctx.get({">=": "ge", ">": "gt", "<=": "le", "<": "lt"}[bounds[kind]])
-        reason = _REASONS.get((bounds[kind], bound))
-        return f"must be {bounds[kind]} {bound}, got {shown(got)}" + (
-            f" ({reason})" if reason else ""
-        )
+    if kind in _BOUNDS:
+        op = _BOUNDS[kind]
+        bound = ctx.get(_BOUND_KEYS[op])
+        reason = _REASONS.get((op, bound))
+        why = f" ({reason})" if reason else ""
+        return f"must be {op} {bound}, got {shown(got)}{why}"
     if kind == "extra_forbidden":
         return "unknown key"
     if kind == "missing":

@@ -19,7 +19,7 @@ MAX_NUM_REQUESTS = 1_000_000
 NUM_REQUESTS_REASON = "a workload is built in memory before the run; split a longer one"
 MAX_ARRIVAL_S = 86_400.0
 ARRIVAL_REASON = "arrivals are honoured in wall time: the run would last more than a day"
-MAX_SIGMA = 10.0  # exp(10 sigma) spans over 40 orders of magnitude already
+MAX_SIGMA = 10.0
 
 
 def over(limit: float, got: float, reason: str) -> str:
