@@ -9,6 +9,7 @@ import typer
 
 from mrv2_prof.cli.console import checked_db, fail, out
 from mrv2_prof.store import StoreError
+from mrv2_prof.views.safe_text import plain
 
 
 def compare(
@@ -159,5 +160,5 @@ def gate(
     else:
         out.print(gate_table(results, base, cand, str(db), str(db_b)))
         for line, style in gate_lines(results):
-            out.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+            out.print(plain(line), style=style, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)

@@ -201,7 +201,7 @@ def nsys_import(
     except (StoreError, NsysImportError) as exc:
         fail(str(exc))
     for line in summary_lines(result):
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+        out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
 
 nsys_app = typer.Typer(no_args_is_help=True)
