@@ -164,6 +164,8 @@ class WorkloadSection(Section):
         base = (info.context or {}).get("base_dir")
         if not v.is_absolute() and base is not None:
             v = Path(base) / v
+        if not v.exists() and not v.is_symlink():
+            raise ValueError(f"trace file not found: {v}")
         try:
             check_regular_file(v, "trace file")
         except InputError as exc:
