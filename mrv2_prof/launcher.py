@@ -29,6 +29,7 @@ from mrv2_prof.job import Outcome, RunJob
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
+from mrv2_prof.views.safe_text import markup_safe
 
 _JOIN_TIMEOUT_S = 60.0
 GPU_SAMPLE_WINDOW = 240  # NVML samples the dashboard keeps for its sparklines
@@ -203,13 +204,14 @@ def run_headless(job: RunJob, console: Console) -> RunnerProcess:
 
     def started(facts: dict) -> None:
         console.print(
-            f"[bold]{facts['label']}[/] run [cyan]{facts['run_id']}[/] on {facts['device']} "
+            f"[bold]{markup_safe(facts['label'])}[/] run [cyan]{facts['run_id']}[/] "
+            f"on {markup_safe(facts['device'])} "
             f"({facts['dtype']}): "
             f"{facts['model_params'] / 1e6:.1f}M params, {facts['num_kv_blocks']} KV blocks, "
             f"start-up {facts['startup_s']:.1f} s"
         )
         for note in facts["notes"]:
-            console.print(f"  [yellow]note[/] {note}")
+            console.print(f"  [yellow]note[/] {markup_safe(note)}")
 
     runner.on_started = started
     columns = (

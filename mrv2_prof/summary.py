@@ -16,6 +16,7 @@ from rich.text import Text
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.format import format_bytes
+from mrv2_prof.views.safe_text import markup_safe, plain
 
 
 def _ms(v: float | None) -> str:
@@ -35,7 +36,7 @@ def _graphs(s: RunSummary) -> str:
     if s.graph_hit_rate > 0:
         text += " (" + ", ".join(f"{m} {n}" for m, n in s.graph_modes.items()) + ")"
     if s.graph_fallback_reason:
-        text += f"; most fallbacks: {s.graph_fallback_reason}"
+        text += f"; most fallbacks: {markup_safe(s.graph_fallback_reason)}"
     num_graphs = s.info.get("num_graphs", 0)
     if num_graphs:
         text += (
@@ -70,9 +71,9 @@ def summary_tables(s: RunSummary) -> Group:
     status = s.status if not s.error else f"{s.status} ({s.error})"
     params = info.get("model_params")
     rows = [
-        ("run", f"{s.run_id}  {s.label}"),
-        ("status", status),
-        ("device / dtype", f"{s.device} / {info.get('dtype', '?')}"),
+        ("run", markup_safe(f"{s.run_id}  {s.label}")),
+        ("status", markup_safe(status)),
+        ("device / dtype", markup_safe(f"{s.device} / {info.get('dtype', '?')}")),
         ("model", f"{params / 1e6:,.1f} M parameters" if params else "?"),
         ("KV cache", f"{info.get('num_kv_blocks', '?')} blocks"),
         (
@@ -114,7 +115,7 @@ def summary_tables(s: RunSummary) -> Group:
     lat.add_row(*_pct_row("E2E", s.e2e_ms))
     parts: list = [head, lat]
     for note in info.get("notes", []):
-        parts.append(Text.assemble(("note ", "yellow"), note))
+        parts.append(Text.assemble(("note ", "yellow"), plain(note)))
     return Group(*parts)
 
 
@@ -134,7 +135,7 @@ def render_comparison(store: Store, run_ids: list[str]) -> Table:
     t = Table(title="matrix", title_justify="left")
     t.add_column("run")
     for key in keys:
-        t.add_column(key.rsplit(".", 1)[-1], overflow="fold")
+        t.add_column(markup_safe(key.rsplit(".", 1)[-1]), overflow="fold")
     t.add_column("status", no_wrap=True)
     for col in ("tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms"):
         t.add_column(col, justify="right")
@@ -142,16 +143,16 @@ def render_comparison(store: Store, run_ids: list[str]) -> Table:
     for rid in run_ids:
         s = run_summary(store, rid)
         ratio = f"{s.staged_bytes / s.dense_bytes:.4f}" if s.dense_bytes else "-"
-        values = [json.dumps(combos[rid].get(k)).strip('"') for k in keys]
+        values = [markup_safe(json.dumps(combos[rid].get(k)).strip('"')) for k in keys]
         t.add_row(
-            s.run_id, *values, s.status, f"{s.output_tokens_per_s:,.1f}",
+            s.run_id, *values, markup_safe(s.status), f"{s.output_tokens_per_s:,.1f}",
             _ms(s.ttft_ms.p50), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99), _ms(s.e2e_ms.p50), ratio,
         )  # fmt: skip
     return t
 
 
 def render_runs(rows: list[dict], db: str) -> Table:
-    t = Table(title=f"runs in {db}", title_justify="left")
+    t = Table(title=Text(f"runs in {plain(db)}"), title_justify="left")
     for col in ("run", "label", "status", "started", "duration", "requests", "output tokens"):
         t.add_column(col, justify="right" if col in ("requests", "output tokens") else "left")
     for r in rows:
@@ -162,9 +163,10 @@ def render_runs(rows: list[dict], db: str) -> Table:
         dur = ""
         if r.get("ended_ns") and r.get("started_ns"):
             dur = f"{(r['ended_ns'] - r['started_ns']) / 1e9:,.1f} s"
-        status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+        status = markup_safe(f"{r['status']}" + (f": {r['error']}" if r.get("error") else ""))
         t.add_row(
-            r["run_id"], r["label"], status, started_s, dur, str(r.get("num_requests") or 0),
+            markup_safe(r["run_id"]), markup_safe(r["label"] or ""), status, started_s, dur,
+            str(r.get("num_requests") or 0),
             str(r.get("output_tokens") or 0),
         )  # fmt: skip
     return t

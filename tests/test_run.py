@@ -409,9 +409,9 @@ def test_second_writer_gets_a_one_line_error(tmp_path):
         holder.kill()
 
 
-def test_runner_config_errors_mark_the_run_failed_with_exit_2(tmp_path):
-    """A setting only the runner can find wrong (here: a KV cache sized from GPU memory on a
-    CPU): the run row says why, exit 2."""
+def test_runner_config_errors_are_found_before_the_run_row(tmp_path):
+    """A setting the runner used to find wrong only at start-up (here: a KV cache sized from GPU
+    memory on a CPU) is refused before a run row exists: one line, exit 2, no database."""
     db = tmp_path / "runs.duckdb"
     proc = cli(
         "run", str(QUICKSTART), "--db", str(db), "--headless",
@@ -419,8 +419,8 @@ def test_runner_config_errors_mark_the_run_failed_with_exit_2(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory" in proc.stderr
-    (status, error) = query(db, "SELECT status, error FROM runs")[0]
-    assert status == "failed" and "runner.num_kv_blocks" in error
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not db.exists()
 
 
 def test_help_explains_with_examples():

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import fail, out
+from mrv2_prof.cli.console import checked_db, fail, out
 from mrv2_prof.store import StoreError
+from mrv2_prof.views.safe_text import plain
 
 
 def compare(
@@ -16,9 +17,15 @@ def compare(
         ..., metavar="RUN_A", help="The reference run: an id, a unique prefix, or 'latest'."
     ),
     run_b: str = typer.Argument(..., metavar="RUN_B", help="The run compared against RUN_A."),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file of RUN_A (and RUN_B)."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file of RUN_A (and RUN_B)."
+    ),
     db_b: Path = typer.Option(
-        None, "--db-b", help="DuckDB file of RUN_B (default: --db).", show_default=False
+        None,
+        "--db-b",
+        callback=checked_db,
+        help="DuckDB file of RUN_B (default: --db).",
+        show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
@@ -50,9 +57,15 @@ def gate(
         ..., "--baseline", metavar="RUN", help="Baseline run: an id, a unique prefix, or 'latest'."
     ),
     candidate: str = typer.Option(..., "--candidate", metavar="RUN", help="Candidate run."),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file of both runs."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file of both runs."
+    ),
     db_b: Path = typer.Option(
-        None, "--db-b", help="DuckDB file of the candidate (default: --db).", show_default=False
+        None,
+        "--db-b",
+        callback=checked_db,
+        help="DuckDB file of the candidate (default: --db).",
+        show_default=False,
     ),
     max_regression: list[str] = typer.Option(
         [],
@@ -147,5 +160,5 @@ def gate(
     else:
         out.print(gate_table(results, base, cand, str(db), str(db_b)))
         for line, style in gate_lines(results):
-            out.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+            out.print(plain(line), style=style, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)

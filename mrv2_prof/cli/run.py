@@ -3,14 +3,14 @@ process under the live dashboard or a progress bar, and print the summaries."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from mrv2_prof.cli.console import err, fail, out
+from mrv2_prof.cli.console import checked_db, err, fail, out
+from mrv2_prof.cli.preflight import preflight
 from mrv2_prof.job import RunJob
 from mrv2_prof.scenario import (
     Scenario,
@@ -22,8 +22,8 @@ from mrv2_prof.scenario import (
 )
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.summary import render_comparison, render_summary
+from mrv2_prof.views.safe_text import markup_safe
 
-NSYS_SESSION_ENV = "NSYS_PROFILING_SESSION_ID"  # set in processes Nsight Systems profiles
 DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
 
 
@@ -40,38 +40,6 @@ def _combo(base: Scenario, scenario: Scenario) -> dict[str, Any] | None:
     return combo
 
 
-def _preflight(scenario: Scenario) -> None:
-    """Checks that need the model's shape: done before anything is written."""
-    from mrv2_prof.probes.support import cpu_probe_notes, unavailable_probe_notes
-    from mrv2_prof.runner.config import ConfigError
-    from mrv2_prof.runner.model.loader import model_args_for
-    from mrv2_prof.workload import build_workload
-
-    config = scenario.runner_config()
-    if scenario.probes.kernel_trace and os.environ.get(NSYS_SESSION_ENV):
-        raise ConfigError(
-            "probes.kernel_trace: cannot run under Nsight Systems (CUPTI takes one subscriber); "
-            "set probes.kernel_trace: false and use mrv2-prof nsys import for the kernels"
-        )
-    notes = unavailable_probe_notes(scenario.probes.model_dump())
-    if scenario.runner.strict and config.resolve_device().type != "cuda":
-        notes += cpu_probe_notes(scenario.probes.model_dump())
-    if notes and scenario.runner.strict:
-        raise ConfigError(f"{notes[0]} (strict: true)")
-    if config.strict:
-        from mrv2_prof.runner.worker.switches import check_strict
-
-        check_strict(config)
-    args = model_args_for(scenario.model_spec())
-    build_workload(
-        scenario.workload,
-        seed=scenario.seed,
-        vocab_size=args.vocab_size,
-        max_model_len=scenario.runner.max_model_len,
-        source=scenario.source,
-    )
-
-
 def run(
     scenario_file: Path = typer.Argument(
         None,
@@ -79,7 +47,7 @@ def run(
         help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
         show_default=False,
     ),
-    db: Path = typer.Option(None, "--db", help=DB_HELP, show_default=False),
+    db: Path = typer.Option(None, "--db", callback=checked_db, help=DB_HELP, show_default=False),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -116,10 +84,10 @@ def run(
             base = load_scenario(scenario_file, sets)
         runs = expand_matrix(base)
         for _, scenario in runs:
-            _preflight(scenario)
+            preflight(scenario)
     except (ScenarioError, ConfigError, CheckpointError) as exc:
         fail(str(exc))
-    db_path = db if db is not None else Path(base.store.db)
+    db_path = db if db is not None else checked_db(Path(base.store.db))
     try:
         Store.open(db_path).close()
     except StoreError as exc:
@@ -138,7 +106,7 @@ def run(
         if outcome.exit_code == 2:
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
-            err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+            err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
         if runner.interrupted or outcome.status == "aborted":
             break
     if len(outcomes) > 1:

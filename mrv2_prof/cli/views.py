@@ -8,8 +8,11 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import fail, out
+from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.output_file import OutputError, check_output, write_output
+from mrv2_prof.input_file import InputError, check_regular_file
 from mrv2_prof.store import Store, StoreError
+from mrv2_prof.views.safe_text import plain
 
 
 def report(
@@ -25,7 +28,7 @@ def report(
         help="HTML file to write (default: <run_id>.report.html, sweep-<first_id>.report.html).",
         show_default=False,
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
     sweep: bool = typer.Option(
         False, "--sweep", help="Compare every run of the sweep (matrix) that RUN belongs to."
     ),
@@ -63,20 +66,25 @@ def report(
                 if len(run_ids) != 1:
                     fail("--sweep takes one RUN (a run of the sweep)")
                 run_ids = sweep_members(store, run_ids[0])
-            if len(run_ids) == 1 and not sweep:
+            one = len(run_ids) == 1 and not sweep
+            default = Path(
+                f"{run_ids[0]}.report.html" if one else f"sweep-{run_ids[0]}.report.html"
+            )
+            path = output if output is not None else default
+            check_output(path, [db], "report")  # before the work of rendering
+            if one:
                 html_text = render_run_report(store, run_ids[0], detail_window=detail_window)
-                default = Path(f"{run_ids[0]}.report.html")
             else:
                 html_text = render_sweep_report(store, run_ids)
-                default = Path(f"sweep-{run_ids[0]}.report.html")
-    except StoreError as exc:
+        write_output(path, [db], "report", lambda fp: fp.write(html_text))
+    except (StoreError, OutputError) as exc:
         fail(str(exc))
-    path = output if output is not None else default
-    try:
-        path.write_text(html_text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"{path}: cannot write the report ({exc.strerror or exc})")
-    out.print(f"{path} ({format_bytes(path.stat().st_size)})", highlight=False, soft_wrap=True)
+    out.print(
+        f"{plain(path)} ({format_bytes(path.stat().st_size)})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def export(
@@ -98,7 +106,7 @@ def export(
         "negatives count from the end, e.g. -200: for the last 200 steps). Default: all.",
         show_default=False,
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
 ) -> None:
     """Export a run as a Chrome/Perfetto trace (JSON): CPU phases, GPU spans, counters, flows.
 
@@ -118,29 +126,26 @@ def export(
         with Store.open(db, read_only=True) as store:
             run_id = store.resolve_run(run_ref)
             path = output if output is not None else Path(f"{run_id}.trace.json")
-            partial = path.with_name(path.name + ".partial")
-            try:
-                with partial.open("w", encoding="utf-8") as fp:
-                    result = export_trace(store, run_id, fp, window)
-                partial.replace(path)
-            finally:
-                partial.unlink(missing_ok=True)
-    except (StoreError, ExportError) as exc:
+            result = write_output(
+                path, [db], "trace", lambda fp: export_trace(store, run_id, fp, window)
+            )
+    except (StoreError, ExportError, OutputError) as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(f"{path}: cannot write the trace ({exc.strerror or exc})")
     window_text = ""
     if window is not None:
         window_text = f", steps {result.first_step}..{result.last_step}"
     out.print(
-        f"{path}: {result.num_events:,} events{window_text}, "
+        f"{plain(path)}: {result.num_events:,} events{window_text}, "
         f"{format_bytes(path.stat().st_size)} — open in https://ui.perfetto.dev",
+        markup=False,
         highlight=False,
         soft_wrap=True,
     )
 
 
-def tui(db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file.")) -> None:
+def tui(
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+) -> None:
     """Browse the stored runs in a terminal UI: open a run's summary and step timeline, or
     mark two runs (c, then c on the other) to compare them side by side. ? lists the keys.
 
@@ -166,7 +171,7 @@ def nsys_import(
     report_sqlite: Path = typer.Argument(
         ..., metavar="REPORT_SQLITE", help="The capture exported to SQLite (rep.sqlite)."
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file."),
+    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
 ) -> None:
     """Store the kernels of an Nsight Systems capture of a run, by step and phase.
 
@@ -187,12 +192,16 @@ def nsys_import(
     if not db.is_file():
         fail(f"{db}: no such run database (pass --db with a file runs wrote)")
     try:
+        check_regular_file(report_sqlite, "capture (SQLite export)")
+    except InputError as exc:
+        fail(str(exc))
+    try:
         with Store.open(db) as store:
             result = import_nsys(store, run_id, report_sqlite)
     except (StoreError, NsysImportError) as exc:
         fail(str(exc))
     for line in summary_lines(result):
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+        out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
 
 nsys_app = typer.Typer(no_args_is_help=True)

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
 from mrv2_prof.store import Store
+from mrv2_prof.views.safe_text import plain
 
 BETTER, WORSE, SAME = "better", "worse", "same"
 _STYLE = {BETTER: "green", WORSE: "red", SAME: "", None: "dim"}
@@ -82,7 +83,7 @@ def run_title(tag: str, run: RunMetrics, db: str) -> str:
 
 def titles(*lines: str) -> Text:
     """Plain text for a table title (labels hold brackets that rich would read as markup)."""
-    return Text("\n".join(lines))
+    return Text("\n".join(plain(line) for line in lines))
 
 
 def compare_table(a: RunMetrics, b: RunMetrics, db_a: str, db_b: str) -> Table:

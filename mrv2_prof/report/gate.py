@@ -27,12 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof import limited_yaml
+from mrv2_prof.input_file import InputError, decode_utf8, read_bytes
 from mrv2_prof.report.compare import MetricDelta, format_pct, metric_delta, run_title, titles
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics
+from mrv2_prof.views.safe_text import shown
+
+MAX_THRESHOLDS_BYTES = 1 << 20
 
 DEFAULT_THRESHOLDS: dict[str, str] = {
     "p50_ttft": "5%",
@@ -132,20 +136,20 @@ def parse_flags(flags: Iterable[str]) -> dict[str, Threshold | None]:
 def load_thresholds(path: Path) -> dict[str, Threshold | None]:
     """A YAML file mapping metric names to thresholds, e.g. ``p99_itl: 5%``."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise GateError(f"{path}: cannot read thresholds ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
+        data_bytes = read_bytes(path, "thresholds file", MAX_THRESHOLDS_BYTES)
+    except InputError as exc:
+        raise GateError(f"{exc.file}: cannot read thresholds ({exc.problem})") from None
+    try:
+        text = decode_utf8(data_bytes, path, "thresholds file")
+    except InputError:
         raise GateError(f"{path}: not a text file; expected YAML (p99_itl: 5%)") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise GateError(f"{path}: not valid YAML{at} ({problem})") from None
+        data = limited_yaml.load(text)
+    except limited_yaml.YamlError as exc:
+        at = f" at line {exc.line}" if exc.line is not None else ""
+        raise GateError(f"{path}: not valid YAML{at} ({exc.problem})") from None
     if not isinstance(data, dict) or not data:
-        got = "an empty file" if data is None else f"{type(data).__name__} {data!r}"[:60]
+        got = "an empty file" if data is None else f"{type(data).__name__} {shown(data)}"[:60]
         raise GateError(
             f"{path}: expected a mapping of metric: threshold (e.g. p99_itl: 5%), got {got}"
         )

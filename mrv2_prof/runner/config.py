@@ -171,7 +171,9 @@ def choices_of(name: str) -> tuple[str, ...] | None:
 def _field_problem(f: Any, value: Any) -> str | None:
     choices = choices_of(f.name)
     if choices is not None:
-        return None if value in choices else f"{value!r} is not one of {', '.join(choices)}"
+        return (
+            None if value in choices else f"{repr(value)[:60]} is not one of {', '.join(choices)}"
+        )
     bounds: Bounds = f.metadata.get("bounds", Bounds())
     if value is None or not bounds.given():
         return None

@@ -10,20 +10,27 @@ from typing import Any
 
 import yaml
 
+from mrv2_prof import limited_yaml
+from mrv2_prof.input_file import InputError, MiB, read_text
 from mrv2_prof.scenario.errors import ScenarioError
 from mrv2_prof.scenario.keys import has_key, set_path
 from mrv2_prof.scenario.schema import Scenario
+from mrv2_prof.views.safe_text import shown
+
+MAX_SCENARIO_BYTES = MiB  # a scenario is a page of YAML; a bigger file is a mistake
+MAX_OVERRIDE_CHARS = 4096
+
+
+def _yaml(text: str, file: str, field: str = "") -> Any:
+    try:
+        return limited_yaml.load(text)
+    except limited_yaml.YamlError as exc:
+        where = field or (f"line {exc.line}" if exc.line is not None else "")
+        raise ScenarioError(file, where, exc.problem) from None
 
 
 def parse_yaml(text: str, file: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(
-            file, where, f"YAML syntax error: {getattr(exc, 'problem', exc)}"
-        ) from None
+    data = _yaml(text, file)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -36,14 +43,17 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], file: str) -
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
+        if len(item) > MAX_OVERRIDE_CHARS:
+            raise ScenarioError(
+                file,
+                key,
+                f"override of {len(item):,} characters, over the limit of {MAX_OVERRIDE_CHARS:,}",
+            )
         if not sep or not key:
-            raise ScenarioError(file, key, f"override {item!r} is not of the form key=value")
+            raise ScenarioError(file, key, f"override {shown(item)} is not of the form key=value")
         if not has_key(Scenario, key):
             raise ScenarioError(file, key, "unknown key (from --set)")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise ScenarioError(file, key, f"cannot parse override value {raw!r}") from exc
+        value = _yaml(raw, file, key) if raw.strip() else None
         set_path(data, key, value)
 
 
@@ -51,9 +61,9 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
     """Read, override and validate a scenario file; every failure is a ``ScenarioError``."""
     file, path = str(path), Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ScenarioError(file, "", f"cannot read scenario file: {exc.strerror or exc}") from None
+        text = read_text(path, "scenario file", MAX_SCENARIO_BYTES)
+    except InputError as exc:
+        raise ScenarioError(file, "", exc.problem) from None
     data = parse_yaml(text, file)
     apply_overrides(data, overrides, file)
     return Scenario.from_data(data, file, path.resolve().parent)

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from mrv2_prof.runner.config import FIELD_TYPES, Bounds, ConfigError, RunnerConfig
 from mrv2_prof.scenario.section import FieldError, Section
+from mrv2_prof.views.safe_text import shown
 
 _FIELDS = {
     f.name: f for f in dataclasses.fields(RunnerConfig) if f.metadata.get("in_scenario", True)
@@ -66,7 +67,7 @@ class RunnerSection(_RunnerFields):
             want = (
                 f"a list of integers {bounds.text()}" if is_list else f"an integer {bounds.text()}"
             )
-            raise ValueError(f"must be 'auto' or {want}, got {v!r}")
+            raise ValueError(f"must be 'auto' or {want}, got {shown(v)}")
         return v
 
     @model_validator(mode="after")

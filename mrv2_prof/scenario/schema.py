@@ -8,6 +8,7 @@ and ``Scenario.runner_config`` is the one bridge to it.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,15 +25,18 @@ from mrv2_prof.runner.config import DTYPE_NAMES, ModelSpec, RunnerConfig
 from mrv2_prof.scenario.errors import to_scenario_error
 from mrv2_prof.scenario.keys import has_key
 from mrv2_prof.scenario.runner_section import RunnerSection
-from mrv2_prof.scenario.section import FieldError, Section
+from mrv2_prof.scenario.section import FROM_YAML, FieldError, RunSeed, Section, Seed
 from mrv2_prof.scenario.workload_section import WorkloadSection
+
+MAX_NAME_CHARS = 200  # a label in tables and titles, not a document
+MAX_MATRIX_RUNS = 1000
 
 
 class ModelSection(Section):
-    preset: str | None = None
-    path: str | None = None
+    preset: Annotated[str, StringConstraints(max_length=100)] | None = None
+    path: Annotated[str, StringConstraints(max_length=4096)] | None = None
     dtype: Literal[DTYPE_NAMES] | None = None
-    seed: int | None = None  # None: the scenario seed
+    seed: Seed | None = None  # None: the scenario seed
 
     @model_validator(mode="before")
     @classmethod
@@ -62,16 +66,21 @@ class ProbesSection(Section):
     nvml_hz: Annotated[float, Field(ge=0)] = 10
     kernel_trace: bool = False
     # [first step, number of steps] the kernel trace covers
-    kernel_trace_steps: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = (10, 20)
+    kernel_trace_steps: Annotated[
+        tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=1, strict=True)]],
+        FROM_YAML,
+    ] = (10, 20)
 
 
 class StoreSection(Section):
-    db: str = "runs.duckdb"
+    db: Annotated[str, StringConstraints(min_length=1, max_length=4096)] = "runs.duckdb"
 
 
 class Scenario(Section):
-    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-    seed: int = 0
+    name: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_CHARS)
+    ]
+    seed: RunSeed = 0
     model: ModelSection = ModelSection()
     runner: RunnerSection = RunnerSection()
     workload: WorkloadSection = WorkloadSection()
@@ -88,6 +97,13 @@ class Scenario(Section):
                 raise FieldError(key, "unknown key")
             if not values:
                 raise FieldError(key, "needs at least one value")
+        runs = math.prod(len(values) for values in (v or {}).values())
+        if runs > MAX_MATRIX_RUNS:
+            sizes = " x ".join(str(len(values)) for values in (v or {}).values())
+            raise ValueError(
+                f"{sizes} = {runs:,} combinations, over the limit of {MAX_MATRIX_RUNS:,} "
+                "(each combination is one run)"
+            )
         return v
 
     @classmethod

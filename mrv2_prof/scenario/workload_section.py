@@ -8,7 +8,23 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mrv2_prof.scenario.section import FieldError, PosInt, Section
+from mrv2_prof.input_file import InputError, check_regular_file
+from mrv2_prof.scenario.section import FROM_YAML, FieldError, PosInt, Section, Seed
+
+DEFAULT_NUM_REQUESTS = 16  # synthetic workloads without num_requests
+# Upper bounds, each with the reason it gives when crossed.
+MAX_LEN = 10_000_000
+LEN_REASON = "lengths are cut to runner.max_model_len, and no model is that long"
+MAX_NUM_REQUESTS = 1_000_000
+NUM_REQUESTS_REASON = "a workload is built in memory before the run; split a longer one"
+MAX_ARRIVAL_S = 86_400.0
+ARRIVAL_REASON = "arrivals are honoured in wall time: the run would last more than a day"
+MAX_SIGMA = 10.0
+
+
+def over(limit: float, got: float, reason: str) -> str:
+    """The problem of a value above its upper bound, with the bound's reason."""
+    return f"must be <= {limit:,}, got {got:,} ({reason})"
 
 
 class Arrival(Section):
@@ -28,6 +44,10 @@ class _Bounded(Section):
 
     @model_validator(mode="after")
     def _order(self) -> _Bounded:
+        for name in ("min", "max"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_LEN:
+                raise FieldError(name, over(MAX_LEN, value, LEN_REASON))
         if self.max is not None and self.min > self.max:
             raise FieldError("min", f"{self.min} is greater than max {self.max}")
         return self
@@ -36,6 +56,12 @@ class _Bounded(Section):
 class FixedLen(Section):
     dist: Literal["fixed"]
     value: PosInt
+
+    @model_validator(mode="after")
+    def _bounded(self) -> FixedLen:
+        if self.value > MAX_LEN:
+            raise FieldError("value", over(MAX_LEN, self.value, LEN_REASON))
+        return self
 
 
 class UniformLen(_Bounded):
@@ -57,6 +83,13 @@ class LognormalLen(_Bounded):
     mean: Annotated[float, Field(gt=0)]
     sigma: Annotated[float, Field(ge=0)]
 
+    @model_validator(mode="after")
+    def _sigma(self) -> LognormalLen:
+        if self.sigma > MAX_SIGMA:
+            reason = "exp(10 sigma) already spans over 40 orders of magnitude"
+            raise FieldError("sigma", over(MAX_SIGMA, self.sigma, reason))
+        return self
+
 
 LengthDist = Annotated[
     Union[FixedLen, UniformLen, NormalLen, LognormalLen],  # noqa: UP007
@@ -71,12 +104,21 @@ class Sampling(Section):
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     logprobs: Annotated[int, Field(ge=0)] = 0
     prompt_logprobs: Annotated[int, Field(ge=0)] | None = None
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 class SharedPrefix(Section):
     groups: PosInt = 1
     len: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SharedPrefix:
+        if self.len > MAX_LEN:
+            raise FieldError("len", over(MAX_LEN, self.len, LEN_REASON))
+        if self.groups > MAX_NUM_REQUESTS:
+            reason = "a group is used by at least one request, and a run has at most that many"
+            raise FieldError("groups", over(MAX_NUM_REQUESTS, self.groups, reason))
+        return self
 
 
 class WorkloadSection(Section):
@@ -95,7 +137,24 @@ class WorkloadSection(Section):
     abort_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
     ignore_eos: bool = True
     as_fast_as_possible: bool = False
-    trace: Path | None = None
+    trace: Annotated[Path | None, FROM_YAML] = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> WorkloadSection:
+        n = self.num_requests
+        if n is not None and n > MAX_NUM_REQUESTS:
+            raise FieldError("num_requests", over(MAX_NUM_REQUESTS, n, NUM_REQUESTS_REASON))
+        rate = self.arrival.rate
+        if self.trace is None and not self.as_fast_as_possible and rate is not None:
+            n = DEFAULT_NUM_REQUESTS if n is None else n
+            last_s = (n - 1) / rate  # the last arrival (poisson: its expectation)
+            if last_s > MAX_ARRIVAL_S:
+                raise FieldError(
+                    "arrival.rate",
+                    f"{rate:g}/s puts the last of {n:,} arrivals at {last_s:,.0f} s, "
+                    f"over the limit of {MAX_ARRIVAL_S:,.0f} s ({ARRIVAL_REASON})",
+                )
+        return self
 
     @field_validator("trace")
     @classmethod
@@ -105,6 +164,10 @@ class WorkloadSection(Section):
         base = (info.context or {}).get("base_dir")
         if not v.is_absolute() and base is not None:
             v = Path(base) / v
-        if not v.is_file():
+        if not v.exists() and not v.is_symlink():
             raise ValueError(f"trace file not found: {v}")
+        try:
+            check_regular_file(v, "trace file")
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
         return v

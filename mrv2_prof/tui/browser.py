@@ -14,6 +14,7 @@ from textual.screen import Screen
 
 from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.screens.runs_screen import RunsScreen
+from mrv2_prof.views.safe_text import plain
 
 KEYS = [
     ("enter", "open the run under the cursor: summary and step timeline"),
@@ -38,7 +39,7 @@ class BrowserApp(App[None]):
     def __init__(self, db_path: Path) -> None:
         super().__init__()
         self.db_path = Path(db_path)
-        self.sub_title = str(self.db_path)
+        self.sub_title = plain(self.db_path)
 
     def get_default_screen(self) -> Screen:
         return RunsScreen(self.db_path)

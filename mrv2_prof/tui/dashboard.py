@@ -19,6 +19,7 @@ from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.source import SnapshotSource
 from mrv2_prof.tui.widgets import PANELS, PanelDeck, RunProgress
+from mrv2_prof.views.safe_text import plain
 
 STOPPING_TEXT = "stopping… (data so far is kept)"
 PAUSED_TEXT = "display paused — the run continues (p to resume)"
@@ -53,7 +54,7 @@ class DashboardApp(App[str]):
 
     def __init__(self, source: SnapshotSource, title: str, poll_interval_s: float = 0.1) -> None:
         super().__init__()
-        self.title = title
+        self.title = plain(title)
         self.source = source
         self.poll_interval_s = poll_interval_s
         self.latest: Snapshot | None = None  # newest received, shown or not (paused)
@@ -115,7 +116,7 @@ class DashboardApp(App[str]):
             self.push_screen(HelpScreen("dashboard keys", KEYS, quit_action="stop"))
 
     def _show(self, snapshot: Snapshot) -> None:
-        self.sub_title = snapshot.label
+        self.sub_title = plain(snapshot.label)
         self.query_one(RunProgress).show(snapshot)
         self.deck.show(snapshot)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from mrv2_prof.scenario import WorkloadSection
+from mrv2_prof.workload.limits import check_section
 from mrv2_prof.workload.request import WorkloadRequest
 from mrv2_prof.workload.synthetic import DEFAULT_NUM_REQUESTS, synthetic
 from mrv2_prof.workload.trace import trace_requests
@@ -33,6 +34,7 @@ def build_workload(
         raise ValueError(
             f"need vocab_size >= 1 and max_model_len >= 2, got {vocab_size}, {max_model_len}"
         )
+    check_section(section, vocab_size, max_model_len, source)
     if section.trace is None:
         reqs = synthetic(section, seed, vocab_size, max_model_len)
     else:

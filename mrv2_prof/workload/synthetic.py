@@ -15,6 +15,7 @@ from mrv2_prof.scenario import (
     UniformLen,
     WorkloadSection,
 )
+from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS
 from mrv2_prof.workload.request import (
     ABORTS,
     ARRIVALS,
@@ -26,8 +27,6 @@ from mrv2_prof.workload.request import (
     rng,
     sampling_of,
 )
-
-DEFAULT_NUM_REQUESTS = 16  # synthetic workloads without num_requests
 
 
 def synthetic(

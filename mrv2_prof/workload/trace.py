@@ -12,7 +12,22 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from mrv2_prof.input_file import InputError, MiB, read_bytes
+from mrv2_prof.memory_budget import available_host_bytes
 from mrv2_prof.scenario import ScenarioError, WorkloadSection
+from mrv2_prof.scenario.section import SEED_LIMIT
+from mrv2_prof.scenario.workload_section import (
+    ARRIVAL_REASON,
+    LEN_REASON,
+    MAX_ARRIVAL_S,
+    MAX_LEN,
+    MAX_NUM_REQUESTS,
+    NUM_REQUESTS_REASON,
+    over,
+)
+from mrv2_prof.views.format import format_bytes
+from mrv2_prof.views.safe_text import plain, shown
+from mrv2_prof.workload.limits import vocab_problem, workload_bytes
 from mrv2_prof.workload.request import (
     SAMPLING_KEYS,
     TRACE_TOKENS,
@@ -20,6 +35,9 @@ from mrv2_prof.workload.request import (
     rng,
     sampling_of,
 )
+
+MAX_TRACE_BYTES = 1024 * MiB  # read whole and validated before the run: memory bounds it
+MAX_ID_CHARS = 200  # becomes requests.req_id
 
 
 class _LineError(Exception):
@@ -60,8 +78,34 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# Upper bounds, checked once the type is right: (the largest value, or length, and why).
+_LIMITS: dict[str, tuple[int | float, str]] = {
+    "id": (MAX_ID_CHARS, "characters of requests.req_id"),
+    "arrival_s": (MAX_ARRIVAL_S, ARRIVAL_REASON),
+    "prompt_token_ids": (MAX_LEN, f"tokens: {LEN_REASON}"),
+    "prompt_len": (MAX_LEN, LEN_REASON),
+    "max_tokens": (MAX_LEN, LEN_REASON),
+    "seed": (SEED_LIMIT - 1, "a seed is a signed 64-bit integer"),
+}
+
+
+def _over_limit(key: str, value: Any) -> str | None:
+    if key not in _LIMITS or value is None:
+        return None
+    limit, reason = _LIMITS[key]
+    if key == "seed" and value < 0:
+        return f"must be >= 0, got {value}"
+    size = len(value) if isinstance(value, (str, list)) else value
+    return over(limit, size, reason) if size > limit else None
+
+
 def _shown(value: Any) -> str:
-    text = json.dumps(value)
+    """A value as JSON, cut to 40 characters (a long list or string is cut before dumping)."""
+    if isinstance(value, list) and len(value) > 8:
+        value = value[:8]
+    if isinstance(value, str) and len(value) > 40:
+        value = value[:40]
+    text = plain(json.dumps(value))
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -83,6 +127,10 @@ def _parse_line(raw: bytes, line_no: int) -> dict[str, Any]:
         obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise _LineError("", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise _LineError("", "not valid here: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise _LineError("", f"not valid JSON ({plain(exc, limit=80)})") from None
     if not isinstance(obj, dict):
         raise _LineError("", f"must be a JSON object, got {_shown(obj)}")
     for key, value in obj.items():
@@ -91,6 +139,9 @@ def _parse_line(raw: bytes, line_no: int) -> dict[str, Any]:
         is_ok, want = _RULES[key]
         if not is_ok(value):
             raise _LineError(key, f"{want}, got {_shown(value)}")
+        problem = _over_limit(key, value)
+        if problem is not None:
+            raise _LineError(key, problem)
     return obj
 
 
@@ -110,6 +161,10 @@ def _line_request(
     if "max_tokens" not in obj:
         raise _LineError("max_tokens", "required")
     max_tokens = obj["max_tokens"]
+    for key in ("top_k", "logprobs", "prompt_logprobs"):
+        problem = vocab_problem(obj.get(key), vocab_size)
+        if problem is not None:
+            raise _LineError(key, problem)
     if has_ids:
         bad = next((t for t in obj["prompt_token_ids"] if not 0 <= t < vocab_size), None)
         if bad is not None:
@@ -149,11 +204,14 @@ def trace_requests(
     assert section.trace is not None
     file = str(section.trace)
     try:
-        lines = section.trace.read_bytes().splitlines()
-    except OSError as exc:
-        raise ScenarioError(
-            source, "workload.trace", f"cannot read {file}: {exc.strerror or exc}"
-        ) from None
+        data = read_bytes(section.trace, "trace file", MAX_TRACE_BYTES)
+    except InputError as exc:
+        raise ScenarioError(file, "", exc.problem) from None
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise ScenarioError(file, "", "the trace is UTF-16 (byte order mark); save it as UTF-8")
+    lines = data.splitlines()
+    free_bytes = available_host_bytes()
+    num_tokens = 0
     defaults = sampling_of(section)
     first_line_of: dict[str, int] = {}
     reqs = []
@@ -164,14 +222,28 @@ def trace_requests(
             obj = _parse_line(raw, line_no)
             req = _line_request(obj, line_no, defaults, seed, vocab_size, max_model_len)
             if req.req_id in first_line_of:
-                raise _LineError(
-                    "id", f"duplicate id {req.req_id!r} (first on line {first_line_of[req.req_id]})"
-                )
+                first = first_line_of[req.req_id]
+                raise _LineError("id", f"duplicate id {shown(req.req_id)} (first on line {first})")
         except _LineError as err:
             field = f"line {line_no}: {err.key}" if err.key else f"line {line_no}"
             raise ScenarioError(file, field, err.problem) from None
         first_line_of[req.req_id] = line_no
+        if len(reqs) == MAX_NUM_REQUESTS:
+            raise ScenarioError(
+                file,
+                f"line {line_no}",
+                f"more than {MAX_NUM_REQUESTS:,} requests ({NUM_REQUESTS_REASON})",
+            )
         reqs.append(req)
+        num_tokens += len(req.prompt_token_ids)
+        need = workload_bytes(len(reqs), num_tokens)
+        if free_bytes is not None and need > free_bytes:
+            raise ScenarioError(
+                file,
+                f"line {line_no}",
+                f"the requests up to this line need {format_bytes(need)}, more than the "
+                f"{format_bytes(free_bytes)} free on the host",
+            )
     if not reqs:
         raise ScenarioError(file, "", "trace has no requests")
     if section.num_requests is not None:

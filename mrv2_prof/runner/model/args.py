@@ -3,6 +3,7 @@ a Hugging Face ``config.json`` (and back to one), and the KV-cache geometry it i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +59,10 @@ class ModelArgs:
         def need(key: str) -> Any:
             if cfg.get(key) is None:
                 raise CheckpointError(f"{source}: field {key!r} is missing")
-            return cfg[key]
+            return _positive_int(cfg, key, source)
+
+        def optional(key: str, default: int) -> int:
+            return default if cfg.get(key) is None else _positive_int(cfg, key, source)
 
         archs = cfg.get("architectures") or [_MODEL_TYPES.get(cfg.get("model_type", ""))]
         arch = archs[0]
@@ -74,26 +78,39 @@ class ModelArgs:
         if cfg.get("use_sliding_window"):
             raise CheckpointError(f"{source}: use_sliding_window=true is not supported")
         hidden, heads = need("hidden_size"), need("num_attention_heads")
-        max_pos = cfg.get("max_position_embeddings") or 4096
+        vocab = need("vocab_size")
+        kv_heads = optional("num_key_value_heads", heads)
+        if heads % kv_heads:
+            raise CheckpointError(
+                f"{source}: num_attention_heads {heads} is not a multiple of "
+                f"num_key_value_heads {kv_heads}"
+            )
+        if cfg.get("head_dim") is None and hidden % heads:
+            raise CheckpointError(
+                f"{source}: hidden_size {hidden} is not a multiple of num_attention_heads "
+                f"{heads} (and there is no head_dim)"
+            )
+        max_pos = optional("max_position_embeddings", 4096)
         theta, scaling = _parse_rope(cfg, source, max_pos)
-        eos = cfg.get("eos_token_id")
+        eos = _token_ids_in(cfg, "eos_token_id", vocab, source)
+        bos = _token_ids_in(cfg, "bos_token_id", vocab, source)
         return cls(
             architecture=arch,
-            vocab_size=need("vocab_size"),
+            vocab_size=vocab,
             hidden_size=hidden,
             intermediate_size=need("intermediate_size"),
             num_hidden_layers=need("num_hidden_layers"),
             num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or hidden // heads,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            num_key_value_heads=kv_heads,
+            head_dim=optional("head_dim", hidden // heads),
+            rms_norm_eps=_positive_float(cfg, "rms_norm_eps", 1e-6, source),
             rope_theta=theta,
             rope_scaling=scaling,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
+            tie_word_embeddings=_flag(cfg, "tie_word_embeddings", source),
+            attention_bias=arch == "Qwen2ForCausalLM" or _flag(cfg, "attention_bias", source),
             max_position_embeddings=max_pos,
-            eos_token_ids=token_ids(eos),
-            bos_token_id=cfg.get("bos_token_id"),
+            eos_token_ids=eos,
+            bos_token_id=bos[0] if bos else None,
         )
 
     def to_hf_config(self) -> dict[str, Any]:
@@ -125,6 +142,54 @@ class ModelArgs:
         }
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _positive_int(cfg: dict[str, Any], key: str, source: str) -> int:
+    """``cfg[key]`` when it is an integer >= 1 (``true`` and ``"512"`` are not)."""
+    value = cfg[key]
+    if type(value) is not int or value < 1:
+        raise CheckpointError(
+            f"{source}: field {key!r} must be an integer >= 1, got {_shown(value)}"
+        )
+    return value
+
+
+def _positive_float(cfg: dict[str, Any], key: str, default: float, source: str) -> float:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(
+            f"{source}: field {key!r} must be a finite number > 0, got {_shown(value)}"
+        )
+    return float(value)
+
+
+def _flag(cfg: dict[str, Any], key: str, source: str) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{source}: field {key!r} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _token_ids_in(cfg: dict[str, Any], key: str, vocab_size: int, source: str) -> tuple[int, ...]:
+    """A token id field (an int, a list of them or null), every id inside the vocabulary."""
+    value = cfg.get(key)
+    items = value if isinstance(value, list) else [] if value is None else [value]
+    for item in items:
+        if type(item) is not int or not 0 <= item < vocab_size:
+            raise CheckpointError(
+                f"{source}: field {key!r} must hold token ids in [0, {vocab_size}), "
+                f"got {_shown(value)}"
+            )
+    return tuple(items)
+
+
 def token_ids(value: int | list[int] | None) -> tuple[int, ...]:
     """A config's ``eos_token_id`` (an int, a list or null) as a tuple."""
     if value is None:
@@ -138,7 +203,12 @@ def _parse_rope(cfg: dict[str, Any], source: str, max_pos: int) -> tuple[float, 
     field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
     if any(isinstance(v, dict) for v in params.values()):
         raise CheckpointError(f"{source}: per-layer {field} is not supported")
-    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if type(theta) not in (int, float) or not math.isfinite(theta) or theta <= 0:
+        raise CheckpointError(
+            f"{source}: rope_theta must be a finite number > 0, got {_shown(theta)}"
+        )
+    theta = float(theta)
     if params.get("partial_rotary_factor", 1.0) != 1.0:
         raise CheckpointError(f"{source}: {field}.partial_rotary_factor != 1 is not supported")
     rope_type = params.get("rope_type") or params.get("type") or "default"

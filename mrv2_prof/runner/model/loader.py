@@ -12,6 +12,7 @@ tensors as they are loaded (``merged_linear.py``).
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,12 @@ from mrv2_prof.runner.model.model_kernels import (
     WriteKV,
 )
 from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.safetensors_header import check_tensors
 
 __all__ = ["CheckpointError", "load_model", "load_preset", "load_hf_checkpoint"]
 
 INIT_STD = 0.02
+MAX_CONFIG_BYTES = 16 << 20  # config.json, generation_config.json
 
 
 def load_model(
@@ -61,14 +64,25 @@ def model_args_for(spec: ModelSpec) -> ModelArgs:
     """The architecture ``spec`` names, read without loading weights (for checks before a run)."""
     if spec.preset is not None:
         if spec.preset not in PRESETS:
-            raise ConfigError(f"model.preset: {spec.preset!r} is not one of {sorted(PRESETS)}")
+            name = repr(spec.preset)[:60]
+            raise ConfigError(f"model.preset: {name} is not one of {sorted(PRESETS)}")
         return PRESETS[spec.preset]
     directory = Path(spec.path)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: checkpoint directory does not exist")
-    if not any(directory.glob("*.safetensors")):
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
         raise CheckpointError(f"{directory}: no *.safetensors files")
-    return read_model_args(directory)
+    args = read_model_args(directory)
+    check_tensors(directory, files, expected_tensors(args))
+    return args
+
+
+def expected_tensors(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    """The checkpoint tensors (name -> shape) a model of ``args`` loads, built on ``meta``."""
+    with torch.device("meta"):
+        model = LlamaForCausalLM(args, TORCH_MODEL_KERNELS)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
 def load_preset(
@@ -139,10 +153,21 @@ def read_model_args(directory: Path) -> ModelArgs:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's small JSON file: a regular file (never a FIFO or a device) of at most
+    ``MAX_CONFIG_BYTES``."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: invalid JSON ({exc})") from None
+        st = path.stat()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"{path}: not a regular file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}: {st.st_size:,} bytes, over {MAX_CONFIG_BYTES:,}")
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        message = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{path}: invalid JSON ({message})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data

@@ -21,6 +21,7 @@ from mrv2_prof.report.compare import compare, format_pct
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.format import one_line
+from mrv2_prof.views.safe_text import markup_safe, plain
 
 VERDICT_STYLE = {"better": "green", "worse": "red", "same": "", None: "dim"}
 CAPTION = "lower is better except where marked ↑ · '-' = not measured"
@@ -55,7 +56,9 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(
-            f"A = {self.run_a}\nB = {self.run_b}  (loading…)", id="compare-title", markup=False
+            f"A = {plain(self.run_a)}\nB = {plain(self.run_b)}  (loading…)",
+            id="compare-title",
+            markup=False,
         )
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield Static(CAPTION, id="compare-caption", markup=False)
@@ -84,7 +87,8 @@ class CompareScreen(Screen[None]):
 
     def on_compare_screen_compare_loaded(self, message: CompareLoaded) -> None:
         a, b = message.a, message.b
-        self.query_one("#compare-title", Static).update(f"{run_line('A', a)}\n{run_line('B', b)}")
+        title = f"{plain(run_line('A', a))}\n{plain(run_line('B', b))}"
+        self.query_one("#compare-title", Static).update(title)
         table = self.query_one("#compare-table", DataTable)
         for d in compare(a, b):
             m = METRICS[d.name]
@@ -102,5 +106,5 @@ class CompareScreen(Screen[None]):
 
     def on_compare_screen_load_failed(self, message: LoadFailed) -> None:
         self.loaded = True
-        self.query_one("#compare-title", Static).update(f"cannot compare: {message.error}")
-        self.notify(message.error, title="cannot compare", severity="error")
+        self.query_one("#compare-title", Static).update(plain(f"cannot compare: {message.error}"))
+        self.notify(markup_safe(message.error), title="cannot compare", severity="error")

@@ -25,6 +25,7 @@ from mrv2_prof.summary import summary_tables
 from mrv2_prof.tui import run_queries
 from mrv2_prof.tui.run_queries import StepRow, load_steps
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_percent, one_line
+from mrv2_prof.views.safe_text import markup_safe, plain
 
 STEP_COLUMNS = (
     ("step", "step"),
@@ -41,12 +42,12 @@ STEP_COLUMNS = (
 def step_cells(r: StepRow) -> tuple[str, ...]:
     return (
         str(r.step),
-        r.graph_mode or NO_VALUE,
+        markup_safe(r.graph_mode or NO_VALUE),
         NO_VALUE if r.num_tokens is None else format_count(r.num_tokens),
         format_ms(r.host_ms),
         format_percent(r.overlap_frac),
         format_ms(r.bubble_ms),
-        r.bubble_kind or NO_VALUE,
+        markup_safe(r.bubble_kind or NO_VALUE),
         format_count(r.num_syncs),
     )
 
@@ -88,7 +89,7 @@ class RunScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"run {self.run_id}: loading…", id="run-title", markup=False)
+        yield Static(plain(f"run {self.run_id}: loading…"), id="run-title", markup=False)
         with TabbedContent(initial="summary"):
             with TabPane("summary", id="summary"), VerticalScroll(id="summary-scroll"):
                 yield Static("", id="summary-body")
@@ -128,7 +129,7 @@ class RunScreen(Screen[None]):
     def on_run_screen_run_loaded(self, message: RunLoaded) -> None:
         s = self.summary = message.summary
         self.query_one("#run-title", Static).update(
-            f"run {s.run_id}  {s.label or ''}  [{s.status}]  {s.steps:,} steps"
+            plain(f"run {s.run_id}  {s.label or ''}  [{s.status}]  {s.steps:,} steps")
         )
         self.query_one("#summary-body", Static).update(summary_tables(s))
 
@@ -154,8 +155,8 @@ class RunScreen(Screen[None]):
 
     def on_run_screen_load_failed(self, message: LoadFailed) -> None:
         self.loaded = True
-        self.query_one("#run-title", Static).update(f"run {self.run_id}: {message.error}")
-        self.notify(message.error, title="cannot read the run", severity="error")
+        self.query_one("#run-title", Static).update(plain(f"run {self.run_id}: {message.error}"))
+        self.notify(markup_safe(message.error), title="cannot read the run", severity="error")
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

@@ -23,6 +23,7 @@ from mrv2_prof.tui.run_queries import Headline, RunRow, headline, list_run_rows
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_rate, one_line
+from mrv2_prof.views.safe_text import markup_safe, plain
 
 COLUMNS = (
     ("mark", ""),
@@ -75,7 +76,7 @@ class RunsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"runs in {self.db_path}", id="runs-title", markup=False)
+        yield Static(plain(f"runs in {self.db_path}"), id="runs-title", markup=False)
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(HINT, id="runs-status", markup=False)
         yield Footer()
@@ -110,7 +111,8 @@ class RunsScreen(Screen[None]):
         table.clear()
         for r in message.rows:
             table.add_row(
-                "", r.run_id, r.label, r.status, r.started, r.device,
+                "", markup_safe(r.run_id), markup_safe(r.label), markup_safe(r.status), r.started,
+                markup_safe(r.device),
                 format_count(r.num_requests), PENDING, PENDING, key=r.run_id,
             )  # fmt: skip
         if not message.rows:
@@ -131,7 +133,7 @@ class RunsScreen(Screen[None]):
     def on_runs_screen_load_failed(self, message: LoadFailed) -> None:
         self.loaded = True
         self._say(f"error: {message.error}")
-        self.notify(message.error, title="cannot read the runs", severity="error")
+        self.notify(markup_safe(message.error), title="cannot read the runs", severity="error")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
@@ -174,4 +176,4 @@ class RunsScreen(Screen[None]):
             self._say(HINT)
 
     def _say(self, line: str) -> None:
-        self.query_one("#runs-status", Static).update(line)
+        self.query_one("#runs-status", Static).update(plain(line))

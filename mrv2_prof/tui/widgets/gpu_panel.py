@@ -16,6 +16,7 @@ from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import NO_VALUE, NOT_ON_CPU, format_bytes
+from mrv2_prof.views.safe_text import plain
 
 WAITING = "waiting for samples…"
 SERIES = (("gpu-util", "utilisation", 1), ("gpu-mem", "memory used", 2), ("gpu-power", "power", 3))
@@ -52,7 +53,7 @@ class GpuPanel(Panel):
             if cpu:
                 note_widget.update(f"{NOT_ON_CPU}: no GPU telemetry")
             else:
-                note_widget.update(note or WAITING)
+                note_widget.update(plain(note or WAITING))
             note_widget.display = True
             for value_id, _, _ in SERIES:
                 self.set_value(value_id, NOT_ON_CPU if cpu else NO_VALUE)

@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.views.safe_text import plain
 
 
 class Panel(Vertical):
@@ -28,8 +29,8 @@ class Panel(Vertical):
         raise NotImplementedError
 
     def set_value(self, value_id: str, text: str) -> None:
-        self.query_one(f"#{value_id}", Static).update(text)
+        self.query_one(f"#{value_id}", Static).update(plain(text))
 
     def set_lines(self, value_id: str, lines: list[str]) -> None:
         """A ``.list`` value: one line each, cut with an ellipsis when the panel is narrow."""
-        self.query_one(f"#{value_id}", Static).update("\n".join(lines))
+        self.query_one(f"#{value_id}", Static).update("\n".join(map(plain, lines)))

@@ -8,6 +8,7 @@ from textual.widgets import ProgressBar, Static
 
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.views.format import format_count, format_duration
+from mrv2_prof.views.safe_text import plain
 
 
 class RunProgress(Vertical):
@@ -22,7 +23,7 @@ class RunProgress(Vertical):
     def show(self, snapshot: Snapshot) -> None:
         device = f" on {snapshot.device}" if snapshot.device else ""
         self.query_one("#run-label", Static).update(
-            f"{snapshot.label}  ({snapshot.run_id}{device})"
+            plain(f"{snapshot.label}  ({snapshot.run_id}{device})")
         )
         self.query_one("#run-bar", ProgressBar).update(
             total=snapshot.num_requests, progress=snapshot.num_done

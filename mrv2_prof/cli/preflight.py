@@ -1,0 +1,138 @@
+"""What ``run`` checks of each scenario before anything is written: the probes this machine can
+record (under ``strict``), the bounds that come from the model (``max_position_embeddings``, the
+vocabulary), the checkpoint's config and tensor headers, the memory the weights, the KV cache
+and the request state will take against what is free, and the whole workload.
+
+Every problem is a one-line ``ConfigError``, ``CheckpointError`` or ``ScenarioError``; the CLI
+prints it and exits 2 before a run row exists. Checked in this process, which never creates a
+CUDA context: the GPU's free memory comes from NVML.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from mrv2_prof.memory_budget import shortfall
+from mrv2_prof.scenario import Scenario, ScenarioError
+
+if TYPE_CHECKING:
+    from mrv2_prof.runner.config import RunnerConfig
+    from mrv2_prof.runner.model.args import ModelArgs
+
+NSYS_SESSION_ENV = "NSYS_PROFILING_SESSION_ID"  # set in processes Nsight Systems profiles
+_ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_INDEX_BYTES = 4  # int32 block ids and prompt token ids of the request state
+
+
+def _on_gpu(config: RunnerConfig) -> bool:
+    """Whether the runner will run on CUDA (``auto`` picks it when a device is visible)."""
+    from mrv2_prof.runner.config import invalid
+
+    if config.device == "cpu":
+        return False
+    import torch
+
+    available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
+    if config.device == "cuda" and not available:
+        raise invalid("device", "'cuda' requested but no CUDA device is available")
+    return available
+
+
+def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:
+    from mrv2_prof.probes.support import cpu_probe_notes, unavailable_probe_notes
+    from mrv2_prof.runner.config import ConfigError
+
+    if scenario.probes.kernel_trace and os.environ.get(NSYS_SESSION_ENV):
+        raise ConfigError(
+            "probes.kernel_trace: cannot run under Nsight Systems (CUPTI takes one subscriber); "
+            "set probes.kernel_trace: false and use mrv2-prof nsys import for the kernels"
+        )
+    notes = unavailable_probe_notes(scenario.probes.model_dump())
+    if scenario.runner.strict and config.resolve_device().type != "cuda":
+        notes += cpu_probe_notes(scenario.probes.model_dump())
+    if notes and scenario.runner.strict:
+        raise ConfigError(f"{notes[0]} (strict: true)")
+    if config.strict:
+        from mrv2_prof.runner.worker.switches import check_strict
+
+        check_strict(config)
+
+
+def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
+    from mrv2_prof.runner.config import invalid
+
+    if config.max_model_len > args.max_position_embeddings:
+        raise invalid(
+            "max_model_len",
+            f"{config.max_model_len:,} exceeds the model's max_position_embeddings "
+            f"{args.max_position_embeddings:,}",
+        )
+    if config.num_kv_blocks is None and not on_gpu:
+        raise invalid(
+            "num_kv_blocks", "'auto' sizes the cache from GPU memory; give a number on CPU"
+        )
+
+
+def memory_needs(config: RunnerConfig, args: ModelArgs, dtype: str) -> dict[str, tuple[str, int]]:
+    """Bytes of what start-up allocates, by the field that sizes it: the weights, the KV cache
+    (an explicit block count only: ``auto`` is sized from what is free) and the request state
+    (a prompt row and a block-table row per slot, on the device and staged on the host)."""
+    from mrv2_prof.runner.model.loader import expected_tensors
+
+    item = _ITEM_BYTES[dtype]
+    weights = sum(_numel(shape) for shape in expected_tensors(args).values()) * item
+    per_block = 2 * config.block_size * args.num_key_value_heads * args.head_dim * item
+    kv = (config.num_kv_blocks or 0) * per_block * args.num_hidden_layers
+    row = config.max_model_len + config.max_num_blocks_per_req
+    state = 2 * config.max_num_reqs * row * _INDEX_BYTES
+    return {
+        "model": ("the weights", weights),
+        "runner.num_kv_blocks": (f"the KV cache ({config.num_kv_blocks or 0:,} blocks)", kv),
+        "runner.max_num_reqs": (f"the request state ({config.max_num_reqs:,} slots)", state),
+    }
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _memory(config: RunnerConfig, args: ModelArgs, dtype: str, on_gpu: bool) -> None:
+    from mrv2_prof.runner.config import ConfigError
+
+    needs = memory_needs(config, args, dtype)
+    total = sum(n for _, n in needs.values())
+    field, (what, _) = max(needs.items(), key=lambda item: item[1][1])
+    others = " with the rest" if len(needs) > 1 else ""
+    problem = shortfall(total, f"{what}{others}", on_device=on_gpu)
+    if problem is not None:
+        raise ConfigError(f"{field}: {problem}", field=None, problem=f"{field}: {problem}")
+
+
+def preflight(scenario: Scenario) -> None:
+    """Every check of ``scenario`` that needs the model or the machine; raises on the first."""
+    from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.model.loader import model_args_for
+    from mrv2_prof.workload import build_workload
+
+    config = scenario.runner_config()
+    _probe_checks(scenario, config)
+    spec = scenario.model_spec()
+    args = model_args_for(spec)
+    try:
+        on_gpu = _on_gpu(config)
+        _model_bounds(config, args, on_gpu)
+        _memory(config, args, spec.dtype or ("bfloat16" if on_gpu else "float32"), on_gpu)
+    except ConfigError as exc:  # a setting of this scenario file: the error names it
+        field = f"runner.{exc.field}" if exc.field else ""
+        raise ScenarioError(scenario.source, field, exc.problem) from None
+    build_workload(
+        scenario.workload,
+        seed=scenario.seed,
+        vocab_size=args.vocab_size,
+        max_model_len=scenario.runner.max_model_len,
+        source=scenario.source,
+    )
