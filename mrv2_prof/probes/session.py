@@ -55,11 +55,15 @@ class ProbeSession:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """Around the step loop: the sync finder's debug mode, and the kernel trace's profiler
-        closed however the loop ends."""
-        from mrv2_prof.probes.sync_finder import SyncFinder
+        """Around the step loop: the sync finder's debug mode and the host-wait catcher, and the
+        kernel trace's profiler closed however the loop ends."""
+        with contextlib.ExitStack() as stack:
+            if self.find_syncs:
+                from mrv2_prof.probes.host_waits import HostWaits
+                from mrv2_prof.probes.sync_finder import SyncFinder
 
-        with SyncFinder(self.probe) if self.find_syncs else contextlib.nullcontext():
+                stack.enter_context(SyncFinder(self.probe))
+                stack.enter_context(HostWaits(self.probe))
             try:
                 yield
             finally:
