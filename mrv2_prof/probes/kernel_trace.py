@@ -1,13 +1,15 @@
 """Kernel trace (opt-in, ``probes.kernel_trace``): torch.profiler with CUDA activity for a window
 of steps, kernels attributed to their step and phase.
 
-The profiler starts before step ``start`` and stops after step ``start + count - 1``; its Chrome
-trace is kept as a file (``raw_path``). Attribution goes through the launch: every kernel's
-``correlation`` id names the runtime call that launched it (``cudaLaunchKernel``,
-``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph: all of its kernels get
-that call's step and phase); the call's host time falls inside one of the step's CPU phase spans
-(``prepare``, ``forward``, ``sample``; else the step). Profiler time is put on the
-``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known ``perf_counter_ns``.
+Besides kernels, the stream's copies and fills (``Memcpy HtoD (Pinned -> Device)``) are rows
+too: they are device busy time. The profiler starts before step ``start`` and stops after step
+``start + count - 1``; its Chrome trace is kept as a file (``raw_path``). Attribution goes
+through the launch: every kernel's ``correlation`` id names the runtime call that launched it
+(``cudaLaunchKernel``, ``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph:
+all of its kernels get that call's step and phase); the call's host time falls inside one of the
+step's CPU phase spans (``prepare``, ``forward``, ``sample``; else the step). Profiler time is
+put on the ``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known
+``perf_counter_ns``.
 
 The profiler is CUPTI's one subscriber: a run under Nsight Systems cannot take a kernel trace
 (the CLI refuses the combination). Tracing adds host time to every launch in the window, so the
@@ -33,11 +35,15 @@ from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP
 from mrv2_prof.probes.columns import from_rows
 from mrv2_prof.probes.recording import GPU_TRACK, RecordingProbe
 from mrv2_prof.probes.sync_site import wait_deliberately
-from mrv2_prof.probes.trace_waits import trace_waits
+from mrv2_prof.probes.trace_waits import known_interval, trace_waits
 
 ANCHOR_NAME = "mrv2 kernel trace anchor"
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC",
-             "cuLaunchKernelEx", "cudaGraphLaunch_v10000")  # fmt: skip
+             "cuLaunchKernelEx", "cudaGraphLaunch_v10000", "cudaMemcpyAsync", "cudaMemsetAsync",
+             "cudaMemcpy", "cudaMemset")  # fmt: skip
+# Device operations stored as ``kernels`` rows: kernels, and the copies and fills of the stream
+# (device busy time too: the exact starvation rule counts them).
+_DEVICE_OPS = ("kernel", "gpu_memcpy", "gpu_memset")
 _PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
 
 
@@ -99,8 +105,7 @@ class KernelTrace:
         for i in range(b.n - 1, -1, -1):
             if b.step[i] != step:
                 break
-            t, blocked = int(b.t_ns[i]), int(b.blocked_ns[i])
-            self._known_waits.append((t, t + max(blocked, 0)))
+            self._known_waits.append(known_interval(int(b.t_ns[i]), int(b.blocked_ns[i])))
 
     def stop(self) -> None:
         """End the window (also when the run stops inside it) and attribute the kernels."""
@@ -167,7 +172,7 @@ def attribute(
                 launch_ns[int(corr)] = round(float(e["ts"]) * 1000) + offset
     rows = []
     for e in events:
-        if e.get("ph") != "X" or e.get("cat") != "kernel":
+        if e.get("ph") != "X" or e.get("cat") not in _DEVICE_OPS:
             continue
         args = e.get("args") or {}
         t = launch_ns.get(int(args.get("correlation", -1)))

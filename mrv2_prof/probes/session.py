@@ -43,7 +43,7 @@ class ProbeSession:
         if probes.get("cuda_events"):
             from mrv2_prof.probes.gpu_timeline import GpuTimeline
 
-            self.timeline = GpuTimeline(probe.gpu_span)
+            self.timeline = GpuTimeline(probe.gpu_span, with_starved=True)
             self.timeline.anchor()
             probe.timeline = self.timeline
         probe.audits_copies = bool(probes.get("copy_audit"))
@@ -81,6 +81,14 @@ class ProbeSession:
         if self.timeline is not None and now >= self._next_anchor:
             self.timeline.anchor()
             self._next_anchor = now + ANCHOR_INTERVAL_NS
+
+    def perturbed_steps(self) -> list[int]:
+        """Steps a probe slowed: the kernel-trace window's, and the step after it (its start
+        waited for the trace's export)."""
+        kt = self.kernel_trace
+        if kt is None or not kt.traced_steps:
+            return []
+        return [*kt.traced_steps, kt.traced_steps[-1] + 1]
 
     def finish(self, facts: dict[str, Any]) -> None:
         """End of the run (also a stopped or failed one): the facts the run row keeps."""

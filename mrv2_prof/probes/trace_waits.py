@@ -24,7 +24,17 @@ _SYNC_CALLS = {
 }
 _COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2",
                "cuMemcpyDtoHAsync_v2")  # fmt: skip
-KNOWN_SLACK_NS = 50_000  # a recorded wait's stamp may precede the runtime call by this much
+# A recorded wait without a time (the debug mode's) covers the runtime calls that begin this
+# soon after its stamp; a timed one covers those that begin inside it, give or take the clock
+# tie between the profiler and perf_counter_ns.
+UNTIMED_COVER_NS, CLOCK_TOLERANCE_NS = 50_000, 5_000
+
+
+def known_interval(t_ns: int, blocked_ns: int) -> tuple[int, int]:
+    """The host times a wait recorded outside the trace covers (``blocked_ns`` < 0: untimed)."""
+    if blocked_ns < 0:
+        return t_ns, t_ns + UNTIMED_COVER_NS
+    return t_ns - CLOCK_TOLERANCE_NS, t_ns + blocked_ns + CLOCK_TOLERANCE_NS
 
 
 def trace_site(phase: str | None) -> str:
@@ -40,7 +50,8 @@ def trace_waits(
     """``(step, t_ns, kind, site, blocked_ns)`` rows of the waits in ``events`` (Chrome trace
     events; profiler µs + ``offset_ns`` = ``perf_counter_ns``). ``lookup(t_ns)`` gives the
     ``(step, phase)`` of a host time (step -1: outside every step); ``known`` are the
-    ``(start_ns, end_ns)`` of the waits recorded outside the trace."""
+    ``known_interval`` of each wait recorded outside the trace: a runtime call that begins
+    inside one is that wait."""
     pageable = set()
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy" and "Pageable" in str(e.get("name")):
@@ -63,14 +74,12 @@ def trace_waits(
         t0 = round(float(e["ts"]) * 1000) + offset_ns
         t1 = t0 + round(float(e.get("dur", 0)) * 1000)
         step, phase = lookup(t0)
-        if step < 0 or _covered(t0, t1, known, starts):
+        if step < 0 or _covered(t0, known, starts):
             continue
         rows.append((step, t0, kind, trace_site(phase), t1 - t0))
     return rows
 
 
-def _covered(t0: int, t1: int, known: list[tuple[int, int]], starts: list[int]) -> bool:
-    """Whether a recorded wait overlaps [t0, t1] (its start moved ``KNOWN_SLACK_NS`` earlier:
-    the debug mode's warning and a wrapper's clock come before the runtime call)."""
-    i = bisect.bisect_right(starts, t1)
-    return any(max(e, s + KNOWN_SLACK_NS) >= t0 for s, e in known[:i])
+def _covered(t0: int, known: list[tuple[int, int]], starts: list[int]) -> bool:
+    i = bisect.bisect_right(starts, t0)
+    return any(e >= t0 for _, e in known[:i])

@@ -5,7 +5,12 @@ before its device times are known. At the end of a run the harness reads, per st
 prep window (start of ``schedule`` to end of ``execute``) and the device window (first to last
 GPU span), computes overlap and bubbles (``probes.overlap``) and writes them into ``steps``
 (``gpu_start_ns``, ``gpu_end_ns``, ``overlap_frac``, ``bubble_ns``, ``bubble_kind``,
-``host_prep_ns``, ``hidden_prep_ns``).
+``host_prep_ns``, ``hidden_prep_ns``, ``starved_ns``, ``perturbed``).
+
+Starved time (``probes.starvation``): each device span carries the events rule's value; for the
+steps of a kernel-trace window ``kernel_starved`` replaces it with the exact one, the span minus
+the union of the kernels stored for the run (``starved_from_kernels``), before
+``starved_windows`` reads every step's.
 """
 
 from __future__ import annotations
@@ -78,3 +83,96 @@ def update_steps(
         )
     finally:
         con.unregister(_VIEW)
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
+    """Length of the union of the intervals ``[starts, ends)`` clipped to ``[lo, hi)``."""
+    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
+    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return 0
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # an interval opens a new run when it starts after everything before it has ended
+    new_run = np.empty(len(s), dtype=bool)
+    new_run[0] = True
+    new_run[1:] = s[1:] > reach[:-1]
+    run_id = np.cumsum(new_run) - 1
+    run_start = s[new_run]
+    run_end = np.zeros(len(run_start), dtype=np.int64)
+    np.maximum.at(run_end, run_id, e)
+    return int((run_end - run_start).sum())
+
+
+def starved_from_kernels(
+    span_start: np.ndarray, span_end: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
+) -> np.ndarray:
+    """Starved ns of each span ``[span_start, span_end)``: its length minus the union of the
+    device operations ``[op_start, op_end)`` inside it."""
+    order = np.argsort(op_start, kind="stable")
+    op_start, op_end = np.asarray(op_start)[order], np.asarray(op_end)[order]
+    reach = np.maximum.accumulate(op_end) if len(op_end) else op_end
+    out = np.zeros(len(span_start), dtype=np.int64)
+    for k, (lo, hi) in enumerate(zip(span_start, span_end, strict=True)):
+        lo, hi = int(lo), int(hi)
+        # operations that can touch [lo, hi): started before hi, and not all ended before lo
+        a = int(np.searchsorted(reach, lo, side="right"))
+        b = int(np.searchsorted(op_start, hi, side="left"))
+        busy = union_ns(op_start[a:b], op_end[a:b], lo, hi) if b > a else 0
+        out[k] = max(0, hi - lo - busy)
+    return out
+
+
+def kernel_starved(store: Store, run_id: str, steps: Sequence[int]) -> int:
+    """Set ``spans.starved_ns`` of the device spans of ``steps`` (a kernel-trace window) from the
+    run's kernels: span minus the union of the kernels inside it. Returns the spans updated."""
+    con = store.connection
+    spans = con.execute(
+        "SELECT step, name, start_ns, end_ns FROM spans WHERE run_id = ? AND track = 'gpu' "
+        "AND step IN (SELECT unnest(?::BIGINT[])) ORDER BY start_ns",
+        [run_id, list(map(int, steps))],
+    ).fetchall()
+    if not spans:
+        return 0
+    lo, hi = spans[0][2], max(r[3] for r in spans)
+    ops = con.execute(
+        "SELECT start_ns, end_ns FROM kernels WHERE run_id = ? AND end_ns > ? AND start_ns < ?",
+        [run_id, lo, hi],
+    ).fetchall()
+    op = np.array(ops, dtype=np.int64).reshape(-1, 2)
+    sp = np.array([(r[2], r[3]) for r in spans], dtype=np.int64)
+    starved = starved_from_kernels(sp[:, 0], sp[:, 1], op[:, 0], op[:, 1])
+    batch = pa.table(
+        {
+            "step": pa.array([r[0] for r in spans], pa.int64()),
+            "name": pa.array([r[1] for r in spans]),
+            "starved_ns": pa.array(starved, pa.int64()),
+        }
+    )
+    con.register(_VIEW, batch)
+    try:
+        con.execute(
+            f"UPDATE spans SET starved_ns = v.starved_ns FROM {_VIEW} v WHERE spans.run_id = ? "
+            "AND spans.track = 'gpu' AND spans.step = v.step AND spans.name = v.name",
+            [run_id],
+        )
+    finally:
+        con.unregister(_VIEW)
+    return len(spans)
+
+
+def starved_windows(store: Store, run_id: str, steps: np.ndarray) -> list[list[tuple[int, int]]]:
+    """Each step's starved windows, ``(start, start + starved_ns)`` of its device spans (the
+    starved part lies at the head of a span, ``probes.starvation``), in the order of ``steps``."""
+    rows = store.connection.execute(
+        "SELECT step, start_ns, starved_ns FROM spans WHERE run_id = ? AND track = 'gpu' "
+        "AND starved_ns > 0 ORDER BY step, start_ns",
+        [run_id],
+    ).fetchall()
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for step, start, starved in rows:
+        by_step.setdefault(int(step), []).append((int(start), int(start) + int(starved)))
+    return [by_step.get(int(s), []) for s in steps]

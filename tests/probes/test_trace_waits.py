@@ -4,7 +4,7 @@ the trace already covers it; waits outside every step (an idle anchor) are left 
 
 from __future__ import annotations
 
-from mrv2_prof.probes.trace_waits import KNOWN_SLACK_NS, trace_waits
+from mrv2_prof.probes.trace_waits import known_interval, trace_waits
 
 US = 1000
 
@@ -27,7 +27,9 @@ def x(name: str, ts: float, dur: float, corr: int | None = None, cat: str = "cud
 def test_runtime_waits_inside_steps_become_rows_once():
     events = [
         x("cudaDeviceSynchronize", 1100, 40),  # missed by the catchers: a row
-        x("cudaStreamSynchronize", 1300, 25),  # covered by a recorded wait
+        x("cudaStreamSynchronize", 1300, 25),  # covered by a recorded wait (untimed)
+        x("cudaStreamSynchronize", 1400, 25),  # covered by a timed recorded wait
+        x("cudaDeviceSynchronize", 1450, 5),  # just after that timed wait: a row
         x("cudaMemcpyAsync", 1500, 12, corr=7),  # pageable (its device copy says so): a row
         x("Memcpy HtoD (Pageable -> Device)", 1510, 3, corr=7, cat="gpu_memcpy"),
         x("cudaMemcpyAsync", 1600, 2, corr=8),  # pinned: no wait
@@ -36,10 +38,12 @@ def test_runtime_waits_inside_steps_become_rows_once():
         x("cudaStreamSynchronize", 5000, 30),  # outside every step: an idle anchor
         x("cudaLaunchKernel", 1200, 3, corr=9),  # not a wait
     ]
-    known = [(1300 * US - KNOWN_SLACK_NS // 2, 1300 * US - KNOWN_SLACK_NS // 2)]  # stamp only
+    # the debug mode's stamp 20 µs before the call; a wrapper that timed 1398..1430 µs
+    known = [known_interval(1280 * US, -1), known_interval(1398 * US, 32 * US)]
     rows = trace_waits(events, 0, lookup, known)
     assert rows == [
         (4, 1100 * US, "device_sync", "<kernel trace: forward>", 40 * US),
+        (4, 1450 * US, "device_sync", "<kernel trace: forward>", 5 * US),
         (4, 1500 * US, "copy", "<kernel trace: forward>", 12 * US),
         (5, 2500 * US, "event_sync", "<kernel trace: sample>", 100 * US),
     ]
