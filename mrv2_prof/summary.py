@@ -65,6 +65,29 @@ def _overlap(s: RunSummary) -> str:
     )
 
 
+def environment_line(env: dict | None) -> str | None:
+    """The run's environment in one line (None: not recorded)."""
+    if not env:
+        return None
+    load = env.get("load_avg_start")
+    end = env.get("load_avg_end")
+    parts = [f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}"]
+    if load:
+        parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
+    threads = env.get("OMP_NUM_THREADS") or "unset"
+    parts.append(f"threads torch {env.get('torch_threads', '?')}, OMP {threads}")
+    cuda = env.get("cuda")
+    parts.append(f"torch {env.get('torch', '?')}" + (f" / CUDA {cuda}" if cuda else ""))
+    if env.get("gpu_name"):
+        gpu = f"{env['gpu_name']}"
+        if env.get("gpu_driver"):
+            gpu += f", driver {env['gpu_driver']}"
+        if env.get("gpu_sm_clock_mhz") is not None:
+            gpu += f", SM {env['gpu_sm_clock_mhz']}/{env.get('gpu_max_sm_clock_mhz', '?')} MHz"
+        parts.append(gpu)
+    return "; ".join(parts)
+
+
 def _perturbed(s: RunSummary) -> str | None:
     if not s.perturbed_steps:
         return None
@@ -120,6 +143,9 @@ def summary_tables(s: RunSummary) -> Group:
     perturbed = _perturbed(s)
     if perturbed:
         rows.append(("perturbed", perturbed))
+    environment = environment_line(s.environment)
+    if environment:
+        rows.append(("environment", environment))
     for k, v in rows:
         head.add_row(k, v)
     lat = Table(title="latency (ms, completed requests)", title_justify="left")

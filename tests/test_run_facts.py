@@ -85,3 +85,53 @@ def test_environment_differences_name_hardware_software_and_threads():
     ]
     assert environment_differences(a, dict(a)) == []
     assert environment_differences({}, b) == []  # a run stored before environments: no claim
+
+
+def _two_runs(path):
+    from mrv2_prof.store import Store
+
+    with Store.open(path) as store:
+        for run_id, torch_version, perturbed in (
+            ("aaaaaa", "2.9", False),
+            ("bbbbbb", "2.10", True),
+        ):
+            store.begin_run(run_id, scenario_name="x", label=run_id, matrix_combo=None,
+                            scenario_yaml="", device="cpu", versions={}, started_ns=0)  # fmt: skip
+            env = {"cpu_model": "X", "cpu_count": 2, "torch": torch_version, "cuda": None}
+            store.update_run(run_id, environment=env)
+            store.append(run_id, "steps", {"step": [0, 1], "perturbed": [False, perturbed]})
+            store.finish_run(run_id, "completed", ended_ns=1)
+
+
+def test_compare_and_gate_warn_across_torch_versions_and_name_perturbed_steps(tmp_path):
+    from typer.testing import CliRunner
+
+    from mrv2_prof.cli import app
+
+    db = tmp_path / "r.duckdb"
+    _two_runs(db)
+    warning = "warning: the runs differ in software: torch differs (2.9 vs 2.10)"
+    note = "note: run bbbbbb: 1 perturbed steps (kernel trace) left out of overlap, bubbles"
+    res = CliRunner().invoke(app, ["compare", "aaaaaa", "bbbbbb", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert warning in res.output and note in " ".join(res.output.split())
+    res = CliRunner().invoke(
+        app, ["gate", "--baseline", "aaaaaa", "--candidate", "bbbbbb", "--db", str(db), "--json"]
+    )
+    data = json.loads(res.output)
+    assert data["warnings"][0] == warning
+
+
+def test_the_summary_shows_the_environment(run_in_process):
+    from rich.console import Console
+
+    from mrv2_prof.store import Store
+    from mrv2_prof.summary import render_summary
+
+    job, _ = run_in_process()
+    with Store.open(job.db_path, read_only=True) as store:
+        console = Console(record=True, width=300)
+        console.print(render_summary(store, store.resolve_run("latest")))
+    text = console.export_text()
+    line = next(line for line in text.splitlines() if line.startswith("environment"))
+    assert f"x{os.cpu_count()}" in line and "torch " in line

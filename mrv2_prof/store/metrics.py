@@ -81,6 +81,7 @@ class RunSummary:
     starved_ms: float | None = None  # device waiting for the host inside steps (in the above)
     perturbed_steps: int = 0  # steps left out of the step figures (kernel-trace window)
     includes_perturbed: bool = False
+    environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -147,12 +148,13 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
     """Summarise run ``run_id`` (an exact id; resolve user input with ``Store.resolve_run``);
     perturbed steps left out of the step figures unless ``include_perturbed``."""
     run = store.connection.execute(
-        "SELECT label, scenario_name, status, error, device, info FROM runs WHERE run_id = ?",
+        "SELECT label, scenario_name, status, error, device, info, environment FROM runs "
+        "WHERE run_id = ?",
         [run_id],
     ).fetchone()
     if run is None:
         raise no_run_error(store.path, run_id)
-    label, scenario_name, status, error, device, info_json = run
+    label, scenario_name, status, error, device, info_json, env_json = run
 
     (
         num_requests,
@@ -270,4 +272,5 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         starved_ms=None if starved_ns is None else starved_ns / _NS_PER_MS,
         perturbed_steps=num_perturbed,
         includes_perturbed=include_perturbed,
+        environment=json.loads(env_json) if env_json else None,
     )
