@@ -101,3 +101,26 @@ def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             if a.get(key) != b.get(key):
                 lines.append(f"{kind}: {key} differs ({a.get(key)} vs {b.get(key)})")
     return lines
+
+
+def environment_line(env: dict | None) -> str | None:
+    """The run's environment in one line (None: not recorded)."""
+    if not env:
+        return None
+    load = env.get("load_avg_start")
+    end = env.get("load_avg_end")
+    parts = [f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}"]
+    if load:
+        parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
+    threads = env.get("OMP_NUM_THREADS") or "unset"
+    parts.append(f"threads torch {env.get('torch_threads', '?')}, OMP {threads}")
+    cuda = env.get("cuda")
+    parts.append(f"torch {env.get('torch', '?')}" + (f" / CUDA {cuda}" if cuda else ""))
+    if env.get("gpu_name"):
+        gpu = f"{env['gpu_name']}"
+        if env.get("gpu_driver"):
+            gpu += f", driver {env['gpu_driver']}"
+        if env.get("gpu_sm_clock_mhz") is not None:
+            gpu += f", SM {env['gpu_sm_clock_mhz']}/{env.get('gpu_max_sm_clock_mhz', '?')} MHz"
+        parts.append(gpu)
+    return "; ".join(parts)

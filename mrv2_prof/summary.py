@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.format import format_bytes
@@ -63,29 +64,6 @@ def _overlap(s: RunSummary) -> str:
         f"{hidden} of host prep hidden under GPU work; GPU idle {where} "
         f"{s.bubble_ms:,.1f} ms ({s.host_bound_bubble_ms:,.1f} ms waiting for the host{starved})"
     )
-
-
-def environment_line(env: dict | None) -> str | None:
-    """The run's environment in one line (None: not recorded)."""
-    if not env:
-        return None
-    load = env.get("load_avg_start")
-    end = env.get("load_avg_end")
-    parts = [f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}"]
-    if load:
-        parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
-    threads = env.get("OMP_NUM_THREADS") or "unset"
-    parts.append(f"threads torch {env.get('torch_threads', '?')}, OMP {threads}")
-    cuda = env.get("cuda")
-    parts.append(f"torch {env.get('torch', '?')}" + (f" / CUDA {cuda}" if cuda else ""))
-    if env.get("gpu_name"):
-        gpu = f"{env['gpu_name']}"
-        if env.get("gpu_driver"):
-            gpu += f", driver {env['gpu_driver']}"
-        if env.get("gpu_sm_clock_mhz") is not None:
-            gpu += f", SM {env['gpu_sm_clock_mhz']}/{env.get('gpu_max_sm_clock_mhz', '?')} MHz"
-        parts.append(gpu)
-    return "; ".join(parts)
 
 
 def _perturbed(s: RunSummary) -> str | None:
