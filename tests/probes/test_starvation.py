@@ -147,3 +147,44 @@ def test_a_kernel_window_replaces_the_events_value_with_the_exact_one(store):
         [(1000, 1300), (2000, 2090)],
         [(3000, 3040)],
     ]
+
+
+def test_after_the_run_the_window_is_exact_perturbed_and_counted_per_step(store):
+    """Steps 0..3, a kernel-trace window over steps 1..2 (step 3 perturbed too: it waited for
+    the trace's export). Each step: host prep (schedule..execute) and one forward device span."""
+    from types import SimpleNamespace
+
+    from mrv2_prof.probe_results import store_probe_results
+
+    n = 4
+    store.append("r", "steps", {"step": list(range(n))})
+    cpu = []
+    for s in range(n):  # schedule at 1000 s, execute ends at 1000 s + 400
+        cpu += [(s, "schedule", 1000 * s, 1000 * s + 100), (s, "execute", 1000 * s + 100,
+                                                               1000 * s + 400)]  # fmt: skip
+    # device spans: step s at 1000 s + 500 .. 1000 s + 1300, events-rule starved 200 each
+    store.append("r", "spans", {
+        "step": [c[0] for c in cpu] + list(range(n)),
+        "track": ["cpu"] * len(cpu) + ["gpu"] * n,
+        "name": [c[1] for c in cpu] + ["forward"] * n,
+        "start_ns": [c[2] for c in cpu] + [1000 * s + 500 for s in range(n)],
+        "end_ns": [c[3] for c in cpu] + [1000 * s + 1300 for s in range(n)],
+        "starved_ns": [None] * len(cpu) + [200] * n,
+    })  # fmt: skip
+    # kernels of step 1 (1500..2300): 1500..1600 and 1700..2300 -> starved 100; step 2: none
+    # run in 2500..3300 -> starved 800
+    kernels = {"step": np.array([1, 1]), "phase": np.array(["forward", "forward"], dtype=object),
+               "name": np.array(["a", "b"], dtype=object), "start_ns": np.array([1500, 1700]),
+               "end_ns": np.array([1600, 2300]), "stream": np.array([7, 7])}  # fmt: skip
+    kt = SimpleNamespace(columns=kernels, traced_steps=[1, 2])
+    session = SimpleNamespace(kernel_trace=kt, timeline=object(), perturbed_steps=lambda: [1, 2, 3])
+    store_probe_results(store, "r", session, {})
+    rows = store.connection.execute(
+        "SELECT step, starved_ns, perturbed, hidden_prep_ns FROM steps ORDER BY step"
+    ).fetchall()
+    # hidden: step s's prep 1000 s..1000 s+400 under step s-1's device span 1000 s-500..
+    # 1000 s+300 less its starved head (1000 s-500 .. +starved): step 1: 1000..1300 minus
+    # 500..700 -> 300; step 2: 2000..2300 minus 1500..1600 -> 300; step 3: 3000..3300 minus
+    # 2500..3300 -> 0
+    assert rows == [(0, 200, False, None), (1, 100, True, 300), (2, 800, True, 300),
+                    (3, 200, True, 0)]  # fmt: skip
