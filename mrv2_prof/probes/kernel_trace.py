@@ -55,7 +55,7 @@ class KernelTrace:
         self._prof = None
         self._anchor_ns = -1
         self._spans: list[tuple[int, int, int, int]] = []  # (start_ns, end_ns, step, phase id)
-        self._known_waits: list[tuple[int, int]] = []  # syncs recorded in the window
+        self._known_waits: list[tuple[int, int, bool]] = []  # syncs recorded in the window
         self._probe: RecordingProbe | None = None
         self.traced_steps: list[int] = []
         self.waits_found = 0

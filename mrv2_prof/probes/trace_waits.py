@@ -24,17 +24,19 @@ _SYNC_CALLS = {
 }
 _COPY_CALLS = ("cudaMemcpyAsync", "cudaMemcpy", "cuMemcpyAsync", "cuMemcpyHtoDAsync_v2",
                "cuMemcpyDtoHAsync_v2")  # fmt: skip
-# A recorded wait without a time (the debug mode's) covers the runtime calls that begin this
-# soon after its stamp; a timed one covers those that begin inside it, give or take the clock
-# tie between the profiler and perf_counter_ns.
-UNTIMED_COVER_NS, CLOCK_TOLERANCE_NS = 50_000, 5_000
+# A recorded wait without a time (the debug mode's warning comes just before the runtime call)
+# covers the runtime calls that begin this soon after its stamp; a timed one (a wrapper's clock
+# runs around its runtime calls) those that lie inside it, give or take the clock tie between the
+# profiler and perf_counter_ns (about a µs).
+UNTIMED_COVER_NS, CLOCK_TOLERANCE_NS = 50_000, 2_000
 
 
-def known_interval(t_ns: int, blocked_ns: int) -> tuple[int, int]:
-    """The host times a wait recorded outside the trace covers (``blocked_ns`` < 0: untimed)."""
+def known_interval(t_ns: int, blocked_ns: int) -> tuple[int, int, bool]:
+    """``(start, end, timed)`` of a wait recorded outside the trace (``blocked_ns`` < 0:
+    untimed, stamped when noticed)."""
     if blocked_ns < 0:
-        return t_ns, t_ns + UNTIMED_COVER_NS
-    return t_ns - CLOCK_TOLERANCE_NS, t_ns + blocked_ns + CLOCK_TOLERANCE_NS
+        return t_ns, t_ns + UNTIMED_COVER_NS, False
+    return t_ns, t_ns + blocked_ns, True
 
 
 def trace_site(phase: str | None) -> str:
@@ -45,13 +47,13 @@ def trace_waits(
     events: list[dict[str, Any]],
     offset_ns: int,
     lookup,
-    known: list[tuple[int, int]],
+    known: list[tuple[int, int, bool]],
 ) -> list[tuple[int, int, str, str, int]]:
     """``(step, t_ns, kind, site, blocked_ns)`` rows of the waits in ``events`` (Chrome trace
     events; profiler µs + ``offset_ns`` = ``perf_counter_ns``). ``lookup(t_ns)`` gives the
     ``(step, phase)`` of a host time (step -1: outside every step); ``known`` are the
-    ``known_interval`` of each wait recorded outside the trace: a runtime call that begins
-    inside one is that wait."""
+    ``known_interval`` of each wait recorded outside the trace: a runtime call inside a timed one
+    (or beginning just after an untimed one's stamp) is that wait."""
     pageable = set()
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy" and "Pageable" in str(e.get("name")):
@@ -59,7 +61,7 @@ def trace_waits(
             if corr is not None:
                 pageable.add(int(corr))
     known = sorted(known)
-    starts = [s for s, _ in known]
+    starts = [k[0] for k in known]
     rows = []
     for e in events:
         name = e.get("name")
@@ -74,12 +76,17 @@ def trace_waits(
         t0 = round(float(e["ts"]) * 1000) + offset_ns
         t1 = t0 + round(float(e.get("dur", 0)) * 1000)
         step, phase = lookup(t0)
-        if step < 0 or _covered(t0, known, starts):
+        if step < 0 or _covered(t0, t1, known, starts):
             continue
         rows.append((step, t0, kind, trace_site(phase), t1 - t0))
     return rows
 
 
-def _covered(t0: int, known: list[tuple[int, int]], starts: list[int]) -> bool:
-    i = bisect.bisect_right(starts, t0)
-    return any(e >= t0 for _, e in known[:i])
+def _covered(t0: int, t1: int, known: list[tuple[int, int, bool]], starts: list[int]) -> bool:
+    i = bisect.bisect_right(starts, t0 + CLOCK_TOLERANCE_NS)
+    for s, e, timed in known[:i]:
+        if timed and s - CLOCK_TOLERANCE_NS <= t0 and t1 <= e + CLOCK_TOLERANCE_NS:
+            return True
+        if not timed and s <= t0 <= e:
+            return True
+    return False

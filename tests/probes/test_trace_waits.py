@@ -28,8 +28,10 @@ def test_runtime_waits_inside_steps_become_rows_once():
     events = [
         x("cudaDeviceSynchronize", 1100, 40),  # missed by the catchers: a row
         x("cudaStreamSynchronize", 1300, 25),  # covered by a recorded wait (untimed)
-        x("cudaStreamSynchronize", 1400, 25),  # covered by a timed recorded wait
-        x("cudaDeviceSynchronize", 1450, 5),  # just after that timed wait: a row
+        x("cudaStreamSynchronize", 1400, 25),  # inside a timed recorded wait
+        x("cudaMemcpyAsync", 1401, 2, corr=6),  # inside it too (a blocking copy's two calls)
+        x("Memcpy DtoH (Device -> Pageable)", 1402, 1, corr=6, cat="gpu_memcpy"),
+        x("cudaDeviceSynchronize", 1433, 3),  # right after that timed wait: a row
         x("cudaMemcpyAsync", 1500, 12, corr=7),  # pageable (its device copy says so): a row
         x("Memcpy HtoD (Pageable -> Device)", 1510, 3, corr=7, cat="gpu_memcpy"),
         x("cudaMemcpyAsync", 1600, 2, corr=8),  # pinned: no wait
@@ -43,7 +45,7 @@ def test_runtime_waits_inside_steps_become_rows_once():
     rows = trace_waits(events, 0, lookup, known)
     assert rows == [
         (4, 1100 * US, "device_sync", "<kernel trace: forward>", 40 * US),
-        (4, 1450 * US, "device_sync", "<kernel trace: forward>", 5 * US),
+        (4, 1433 * US, "device_sync", "<kernel trace: forward>", 3 * US),
         (4, 1500 * US, "copy", "<kernel trace: forward>", 12 * US),
         (5, 2500 * US, "event_sync", "<kernel trace: sample>", 100 * US),
     ]
