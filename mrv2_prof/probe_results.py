@@ -46,7 +46,14 @@ def store_probe_results(
         cols["step"] = pa.array(cols["step"], mask=cols["step"] < 0)  # -1: not attributed
         store.append(run_id, "kernels", arrow_columns(cols))
         if session.timeline is not None:
-            kernel_starved(store, run_id, kt.traced_steps)
+            launches = getattr(kt, "launch_ns", None)
+            if launches is not None:  # unknown launches (-1): their gaps count as waiting
+                launches = (
+                    kt.columns["start_ns"],
+                    kt.columns["end_ns"],
+                    np.where(launches < 0, np.iinfo(np.int64).max, launches),
+                )
+            kernel_starved(store, run_id, kt.traced_steps, launches)
     t = step_times(store, run_id)
     cols: dict[str, list] = {"perturbed": [int(s) in perturbed for s in t["step"]]}
     if session.timeline is not None:

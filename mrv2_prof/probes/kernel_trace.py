@@ -60,6 +60,7 @@ class KernelTrace:
         self.traced_steps: list[int] = []
         self.waits_found = 0
         self.columns: dict[str, np.ndarray] | None = None
+        self.launch_ns: np.ndarray | None = None  # host launch time of each row (-1: unknown)
         self.error: str | None = None
         self.steps_traced = 0
         if self.start == 0:
@@ -122,7 +123,9 @@ class KernelTrace:
             prof.export_chrome_trace(self.raw_path)
             with open(self.raw_path) as f:
                 events = json.load(f).get("traceEvents", [])
-            self.columns = attribute(events, self._spans, self._anchor_ns)
+            rows, launches = _kernel_rows(events, self._spans, self._anchor_ns)
+            self.columns = from_rows("kernels", rows)
+            self.launch_ns = np.array(launches, dtype=np.int64)
             offset, lookup = _clock_and_lookup(events, self._spans, self._anchor_ns)
             waits = trace_waits(events, offset, lookup, self._known_waits)
             self.waits_found = len(waits)
@@ -163,6 +166,13 @@ def attribute(
 
     ``spans`` are host (start_ns, end_ns, step, phase id) on the ``perf_counter_ns`` clock; the
     event named ``ANCHOR_NAME`` was recorded at ``anchor_ns``. -1 marks an unattributed step."""
+    return from_rows("kernels", _kernel_rows(events, spans, anchor_ns)[0])
+
+
+def _kernel_rows(
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+) -> tuple[list[tuple], list[int]]:
+    """``kernels`` rows and the host launch time of each (-1: no launch record found)."""
     offset, lookup = _clock_and_lookup(events, spans, anchor_ns)
     launch_ns: dict[int, int] = {}
     for e in events:
@@ -170,7 +180,7 @@ def attribute(
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
                 launch_ns[int(corr)] = round(float(e["ts"]) * 1000) + offset
-    rows = []
+    rows, launches = [], []
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in _DEVICE_OPS:
             continue
@@ -180,7 +190,8 @@ def attribute(
         start = round(float(e["ts"]) * 1000) + offset
         end = start + round(float(e.get("dur", 0)) * 1000)
         rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
-    return from_rows("kernels", rows)
+        launches.append(-1 if t is None else t)
+    return rows, launches
 
 
 def _clock_and_lookup(

@@ -19,8 +19,9 @@ Two rules, one per signal:
   starvation when the device has long kernels queued inside that window. The window lies at the
   head of the span, where such a gap is.
 * **from the kernel trace** (exact, inside a kernel-trace window): starved = the span minus the
-  union of the device operations (kernels and copies) that ran inside it. It runs after the run
-  over the stored spans and kernels (``store.step_timeline.kernel_starved``).
+  time its device operations (kernels, copies) ran and the gaps between them after the next one
+  had been launched (``store.device_busy``). It runs after the run over the stored spans
+  (``store.step_timeline.kernel_starved``).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ GPU span), computes overlap and bubbles (``probes.overlap``) and writes them int
 ``host_prep_ns``, ``hidden_prep_ns``, ``starved_ns``, ``perturbed``).
 
 Starved time (``probes.starvation``): each device span carries the events rule's value; for the
-steps of a kernel-trace window ``kernel_starved`` replaces it with the exact one, the span minus
-the union of the kernels stored for the run (``starved_from_kernels``), before
-``starved_windows`` reads every step's.
+steps of a kernel-trace window ``kernel_starved`` replaces it with the exact one from the
+device operations and their launch times (``store.device_busy``), before ``starved_windows``
+reads every step's.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.device_busy import starved_from_kernels
 from mrv2_prof.store.schema import TABLES, quote
 
 _VIEW = "_mrv2_step_timeline"
@@ -85,50 +86,16 @@ def update_steps(
         con.unregister(_VIEW)
 
 
-def union_ns(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
-    """Length of the union of the intervals ``[starts, ends)`` clipped to ``[lo, hi)``."""
-    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
-    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    if len(s) == 0:
-        return 0
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    # an interval opens a new run when it starts after everything before it has ended
-    new_run = np.empty(len(s), dtype=bool)
-    new_run[0] = True
-    new_run[1:] = s[1:] > reach[:-1]
-    run_id = np.cumsum(new_run) - 1
-    run_start = s[new_run]
-    run_end = np.zeros(len(run_start), dtype=np.int64)
-    np.maximum.at(run_end, run_id, e)
-    return int((run_end - run_start).sum())
-
-
-def starved_from_kernels(
-    span_start: np.ndarray, span_end: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
-) -> np.ndarray:
-    """Starved ns of each span ``[span_start, span_end)``: its length minus the union of the
-    device operations ``[op_start, op_end)`` inside it."""
-    order = np.argsort(op_start, kind="stable")
-    op_start, op_end = np.asarray(op_start)[order], np.asarray(op_end)[order]
-    reach = np.maximum.accumulate(op_end) if len(op_end) else op_end
-    out = np.zeros(len(span_start), dtype=np.int64)
-    for k, (lo, hi) in enumerate(zip(span_start, span_end, strict=True)):
-        lo, hi = int(lo), int(hi)
-        # operations that can touch [lo, hi): started before hi, and not all ended before lo
-        a = int(np.searchsorted(reach, lo, side="right"))
-        b = int(np.searchsorted(op_start, hi, side="left"))
-        busy = union_ns(op_start[a:b], op_end[a:b], lo, hi) if b > a else 0
-        out[k] = max(0, hi - lo - busy)
-    return out
-
-
-def kernel_starved(store: Store, run_id: str, steps: Sequence[int]) -> int:
+def kernel_starved(
+    store: Store,
+    run_id: str,
+    steps: Sequence[int],
+    launches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> int:
     """Set ``spans.starved_ns`` of the device spans of ``steps`` (a kernel-trace window) from the
-    run's kernels: span minus the union of the kernels inside it. Returns the spans updated."""
+    device operations: ``launches`` (start, end, host launch time of each, from the kernel
+    trace), else the run's stored kernels without launch times (every gap counts as waiting for
+    the host). Returns the spans updated (``store.device_busy``)."""
     con = store.connection
     spans = con.execute(
         "SELECT step, name, start_ns, end_ns FROM spans WHERE run_id = ? AND track = 'gpu' "
@@ -137,14 +104,17 @@ def kernel_starved(store: Store, run_id: str, steps: Sequence[int]) -> int:
     ).fetchall()
     if not spans:
         return 0
-    lo, hi = spans[0][2], max(r[3] for r in spans)
-    ops = con.execute(
-        "SELECT start_ns, end_ns FROM kernels WHERE run_id = ? AND end_ns > ? AND start_ns < ?",
-        [run_id, lo, hi],
-    ).fetchall()
-    op = np.array(ops, dtype=np.int64).reshape(-1, 2)
     sp = np.array([(r[2], r[3]) for r in spans], dtype=np.int64)
-    starved = starved_from_kernels(sp[:, 0], sp[:, 1], op[:, 0], op[:, 1])
+    if launches is None:
+        lo, hi = spans[0][2], max(r[3] for r in spans)
+        ops = con.execute(
+            "SELECT start_ns, end_ns FROM kernels WHERE run_id = ? AND end_ns > ? AND start_ns < ?",
+            [run_id, lo, hi],
+        ).fetchall()
+        op = np.array(ops, dtype=np.int64).reshape(-1, 2)
+        starved = starved_from_kernels(sp[:, 0], sp[:, 1], op[:, 0], op[:, 1])
+    else:
+        starved = starved_from_kernels(sp[:, 0], sp[:, 1], *launches)
     batch = pa.table(
         {
             "step": pa.array([r[0] for r in spans], pa.int64()),

@@ -3,9 +3,11 @@ intervals in the same steps of one run, and every planted host wait found at its
 
 Each test prints the differences it measured (``-s`` shows them), so they can be quoted:
 the phase busy time from the CUDA events (span − starved, ``probes.starvation``) against the
-union of the kernel-trace intervals inside the same spans; the run overlap from the events
-against the overlap recomputed from the kernels (device busy intervals against the host prep
-spans); the sync sites of every planted kind.
+busy time from the kernel trace (its operations, and the gaps after the next one was launched:
+``store.device_busy``; the plain union of the kernel intervals is printed beside it); the run
+overlap from the events against the overlap recomputed from the kernel trace alone (each step's
+device busy intervals against the next step's host prep span); the sync sites of every planted
+kind.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from mrv2_prof.probes.sync_finder import SyncFinder
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.store.step_timeline import union_ns
+from mrv2_prof.store.device_busy import NO_LAUNCH, busy_intervals, union_ns
 
 pytestmark = [
     pytest.mark.gpu,
@@ -64,7 +66,8 @@ def traced(request, tmp_path_factory):
     out = probe.drain()
     kt = session.kernel_trace
     assert kt.error is None and kt.columns is not None, facts
-    return f"{preset}/{mode}", out, kt.columns, kt.traced_steps
+    kernels = dict(kt.columns, launch_ns=np.where(kt.launch_ns < 0, NO_LAUNCH, kt.launch_ns))
+    return f"{preset}/{mode}", out, kernels, kt.traced_steps
 
 
 def _rows(cols, names):
@@ -73,9 +76,10 @@ def _rows(cols, names):
 
 def test_phase_busy_time_from_the_events_matches_the_kernel_union(traced):
     label, out, kernels, steps = traced
-    ks, ke = kernels["start_ns"], kernels["end_ns"]
+    ks, ke, kl = kernels["start_ns"], kernels["end_ns"], kernels["launch_ns"]
     busy_ev = dict.fromkeys(PHASES, 0)
     busy_k = dict.fromkeys(PHASES, 0)
+    union_k = dict.fromkeys(PHASES, 0)
     span_total = dict.fromkeys(PHASES, 0)
     for step, track, name, start, end, starved in _rows(
         out["spans"], ["step", "track", "name", "start_ns", "end_ns", "starved_ns"]
@@ -84,15 +88,17 @@ def test_phase_busy_time_from_the_events_matches_the_kernel_union(traced):
             continue
         span_total[name] += end - start
         busy_ev[name] += end - start - starved
-        busy_k[name] += union_ns(ks, ke, start, end)
+        busy_k[name] += sum(b - a for a, b in busy_intervals(ks, ke, kl, start, end))
+        union_k[name] += union_ns(ks, ke, start, end)
     for name in PHASES:
         diff = (busy_ev[name] - busy_k[name]) / max(busy_k[name], 1)
         print(f"{label} {name}: span {span_total[name] / 1e3:.1f} µs, busy from events "
-              f"{busy_ev[name] / 1e3:.1f} µs, kernel union {busy_k[name] / 1e3:.1f} µs "
-              f"({diff:+.1%})")  # fmt: skip
+              f"{busy_ev[name] / 1e3:.1f} µs, from the kernel trace {busy_k[name] / 1e3:.1f} µs "
+              f"({diff:+.1%}; kernel union {union_k[name] / 1e3:.1f} µs)")  # fmt: skip
     total_ev, total_k = sum(busy_ev.values()), sum(busy_k.values())
-    print(f"{label} all phases: busy from events {total_ev / 1e3:.1f} µs, kernel union "
-          f"{total_k / 1e3:.1f} µs ({(total_ev - total_k) / total_k:+.1%})")  # fmt: skip
+    print(f"{label} all phases: busy from events {total_ev / 1e3:.1f} µs, from the kernel trace "
+          f"{total_k / 1e3:.1f} µs ({(total_ev - total_k) / total_k:+.1%}; kernel union "
+          f"{sum(union_k.values()) / 1e3:.1f} µs)")  # fmt: skip
     assert abs(busy_ev["forward"] - busy_k["forward"]) <= 0.05 * busy_k["forward"]
     assert abs(total_ev - total_k) <= 0.05 * total_k
 
@@ -125,17 +131,20 @@ def test_run_overlap_from_the_events_matches_the_kernel_trace(traced):
     for s, prep, hidden in zip(order, cols["host_prep_ns"], cols["hidden_prep_ns"], strict=True):
         if s in window and s - 1 in window and prep is not None:
             ev_prep, ev_hidden = ev_prep + prep, ev_hidden + hidden
-    # independently: host prep of step N against the kernels of step N-1 (busy intervals)
+    # from the kernel trace alone: host prep of step N against the busy intervals of the
+    # operations of step N-1 (from its first to its last)
     k_step = kernels["step"]
     k_prep = k_hidden = 0
     for s in sorted(window):
         if s - 1 not in window or s not in prep_start or s not in enqueue_end:
             continue
         mine = k_step == s - 1
+        if not mine.any():
+            continue
+        starts, ends = kernels["start_ns"][mine], kernels["end_ns"][mine]
+        busy = busy_intervals(starts, ends, kernels["launch_ns"][mine], starts.min(), ends.max())
         k_prep += enqueue_end[s] - prep_start[s]
-        k_hidden += union_ns(
-            kernels["start_ns"][mine], kernels["end_ns"][mine], prep_start[s], enqueue_end[s]
-        )
+        k_hidden += sum(max(0, min(b, enqueue_end[s]) - max(a, prep_start[s])) for a, b in busy)
     ov_ev, ov_k = ev_hidden / ev_prep, k_hidden / k_prep
     print(f"{label} overlap over the window: events {ov_ev:.3f}, kernel trace {ov_k:.3f} "
           f"({(ov_ev - ov_k) * 100:+.1f} points)")  # fmt: skip

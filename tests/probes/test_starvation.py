@@ -12,12 +12,8 @@ from mrv2_prof.probes import gpu_timeline as gt
 from mrv2_prof.probes.overlap import against_previous, step_columns
 from mrv2_prof.probes.starvation import starved_from_marks
 from mrv2_prof.store import Store
-from mrv2_prof.store.step_timeline import (
-    kernel_starved,
-    starved_from_kernels,
-    starved_windows,
-    union_ns,
-)
+from mrv2_prof.store.device_busy import busy_intervals, starved_from_kernels, union_ns
+from mrv2_prof.store.step_timeline import kernel_starved, starved_windows
 
 
 def test_the_events_rule_on_three_phases():
@@ -46,6 +42,20 @@ def test_union_and_the_kernel_rule():
         np.array([10]), np.array([20]), np.array([0, 11]), np.array([30, 12])
     )
     assert got.tolist() == [0]
+
+
+def test_a_gap_is_waiting_for_the_host_only_until_the_next_launch():
+    # span 0..100; ops [10,20) launched at 5, [30,40) launched at 25, [50,60) launched at 0
+    # (queued long before: the gap 40..50 is the device's own latency, as inside a CUDA graph),
+    # nothing after 60 until the end mark at 100.
+    # waiting: 0..5 (first launch at 5), 20..25, 60..100 -> 5 + 5 + 40 = 50
+    # busy: 5..20, 25..60 (merged: the op, its queued gap, the graph-like gap)
+    starts, ends, launches = np.array([10, 30, 50]), np.array([20, 40, 60]), np.array([5, 25, 0])
+    assert busy_intervals(starts, ends, launches, 0, 100) == [(5, 20), (25, 60)]
+    got = starved_from_kernels(np.array([0]), np.array([100]), starts, ends, launches)
+    assert got.tolist() == [50]
+    # without launch times every gap is waiting: 100 - 30 = 70
+    assert starved_from_kernels(np.array([0]), np.array([100]), starts, ends).tolist() == [70]
 
 
 def test_host_prep_under_a_starved_window_is_not_hidden():
@@ -171,12 +181,14 @@ def test_after_the_run_the_window_is_exact_perturbed_and_counted_per_step(store)
         "end_ns": [c[3] for c in cpu] + [1000 * s + 1300 for s in range(n)],
         "starved_ns": [None] * len(cpu) + [200] * n,
     })  # fmt: skip
-    # kernels of step 1 (1500..2300): 1500..1600 and 1700..2300 -> starved 100; step 2: none
-    # run in 2500..3300 -> starved 800
+    # kernels of step 1 (1500..2300): 1500..1600 and 1700..2300; step 2: none run in
+    # 2500..3300 -> starved 800
     kernels = {"step": np.array([1, 1]), "phase": np.array(["forward", "forward"], dtype=object),
                "name": np.array(["a", "b"], dtype=object), "start_ns": np.array([1500, 1700]),
                "end_ns": np.array([1600, 2300]), "stream": np.array([7, 7])}  # fmt: skip
-    kt = SimpleNamespace(columns=kernels, traced_steps=[1, 2])
+    # a launched at 1400, b at 1550: b was queued before the gap 1600..1700 began, so that gap
+    # is the device's own latency, not waiting: step 1 starved 0
+    kt = SimpleNamespace(columns=kernels, traced_steps=[1, 2], launch_ns=np.array([1400, 1550]))
     session = SimpleNamespace(kernel_trace=kt, timeline=object(), perturbed_steps=lambda: [1, 2, 3])
     store_probe_results(store, "r", session, {})
     rows = store.connection.execute(
@@ -184,7 +196,7 @@ def test_after_the_run_the_window_is_exact_perturbed_and_counted_per_step(store)
     ).fetchall()
     # hidden: step s's prep 1000 s..1000 s+400 under step s-1's device span 1000 s-500..
     # 1000 s+300 less its starved head (1000 s-500 .. +starved): step 1: 1000..1300 minus
-    # 500..700 -> 300; step 2: 2000..2300 minus 1500..1600 -> 300; step 3: 3000..3300 minus
-    # 2500..3300 -> 0
-    assert rows == [(0, 200, False, None), (1, 100, True, 300), (2, 800, True, 300),
+    # 500..700 -> 300; step 2: 2000..2300, nothing starved in step 1 -> 300; step 3: 3000..3300
+    # minus 2500..3300 -> 0
+    assert rows == [(0, 200, False, None), (1, 0, True, 300), (2, 800, True, 300),
                     (3, 200, True, 0)]  # fmt: skip
