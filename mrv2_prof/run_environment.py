@@ -57,11 +57,23 @@ def run_environment(device: str) -> dict[str, Any]:
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu_name"] = torch.cuda.get_device_name()
-        env.update(_nvml_facts())
+        env.update(_nvml_facts(device))
     return env
 
 
-def _nvml_facts() -> dict[str, Any]:
+def _nvml_handle(pynvml, device: str):
+    """The run's GPU as CUDA finds it (as ``probes.nvml_sampler`` does): the first entry of
+    ``CUDA_VISIBLE_DEVICES`` (an index or a ``GPU-`` UUID) when set, else ``cuda:N``'s N."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith("GPU-"):
+        return pynvml.nvmlDeviceGetHandleByUUID(visible)
+    index = int(visible) if visible.isdigit() else 0
+    if not visible.isdigit() and ":" in device:
+        index = int(device.split(":")[1])
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _nvml_facts(device: str) -> dict[str, Any]:
     try:
         import pynvml
 
@@ -69,7 +81,7 @@ def _nvml_facts() -> dict[str, Any]:
     except Exception as exc:  # no package, no driver
         return {"gpu_note": f"NVML not available ({type(exc).__name__}): no driver or clocks"}
     try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = _nvml_handle(pynvml, device)
         driver = pynvml.nvmlSystemGetDriverVersion()
         clocks = {
             "gpu_sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),

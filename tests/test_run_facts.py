@@ -135,3 +135,30 @@ def test_the_summary_shows_the_environment(run_in_process):
     text = console.export_text()
     line = next(line for line in text.splitlines() if line.startswith("environment"))
     assert f"x{os.cpu_count()}" in line and "torch " in line
+
+
+def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
+    import sys
+    import types
+
+    from mrv2_prof import run_environment
+
+    calls = []
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: calls.append(i) or f"gpu{i}",
+        nvmlSystemGetDriverVersion=lambda: b"570.1",
+        nvmlDeviceGetClockInfo=lambda h, c: (1755, 3201)[c],
+        nvmlDeviceGetMaxClockInfo=lambda h, c: (1980, 3201)[c],
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    facts = run_environment._nvml_facts("cuda:0")
+    assert calls == [3]  # the first visible device, as CUDA numbers it
+    assert facts == {"gpu_driver": "570.1", "gpu_sm_clock_mhz": 1755, "gpu_mem_clock_mhz": 3201,
+                     "gpu_max_sm_clock_mhz": 1980, "gpu_max_mem_clock_mhz": 3201}  # fmt: skip
+    line = run_environment.environment_line(
+        {"cpu_model": "EPYC", "cpu_count": 16, "torch": "2.9", "gpu_name": "H200", **facts}
+    )
+    assert line.endswith("H200, driver 570.1, SM 1755/1980 MHz")
