@@ -35,6 +35,7 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
+from mrv2_prof.run_environment import finish_environment, run_environment
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 
@@ -112,9 +113,10 @@ def runner_main(job: RunJob, queue, stop_event) -> None:
 
 
 def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
+    from mrv2_prof.effective_scenario import engine_as_run
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
-    from mrv2_prof.scenario import Scenario, ScenarioError
+    from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml
 
     scenario = Scenario.model_validate(job.scenario)
     run_id = store.new_run_id()
@@ -128,8 +130,10 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         versions=_versions(),
         started_ns=time.perf_counter_ns(),
     )
+    store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
     emit(("begun", run_id))
     probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
+    environment: dict[str, Any] = {}
     outcome = Outcome(run_id, "failed")
     engine = session = None
     writer: BackgroundWriter | None = None
@@ -168,7 +172,15 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             outcome.facts["notes"],
             trace_dir=str(Path(job.db_path).resolve().parent / "kernel_traces"),
         )
-        store.update_run(run_id, device=info.device, info=outcome.facts)
+        environment = run_environment(info.device)
+        ran = engine_as_run(job.scenario, job.db_path, engine, nvtx_anchor_ns is not None)
+        store.update_run(
+            run_id,
+            device=info.device,
+            info=outcome.facts,
+            scenario_yaml=scenario_yaml(ran),
+            environment=environment,
+        )
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
         # reach: a full collection over them stalled a step for hundreds of ms mid-run.
@@ -180,6 +192,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, arrow_tables).start()
         with session.running():
+            # Arrivals count from the moment the loop can take its first step (TTFT holds no
+            # start-up: the writer thread and the probes are ready by now).
+            live.t0_ns = time.perf_counter_ns()
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
@@ -202,6 +217,8 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             outcome.facts.update(engine.graph_usage() if engine is not None else {})
             # The writer thread has stopped: the connection is this thread's again.
             store.update_run(run_id, info=outcome.facts)
+            if environment:
+                store.update_run(run_id, environment=finish_environment(environment))
         except Exception as exc:  # the store itself failed (disk full, ...)
             outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
     return outcome

@@ -184,6 +184,7 @@ class LiveStats:
         live = timeline.live
         return {
             "overlap_frac": live.overlap,
-            "bubble_host_bound_ns": live.host_bound_bubble_ns,
+            # the device starved inside a step waited for the host too (a host-bound bubble)
+            "bubble_host_bound_ns": live.host_bound_bubble_ns + live.starved_ns,
             "bubble_other_ns": live.other_bubble_ns,
         }

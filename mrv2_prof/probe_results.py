@@ -30,19 +30,38 @@ def arrow_tables(batches: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[st
 def store_probe_results(
     store: Store, run_id: str, session: ProbeSession, facts: dict[str, Any]
 ) -> None:
-    """After the last flush: the kernel trace's rows, and overlap and bubbles per step."""
+    """After the last flush: the kernel trace's rows, the exact starved time of its steps, and
+    overlap, bubbles, starved time and the perturbed flag per step."""
+    from mrv2_prof.store.step_timeline import (
+        kernel_starved,
+        starved_windows,
+        step_times,
+        update_steps,
+    )
+
     kt = session.kernel_trace
+    perturbed = set(session.perturbed_steps())
     if kt is not None and kt.columns is not None:
         cols = dict(kt.columns)
         cols["step"] = pa.array(cols["step"], mask=cols["step"] < 0)  # -1: not attributed
         store.append(run_id, "kernels", arrow_columns(cols))
+        if session.timeline is not None:
+            launches = getattr(kt, "launch_ns", None)
+            if launches is not None:  # unknown launches (-1): their gaps count as waiting
+                launches = (
+                    kt.columns["start_ns"],
+                    kt.columns["end_ns"],
+                    np.where(launches < 0, np.iinfo(np.int64).max, launches),
+                )
+            kernel_starved(store, run_id, kt.traced_steps, launches)
+    t = step_times(store, run_id)
+    cols: dict[str, list] = {"perturbed": [int(s) in perturbed for s in t["step"]]}
     if session.timeline is not None:
         from mrv2_prof.probes.overlap import step_columns
-        from mrv2_prof.store.step_timeline import step_times, update_steps
 
-        t = step_times(store, run_id)
-        cols = step_columns(
-            t["prep_start_ns"], t["enqueue_end_ns"], t["gpu_start_ns"], t["gpu_end_ns"]
+        windows = starved_windows(store, run_id, t["step"])
+        cols |= step_columns(
+            t["prep_start_ns"], t["enqueue_end_ns"], t["gpu_start_ns"], t["gpu_end_ns"], windows
         )
-        update_steps(store, run_id, t["step"], cols)
+    update_steps(store, run_id, t["step"], cols)
     store.update_run(run_id, info=facts)

@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.format import format_bytes
@@ -57,9 +58,23 @@ def _overlap(s: RunSummary) -> str:
     if s.bubble_ms is None:
         return "- (no GPU timeline: probes.cuda_events off or a CPU run)"
     hidden = "-" if s.overlap is None else f"{100 * s.overlap:.1f}%"
+    where, starved = "between steps", ""
+    if s.starved_ms is not None:
+        where, starved = "between and inside steps", f", {s.starved_ms:,.1f} ms inside steps"
     return (
-        f"{hidden} of host prep hidden under GPU work; GPU idle between steps "
-        f"{s.bubble_ms:,.1f} ms ({s.host_bound_bubble_ms:,.1f} ms waiting for the host)"
+        f"{hidden} of host prep hidden under GPU work; GPU idle {where} "
+        f"{s.bubble_ms:,.1f} ms ({s.host_bound_bubble_ms:,.1f} ms waiting for the host{starved})"
+    )
+
+
+def _perturbed(s: RunSummary) -> str | None:
+    if not s.perturbed_steps:
+        return None
+    if s.includes_perturbed:
+        return f"{s.perturbed_steps} perturbed steps (kernel trace) included"
+    return (
+        f"{s.perturbed_steps} perturbed steps (kernel trace) left out of overlap, bubbles, "
+        "syncs and ITL"
     )
 
 
@@ -104,6 +119,12 @@ def summary_tables(s: RunSummary) -> Group:
         ("CUDA graphs", _graphs(s)),
         ("CPU/GPU overlap", _overlap(s)),
     ]
+    perturbed = _perturbed(s)
+    if perturbed:
+        rows.append(("perturbed", perturbed))
+    environment = environment_line(s.environment)
+    if environment:
+        rows.append(("environment", environment))
     for k, v in rows:
         head.add_row(k, v)
     lat = Table(title="latency (ms, completed requests)", title_justify="left")

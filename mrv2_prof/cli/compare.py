@@ -12,6 +12,30 @@ from mrv2_prof.store import StoreError
 from mrv2_prof.views.safe_text import plain
 
 
+def run_warnings(a, b) -> list[str]:
+    """What makes two runs' numbers hard to compare (their environments differ), and the
+    perturbed steps each one's figures leave out."""
+    from mrv2_prof.run_environment import environment_differences
+
+    lines = [
+        f"warning: the runs differ in {d}"
+        for d in environment_differences(a.environment or {}, b.environment or {})
+    ]
+    for run in (a, b):
+        if run.perturbed_steps:
+            lines.append(
+                f"note: run {run.run_id}: {run.perturbed_steps} perturbed steps (kernel trace) "
+                "left out of overlap, bubbles, syncs and ITL"
+            )
+    return lines
+
+
+def _print_warnings(lines: list[str]) -> None:
+    for line in lines:
+        style = "yellow" if line.startswith("warning") else None
+        out.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
 def compare(
     run_a: str = typer.Argument(
         ..., metavar="RUN_A", help="The reference run: an id, a unique prefix, or 'latest'."
@@ -46,10 +70,13 @@ def compare(
         a, b = load_runs(db, run_a, db_b, run_b)
     except StoreError as exc:
         fail(str(exc))
+    warnings = run_warnings(a, b)
     if as_json:
-        out.print_json(json.dumps(compare_json(a, b, str(db), str(db_b))))
+        data = compare_json(a, b, str(db), str(db_b))
+        out.print_json(json.dumps({**data, "warnings": warnings}))
     else:
         out.print(compare_table(a, b, str(db), str(db_b)))
+        _print_warnings(warnings)
 
 
 def gate(
@@ -155,10 +182,13 @@ def gate(
         fail(str(exc))
     results = evaluate(active, base, cand, explicit=explicit, allow_missing=allow_missing)
     ok = passed(results)
+    warnings = run_warnings(base, cand)
     if as_json:
-        out.print_json(json.dumps(gate_json(results, base, cand, str(db), str(db_b))))
+        data = gate_json(results, base, cand, str(db), str(db_b))
+        out.print_json(json.dumps({**data, "warnings": warnings}))
     else:
         out.print(gate_table(results, base, cand, str(db), str(db_b)))
+        _print_warnings(warnings)
         for line, style in gate_lines(results):
             out.print(plain(line), style=style, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)

@@ -14,6 +14,7 @@ Timestamps are ``time.perf_counter_ns()``; ``-1`` for a time (and ``None`` for a
 from __future__ import annotations
 
 # re-exported for the runner (the copy audit's sites, the output wait)
+from mrv2_prof.probes.sync_site import host_waits_active as host_waits_active
 from mrv2_prof.probes.sync_site import sync_site as sync_site
 from mrv2_prof.probes.sync_site import wait_deliberately as wait_deliberately
 

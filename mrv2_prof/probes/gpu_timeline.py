@@ -24,9 +24,13 @@ drift. Between anchors the reference moves to a resolved step's last event about
 so float32 ``elapsed_time`` never spans much more than that (its resolution stays near 0.1 µs,
 under the events' own 0.5 µs).
 
-The timeline also keeps running totals of overlap and bubbles for the live view, each step
-through ``probes.overlap.against_previous``, the rule the stored per-step values (computed from
-the spans at the end of the run) use too.
+The host time of each mark's record is kept too: against the device time the stream reached the
+mark it gives each phase's starved time (``probes.starvation``, the events rule), handed to the
+sink with the span when the timeline is built ``with_starved``.
+
+The timeline also keeps running totals of overlap, bubbles and starved time for the live view,
+each step through ``probes.overlap.against_previous``, the rule the stored per-step values
+(computed from the spans at the end of the run) use too.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import torch
 
 from mrv2_prof.probes.api import G_END, G_PREPARE
 from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
+from mrv2_prof.probes.starvation import starved_from_marks
 from mrv2_prof.probes.sync_site import wait_deliberately
 
 NUM_MARKS = 4
@@ -47,8 +52,8 @@ _ALL_MARKS = (1 << NUM_MARKS) - 1
 ANCHOR_TRIES, TIGHT_ANCHOR_NS = 5, 20_000  # an anchor's record call should take < 20 µs
 REBASE_AFTER_NS = 1_000_000_000  # float32 ms: ~0.12 µs resolution up to 2 s
 
-# (step, phase index into GPU_PHASES, start_ns, end_ns)
-SpanSink = Callable[[int, int, int, int], None]
+# (step, phase index into GPU_PHASES, start_ns, end_ns[, starved_ns])
+SpanSink = Callable[..., None]
 
 
 @dataclass
@@ -67,6 +72,7 @@ class LiveTotals:
     hidden_ns: int = 0
     host_bound_bubble_ns: int = 0
     other_bubble_ns: int = 0
+    starved_ns: int = 0  # device waiting for the host inside steps (a host-bound bubble too)
     steps: int = 0
 
     @property
@@ -82,11 +88,13 @@ class _Slot:
     prep_start_ns: int = -1  # host: start of the step's schedule
     enqueue_end_ns: int = -1  # host: when its last mark was recorded
     times: list[int] = field(default_factory=lambda: [0] * NUM_MARKS)
+    host_ns: list[int] = field(default_factory=lambda: [0] * NUM_MARKS)  # each mark's record
 
 
 class GpuTimeline:
-    def __init__(self, sink: SpanSink, capacity: int = 64) -> None:
+    def __init__(self, sink: SpanSink, capacity: int = 64, with_starved: bool = False) -> None:
         self._sink = sink
+        self._with_starved = with_starved
         self._slots = [
             _Slot([self._new_event() for _ in range(NUM_MARKS)]) for _ in range(capacity)
         ]
@@ -99,6 +107,7 @@ class GpuTimeline:
         self._ref = self._new_event()
         self._ref_ns = -1
         self._prev_gpu: tuple[int, int] | None = None  # (start, end) of the last resolved step
+        self._prev_starved: list[tuple[int, int]] = []  # its starved windows
         self.live = LiveTotals()
 
     # ---- the runner's side (hot path: records, never waits) -----------------------------------
@@ -111,6 +120,7 @@ class GpuTimeline:
             if slot is None:
                 return
             slot.prep_start_ns = prep_start_ns
+        slot.host_ns[mark] = perf_counter_ns()
         slot.events[mark].record()
         slot.marks |= 1 << mark
         if mark == G_END:
@@ -151,20 +161,33 @@ class GpuTimeline:
         t = slot.times
         for m in range(NUM_MARKS):
             t[m] = ref_ns + round(ref.elapsed_time(slot.events[m]) * 1e6)
+        starved = starved_from_marks(slot.host_ns, t)
         for i in range(len(GPU_PHASES)):
-            self._sink(slot.step, i, t[i], t[i + 1])
-        self._account(slot.prep_start_ns, slot.enqueue_end_ns, t[G_PREPARE], t[G_END])
+            if self._with_starved:
+                self._sink(slot.step, i, t[i], t[i + 1], starved[i])
+            else:
+                self._sink(slot.step, i, t[i], t[i + 1])
+        windows = [(t[i], t[i] + starved[i]) for i in range(len(GPU_PHASES)) if starved[i] > 0]
+        self._account(slot.prep_start_ns, slot.enqueue_end_ns, t[G_PREPARE], t[G_END], windows)
         if t[G_END] - ref_ns > REBASE_AFTER_NS:
             # The step's last event becomes the reference; the old reference joins the pool.
             self._ref, slot.events[G_END] = slot.events[G_END], ref
             self._ref_ns = t[G_END]
 
-    def _account(self, prep_start: int, enqueue_end: int, gpu_start: int, gpu_end: int) -> None:
+    def _account(
+        self,
+        prep_start: int,
+        enqueue_end: int,
+        gpu_start: int,
+        gpu_end: int,
+        starved: list[tuple[int, int]],
+    ) -> None:
         live, prev = self.live, self._prev_gpu
         live.steps += 1
+        live.starved_ns += sum(b - a for a, b in starved)
         if prev is not None:
             prep, hidden, bubble, kind = against_previous(
-                prep_start, enqueue_end, gpu_start, prev[0], prev[1]
+                prep_start, enqueue_end, gpu_start, prev[0], prev[1], self._prev_starved
             )
             if prep > 0 and prep_start >= 0:
                 live.prep_ns += prep
@@ -174,6 +197,7 @@ class GpuTimeline:
             elif kind == OTHER:
                 live.other_bubble_ns += bubble
         self._prev_gpu = (gpu_start, gpu_end)
+        self._prev_starved = starved
 
     # ---- anchors (idle points only: they wait for the stream) ---------------------------------
     def anchor(self) -> Anchor | None:

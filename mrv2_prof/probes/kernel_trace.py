@@ -1,18 +1,23 @@
 """Kernel trace (opt-in, ``probes.kernel_trace``): torch.profiler with CUDA activity for a window
 of steps, kernels attributed to their step and phase.
 
-The profiler starts before step ``start`` and stops after step ``start + count - 1``; its Chrome
-trace is kept as a file (``raw_path``). Attribution goes through the launch: every kernel's
-``correlation`` id names the runtime call that launched it (``cudaLaunchKernel``,
-``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph: all of its kernels get
-that call's step and phase); the call's host time falls inside one of the step's CPU phase spans
-(``prepare``, ``forward``, ``sample``; else the step). Profiler time is put on the
-``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known ``perf_counter_ns``.
+Besides kernels, the stream's copies and fills (``Memcpy HtoD (Pinned -> Device)``) are rows
+too: they are device busy time. The profiler starts before step ``start`` and stops after step
+``start + count - 1``; its Chrome trace is kept as a file (``raw_path``). Attribution goes
+through the launch: every kernel's ``correlation`` id names the runtime call that launched it
+(``cudaLaunchKernel``, ``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph:
+all of its kernels get that call's step and phase); the call's host time falls inside one of the
+step's CPU phase spans (``prepare``, ``forward``, ``sample``; else the step). Profiler time is
+put on the ``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known
+``perf_counter_ns``.
 
 The profiler is CUPTI's one subscriber: a run under Nsight Systems cannot take a kernel trace
 (the CLI refuses the combination). Tracing adds host time to every launch in the window, so the
 window's steps are slower than the rest; the stored kernels say where the device time goes, not
-how long the untraced steps took.
+how long the untraced steps took: they are the run's perturbed steps (``steps.perturbed``).
+
+The window also catches the host waits the always-on catchers cannot see (``probes.trace_waits``:
+the runtime's synchronize calls and pageable copies), written into the probe's ``syncs``.
 """
 
 from __future__ import annotations
@@ -29,10 +34,16 @@ import numpy as np
 from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP
 from mrv2_prof.probes.columns import from_rows
 from mrv2_prof.probes.recording import GPU_TRACK, RecordingProbe
+from mrv2_prof.probes.sync_site import wait_deliberately
+from mrv2_prof.probes.trace_waits import known_interval, trace_waits
 
 ANCHOR_NAME = "mrv2 kernel trace anchor"
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC",
-             "cuLaunchKernelEx", "cudaGraphLaunch_v10000")  # fmt: skip
+             "cuLaunchKernelEx", "cudaGraphLaunch_v10000", "cudaMemcpyAsync", "cudaMemsetAsync",
+             "cudaMemcpy", "cudaMemset")  # fmt: skip
+# Device operations stored as ``kernels`` rows: kernels, and the copies and fills of the stream
+# (device busy time too: the exact starvation rule counts them).
+_DEVICE_OPS = ("kernel", "gpu_memcpy", "gpu_memset")
 _PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
 
 
@@ -44,7 +55,12 @@ class KernelTrace:
         self._prof = None
         self._anchor_ns = -1
         self._spans: list[tuple[int, int, int, int]] = []  # (start_ns, end_ns, step, phase id)
+        self._known_waits: list[tuple[int, int, bool]] = []  # syncs recorded in the window
+        self._probe: RecordingProbe | None = None
+        self.traced_steps: list[int] = []
+        self.waits_found = 0
         self.columns: dict[str, np.ndarray] | None = None
+        self.launch_ns: np.ndarray | None = None  # host launch time of each row (-1: unknown)
         self.error: str | None = None
         self.steps_traced = 0
         if self.start == 0:
@@ -53,8 +69,11 @@ class KernelTrace:
     # ---- driven by the harness after every step -----------------------------------------------
     def after_step(self, step: int, probe: RecordingProbe) -> None:
         if self._prof is not None:
+            self._probe = probe
             self._keep_spans(step, probe)
+            self._keep_waits(step, probe)
             self.steps_traced += 1
+            self.traced_steps.append(step)
             if step >= self.start + self.count - 1:
                 self.stop()
         elif self.columns is None and self.error is None and step == self.start - 1:
@@ -64,7 +83,7 @@ class KernelTrace:
         from torch.profiler import ProfilerActivity, profile, record_function
 
         self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-        self._prof.__enter__()
+        wait_deliberately(self._prof.__enter__)  # the profiler's own syncs are not the run's
         with record_function(ANCHOR_NAME):
             self._anchor_ns = perf_counter_ns()
 
@@ -82,13 +101,20 @@ class KernelTrace:
             if name in _PHASE_IDS or name == STEP:
                 self._spans.append((int(b.start_ns[i]), int(b.end_ns[i]), step, name))
 
+    def _keep_waits(self, step: int, probe: RecordingProbe) -> None:
+        b = probe.syncs
+        for i in range(b.n - 1, -1, -1):
+            if b.step[i] != step:
+                break
+            self._known_waits.append(known_interval(int(b.t_ns[i]), int(b.blocked_ns[i])))
+
     def stop(self) -> None:
         """End the window (also when the run stops inside it) and attribute the kernels."""
         if self._prof is None:
             return
         prof, self._prof = self._prof, None
         try:
-            prof.__exit__(None, None, None)
+            wait_deliberately(lambda: prof.__exit__(None, None, None))
             os.makedirs(self.trace_dir, exist_ok=True)
             fd, self.raw_path = tempfile.mkstemp(
                 prefix="mrv2-kernels-", suffix=".json", dir=self.trace_dir
@@ -97,7 +123,14 @@ class KernelTrace:
             prof.export_chrome_trace(self.raw_path)
             with open(self.raw_path) as f:
                 events = json.load(f).get("traceEvents", [])
-            self.columns = attribute(events, self._spans, self._anchor_ns)
+            rows, launches = _kernel_rows(events, self._spans, self._anchor_ns)
+            self.columns = from_rows("kernels", rows)
+            self.launch_ns = np.array(launches, dtype=np.int64)
+            offset, lookup = _clock_and_lookup(events, self._spans, self._anchor_ns)
+            waits = trace_waits(events, offset, lookup, self._known_waits)
+            self.waits_found = len(waits)
+            if self._probe is not None:
+                _record_waits(self._probe, waits)
         except Exception as exc:  # a profiler problem must not lose the run
             self.error = f"{type(exc).__name__}: {exc}"
 
@@ -109,9 +142,21 @@ class KernelTrace:
             "steps_traced": self.steps_traced,
             "kernels": n,
             "attributed": attributed,
+            "steps": self.traced_steps,
+            "waits_found": self.waits_found,
             "raw_trace": self.raw_path,
             "error": self.error,
         }
+
+
+def _record_waits(probe: RecordingProbe, waits: list[tuple[int, int, str, str, int]]) -> None:
+    """The trace's waits into the probe's ``syncs`` buffer, each with its own step."""
+    b = probe.syncs
+    for step, t_ns, kind, site, blocked_ns in waits:
+        i = b.reserve()
+        b.step[i], b.t_ns[i], b.blocked_ns[i] = step, t_ns, blocked_ns
+        b.kind[i], b.site[i] = probe.intern(kind), probe.intern(site)
+        b.n = i + 1
 
 
 def attribute(
@@ -121,16 +166,43 @@ def attribute(
 
     ``spans`` are host (start_ns, end_ns, step, phase id) on the ``perf_counter_ns`` clock; the
     event named ``ANCHOR_NAME`` was recorded at ``anchor_ns``. -1 marks an unattributed step."""
-    anchor = next((e for e in events if e.get("name") == ANCHOR_NAME), None)
-    if anchor is None:
-        raise ValueError("the kernel trace has no anchor event")
-    offset = anchor_ns - round(float(anchor["ts"]) * 1000)  # profiler µs -> perf_counter ns
+    return from_rows("kernels", _kernel_rows(events, spans, anchor_ns)[0])
+
+
+def _kernel_rows(
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+) -> tuple[list[tuple], list[int]]:
+    """``kernels`` rows and the host launch time of each (-1: no launch record found)."""
+    offset, lookup = _clock_and_lookup(events, spans, anchor_ns)
     launch_ns: dict[int, int] = {}
     for e in events:
         if e.get("ph") == "X" and e.get("name") in _LAUNCHES:
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
                 launch_ns[int(corr)] = round(float(e["ts"]) * 1000) + offset
+    rows, launches = [], []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in _DEVICE_OPS:
+            continue
+        args = e.get("args") or {}
+        t = launch_ns.get(int(args.get("correlation", -1)))
+        step, phase = lookup(t) if t is not None else (-1, None)
+        start = round(float(e["ts"]) * 1000) + offset
+        end = start + round(float(e.get("dur", 0)) * 1000)
+        rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
+        launches.append(-1 if t is None else t)
+    return rows, launches
+
+
+def _clock_and_lookup(
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+):
+    """The profiler-to-run clock offset (ns) and ``lookup(t_ns) -> (step, phase)`` over the
+    host spans (-1, None outside every step)."""
+    anchor = next((e for e in events if e.get("name") == ANCHOR_NAME), None)
+    if anchor is None:
+        raise ValueError("the kernel trace has no anchor event")
+    offset = anchor_ns - round(float(anchor["ts"]) * 1000)  # profiler µs -> perf_counter ns
     phases = sorted(s for s in spans if s[3] != STEP)
     steps = sorted(s for s in spans if s[3] == STEP)
     p_starts, s_starts = [s[0] for s in phases], [s[0] for s in steps]
@@ -144,14 +216,4 @@ def attribute(
             return steps[i][2], "step"
         return -1, None
 
-    rows = []
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") != "kernel":
-            continue
-        args = e.get("args") or {}
-        t = launch_ns.get(int(args.get("correlation", -1)))
-        step, phase = lookup(t) if t is not None else (-1, None)
-        start = round(float(e["ts"]) * 1000) + offset
-        end = start + round(float(e.get("dur", 0)) * 1000)
-        rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
-    return from_rows("kernels", rows)
+    return offset, lookup

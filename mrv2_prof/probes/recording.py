@@ -146,8 +146,11 @@ class RecordingProbe(Probe):
         b.end_ns[i] = end_ns
         b.n = i + 1
 
-    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int) -> None:
-        """A resolved device span (the timeline's sink); ``gpu_phase`` indexes ``GPU_PHASES``."""
+    def gpu_span(
+        self, step: int, gpu_phase: int, start_ns: int, end_ns: int, starved_ns: int = -1
+    ) -> None:
+        """A resolved device span (the timeline's sink); ``gpu_phase`` indexes ``GPU_PHASES``;
+        ``starved_ns`` the part of it the device waited for the host (-1: not known)."""
         b = self.spans
         i = b.reserve()
         b.step[i] = step
@@ -155,6 +158,7 @@ class RecordingProbe(Probe):
         b.name[i] = _GPU_PHASE_IDS[gpu_phase]
         b.start_ns[i] = start_ns
         b.end_ns[i] = end_ns
+        b.starved_ns[i] = starved_ns
         b.n = i + 1
 
     def gpu_mark(self, mark: int) -> None:
@@ -282,6 +286,8 @@ class RecordingProbe(Probe):
         out: dict[str, dict[str, np.ndarray]] = {}
         for table, buffer in self._tables.items():
             cols = buffer.take()
+            if table == "spans":  # host spans have no starved time (NULL)
+                cols["starved_ns"][cols["track"] == CPU_TRACK] = -1
             for name in self._strings[table]:
                 cols[name] = names[cols[name]]
             out[table] = cols

@@ -43,7 +43,7 @@ class ProbeSession:
         if probes.get("cuda_events"):
             from mrv2_prof.probes.gpu_timeline import GpuTimeline
 
-            self.timeline = GpuTimeline(probe.gpu_span)
+            self.timeline = GpuTimeline(probe.gpu_span, with_starved=True)
             self.timeline.anchor()
             probe.timeline = self.timeline
         probe.audits_copies = bool(probes.get("copy_audit"))
@@ -55,11 +55,15 @@ class ProbeSession:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        """Around the step loop: the sync finder's debug mode, and the kernel trace's profiler
-        closed however the loop ends."""
-        from mrv2_prof.probes.sync_finder import SyncFinder
+        """Around the step loop: the sync finder's debug mode and the host-wait catcher, and the
+        kernel trace's profiler closed however the loop ends."""
+        with contextlib.ExitStack() as stack:
+            if self.find_syncs:
+                from mrv2_prof.probes.host_waits import HostWaits
+                from mrv2_prof.probes.sync_finder import SyncFinder
 
-        with SyncFinder(self.probe) if self.find_syncs else contextlib.nullcontext():
+                stack.enter_context(SyncFinder(self.probe))
+                stack.enter_context(HostWaits(self.probe))
             try:
                 yield
             finally:
@@ -77,6 +81,14 @@ class ProbeSession:
         if self.timeline is not None and now >= self._next_anchor:
             self.timeline.anchor()
             self._next_anchor = now + ANCHOR_INTERVAL_NS
+
+    def perturbed_steps(self) -> list[int]:
+        """Steps a probe slowed: the kernel-trace window's, and the step after it (its start
+        waited for the trace's export)."""
+        kt = self.kernel_trace
+        if kt is None or not kt.traced_steps:
+            return []
+        return [*kt.traced_steps, kt.traced_steps[-1] + 1]
 
     def finish(self, facts: dict[str, Any]) -> None:
         """End of the run (also a stopped or failed one): the facts the run row keeps."""

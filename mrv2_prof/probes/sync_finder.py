@@ -9,8 +9,10 @@ when no project frame is on the stack. The runner's one designed wait lifts the 
 itself (``ModelRunner.wait_output``) and is recorded separately with its wait time (kind
 ``output_wait``). The blocked time of an implicit sync is not known: ``blocked_ns`` is NULL.
 
-Sync debug mode cannot see everything (a non-blocking copy from pageable memory, for one); the
-copy audit covers those.
+Sync debug mode cannot see everything: an explicit ``synchronize`` of the device, a stream or an
+event, a non-blocking copy from pageable memory. ``probes.host_waits`` catches those at torch's
+entry points, with their blocked time; a sync the debug mode reports while such a caught call
+runs is that call's row, not a second ``implicit`` one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import warnings
 from time import perf_counter_ns
 from typing import Any
 
-from mrv2_prof.probes.sync_site import sync_site
+from mrv2_prof.probes.sync_site import WaitState, sync_site
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
 
@@ -59,5 +61,7 @@ class SyncFinder:
         if SYNC_MESSAGE not in str(message):
             self._show(message, category, filename, lineno, file, line)
             return
+        if WaitState.inside:
+            return  # a caught call (probes.host_waits) records this sync with its time
         self.count += 1
         self.probe.sync("implicit", sync_site(sys._getframe(1), __file__), -1, perf_counter_ns())

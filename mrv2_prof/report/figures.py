@@ -76,10 +76,34 @@ def bubbles(data: RunData) -> Figure:
                    text=[f"{int(sel.sum())} steps"]),
             row=1, col=2,
         )  # fmt: skip
+    starved = (
+        s["starved_ns"].astype(np.float64) if "starved_ns" in s else np.full(len(bubble), np.nan)
+    )
+    has_starved = ~np.isnan(starved) & (starved > 0)
+    if has_starved.any():
+        totals_ms["starved"] = float(starved[has_starved].sum() / 1e6)
+        fig.add_trace(
+            go.Scattergl(x=s["step"][has_starved], y=starved[has_starved] / 1e6, mode="markers",
+                         name="starved (inside the step)", legendgroup="starved",
+                         marker={"size": 4, "symbol": "x"}),
+            row=1, col=1,
+        )  # fmt: skip
+        fig.add_trace(
+            go.Bar(x=["starved"], y=[totals_ms["starved"]], name="starved", legendgroup="starved",
+                   showlegend=False, text=[f"{int(has_starved.sum())} steps"]),
+            row=1, col=2,
+        )  # fmt: skip
     fig.update_xaxes(title_text="step", row=1, col=1)
     fig.update_yaxes(title_text="bubble ms", row=1, col=1)
     fig.update_yaxes(title_text="total ms", row=1, col=2)
-    notes = ["host_bound: the GPU waited for the host to finish enqueueing the step"]
+    notes = [
+        "host_bound: the GPU waited for the host to finish enqueueing the step",
+        "starved: inside a step, the GPU waited for the host to enqueue the rest of a phase "
+        "(host-bound too; exact in a kernel-trace window, else from the CUDA events)",
+    ]
+    num_perturbed = sum(bool(v) for v in s.get("perturbed", ()) if v is not None and v == v)
+    if num_perturbed:
+        notes.append(f"{num_perturbed} perturbed steps (kernel trace) are shown here too")
     return new_figure(fig, "bubbles", title, notes, totals_ms=totals_ms)
 
 

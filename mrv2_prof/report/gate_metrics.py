@@ -6,7 +6,9 @@ start-up and CUDA graph capture time, errors, aborts and preemptions; plus the M
 metrics the probes measure (overlap, host-bound bubble time, sync count, graph hit rate).
 Latencies and throughput come from ``store.metrics.run_summary`` (vLLM ``bench serve``
 definitions) so every view reports the same numbers. A value is ``None`` when the run did not
-measure it (no GPU samples on a CPU run, no completed request, …).
+measure it (no GPU samples on a CPU run, no completed request, …). Perturbed steps (a kernel
+trace window) are left out of the step figures, as in the summary; ``perturbed_steps`` says how
+many, so compare and gate can say so.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class RunMetrics:
     status: str
     error: str | None
     values: dict[str, float | None]
+    perturbed_steps: int = 0  # left out of overlap, bubbles, syncs and ITL
+    environment: dict[str, Any] | None = None  # runs.environment
 
 
 def _number(value: Any) -> float | None:
@@ -143,4 +147,4 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
     )
     values = {name: None if v is None else float(v) for name, v in values.items()}
     assert list(values) == list(METRICS)
-    return RunMetrics(run_id, s.label, s.status, s.error, values)
+    return RunMetrics(run_id, s.label, s.status, s.error, values, s.perturbed_steps, s.environment)

@@ -137,7 +137,24 @@ def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
                           f"{format_bytes(s.dense_bytes)} for dense copies"),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", graphs),
+        *_measurement_rows(s),
     ]  # fmt: skip
+
+
+def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
+    """Starved time, the perturbed steps left out, and the run's environment."""
+    from mrv2_prof.run_environment import environment_line
+
+    rows = []
+    if s.starved_ms is not None:
+        rows.append(("GPU starved", f"{s.starved_ms:,.1f} ms inside steps waiting for the host"))
+    if s.perturbed_steps:
+        rows.append(("perturbed", f"{s.perturbed_steps} steps (kernel trace) left out of "
+                                  "overlap, bubbles, syncs and ITL"))  # fmt: skip
+    env = environment_line(s.environment)
+    if env:
+        rows.append(("environment", env))
+    return rows
 
 
 def _guide(fig_ids: list[str]) -> str:

@@ -22,6 +22,7 @@ _COMPLETED = "finish_reason IN ('stop', 'length')"
 _STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "num_tokens",
     "graph_mode", "overlap_frac", "host_prep_ns", "hidden_prep_ns", "bubble_ns", "bubble_kind",
+    "starved_ns", "perturbed",
 )  # fmt: skip
 
 Columns = dict[str, np.ndarray]

@@ -134,12 +134,13 @@ def cpu_slices(q: TrackQuery) -> Iterator[Slice]:
 
 def gpu_slices(q: TrackQuery) -> Iterator[Slice]:
     """Per step a GPU ``step`` slice (``gpu_start_ns``..``gpu_end_ns``, widened to hold the step's
-    GPU spans, with the step's overlap and bubble) around the GPU phase spans; the first span of a
-    step ends the flow from its CPU ``execute``."""
+    GPU spans, with the step's overlap, bubble, starved time and perturbed flag) around the GPU
+    phase spans (each with its starved time: the device waiting for the host inside it); the
+    first span of a step ends the flow from its CPU ``execute``."""
     valid = "start_ns IS NOT NULL AND end_ns IS NOT NULL"
     sql = f"""
         WITH {_flow_steps(q)},
-        g AS (SELECT step, name, start_ns, end_ns, {_PHASE_RANK} AS rank FROM spans
+        g AS (SELECT step, name, start_ns, end_ns, {_PHASE_RANK} AS rank, starved_ns FROM spans
               WHERE run_id = $run AND track = 'gpu' AND {valid} AND {q.step_filter()}),
         env AS (SELECT step, min(start_ns) AS lo, max(end_ns) AS hi FROM g GROUP BY step),
         st AS (SELECT * FROM steps WHERE run_id = $run AND gpu_start_ns IS NOT NULL
@@ -149,17 +150,18 @@ def gpu_slices(q: TrackQuery) -> Iterator[Slice]:
                    least(st.gpu_start_ns, env.lo) AS start_ns,
                    greatest(st.gpu_end_ns, env.hi) AS end_ns, 0 AS rank, FALSE AS flow_in,
                    st.overlap_frac, st.bubble_ns, st.bubble_kind, st.host_prep_ns,
-                   st.hidden_prep_ns
+                   st.hidden_prep_ns, st.starved_ns, st.perturbed
             FROM st FULL OUTER JOIN env ON env.step = st.step),
         leaves AS (
             SELECT g.step, g.name, g.start_ns, g.end_ns, g.rank + 1 AS rank,
                    f.step IS NOT NULL AND row_number() OVER (
                        PARTITION BY g.step ORDER BY g.start_ns, g.end_ns DESC, g.rank) = 1,
-                   NULL, NULL, NULL, NULL, NULL
+                   NULL, NULL, NULL, NULL, NULL, g.starved_ns, NULL
             FROM g LEFT JOIN flow_steps f ON f.step = g.step)
         SELECT * FROM (SELECT * FROM ranges UNION ALL SELECT * FROM leaves)
         ORDER BY start_ns, end_ns DESC, rank"""
-    for step, name, start, end, _, flow_in, overlap, bubble, kind, prep, hidden in q.rows(sql):
+    for row in q.rows(sql):
+        step, name, start, end, _, flow_in, overlap, bubble, kind, prep, hidden, starved, pert = row
         event: Event = {
             "name": NVTX_NAMES.get(name, name),
             "cat": DOMAIN,
@@ -172,6 +174,8 @@ def gpu_slices(q: TrackQuery) -> Iterator[Slice]:
                 bubble_kind=kind,
                 host_prep_ns=prep,
                 hidden_prep_ns=hidden,
+                starved_ns=starved,
+                perturbed=pert or None,
             ),
         }
         if flow_in:

@@ -29,8 +29,10 @@ _UPDATABLE = (
     "device",
     "versions",
     "info",
+    "scenario_given_yaml",
+    "environment",
 )
-_JSON_FIELDS = ("matrix_combo", "versions", "info")
+_JSON_FIELDS = ("matrix_combo", "versions", "info", "environment")
 _BATCH_VIEW = "_mrv2_append_batch"
 _RUN_ID_HEX_CHARS = 6
 

@@ -5,7 +5,14 @@ use DuckDB's ``quantile_cont``, the same linear interpolation as numpy's default
 vLLM's ``bench serve``. TTFT = first token − arrival; TPOT = (finish − first token) / (output
 tokens − 1); ITL = the gaps between a request's consecutive tokens; E2E = finish − arrival.
 Run overlap = hidden host prep / all host prep and bubbles summed, over the per-step values the
-step timeline stored (``probes.overlap``).
+step timeline stored (``probes.overlap``). Bubbles count the device's idle time between steps
+and its starved time inside them (``steps.starved_ns``); both are host-bound when the device
+waited for the host.
+
+Perturbed steps (``steps.perturbed``: a kernel-trace window) are left out by default of every
+step-derived figure (overlap, bubbles, starved time, syncs) and of the ITL gaps that end while
+they ran; ``perturbed_steps`` says how many were left out. TTFT, TPOT and E2E are per request
+and keep every request.
 """
 
 from __future__ import annotations
@@ -68,9 +75,13 @@ class RunSummary:
     info: dict[str, Any]
     # GPU timeline (None without one): hidden / all host prep, and the GPU idle time between steps
     overlap: float | None = None
-    bubble_ms: float | None = None
-    host_bound_bubble_ms: float | None = None
+    bubble_ms: float | None = None  # idle between steps and starved inside them
+    host_bound_bubble_ms: float | None = None  # the part of it the device waited for the host
     peak_gpu_mem_bytes: int | None = None  # highest NVML memory-used sample; None without NVML
+    starved_ms: float | None = None  # device waiting for the host inside steps (in the above)
+    perturbed_steps: int = 0  # steps left out of the step figures (kernel-trace window)
+    includes_perturbed: bool = False
+    environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -93,7 +104,7 @@ def _percentiles(store: Store, values_sql: str, run_id: str) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p95=p95, p99=p99, mean=mean, count=int(count))
 
 
-def _latencies(store: Store, run_id: str) -> dict[str, Percentiles]:
+def _latencies(store: Store, run_id: str, itl_filter: str = "") -> dict[str, Percentiles]:
     completed = f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED}"
     ms = f"/ {_NS_PER_MS}"
     return {
@@ -109,8 +120,11 @@ def _latencies(store: Store, run_id: str) -> dict[str, Percentiles]:
         "itl_ms": _percentiles(
             store,
             f"""
-            SELECT (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) {ms} AS v
-            FROM tokens t JOIN ({completed}) r USING (run_id, req_id)
+            SELECT v FROM (
+              SELECT t.t_ns,
+                     (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) {ms} AS v
+              FROM tokens t JOIN ({completed}) r USING (run_id, req_id)
+            ) {itl_filter}
             """,
             run_id,
         ),
@@ -120,15 +134,27 @@ def _latencies(store: Store, run_id: str) -> dict[str, Percentiles]:
     }
 
 
-def run_summary(store: Store, run_id: str) -> RunSummary:
-    """Summarise run ``run_id`` (an exact id; resolve user input with ``Store.resolve_run``)."""
+def perturbed_window(store: Store, run_id: str) -> tuple[int, int] | None:
+    """Host time from the first perturbed step's start to the last one's end (None: none)."""
+    lo, hi = _row(
+        store,
+        "SELECT min(cpu_start_ns), max(cpu_end_ns) FROM steps WHERE run_id = ? AND perturbed",
+        run_id,
+    )
+    return None if lo is None else (int(lo), int(hi))
+
+
+def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> RunSummary:
+    """Summarise run ``run_id`` (an exact id; resolve user input with ``Store.resolve_run``);
+    perturbed steps left out of the step figures unless ``include_perturbed``."""
     run = store.connection.execute(
-        "SELECT label, scenario_name, status, error, device, info FROM runs WHERE run_id = ?",
+        "SELECT label, scenario_name, status, error, device, info, environment FROM runs "
+        "WHERE run_id = ?",
         [run_id],
     ).fetchone()
     if run is None:
         raise no_run_error(store.path, run_id)
-    label, scenario_name, status, error, device, info_json = run
+    label, scenario_name, status, error, device, info_json, env_json = run
 
     (
         num_requests,
@@ -164,17 +190,26 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         "FROM staged_writes WHERE run_id = ?",
         run_id,
     )
+    (num_perturbed,) = _row(
+        store, "SELECT count(*) FROM steps WHERE run_id = ? AND perturbed", run_id
+    )
+    window = None if include_perturbed else perturbed_window(store, run_id)
+    keep = "true" if include_perturbed else "NOT coalesce(perturbed, false)"
     num_syncs, sync_blocked_ns = _row(
         store,
-        "SELECT count(*), coalesce(sum(blocked_ns), 0)::BIGINT FROM syncs WHERE run_id = ?",
+        "SELECT count(*), coalesce(sum(blocked_ns), 0)::BIGINT FROM syncs WHERE run_id = ? "
+        f"AND (step IS NULL OR step NOT IN (SELECT step FROM steps WHERE run_id = syncs.run_id "
+        f"AND NOT ({keep})))",
         run_id,
     )
     (num_steps,) = _row(store, "SELECT count(*) FROM steps WHERE run_id = ?", run_id)
-    overlap, bubble_ns, host_bound_ns = _row(
+    overlap, bubble_ns, host_bound_ns, starved_ns = _row(
         store,
-        "SELECT sum(hidden_prep_ns) / nullif(sum(host_prep_ns), 0), sum(bubble_ns), "
+        "SELECT sum(hidden_prep_ns) / nullif(sum(host_prep_ns), 0), "
+        "sum(bubble_ns) + coalesce(sum(starved_ns), 0), "
         "coalesce(sum(bubble_ns) FILTER (WHERE bubble_kind = 'host_bound'), 0) "
-        "FROM steps WHERE run_id = ?",
+        "+ coalesce(sum(starved_ns), 0), sum(starved_ns) "
+        f"FROM steps WHERE run_id = ? AND {keep}",
         run_id,
     )
     if bubble_ns is None:  # no GPU timeline: not measured
@@ -215,7 +250,11 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         output_tokens=output_tokens,
         requests_per_s=num_completed / duration_s if duration_s > 0 else 0.0,
         output_tokens_per_s=output_tokens / duration_s if duration_s > 0 else 0.0,
-        **_latencies(store, run_id),
+        **_latencies(
+            store,
+            run_id,
+            "" if window is None else f"WHERE t_ns NOT BETWEEN {window[0]} AND {window[1]}",
+        ),
         num_preemptions=num_preemptions,
         prefix_cache_hit_rate=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
         staged_bytes=staged_bytes,
@@ -230,4 +269,8 @@ def run_summary(store: Store, run_id: str) -> RunSummary:
         bubble_ms=None if bubble_ns is None else bubble_ns / _NS_PER_MS,
         host_bound_bubble_ms=None if host_bound_ns is None else host_bound_ns / _NS_PER_MS,
         peak_gpu_mem_bytes=peak_gpu_mem_bytes,
+        starved_ms=None if starved_ns is None else starved_ns / _NS_PER_MS,
+        perturbed_steps=num_perturbed,
+        includes_perturbed=include_perturbed,
+        environment=json.loads(env_json) if env_json else None,
     )

@@ -10,8 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-# Version 1 lacked the columns marked v2; opening such a file adds them (``upgrade_ddl``).
+SCHEMA_VERSION = 3
+# Versions 1 and 2 lacked the columns marked v2 / v3; opening such a file adds them
+# (``upgrade_ddl``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -31,6 +32,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("versions", "VARCHAR"),  # JSON
         ("error", "VARCHAR"),
         ("info", "VARCHAR"),  # JSON of runtime facts: dtype, model_params, num_kv_blocks, notes
+        ("scenario_given_yaml", "VARCHAR"),  # v3: as given (file + --set); scenario_yaml: as run
+        ("environment", "VARCHAR"),  # v3: JSON: host CPU, load, threads, torch/CUDA/driver/GPU
     ],
     "steps": [
         ("run_id", "VARCHAR"),
@@ -54,6 +57,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_running", "INTEGER"),
         ("kv_used_blocks", "INTEGER"),
         ("num_preempted", "INTEGER"),
+        ("starved_ns", "BIGINT"),  # v3: device waiting for the host inside the step's spans
+        ("perturbed", "BOOLEAN"),  # v3: a probe slowed this step (kernel-trace window)
     ],
     "spans": [
         ("run_id", "VARCHAR"),
@@ -62,6 +67,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("name", "VARCHAR"),
         ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"),
+        ("starved_ns", "BIGINT"),  # v3: gpu track: the part the device waited for the host
     ],
     "syncs": [
         ("run_id", "VARCHAR"),

@@ -5,7 +5,12 @@ before its device times are known. At the end of a run the harness reads, per st
 prep window (start of ``schedule`` to end of ``execute``) and the device window (first to last
 GPU span), computes overlap and bubbles (``probes.overlap``) and writes them into ``steps``
 (``gpu_start_ns``, ``gpu_end_ns``, ``overlap_frac``, ``bubble_ns``, ``bubble_kind``,
-``host_prep_ns``, ``hidden_prep_ns``).
+``host_prep_ns``, ``hidden_prep_ns``, ``starved_ns``, ``perturbed``).
+
+Starved time (``probes.starvation``): each device span carries the events rule's value; for the
+steps of a kernel-trace window ``kernel_starved`` replaces it with the exact one from the
+device operations and their launch times (``store.device_busy``), before ``starved_windows``
+reads every step's.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.device_busy import starved_from_kernels
 from mrv2_prof.store.schema import TABLES, quote
 
 _VIEW = "_mrv2_step_timeline"
@@ -78,3 +84,65 @@ def update_steps(
         )
     finally:
         con.unregister(_VIEW)
+
+
+def kernel_starved(
+    store: Store,
+    run_id: str,
+    steps: Sequence[int],
+    launches: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> int:
+    """Set ``spans.starved_ns`` of the device spans of ``steps`` (a kernel-trace window) from the
+    device operations: ``launches`` (start, end, host launch time of each, from the kernel
+    trace), else the run's stored kernels without launch times (every gap counts as waiting for
+    the host). Returns the spans updated (``store.device_busy``)."""
+    con = store.connection
+    spans = con.execute(
+        "SELECT step, name, start_ns, end_ns FROM spans WHERE run_id = ? AND track = 'gpu' "
+        "AND step IN (SELECT unnest(?::BIGINT[])) ORDER BY start_ns",
+        [run_id, list(map(int, steps))],
+    ).fetchall()
+    if not spans:
+        return 0
+    sp = np.array([(r[2], r[3]) for r in spans], dtype=np.int64)
+    if launches is None:
+        lo, hi = spans[0][2], max(r[3] for r in spans)
+        ops = con.execute(
+            "SELECT start_ns, end_ns FROM kernels WHERE run_id = ? AND end_ns > ? AND start_ns < ?",
+            [run_id, lo, hi],
+        ).fetchall()
+        op = np.array(ops, dtype=np.int64).reshape(-1, 2)
+        starved = starved_from_kernels(sp[:, 0], sp[:, 1], op[:, 0], op[:, 1])
+    else:
+        starved = starved_from_kernels(sp[:, 0], sp[:, 1], *launches)
+    batch = pa.table(
+        {
+            "step": pa.array([r[0] for r in spans], pa.int64()),
+            "name": pa.array([r[1] for r in spans]),
+            "starved_ns": pa.array(starved, pa.int64()),
+        }
+    )
+    con.register(_VIEW, batch)
+    try:
+        con.execute(
+            f"UPDATE spans SET starved_ns = v.starved_ns FROM {_VIEW} v WHERE spans.run_id = ? "
+            "AND spans.track = 'gpu' AND spans.step = v.step AND spans.name = v.name",
+            [run_id],
+        )
+    finally:
+        con.unregister(_VIEW)
+    return len(spans)
+
+
+def starved_windows(store: Store, run_id: str, steps: np.ndarray) -> list[list[tuple[int, int]]]:
+    """Each step's starved windows, ``(start, start + starved_ns)`` of its device spans (the
+    starved part lies at the head of a span, ``probes.starvation``), in the order of ``steps``."""
+    rows = store.connection.execute(
+        "SELECT step, start_ns, starved_ns FROM spans WHERE run_id = ? AND track = 'gpu' "
+        "AND starved_ns > 0 ORDER BY step, start_ns",
+        [run_id],
+    ).fetchall()
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for step, start, starved in rows:
+        by_step.setdefault(int(step), []).append((int(start), int(start) + int(starved)))
+    return [by_step.get(int(s), []) for s in steps]

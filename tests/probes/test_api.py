@@ -42,7 +42,7 @@ COLUMNS = {
         "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
         "output_wait_ns", "graph_mode",
     ],
-    "spans": ["step", "track", "name", "start_ns", "end_ns"],
+    "spans": ["step", "track", "name", "start_ns", "end_ns", "starved_ns"],
     "staged_writes": ["step", "tensor", "rows", "elements", "staged_bytes", "dense_bytes"],
     "graph_dispatch": [
         "step", "num_tokens", "padded_tokens", "requested_mode", "mode", "hit", "reason",
@@ -110,7 +110,7 @@ class Scripted:
         num_decode = num_tokens - num_prefill
         counts = (num_reqs, num_tokens, num_prefill, num_decode, *rest)
         self.want["steps"].append((self.step, self.step_start, self.clock.last, *counts))
-        self.want["spans"].append((self.step, "step", self.step_start, self.clock.last))
+        self.want["spans"].append((self.step, "step", self.step_start, self.clock.last, -1))
 
     @contextmanager
     def phase(self, phase: int):
@@ -118,7 +118,7 @@ class Scripted:
         start = self.clock.last
         yield
         self.p.end(phase)
-        self.want["spans"].append((self.step, PHASES[phase], start, self.clock.last))
+        self.want["spans"].append((self.step, PHASES[phase], start, self.clock.last, -1))
 
     def staged_write(self, *args) -> None:
         self.p.staged_write(*args)
@@ -141,11 +141,12 @@ class Scripted:
         self.p.copy(*args)
         self.want["copies"].append((self.step, *args))
 
-    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int) -> None:
-        """A resolved device span: stored with track 'gpu' under the phase's name."""
-        self.p.gpu_span(step, gpu_phase, start_ns, end_ns)
+    def gpu_span(self, step: int, gpu_phase: int, start_ns: int, end_ns: int, starved: int) -> None:
+        """A resolved device span: stored with track 'gpu' under the phase's name, with its
+        starved time (host spans have none: -1, stored NULL)."""
+        self.p.gpu_span(step, gpu_phase, start_ns, end_ns, starved)
         name = ("prepare", "forward", "sample")[gpu_phase]
-        self.want["spans"].append((step, name, start_ns, end_ns))
+        self.want["spans"].append((step, name, start_ns, end_ns, starved))
         self.gpu_rows.append(len(self.want["spans"]) - 1)
 
 
@@ -185,7 +186,7 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
         s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
         if k >= 1:  # the previous step's device spans resolve a step late
             for g in range(3):
-                s.gpu_span(9 + k, g, 100_000 * k + 10 * g, 100_000 * k + 10 * g + 9)
+                s.gpu_span(9 + k, g, 100_000 * k + 10 * g, 100_000 * k + 10 * g + 9, g * 3)
     s.sync("item", "mrv2_prof/x.py:3", 100, t_ns=12345)  # an explicit time is kept
     p.graph_capture("full:8", "full", 8, 0.25, 1 << 33)
     p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)

@@ -248,3 +248,49 @@ def test_run_overlap_and_bubbles_in_the_summary(store: Store) -> None:
         "35.3% of host prep hidden under GPU work; GPU idle between steps 20.0 ms "
         "(16.0 ms waiting for the host)"
     )
+
+
+def test_starved_time_is_a_host_bound_bubble_and_perturbed_steps_are_left_out(store: Store):
+    """Steps 0..3; step 2 is perturbed (a kernel-trace window, host 30..40 ms).
+    Kept steps 0, 1, 3: prep 20 + 40 + 10, hidden 10 + 20 + 10 -> 40/70; gaps 2 (host) + 3
+    (other) ms, starved 1 + 0.5 ms -> idle 6.5 ms, host-bound 2 + 1.5 = 3.5 ms.
+    Syncs: 2 of step 1 (1 ms, 2 ms) kept, 1 of step 2 (8 ms) left out.
+    ITL of r9: tokens at 10, 20, 35, 50 ms: the gap ending at 35 (inside step 2) is left out."""
+    from mrv2_prof.summary import _overlap, _perturbed
+
+    _begin(store, "p")
+    store.append("p", "steps", {
+        "step": [0, 1, 2, 3],
+        "cpu_start_ns": [T0, T0 + 10 * MS, T0 + 30 * MS, T0 + 40 * MS],
+        "cpu_end_ns": [T0 + 9 * MS, T0 + 29 * MS, T0 + 40 * MS, T0 + 50 * MS],
+        "host_prep_ns": [20, 40, 100, 10], "hidden_prep_ns": [10, 20, 0, 10],
+        "bubble_ns": [2 * MS, 3 * MS, 50 * MS, 0],
+        "bubble_kind": ["host_bound", "other", "host_bound", None],
+        "starved_ns": [MS, 0, 9 * MS, MS // 2], "perturbed": [False, False, True, False],
+    })  # fmt: skip
+    store.append("p", "syncs", {"step": [1, 1, 2], "blocked_ns": [MS, 2 * MS, 8 * MS]})
+    store.append("p", "requests", {
+        "req_id": ["r9"], "arrival_ns": [T0], "first_token_ns": [T0 + 10 * MS],
+        "finish_ns": [T0 + 50 * MS], "prompt_tokens": [4], "output_tokens": [4],
+        "num_preemptions": [0], "finish_reason": ["stop"], "cached_tokens": [0],
+    })  # fmt: skip
+    store.append("p", "tokens", {
+        "req_id": ["r9"] * 4, "idx": np.arange(4, dtype=np.int32),
+        "t_ns": np.array([T0 + ms * MS for ms in (10, 20, 35, 50)]), "token_id": np.arange(4),
+    })  # fmt: skip
+    s = run_summary(store, "p")
+    assert s.overlap == pytest.approx(40 / 70)
+    assert (s.bubble_ms, s.host_bound_bubble_ms, s.starved_ms) == (6.5, 3.5, 1.5)
+    assert (s.num_syncs, s.sync_blocked_ms) == (2, 3.0)
+    assert (s.itl_ms.count, s.itl_ms.p50) == (2, 12.5)  # gaps 10 and 15 ms
+    assert s.perturbed_steps == 1 and s.steps == 4
+    assert _perturbed(s) == (
+        "1 perturbed steps (kernel trace) left out of overlap, bubbles, syncs and ITL"
+    )
+    assert _overlap(s).endswith("(3.5 ms waiting for the host, 1.5 ms inside steps)")
+    a = run_summary(store, "p", include_perturbed=True)
+    # all four: prep 170, hidden 40; idle 55 + 10.5; host-bound 52 + 10.5; 3 syncs, 11 ms
+    assert a.overlap == pytest.approx(40 / 170)
+    assert (a.bubble_ms, a.host_bound_bubble_ms, a.starved_ms) == (65.5, 62.5, 10.5)
+    assert (a.num_syncs, a.sync_blocked_ms, a.itl_ms.count) == (3, 11.0, 3)
+    assert _perturbed(a) == "1 perturbed steps (kernel trace) included"

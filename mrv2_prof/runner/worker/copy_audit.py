@@ -6,7 +6,9 @@ it was ``non_blocking`` and the host time the call took. A ``non_blocking`` copy
 is pageable or strided is a hidden sync: CUDA stages it through a bounce buffer and the call
 returns only when the data has moved, and ``torch.cuda.set_sync_debug_mode`` does not report it.
 Such a copy is also recorded as a sync (kind ``copy``) with the site the sync finder gives its
-syncs: the first ``mrv2_prof`` frame outside this module (``probes.api.sync_site``).
+syncs: the first ``mrv2_prof`` frame outside this module (``probes.api.sync_site``), unless the
+host-wait catcher is active (``probes.api.host_waits_active``): it catches every copy of the
+runner, this door's included, and records the sync itself.
 
 ``to_device(host)`` is the "no async barrier" pattern of MRV2: the host tensor is snapshotted
 into fresh pinned memory and sent with a non-blocking copy, so the CPU may rewrite the source at
@@ -20,7 +22,7 @@ from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import Probe, sync_site
+from mrv2_prof.probes.api import Probe, host_waits_active, sync_site
 
 H2D, D2H, D2D, H2H = "h2d", "d2h", "d2d", "h2h"
 COPY_SYNC_KIND = "copy"
@@ -53,7 +55,7 @@ class CopyAudit:
         pinned = host.is_pinned() if d != D2D else True
         contiguous = src.is_contiguous() and dst.is_contiguous()
         p.copy(d, src.numel() * src.element_size(), pinned, contiguous, non_blocking, host_ns)
-        if non_blocking and not (pinned and contiguous):
+        if non_blocking and not (pinned and contiguous) and not host_waits_active():
             p.sync(COPY_SYNC_KIND, sync_site(sys._getframe(1), __file__), host_ns)
 
     def to_device(self, host: torch.Tensor, device: torch.device) -> torch.Tensor:

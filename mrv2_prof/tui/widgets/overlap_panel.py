@@ -1,6 +1,8 @@
 """CPU/GPU overlap and bubbles: how much host prep hid under GPU work, and GPU idle time.
 
-Needs the GPU timeline (CUDA events); a CPU run has none and says so.
+Needs the GPU timeline (CUDA events); a CPU run has none and says so. Host-bound bubbles count
+the device's idle time before steps while the host was late and its starved time inside steps
+(``probes.starvation``): both are the device waiting for the host.
 """
 
 from __future__ import annotations

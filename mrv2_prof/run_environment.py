@@ -1,0 +1,138 @@
+"""The environment a run ran in, stored with it (``runs.environment``, JSON).
+
+Host: CPU model and count, the load average at start and at end (a busy host slows the step
+loop it measures), the thread settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, torch's intra-
+and inter-op threads). Software: python, torch, its CUDA and cuDNN. GPU (CUDA runs): name,
+driver version, SM and memory clocks and their maxima (NVML, when the package and a driver are
+there; else a note says why not). ``compare`` warns when two runs differ in hardware or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+# Keys whose difference makes two runs' numbers hard to compare (``environment_differences``).
+HARDWARE_KEYS = ("cpu_model", "cpu_count", "gpu_name", "gpu_driver")
+SOFTWARE_KEYS = ("torch", "cuda")
+THREAD_KEYS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "torch_threads", "torch_interop_threads")
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def run_environment(device: str) -> dict[str, Any]:
+    """The environment at the start of a run on ``device``."""
+    import torch
+
+    env: dict[str, Any] = {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_avg_start": load_average(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu_name"] = torch.cuda.get_device_name()
+        env.update(_nvml_facts(device))
+    return env
+
+
+def _nvml_handle(pynvml, device: str):
+    """The run's GPU as CUDA finds it (as ``probes.nvml_sampler`` does): the first entry of
+    ``CUDA_VISIBLE_DEVICES`` (an index or a ``GPU-`` UUID) when set, else ``cuda:N``'s N."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith("GPU-"):
+        return pynvml.nvmlDeviceGetHandleByUUID(visible)
+    index = int(visible) if visible.isdigit() else 0
+    if not visible.isdigit() and ":" in device:
+        index = int(device.split(":")[1])
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _nvml_facts(device: str) -> dict[str, Any]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # no package, no driver
+        return {"gpu_note": f"NVML not available ({type(exc).__name__}): no driver or clocks"}
+    try:
+        h = _nvml_handle(pynvml, device)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        clocks = {
+            "gpu_sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "gpu_mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "gpu_max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "gpu_max_mem_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
+        }
+        return {"gpu_driver": driver.decode() if isinstance(driver, bytes) else driver, **clocks}
+    except Exception as exc:
+        return {"gpu_note": f"NVML query failed ({type(exc).__name__})"}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def finish_environment(env: dict[str, Any]) -> dict[str, Any]:
+    """``env`` with the load average at the end of the run."""
+    return {**env, "load_avg_end": load_average()}
+
+
+def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """One line per hardware, software or thread setting in which two runs differ (a run
+    stored before environments were recorded has none: nothing to say)."""
+    if not a or not b:
+        return []
+    lines = []
+    for kind, keys in (("hardware", HARDWARE_KEYS), ("software", SOFTWARE_KEYS),
+                       ("threads", THREAD_KEYS)):  # fmt: skip
+        for key in keys:
+            if a.get(key) != b.get(key):
+                lines.append(f"{kind}: {key} differs ({a.get(key)} vs {b.get(key)})")
+    return lines
+
+
+def environment_line(env: dict | None) -> str | None:
+    """The run's environment in one line (None: not recorded)."""
+    if not env:
+        return None
+    load = env.get("load_avg_start")
+    end = env.get("load_avg_end")
+    parts = [f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}"]
+    if load:
+        parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
+    threads = env.get("OMP_NUM_THREADS") or "unset"
+    parts.append(f"threads torch {env.get('torch_threads', '?')}, OMP {threads}")
+    cuda = env.get("cuda")
+    parts.append(f"torch {env.get('torch', '?')}" + (f" / CUDA {cuda}" if cuda else ""))
+    if env.get("gpu_name"):
+        gpu = f"{env['gpu_name']}"
+        if env.get("gpu_driver"):
+            gpu += f", driver {env['gpu_driver']}"
+        if env.get("gpu_sm_clock_mhz") is not None:
+            gpu += f", SM {env['gpu_sm_clock_mhz']}/{env.get('gpu_max_sm_clock_mhz', '?')} MHz"
+        parts.append(gpu)
+    return "; ".join(parts)
