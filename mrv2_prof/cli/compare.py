@@ -16,9 +16,15 @@ def compare(
         ..., metavar="RUN_A", help="The reference run: an id, a unique prefix, or 'latest'."
     ),
     run_b: str = typer.Argument(..., metavar="RUN_B", help="The run compared against RUN_A."),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file of RUN_A (and RUN_B)."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", readable=False, help="DuckDB file of RUN_A (and RUN_B)."
+    ),
     db_b: Path = typer.Option(
-        None, "--db-b", help="DuckDB file of RUN_B (default: --db).", show_default=False
+        None,
+        "--db-b",
+        readable=False,
+        help="DuckDB file of RUN_B (default: --db).",
+        show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
@@ -50,9 +56,15 @@ def gate(
         ..., "--baseline", metavar="RUN", help="Baseline run: an id, a unique prefix, or 'latest'."
     ),
     candidate: str = typer.Option(..., "--candidate", metavar="RUN", help="Candidate run."),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", help="DuckDB file of both runs."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", readable=False, help="DuckDB file of both runs."
+    ),
     db_b: Path = typer.Option(
-        None, "--db-b", help="DuckDB file of the candidate (default: --db).", show_default=False
+        None,
+        "--db-b",
+        readable=False,
+        help="DuckDB file of the candidate (default: --db).",
+        show_default=False,
     ),
     max_regression: list[str] = typer.Option(
         [],

@@ -79,7 +79,7 @@ def run(
         help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
         show_default=False,
     ),
-    db: Path = typer.Option(None, "--db", help=DB_HELP, show_default=False),
+    db: Path = typer.Option(None, "--db", readable=False, help=DB_HELP, show_default=False),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -121,7 +121,8 @@ def run(
         fail(str(exc))
     db_path = db if db is not None else Path(base.store.db)
     try:
-        Store.open(db_path).close()
+        with Store.open(db_path) as store:  # the one writable open before the runs: it upgrades
+            _say_what_opening_did(store)
     except StoreError as exc:
         fail(str(exc))
 
@@ -142,13 +143,38 @@ def run(
         if runner.interrupted or outcome.status == "aborted":
             break
     if len(outcomes) > 1:
-        with Store.open(db_path, read_only=True) as store:
-            out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+        try:
+            with Store.open(db_path, read_only=True) as store:
+                out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+        except StoreError as exc:
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
     last = outcomes[-1]
     if last.status == "aborted" and last.error and "SIGINT" in last.error:
         raise typer.Exit(130)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _say_what_opening_did(store: Store) -> None:
+    """A schema upgrade, and runs found orphaned, are told (the file changed)."""
+    from mrv2_prof.store import SCHEMA_VERSION
+
+    if store.upgraded_from is not None:
+        err.print(
+            f"{store.path}: run database upgraded from schema version {store.upgraded_from} "
+            f"to {SCHEMA_VERSION} (columns added, nothing rewritten)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for run_id in store.orphans_failed:
+        err.print(
+            f"{store.path}: run {run_id} was left running by a process that is gone; "
+            "marked failed",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _launch(job, live: bool):

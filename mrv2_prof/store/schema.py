@@ -10,8 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-# Version 1 lacked the columns marked v2; opening such a file adds them (``upgrade_ddl``).
+SCHEMA_VERSION = 3
+# Version 1 lacked the columns marked v2, version 2 those marked v3; a writable open of such a
+# file adds them (``upgrade_ddl``), a read-only one shows them as NULL (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -31,6 +32,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("versions", "VARCHAR"),  # JSON
         ("error", "VARCHAR"),
         ("info", "VARCHAR"),  # JSON of runtime facts: dtype, model_params, num_kv_blocks, notes
+        ("writer_pid", "BIGINT"),  # v3: the process that writes the run (its runner process)
+        ("writer_host", "VARCHAR"),  # v3: the host it runs on
     ],
     "steps": [
         ("run_id", "VARCHAR"),
