@@ -35,6 +35,7 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
+from mrv2_prof.request_rows import InFlightRows
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 
@@ -134,9 +135,12 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     engine = session = None
     writer: BackgroundWriter | None = None
 
+    in_flight = InFlightRows()
+
     def flush() -> None:
         probe.begin(probes.FLUSH)
         batches = probe.drain()
+        in_flight.add_to(batches, probe)  # tokens and their request rows: one transaction
         if writer is None:
             store.append_batches(run_id, arrow_tables(batches))
         else:

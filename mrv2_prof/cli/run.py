@@ -169,8 +169,7 @@ def _say_what_opening_did(store: Store) -> None:
         )
     for run_id in store.orphans_failed:
         err.print(
-            f"{store.path}: run {run_id} was left running by a process that is gone; "
-            "marked failed",
+            f"{store.path}: run {run_id} was left running by a process that is gone; marked failed",
             markup=False,
             highlight=False,
             soft_wrap=True,
