@@ -4,6 +4,7 @@ process under the live dashboard or a progress bar, and print the summaries."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import typer
 
 from mrv2_prof.cli.console import err, fail, out
 from mrv2_prof.job import RunJob
+from mrv2_prof.lifetime import exit_code
 from mrv2_prof.scenario import (
     Scenario,
     ScenarioError,
@@ -103,6 +105,7 @@ def run(
 
     Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
     """
+    signal.signal(signal.SIGINT, _exit_interrupted)  # until a run is live (then: the launcher)
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 
@@ -149,10 +152,18 @@ def run(
         except StoreError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
     last = outcomes[-1]
-    if last.status == "aborted" and last.error and "SIGINT" in last.error:
-        raise typer.Exit(130)
+    if runner.stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
+        raise typer.Exit(exit_code(runner.stopped_by))
+    if last.status == "aborted" and last.exit_code > 128:  # a signal to the runner itself
+        raise typer.Exit(last.exit_code)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _exit_interrupted(signum, frame) -> None:
+    """Ctrl-C before or after the runs: nothing is being written; exit 130, no traceback."""
+    err.print("interrupted", markup=False, highlight=False)
+    raise typer.Exit(exit_code(signal.SIGINT))
 
 
 def _say_what_opening_did(store: Store) -> None:
