@@ -166,12 +166,12 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         probe.end(probes.FLUSH)
 
     try:
-        from mrv2_prof.runner.engine import Engine
-        from mrv2_prof.workload import build_workload
-
         if should_stop():  # asked to stop while the runner started: load no model for nothing
             outcome.status = "aborted"
             return outcome
+        from mrv2_prof.runner.engine import Engine
+        from mrv2_prof.workload import build_workload
+
         t0 = time.perf_counter()
         engine = Engine(scenario.runner_config(), scenario.model_spec(), probe)
         info = engine.info
