@@ -154,3 +154,36 @@ def test_ctrl_c_any_number_of_times_exits_130_and_keeps_the_data(tmp_path):
             "SELECT (SELECT count(*) FROM tokens), (SELECT sum(output_tokens) FROM requests)"
         ).fetchone()
     assert steps > 0 and hi == steps - 1 and tokens == outputs
+
+
+def _runner_of(tag: str) -> int | None:
+    """The spawned runner among the tagged processes (not the CLI, not the resource tracker)."""
+    for pid in _tagged_processes(tag):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            return pid
+    return None
+
+
+def test_ctrl_c_while_the_runner_imports_is_no_traceback(tmp_path):
+    """Ctrl-C to the terminal's process group the moment the runner process exists (it is
+    importing): no traceback from either process, exit 130, the run aborted."""
+    db, tag = tmp_path / "runs.duckdb", uuid.uuid4().hex
+    cli = _Cli(db, tag)
+    try:
+        deadline = time.monotonic() + 120
+        while _runner_of(tag) is None:
+            assert time.monotonic() < deadline and cli.proc.poll() is None, "".join(cli.lines)
+            time.sleep(0.01)
+        os.killpg(cli.proc.pid, signal.SIGINT)
+        code = cli.proc.wait(timeout=90)
+    finally:
+        if cli.proc.poll() is None:
+            cli.proc.kill()
+    _settle(tag, db)
+    stderr = "".join(cli.lines)
+    assert code == 130 and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert _statuses(db) == [("aborted", "interrupted (SIGINT)")]

@@ -455,3 +455,26 @@ def test_a_requests_row_is_replaced_by_the_later_row_of_its_req_id(tmp_path: Pat
             "SELECT run_id, req_id, arrival_ns, output_tokens FROM requests ORDER BY ALL"
         ).fetchall()
     assert rows == [("abc123", "a", 1, 3), ("abc123", "b", 2, None), ("def456", "a", None, 9)]
+
+
+def test_an_open_waits_briefly_for_a_writer_that_is_closing(tmp_path: Path) -> None:
+    """A reader opening the file just as the run's process closes it gets in, not an error."""
+    path = tmp_path / "runs.duckdb"
+    Store.open(path).close()
+    code = (
+        "import sys, time\n"
+        "from mrv2_prof.store import Store\n"
+        "store = Store.open(sys.argv[1])\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(0.5)\n"
+        "store.close()\n"
+        "time.sleep(30)\n"
+    )
+    holder = _child(code, str(path), stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with Store.open(path, read_only=True, lock_wait_s=10) as store:
+            assert store.list_runs() == []
+    finally:
+        holder.kill()
+        holder.wait()
