@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def run(
 
     Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
     """
-    signal.signal(signal.SIGINT, _exit_interrupted)  # until a run is live (then: the launcher)
+    if threading.current_thread() is threading.main_thread():  # until a run is live (then the
+        signal.signal(signal.SIGINT, _exit_interrupted)  # launcher's handler takes over)
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 

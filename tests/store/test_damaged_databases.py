@@ -5,6 +5,7 @@ refuses to append."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -121,7 +122,11 @@ def _snapshot(path: Path) -> bytes | str:
 
 def _invoke(command: str, db: Path, tmp: Path):
     args = [a.format(tmp=tmp, scenario=QUICKSTART) for a in COMMANDS[command]]
-    return runner.invoke(app, [*args, "--db", str(db)])
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        return runner.invoke(app, [*args, "--db", str(db)])
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # run takes Ctrl-C over, as in its process
 
 
 @pytest.mark.parametrize("case", list(CASES))
