@@ -57,6 +57,7 @@ class RunnerProcess:
         self.outcome: Outcome | None = None
         self.interrupted = False
         self.stopped_by: int | None = None  # the signal that stopped the run
+        self.store_error: str | None = None  # what the parent could not write after the run
         self._stop_asked_at: float | None = None
         self.on_started: Callable[[dict], None] | None = None
         self._latest: Snapshot | None = None
@@ -150,6 +151,12 @@ class RunnerProcess:
         self.nvml = None
         if self.run_id is None or (self._nvml_note is None and samples is None):
             return
+        try:
+            self._store_nvml(samples)
+        except StoreError as exc:  # the run itself is stored; say what was not
+            self.store_error = f"NVML samples not stored: {exc}"
+
+    def _store_nvml(self, samples: dict | None) -> None:
         with Store.open(self.job.db_path) as store:
             if samples is not None and len(samples["t_ns"]):
                 store.append(self.run_id, "gpu_samples", samples)

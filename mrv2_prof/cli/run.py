@@ -145,6 +145,8 @@ def run(
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
             err.print(f"[bold red]run failed:[/] {outcome.error}", highlight=False)
+        if runner.store_error:
+            err.print(f"note: {runner.store_error}", markup=False, highlight=False, soft_wrap=True)
         if runner.interrupted or outcome.status == "aborted":
             break
     if len(outcomes) > 1:
