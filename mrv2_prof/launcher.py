@@ -222,7 +222,9 @@ class _StopOnSignals:
 
     def __exit__(self, *exc) -> None:
         for s, handler in self._old.items():
-            signal.signal(s, handler)
+            # After a stop by signal the CLI only prints and exits: more signals are ignored
+            # (one landing in the interpreter's teardown would otherwise kill it by its default).
+            signal.signal(s, handler if self.runner.stopped_by is None else signal.SIG_IGN)
 
     def _handle(self, signum, frame) -> None:
         if signum == signal.SIGHUP:

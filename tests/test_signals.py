@@ -63,7 +63,14 @@ class _Cli:
         )  # fmt: skip
         self.lines: list[str] = []
         self.started = threading.Event()  # the runner reported its run id (model loaded)
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once every line it wrote to stderr has been read."""
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return code
 
     def _read(self) -> None:
         for line in self.proc.stderr:
@@ -108,7 +115,7 @@ def test_a_signal_to_the_cli_at_a_random_point(tmp_path, signum, seed):
         for _ in range(1 if signum == signal.SIGKILL else 3):  # more of them change nothing
             os.kill(cli.proc.pid, signum)
             time.sleep(0.05)
-        code = cli.proc.wait(timeout=90)
+        code = cli.wait(timeout=90)
     finally:
         if cli.proc.poll() is None:
             cli.proc.kill()
@@ -131,16 +138,18 @@ def test_a_signal_to_the_cli_at_a_random_point(tmp_path, signum, seed):
 
 
 def test_ctrl_c_any_number_of_times_exits_130_and_keeps_the_data(tmp_path):
-    """``kill -INT`` of the CLI alone (not its process group), three times during the abort."""
+    """``kill -INT`` of the CLI alone (not its process group), again and again until it has
+    exited: during the abort, the summary and the interpreter's teardown."""
     db, tag = tmp_path / "runs.duckdb", uuid.uuid4().hex
     cli = _Cli(db, tag)
     try:
         assert cli.started.wait(120), "".join(cli.lines)
         time.sleep(1.5)  # past a flush
-        for _ in range(3):
+        deadline = time.monotonic() + 90
+        while cli.proc.poll() is None and time.monotonic() < deadline:
             os.kill(cli.proc.pid, signal.SIGINT)
-            time.sleep(0.1)
-        code = cli.proc.wait(timeout=90)
+            time.sleep(0.02)
+        code = cli.wait(timeout=10)
     finally:
         if cli.proc.poll() is None:
             cli.proc.kill()
@@ -179,7 +188,7 @@ def test_ctrl_c_while_the_runner_imports_is_no_traceback(tmp_path):
             assert time.monotonic() < deadline and cli.proc.poll() is None, "".join(cli.lines)
             time.sleep(0.01)
         os.killpg(cli.proc.pid, signal.SIGINT)
-        code = cli.proc.wait(timeout=90)
+        code = cli.wait(timeout=90)
     finally:
         if cli.proc.poll() is None:
             cli.proc.kill()

@@ -166,6 +166,7 @@ def run(
 
 def _exit_interrupted(signum, frame) -> None:
     """Ctrl-C before or after the runs: nothing is being written; exit 130, no traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # once: more while it exits change nothing
     err.print("interrupted", markup=False, highlight=False)
     raise typer.Exit(exit_code(signal.SIGINT))
 
