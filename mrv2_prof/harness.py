@@ -28,6 +28,7 @@ import numpy as np
 
 from mrv2_prof import __version__
 from mrv2_prof.job import Outcome, RunJob
+from mrv2_prof.lifetime import RunnerLifetime, exit_code, stop_reason
 from mrv2_prof.live_stats import LiveStats
 from mrv2_prof.open_loop import drive
 from mrv2_prof.probe_results import arrow_tables, store_probe_results
@@ -36,18 +37,24 @@ from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.run_environment import finish_environment, run_environment
+from mrv2_prof.request_rows import InFlightRows
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 
 class _Interrupted:
-    """SIGINT in the runner sets a flag; the loop stops between steps, never inside a write."""
+    """SIGINT in the runner sets a flag; the loop stops between steps, never inside a write.
+    (In-process use; the runner process has a ``RunnerLifetime`` instead.)"""
 
     def __init__(self) -> None:
         self.flag = False
+        self.signum = 0
         signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        self.flag = True
+        self.flag, self.signum = True, signum
+
+    def reason(self) -> str | None:
+        return stop_reason(self.signum) if self.flag else None
 
 
 def _versions() -> dict[str, str]:
@@ -72,21 +79,31 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError) else f"{type(exc).__name__}: {text}"
 
 
-def runner_process_main(job: RunJob, queue, stop_event) -> None:
+def runner_process_main(
+    job: RunJob, queue, stop_event, stop_signal=None, parent_pid: int | None = None
+) -> None:
     """The target of the spawned runner process: ``runner_main``, then an exit that skips the
     interpreter's teardown. By then everything is written and the outcome sent; tearing torch
-    and triton down only made some builds print native-extension leak reports (nanobind)."""
-    runner_main(job, queue, stop_event)
-    queue.close()
-    queue.join_thread()  # the outcome is through the pipe
+    and triton down only made some builds print native-extension leak reports (nanobind).
+    ``stop_signal`` and ``parent_pid``: see ``lifetime.RunnerLifetime``."""
+    lifetime = RunnerLifetime(parent_pid, stop_signal)
+    try:
+        runner_main(job, queue, stop_event, lifetime)
+    finally:
+        lifetime.finished.set()
+    if lifetime.parent_gone:
+        queue.cancel_join_thread()  # nobody reads the pipe any more: do not wait on it
+    else:
+        queue.close()
+        queue.join_thread()  # the outcome is through the pipe
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
-def runner_main(job: RunJob, queue, stop_event) -> None:
-    """The runner process's work (tests call it in-process)."""
-    interrupted = _Interrupted()
+def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None = None) -> None:
+    """The runner process's work (tests call it in-process, without a ``lifetime``)."""
+    interrupted = _Interrupted() if lifetime is None else lifetime
     emit = queue.put
     try:
         store = Store.open(job.db_path)
@@ -98,7 +115,9 @@ def runner_main(job: RunJob, queue, stop_event) -> None:
     except Exception as exc:  # before the run row existed, or while finishing it
         outcome = Outcome(None, "failed", _one_line(exc), exit_code=1)
     if outcome.status == "aborted":
-        outcome.error = "interrupted (SIGINT)" if interrupted.flag else "stopped by the user"
+        outcome.error = interrupted.reason() or "stopped by the user"
+        if interrupted.signum:
+            outcome.exit_code = exit_code(interrupted.signum)
     try:
         if outcome.run_id is not None:
             store.finish_run(
@@ -138,9 +157,12 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     engine = session = None
     writer: BackgroundWriter | None = None
 
+    in_flight = InFlightRows()
+
     def flush() -> None:
         probe.begin(probes.FLUSH)
         batches = probe.drain()
+        in_flight.add_to(batches, probe)  # tokens and their request rows: one transaction
         if writer is None:
             store.append_batches(run_id, arrow_tables(batches))
         else:
@@ -148,6 +170,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         probe.end(probes.FLUSH)
 
     try:
+        if should_stop():  # asked to stop while the runner started: load no model for nothing
+            outcome.status = "aborted"
+            return outcome
         from mrv2_prof.runner.engine import Engine
         from mrv2_prof.workload import build_workload
 

@@ -2,9 +2,11 @@
 
 The runner runs in its own spawned process so the dashboard never shares its interpreter. The
 parent only reads small messages from a queue: the live dashboard (``tui``) or a rich progress
-bar renders them. Ctrl-C (SIGINT) or ``q`` asks the runner to stop between two steps; it then
-flushes everything and marks the run ``aborted``. A second Ctrl-C terminates it; a runner that
-dies without saying so has its run row marked ``failed`` by the parent.
+bar renders them. Ctrl-C (SIGINT), SIGTERM, SIGHUP or ``q`` ask the runner to stop between two
+steps; it then flushes everything and marks the run ``aborted`` (more signals change nothing;
+one that does not stop within ``STOP_GRACE_S`` is killed). A runner that dies without saying so
+has its run row marked ``failed`` by the parent; one whose parent dies stops by itself
+(``lifetime``).
 
 NVML telemetry (``probes.nvml_hz``) is sampled here, in the parent, from the moment the runner
 reports it started until it is done; the samples (or the note saying why there are none) are
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import queue as queue_mod
 import signal
 import time
@@ -26,12 +29,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mrv2_prof.harness import runner_process_main
 from mrv2_prof.job import Outcome, RunJob
+from mrv2_prof.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.snapshot import Snapshot
-from mrv2_prof.store import Store
+from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.safe_text import markup_safe
 
 _JOIN_TIMEOUT_S = 60.0
+STOP_GRACE_S = 60.0  # a runner asked to stop that has not stopped by then is killed
 GPU_SAMPLE_WINDOW = 240  # NVML samples the dashboard keeps for its sparklines
 
 
@@ -43,13 +48,18 @@ class RunnerProcess:
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
         self.stop_event = ctx.Event()
+        self.stop_signal = ctx.Value("i", 0)  # the signal a stop was asked for with (0: none)
         self.process = ctx.Process(
-            target=runner_process_main, args=(job, self.queue, self.stop_event)
+            target=runner_process_main,
+            args=(job, self.queue, self.stop_event, self.stop_signal, os.getpid()),
         )
         self.run_id: str | None = None
         self.facts: dict | None = None
         self.outcome: Outcome | None = None
         self.interrupted = False
+        self.stopped_by: int | None = None  # the signal that stopped the run
+        self.store_error: str | None = None  # what the parent could not write after the run
+        self._stop_asked_at: float | None = None
         self.on_started: Callable[[dict], None] | None = None
         self._latest: Snapshot | None = None
         self.nvml_hz = float(job.scenario.get("probes", {}).get("nvml_hz", 0) or 0)
@@ -60,7 +70,8 @@ class RunnerProcess:
         )
 
     def start(self) -> None:
-        self.process.start()
+        with stop_signals_blocked():  # the runner unblocks them once it handles them
+            self.process.start()
 
     # ---- messages -------------------------------------------------------------------------------
     def _handle(self, kind: str, payload) -> None:
@@ -87,6 +98,10 @@ class RunnerProcess:
             pass
         if self.outcome is None and not self.process.is_alive():
             self._drain_after_exit()
+        stuck = self._stop_asked_at is not None and self.outcome is None
+        if stuck and time.monotonic() - self._stop_asked_at > STOP_GRACE_S:
+            self.process.kill()
+            self._stop_asked_at = None
 
     def _drain_after_exit(self) -> None:
         """The process is gone: read what it sent last, else record that it died."""
@@ -108,10 +123,13 @@ class RunnerProcess:
         if self.run_id is None or self.outcome is None:
             return
         self.process.join(_JOIN_TIMEOUT_S)  # its lock on the file goes with it
-        with Store.open(self.job.db_path) as store:
-            store.finish_run(
-                self.run_id, "failed", ended_ns=time.perf_counter_ns(), error=self.outcome.error
-            )
+        try:
+            with Store.open(self.job.db_path) as store:
+                store.finish_run(
+                    self.run_id, "failed", ended_ns=time.perf_counter_ns(), error=self.outcome.error
+                )
+        except StoreError as exc:  # the row stays running; the next writer marks it failed
+            self.outcome.error = f"{self.outcome.error}; the run row was not updated ({exc})"
 
     @property
     def done(self) -> bool:
@@ -134,6 +152,12 @@ class RunnerProcess:
         self.nvml = None
         if self.run_id is None or (self._nvml_note is None and samples is None):
             return
+        try:
+            self._store_nvml(samples)
+        except StoreError as exc:  # the run itself is stored; say what was not
+            self.store_error = f"NVML samples not stored: {exc}"
+
+    def _store_nvml(self, samples: dict | None) -> None:
         with Store.open(self.job.db_path) as store:
             if samples is not None and len(samples["t_ns"]):
                 store.append(self.run_id, "gpu_samples", samples)
@@ -151,7 +175,14 @@ class RunnerProcess:
         snap, self._latest = self._latest, None
         return snap, self.done
 
-    def request_stop(self) -> None:
+    def request_stop(self, signum: int = 0) -> None:
+        """Ask the runner to stop between two steps; ``signum``: the signal that asked."""
+        if signum and self.stopped_by is None:
+            self.stopped_by = signum
+            self.interrupted = True
+            self.stop_signal.value = signum
+        if self._stop_asked_at is None and not self.stop_event.is_set():
+            self._stop_asked_at = time.monotonic()
         self.stop_event.set()
 
     def gpu_samples(self) -> tuple[list[tuple[int, float, int, float, float]], str | None]:
@@ -178,24 +209,36 @@ class RunnerProcess:
         return self.outcome
 
 
-class _SigintToStop:
-    """While a run is live: first SIGINT asks the runner to stop, a second one terminates it."""
+class _StopOnSignals:
+    """While a run is live: SIGINT, SIGTERM and SIGHUP ask the runner to stop (the first one
+    names the run's reason and the exit code; more change nothing). After SIGHUP the terminal
+    is gone: what is still printed to it goes to /dev/null instead of failing."""
 
     def __init__(self, runner: RunnerProcess) -> None:
         self.runner = runner
 
-    def __enter__(self) -> _SigintToStop:
-        self._old = signal.signal(signal.SIGINT, self._handle)
+    def __enter__(self) -> _StopOnSignals:
+        self._old = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc) -> None:
-        signal.signal(signal.SIGINT, self._old)
+        for s, handler in self._old.items():
+            # After a stop by signal the CLI only prints and exits: more signals are ignored
+            # (one landing in the interpreter's teardown would otherwise kill it by its default).
+            signal.signal(s, handler if self.runner.stopped_by is None else signal.SIG_IGN)
 
     def _handle(self, signum, frame) -> None:
-        if self.runner.interrupted:
-            self.runner.process.terminate()
-        self.runner.interrupted = True
-        self.runner.request_stop()
+        if signum == signal.SIGHUP:
+            _detach_from_terminal()
+        self.runner.request_stop(signum)
+
+
+def _detach_from_terminal() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        if os.isatty(fd):
+            os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def run_headless(job: RunJob, console: Console) -> RunnerProcess:
@@ -221,7 +264,7 @@ def run_headless(job: RunJob, console: Console) -> RunnerProcess:
         TextColumn("{task.fields[stats]}"),
         TimeElapsedColumn(),
     )
-    with _SigintToStop(runner), Progress(*columns, console=console, transient=False) as progress:
+    with _StopOnSignals(runner), Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("loading", total=None, stats="")
         runner.start()
         while not runner.done:
@@ -244,7 +287,7 @@ def run_dashboard(job: RunJob) -> RunnerProcess:
     from mrv2_prof.tui.dashboard import DashboardApp
 
     runner = RunnerProcess(job)
-    with _SigintToStop(runner):
+    with _StopOnSignals(runner):
         runner.start()
         DashboardApp(runner, title=job.label).run()
         runner.join()

@@ -78,7 +78,8 @@ def drive(
             if session is not None:
                 session.at_idle()
             wait_ns = t0 + round(pending[0].arrival_s * 1e9) - now
-            time.sleep(min(max(wait_ns, 0), next_snapshot - now, 50_000_000) / 1e9)
+            # A snapshot or flush can be overdue (a slow flush): never a negative sleep.
+            time.sleep(max(0, min(wait_ns, next_snapshot - now, 50_000_000)) / 1e9)
             now = time.perf_counter_ns()
         else:
             return True

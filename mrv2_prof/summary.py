@@ -184,7 +184,8 @@ def render_runs(rows: list[dict], db: str) -> Table:
         dur = ""
         if r.get("ended_ns") and r.get("started_ns"):
             dur = f"{(r['ended_ns'] - r['started_ns']) / 1e9:,.1f} s"
-        status = markup_safe(f"{r['status']}" + (f": {r['error']}" if r.get("error") else ""))
+        status = r["status"] + (" (writer gone)" if r.get("writer_gone") else "")
+        status = markup_safe(status + (f": {r['error']}" if r.get("error") else ""))
         t.add_row(
             markup_safe(r["run_id"]), markup_safe(r["label"] or ""), status, started_s, dur,
             str(r.get("num_requests") or 0),

@@ -42,12 +42,17 @@ def compare(
     ),
     run_b: str = typer.Argument(..., metavar="RUN_B", help="The run compared against RUN_A."),
     db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file of RUN_A (and RUN_B)."
+        Path("runs.duckdb"),
+        "--db",
+        callback=checked_db,
+        readable=False,
+        help="DuckDB file of RUN_A (and RUN_B).",
     ),
     db_b: Path = typer.Option(
         None,
         "--db-b",
         callback=checked_db,
+        readable=False,
         help="DuckDB file of RUN_B (default: --db).",
         show_default=False,
     ),
@@ -85,12 +90,17 @@ def gate(
     ),
     candidate: str = typer.Option(..., "--candidate", metavar="RUN", help="Candidate run."),
     db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file of both runs."
+        Path("runs.duckdb"),
+        "--db",
+        callback=checked_db,
+        readable=False,
+        help="DuckDB file of both runs.",
     ),
     db_b: Path = typer.Option(
         None,
         "--db-b",
         callback=checked_db,
+        readable=False,
         help="DuckDB file of the candidate (default: --db).",
         show_default=False,
     ),

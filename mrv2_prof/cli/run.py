@@ -3,7 +3,9 @@ process under the live dashboard or a progress bar, and print the summaries."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import typer
 from mrv2_prof.cli.console import checked_db, err, fail, out
 from mrv2_prof.cli.preflight import preflight
 from mrv2_prof.job import RunJob
+from mrv2_prof.lifetime import exit_code
 from mrv2_prof.scenario import (
     Scenario,
     ScenarioError,
@@ -47,7 +50,9 @@ def run(
         help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
         show_default=False,
     ),
-    db: Path = typer.Option(None, "--db", callback=checked_db, help=DB_HELP, show_default=False),
+    db: Path = typer.Option(
+        None, "--db", callback=checked_db, readable=False, help=DB_HELP, show_default=False
+    ),
     overrides: list[str] = typer.Option(
         [],
         "--set",
@@ -71,6 +76,8 @@ def run(
 
     Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
     """
+    if threading.current_thread() is threading.main_thread():  # until a run is live (then the
+        signal.signal(signal.SIGINT, _exit_interrupted)  # launcher's handler takes over)
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 
@@ -89,7 +96,8 @@ def run(
         fail(str(exc))
     db_path = db if db is not None else checked_db(Path(base.store.db))
     try:
-        Store.open(db_path).close()
+        with Store.open(db_path) as store:  # the one writable open before the runs: it upgrades
+            _say_what_opening_did(store)
     except StoreError as exc:
         fail(str(exc))
 
@@ -107,16 +115,51 @@ def run(
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
             err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
+        if runner.store_error:
+            err.print(f"note: {runner.store_error}", markup=False, highlight=False, soft_wrap=True)
         if runner.interrupted or outcome.status == "aborted":
             break
     if len(outcomes) > 1:
-        with Store.open(db_path, read_only=True) as store:
-            out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+        try:
+            with Store.open(db_path, read_only=True) as store:
+                out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+        except StoreError as exc:
+            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
     last = outcomes[-1]
-    if last.status == "aborted" and last.error and "SIGINT" in last.error:
-        raise typer.Exit(130)
+    if runner.stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
+        raise typer.Exit(exit_code(runner.stopped_by))
+    if last.status == "aborted" and last.exit_code > 128:  # a signal to the runner itself
+        raise typer.Exit(last.exit_code)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+def _exit_interrupted(signum, frame) -> None:
+    """Ctrl-C before or after the runs: nothing is being written; exit 130, no traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # once: more while it exits change nothing
+    err.print("interrupted", markup=False, highlight=False)
+    raise typer.Exit(exit_code(signal.SIGINT))
+
+
+def _say_what_opening_did(store: Store) -> None:
+    """A schema upgrade, and runs found orphaned, are told (the file changed)."""
+    from mrv2_prof.store import SCHEMA_VERSION
+
+    if store.upgraded_from is not None:
+        err.print(
+            f"{store.path}: run database upgraded from schema version {store.upgraded_from} "
+            f"to {SCHEMA_VERSION} (columns added, nothing rewritten)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for run_id in store.orphans_failed:
+        err.print(
+            f"{store.path}: run {run_id} was left running by a process that is gone; marked failed",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _launch(job, live: bool):

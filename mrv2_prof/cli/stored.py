@@ -13,7 +13,9 @@ from mrv2_prof.summary import render_runs, render_summary
 
 
 def runs(
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
 ) -> None:
     """List the runs stored in a DuckDB file, newest first.
 
@@ -30,7 +32,9 @@ def show(
     run_id: str = typer.Argument(
         ..., metavar="RUN_ID", help="A run id, a unique prefix of one, or 'latest'."
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Print the summary of a stored run again.

@@ -28,7 +28,9 @@ def report(
         help="HTML file to write (default: <run_id>.report.html, sweep-<first_id>.report.html).",
         show_default=False,
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
     sweep: bool = typer.Option(
         False, "--sweep", help="Compare every run of the sweep (matrix) that RUN belongs to."
     ),
@@ -106,7 +108,9 @@ def export(
         "negatives count from the end, e.g. -200: for the last 200 steps). Default: all.",
         show_default=False,
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
 ) -> None:
     """Export a run as a Chrome/Perfetto trace (JSON): CPU phases, GPU spans, counters, flows.
 
@@ -144,7 +148,9 @@ def export(
 
 
 def tui(
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
 ) -> None:
     """Browse the stored runs in a terminal UI: open a run's summary and step timeline, or
     mark two runs (c, then c on the other) to compare them side by side. ? lists the keys.
@@ -171,7 +177,9 @@ def nsys_import(
     report_sqlite: Path = typer.Argument(
         ..., metavar="REPORT_SQLITE", help="The capture exported to SQLite (rep.sqlite)."
     ),
-    db: Path = typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, help="DuckDB file."),
+    db: Path = typer.Option(
+        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
 ) -> None:
     """Store the kernels of an Nsight Systems capture of a run, by step and phase.
 

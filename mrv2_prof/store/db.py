@@ -1,8 +1,11 @@
 """The run database: run lifecycle, columnar appends, run lookup (opening: ``store.opening``).
 
 All DuckDB access of the project goes through ``Store``. A run is written by one process; each
-``append`` is its own autocommitted transaction, so everything appended before a crash survives.
-A ``Store`` (like its DuckDB connection) is used from one thread at a time.
+``append`` is its own autocommitted transaction and ``append_batches`` (one flush of a run) is
+one transaction, so everything appended before a crash survives and a flush is never half
+there. A ``Store`` (like its DuckDB connection) is used from one thread at a time. A DuckDB
+error met inside ``with Store.open(...) as store:`` leaves it as a one-line ``StoreError``
+naming the file (a file damaged where the open did not look).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mrv2_prof.store.opening import StoreError, connect
+from mrv2_prof.store.opening import StoreError, connect, damaged_error
+from mrv2_prof.store.orphans import fail_orphaned_runs, this_writer, writer_alive
 from mrv2_prof.store.schema import FINISH_STATUSES, TABLES, quote
 
 _COLUMN_TYPES = {table: dict(columns) for table, columns in TABLES.items()}
@@ -34,6 +38,7 @@ _UPDATABLE = (
 )
 _JSON_FIELDS = ("matrix_combo", "versions", "info", "environment")
 _BATCH_VIEW = "_mrv2_append_batch"
+_KEYED = {"requests": "req_id"}  # tables with one row per key and run: an append replaces it
 _RUN_ID_HEX_CHARS = 6
 
 
@@ -53,12 +58,28 @@ class Store:
         self.path = path
         self.read_only = read_only
         self._closed = False
+        self._in_transaction = False  # inside append_batches
+        self.upgraded_from: int | None = None  # the schema version a writable open upgraded
+        self.orphans_failed: list[str] = []  # runs a writable open marked failed (writer gone)
 
     @classmethod
-    def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
-        """Open ``path``, creating the file and schema when it is missing (unless ``read_only``)."""
+    def open(
+        cls, path: str | Path, *, read_only: bool = False, lock_wait_s: float | None = None
+    ) -> Store:
+        """Open ``path``. A writable open creates the file and schema when it is missing,
+        upgrades an older schema and marks runs whose writer is gone ``failed``; a read-only
+        one writes nothing. ``lock_wait_s``: how long to wait for another process's lock."""
         path = Path(path)
-        return cls(connect(path, read_only), path, read_only)
+        con, upgraded_from = connect(path, read_only, lock_wait_s=lock_wait_s)
+        store = cls(con, path, read_only)
+        store.upgraded_from = upgraded_from
+        if not read_only:
+            try:
+                store.orphans_failed = fail_orphaned_runs(con)
+            except duckdb.Error as exc:
+                store.close()
+                raise damaged_error(path, exc) from exc
+        return store
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -72,8 +93,10 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> None:
         self.close()
+        if isinstance(exc, duckdb.Error):
+            raise damaged_error(self.path, exc) from exc
 
     # --- run lifecycle ---------------------------------------------------------------------
 
@@ -97,13 +120,14 @@ class Store:
         started_ns: int,
         info: dict[str, Any] | None = None,
     ) -> None:
-        """Insert the run's row with status ``running`` (committed at once)."""
+        """Insert the run's row with status ``running`` (committed at once), naming this process
+        as its writer."""
         if self._run_exists(run_id):
             raise ValueError(f"run {run_id!r} already exists in {self.path}")
         self._con.execute(
             "INSERT INTO runs (run_id, scenario_name, label, matrix_combo, scenario_yaml, status, "
-            "started_ns, started_at, device, versions, info) "
-            "VALUES (?, ?, ?, ?, ?, 'running', ?, localtimestamp, ?, ?, ?)",
+            "started_ns, started_at, device, versions, info, writer_pid, writer_host) "
+            "VALUES (?, ?, ?, ?, ?, 'running', ?, localtimestamp, ?, ?, ?, ?, ?)",
             [
                 run_id,
                 scenario_name,
@@ -114,6 +138,7 @@ class Store:
                 device,
                 _to_json(versions),
                 _to_json(info),
+                *this_writer(),
             ],
         )
 
@@ -154,7 +179,9 @@ class Store:
         """Append one columnar batch to ``table`` for ``run_id``; returns the rows appended.
 
         The batch goes in as one Arrow table and one INSERT … SELECT (never row by row) and is
-        committed when this returns. Columns not given are NULL.
+        committed when this returns (or with the transaction of ``append_batches``). Columns not
+        given are NULL. A ``requests`` row replaces the run's earlier row of its ``req_id``: a
+        request's row is written when it arrives and again when it finishes.
         """
         types = _COLUMN_TYPES.get(table)
         if types is None or table == "runs":
@@ -178,9 +205,26 @@ class Store:
         casts = ", ".join(f"CAST({quote(name)} AS {types[name]})" for name in columns)
         insert = f"INSERT INTO {quote(table)} (run_id, {names}) "
         insert += f"SELECT ?, {casts} FROM {_BATCH_VIEW}"
+        keyed = table in _KEYED and _KEYED[table] in columns
+        own_transaction = keyed and not self._in_transaction
         self._con.register(_BATCH_VIEW, batch)
         try:
+            if own_transaction:
+                self._con.execute("BEGIN TRANSACTION")
+            if keyed:
+                key = quote(_KEYED[table])
+                self._con.execute(
+                    f"DELETE FROM {quote(table)} WHERE run_id = ? AND {key} IN "
+                    f"(SELECT CAST({key} AS {types[_KEYED[table]]}) FROM {_BATCH_VIEW})",
+                    [run_id],
+                )
             self._con.execute(insert, [run_id])
+            if own_transaction:
+                self._con.execute("COMMIT")
+        except BaseException:
+            if own_transaction:
+                self._con.execute("ROLLBACK")
+            raise
         finally:
             self._con.unregister(_BATCH_VIEW)
         return num_rows
@@ -190,22 +234,27 @@ class Store:
     ) -> int:
         """Append several tables' batches in one transaction (one commit); all or nothing."""
         self._con.execute("BEGIN TRANSACTION")
+        self._in_transaction = True
         try:
             num_rows = sum(self.append(run_id, table, cols) for table, cols in batches.items())
         except BaseException:
             self._con.execute("ROLLBACK")
             raise
+        finally:
+            self._in_transaction = False
         self._con.execute("COMMIT")
         return num_rows
 
     # --- lookup ----------------------------------------------------------------------------
 
     def list_runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first, with its request count and output tokens."""
+        """Every run, newest first, with its request count and output tokens; ``writer_gone``
+        is True for a ``running`` run whose writing process no longer exists."""
         cursor = self._con.execute(
             """
-            SELECT r.run_id, r.label, r.scenario_name, r.status, r.started_ns, r.ended_ns,
-                   r.started_at, r.device, r.error,
+            SELECT r.run_id, coalesce(r.label, r.scenario_name, '') AS label, r.scenario_name,
+                   coalesce(r.status, 'unknown') AS status, r.started_ns, r.ended_ns,
+                   r.started_at, r.device, r.error, r.writer_pid, r.writer_host,
                    coalesce(q.num_requests, 0)::BIGINT AS num_requests,
                    coalesce(q.output_tokens, 0)::BIGINT AS output_tokens
             FROM runs r
@@ -217,7 +266,14 @@ class Store:
             """
         )
         names = [col[0] for col in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        runs = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for run in runs:
+            pid, host = run.pop("writer_pid"), run.pop("writer_host")
+            alive = (
+                writer_alive(pid, host, run["started_at"]) if run["status"] == "running" else None
+            )
+            run["writer_gone"] = alive is False
+        return runs
 
     def resolve_run(self, ref: str) -> str:
         """The run id ``ref`` names: ``latest``, an exact id, or a unique id prefix."""

@@ -1,58 +1,132 @@
 """Opening a run database file: one-line errors, the schema created in a new file, an older
-file upgraded in place, a newer one refused.
+file upgraded in place by a writer and read as it is by a reader, a newer or foreign one refused.
 
 ``connect`` is what ``Store.open`` does before it wraps the connection. Every problem a user can
-act on (a missing directory, a file another process holds, a file that is not DuckDB or not
-ours, a schema newer than this version) is a ``StoreError`` whose ``str()`` is one line naming
-the file.
+act on (a missing directory, a file another process holds, a file that is not DuckDB, not ours,
+damaged or truncated, a schema newer than this version) is a ``StoreError`` whose ``str()`` is
+one line naming the file.
+
+Reading never writes: a read-only open checks the file and, for an older schema, shows the
+columns and tables newer versions added as NULL through temporary views (they live in the
+connection, not in the file). Only a writable open, which appends, creates or upgrades tables.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import time
 from pathlib import Path
 
 import duckdb
 
-from mrv2_prof.store.schema import META_TABLE, SCHEMA_VERSION, schema_ddl, upgrade_ddl
+from mrv2_prof.store.schema import (
+    META_TABLE,
+    SCHEMA_VERSION,
+    TABLES,
+    quote,
+    schema_ddl,
+    upgrade_ddl,
+)
+
+LOCK_WAIT_S = 2.0  # how long an open waits for another process's lock (a run closing the file)
+_LOCK_POLL_S = 0.05
+# The columns a file must have to be read as a run database at all (every version has them).
+_CORE_RUN_COLUMNS = ("run_id", "label", "status", "started_ns", "ended_ns", "error", "info")
 
 
 class StoreError(Exception):
     """A run database problem the user can act on; ``str()`` is one line naming the file."""
 
 
-def connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection to ``path`` with the schema checked, creating the file and schema when it is
-    missing (unless ``read_only``) and upgrading an older schema (a read-only open upgrades
-    through a writable one first)."""
-    if not path.exists():
+def connect(
+    path: Path, read_only: bool, *, lock_wait_s: float | None = None
+) -> tuple[duckdb.DuckDBPyConnection, int | None]:
+    """A connection to ``path`` with the schema checked, and the version the file was upgraded
+    from (None when it was not). A writable open creates the file and schema when the file is
+    missing and upgrades an older schema; a read-only open changes nothing."""
+    _check_file(path, read_only)
+    con = _connect_waiting(path, read_only, LOCK_WAIT_S if lock_wait_s is None else lock_wait_s)
+    try:
+        upgraded_from = _check_schema(con, path, read_only)
+    except duckdb.Error as exc:
+        con.close()
+        raise damaged_error(path, exc) from exc
+    except BaseException:
+        con.close()
+        raise
+    return con, upgraded_from
+
+
+def damaged_error(path: Path, exc: BaseException) -> StoreError:
+    """The one-line StoreError for a DuckDB error met while reading an open file."""
+    return StoreError(
+        f"{path}: damaged or not an mrv2-prof run database ({_first_line(exc)}); "
+        "pass a different --db"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+
+
+def _check_file(path: Path, read_only: bool) -> None:
+    """What can be told from the file system before DuckDB touches the file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         if read_only:
-            raise StoreError(f"{path}: no such run database (pass --db with a file runs wrote)")
+            raise StoreError(
+                f"{path}: no such run database (pass --db with a file runs wrote)"
+            ) from None
         if not path.parent.is_dir():
             raise StoreError(
                 f"{path}: directory {path.parent} does not exist; "
                 "create it or pass a different --db"
-            )
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.Error as exc:
-        raise _open_error(path, exc) from exc
-    try:
-        _check_schema(con, path, read_only)
-    except _NeedsUpgrade:
-        con.close()
-        connect(path, read_only=False).close()  # upgrade in place, then open read-only again
-        return connect(path, read_only=True)
-    except BaseException:
-        con.close()
-        raise
-    return con
+            ) from None
+        return
+    except OSError as exc:
+        msg = f"{path}: cannot open ({exc.strerror or exc}); pass a different --db"
+        raise StoreError(msg) from exc
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise StoreError(f"{path}: {kind}, not a run database; pass a different --db")
+    wanted = os.R_OK if read_only else os.R_OK | os.W_OK
+    if not os.access(path, wanted):
+        mode = stat.filemode(st.st_mode)
+        need = "read" if read_only else "read and write"
+        raise StoreError(
+            f"{path}: permission denied (mode {mode}; {need} access needed); "
+            "change its permissions or pass a different --db"
+        )
+    if st.st_size == 0 and read_only:
+        raise StoreError(f"{path}: an empty file, not a run database; pass a different --db")
+
+
+def _connect_waiting(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """``duckdb.connect``, waiting up to ``wait_s`` while another process holds the file."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as exc:
+            error = _open_error(path, exc)
+            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+                raise error from exc
+        time.sleep(_LOCK_POLL_S)
+
+
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    msg = str(exc)
+    return "Could not set lock" in msg or "Conflicting lock" in msg
 
 
 def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
     """The one-line StoreError for a DuckDB error raised by ``duckdb.connect``."""
     msg = str(exc)
-    if "Could not set lock" in msg or "Conflicting lock" in msg:
+    if _is_lock_error(exc):
         pid = re.search(r"PID (\d+)", msg)
         holder = f" (PID {pid.group(1)})" if pid else ""
         return StoreError(
@@ -65,62 +139,121 @@ def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
             f"{path}: not a DuckDB database ({size_bytes} bytes without a DuckDB header); "
             "pass a different --db"
         )
-    first_line = msg.strip().splitlines()[0] if msg.strip() else type(exc).__name__
-    return StoreError(f"{path}: cannot open ({first_line}); pass a different --db")
+    if "Permission denied" in msg:
+        return StoreError(f"{path}: permission denied; change its permissions or pass another --db")
+    if "Could not read enough bytes" in msg or "Corrupt database" in msg:
+        return damaged_error(path, exc)
+    return StoreError(f"{path}: cannot open ({_first_line(exc)}); pass a different --db")
 
 
-def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
-    """Create the schema in an empty file; otherwise require an mrv2-prof file of our version."""
-    tables = {
-        row[0]
-        for row in con.execute(
-            "SELECT table_name FROM duckdb_tables() "
-            "WHERE database_name = current_database() AND schema_name = 'main'"
-        ).fetchall()
-    }
-    not_ours = StoreError(
-        f"{path}: a DuckDB database but not an mrv2-prof run database (no schema_version); "
-        "pass a different --db"
-    )
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    """The file's tables (main schema) and their columns with types."""
+    found: dict[str, dict[str, str]] = {}
+    for table, column, sql_type in con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND NOT internal"
+    ).fetchall():
+        found.setdefault(table, {})[column] = sql_type
+    for (table,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = 'main'"
+    ).fetchall():
+        found.setdefault(table, {})
+    return found
+
+
+def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int | None:
+    """Create the schema in an empty file; otherwise require an mrv2-prof file of a version
+    this code reads. Returns the version an older file was upgraded from (writable opens)."""
+    tables = _columns(con)
     if not tables:
         if read_only:
-            raise not_ours
+            raise _not_ours(path, "no tables")
         con.execute("BEGIN TRANSACTION")
         for statement in schema_ddl():
             con.execute(statement)
         con.execute("COMMIT")
-        return
-    if META_TABLE not in tables:
-        raise not_ours
+        return None
+    meta = tables.get(META_TABLE)
+    if meta is None:
+        raise _not_ours(path, "no schema_version")
+    if set(meta) != {"key", "value"}:
+        raise _not_ours(path, f"its {META_TABLE} table has columns {sorted(meta)}")
     # fetchall: a partly fetched result would block the connection's next register()
     rows = con.execute(f"SELECT value FROM {META_TABLE} WHERE key = 'schema_version'").fetchall()
-    row = rows[0] if rows else None
-    if row is None or not str(row[0]).isdigit():
-        raise not_ours
-    version = int(row[0])
+    text = str(rows[0][0]) if rows else ""
+    if not text.isdigit() or int(text) < 1:
+        shown = repr(text[:20]) if rows else "none"
+        raise _not_ours(path, f"schema_version {shown}")
+    version = int(text)
     if version > SCHEMA_VERSION:
         raise StoreError(
             f"{path}: run database schema version {version} is newer than this mrv2-prof "
             f"expects ({SCHEMA_VERSION}); upgrade mrv2-prof to read it"
         )
-    if version < SCHEMA_VERSION:
-        if read_only:
-            raise _NeedsUpgrade(version)
-        _upgrade(con)
+    runs = tables.get("runs")
+    if runs is None:
+        raise _not_ours(path, f"schema_version {version} but no runs table")
+    lacking = [c for c in _CORE_RUN_COLUMNS if c not in runs]
+    if lacking:
+        raise _not_ours(path, f"its runs table lacks {', '.join(lacking)}")
+    missing = _missing(tables)
+    if version == SCHEMA_VERSION and missing:
+        table, cols = next(iter(missing.items()))
+        what = f"table {table}" if cols is None else f"column {table}.{cols[0][0]}"
+        raise StoreError(
+            f"{path}: damaged run database (schema version {version} but {what} is missing); "
+            "pass a different --db"
+        )
+    con.execute("SELECT count(*), count(run_id), count(status) FROM runs").fetchall()
+    if version == SCHEMA_VERSION:
+        return None
+    if read_only:
+        _shadow_missing(con, missing)
+        return None
+    _upgrade(con, tables)
+    return version
 
 
-class _NeedsUpgrade(Exception):
-    """A read-only open found an older schema: the file is upgraded by a writable open first."""
+def _not_ours(path: Path, why: str) -> StoreError:
+    return StoreError(
+        f"{path}: a DuckDB database but not an mrv2-prof run database ({why}); "
+        "pass a different --db"
+    )
 
 
-def _upgrade(con: duckdb.DuckDBPyConnection) -> None:
+def _missing(tables: dict[str, dict[str, str]]) -> dict[str, list[tuple[str, str]] | None]:
+    """What of ``TABLES`` the file lacks: a table (None) or its missing columns."""
+    missing: dict[str, list[tuple[str, str]] | None] = {}
+    for table, cols in TABLES.items():
+        have = tables.get(table)
+        if have is None:
+            missing[table] = None
+        elif lacks := [(name, t) for name, t in cols if name not in have]:
+            missing[table] = lacks
+    return missing
+
+
+def _shadow_missing(
+    con: duckdb.DuckDBPyConnection, missing: dict[str, list[tuple[str, str]] | None]
+) -> None:
+    """Temporary views (this connection only) that give an older file's tables the columns and
+    tables newer versions added, as NULL: the readers' queries work, the file is not touched."""
+    (database,) = con.execute("SELECT current_database()").fetchone()
+    for table, lacks in missing.items():
+        if lacks is None:
+            cols = ", ".join(f"CAST(NULL AS {t}) AS {quote(n)}" for n, t in TABLES[table])
+            body = f"SELECT {cols} WHERE false"
+        else:
+            extra = ", ".join(f"CAST(NULL AS {t}) AS {quote(n)}" for n, t in lacks)
+            body = f"SELECT *, {extra} FROM {quote(database)}.main.{quote(table)}"
+        con.execute(f"CREATE TEMP VIEW {quote(table)} AS {body}")
+
+
+def _upgrade(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, str]]) -> None:
     """Add what newer versions added (columns only; nothing is dropped or rewritten)."""
-    existing: dict[str, set[str]] = {}
-    for table, column in con.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() "
-        "WHERE database_name = current_database() AND schema_name = 'main'"
-    ).fetchall():
-        existing.setdefault(table, set()).add(column)
+    existing = {table: set(cols) for table, cols in tables.items()}
     con.execute("BEGIN TRANSACTION")
     try:
         for statement in upgrade_ddl(existing):

@@ -11,8 +11,8 @@ docs/architecture.md ("Store contract").
 from __future__ import annotations
 
 SCHEMA_VERSION = 3
-# Versions 1 and 2 lacked the columns marked v2 / v3; opening such a file adds them
-# (``upgrade_ddl``).
+# Version 1 lacked the columns marked v2, version 2 those marked v3; a writable open of such a
+# file adds them (``upgrade_ddl``), a read-only one shows them as NULL (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -34,6 +34,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("info", "VARCHAR"),  # JSON of runtime facts: dtype, model_params, num_kv_blocks, notes
         ("scenario_given_yaml", "VARCHAR"),  # v3: as given (file + --set); scenario_yaml: as run
         ("environment", "VARCHAR"),  # v3: JSON: host CPU, load, threads, torch/CUDA/driver/GPU
+        ("writer_pid", "BIGINT"),  # v3: the process that writes the run (its runner process)
+        ("writer_host", "VARCHAR"),  # v3: the host it runs on
     ],
     "steps": [
         ("run_id", "VARCHAR"),
