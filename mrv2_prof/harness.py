@@ -36,8 +36,8 @@ from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
-from mrv2_prof.run_environment import finish_environment, run_environment
 from mrv2_prof.request_rows import InFlightRows
+from mrv2_prof.run_environment import finish_environment, run_environment
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
 
