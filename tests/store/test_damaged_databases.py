@@ -98,8 +98,11 @@ CASES = {
         _foreign("CREATE TABLE t (x INTEGER)"),
         "not an mrv2-prof run database (no schema_version)",
     ),
-    "a directory": (lambda path: path.mkdir(), "a directory, not a run database"),
-    "a fifo": (lambda path: os.mkfifo(path), "not a regular file, not a run database"),
+    "a directory": (
+        lambda path: path.mkdir(),
+        "is a directory; the run database must be a regular",
+    ),
+    "a fifo": (lambda path: os.mkfifo(path), "is not a regular file (a FIFO or a device)"),
 }
 
 COMMANDS = {
