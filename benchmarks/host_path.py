@@ -30,12 +30,12 @@ The machine's host is shared and noisy: compare sides only inside one invocation
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import gc
+import os
 import queue
 import signal
 import statistics
+import sys
 import tempfile
 import threading
 from pathlib import Path

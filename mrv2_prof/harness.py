@@ -32,6 +32,7 @@ from mrv2_prof.live_stats import LiveStats
 from mrv2_prof.open_loop import drive
 from mrv2_prof.probe_results import arrow_tables, store_probe_results
 from mrv2_prof.probes import api as probes
+from mrv2_prof.probes.host_sampler import HostSampler
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
@@ -134,14 +135,22 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     engine = session = None
     writer: BackgroundWriter | None = None
 
+    sampler: HostSampler | None = None
+
     def flush() -> None:
         probe.begin(probes.FLUSH)
-        batches = probe.drain()
+        handoff = (probe.swap(), sampler and sampler.swap())  # the buffers' arrays, no copy
         if writer is None:
-            store.append_batches(run_id, arrow_tables(batches))
+            store.append_batches(run_id, convert(handoff))
         else:
-            writer.submit(batches)  # converted and written on the writer thread
+            writer.submit(handoff)  # decoded, converted and written on the writer thread
         probe.end(probes.FLUSH)
+
+    def convert(handoff) -> dict[str, dict[str, Any]]:
+        batches = probe.decode(handoff[0])
+        if handoff[1] is not None:
+            batches["host_samples"] = sampler.decode(handoff[1])
+        return arrow_tables(batches)
 
     try:
         from mrv2_prof.runner.engine import Engine
@@ -178,7 +187,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         store.update_run(run_id, info=outcome.facts)
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks, probe=probe)
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
-        writer = BackgroundWriter(store, run_id, arrow_tables).start()
+        writer = BackgroundWriter(store, run_id, convert).start()
+        if scenario.probes.host_sampling_hz > 0:
+            sampler = HostSampler(scenario.probes.host_sampling_hz, probe).start()
         with session.running():
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
         outcome.status = "completed" if done else "aborted"
@@ -189,6 +200,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         outcome.error, outcome.exit_code = _one_line(exc), 1
         outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done
     finally:
+        if sampler is not None:
+            sampler.stop()
+            outcome.facts.update(sampler.facts())
         if engine is not None:
             _close_unfinished(engine, probe)
         try:

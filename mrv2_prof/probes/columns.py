@@ -79,6 +79,17 @@ class RecordBuffer:
     def fill(self) -> float:
         return self.n / self.capacity
 
+    def swap(self) -> dict[str, np.ndarray]:
+        """The ``n`` valid rows, handed over without a copy: the buffer continues in fresh
+        arrays of the same capacity (the handed-over ones are never written again)."""
+        out = {name: col[: self.n] for name, col in self.cols.items()}
+        for name, col in self.cols.items():
+            fresh = np.empty(self.capacity, dtype=col.dtype)
+            self.cols[name] = fresh
+            setattr(self, name, fresh)
+        self.n = 0
+        return out
+
     def take(self) -> dict[str, np.ndarray]:
         out = {name: col[: self.n].copy() for name, col in self.cols.items()}
         self.n = 0

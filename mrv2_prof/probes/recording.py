@@ -18,6 +18,7 @@ string column) means "not measured" and is stored as NULL.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import perf_counter_ns
 
 import numpy as np
@@ -38,6 +39,16 @@ STEP_COLUMNS = (
 )  # fmt: skip
 
 
+@dataclass
+class Handoff:
+    """One flush's records, still in the probe's arrays (``RecordingProbe.swap``)."""
+
+    raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
+    tokens_batch: dict[str, np.ndarray]  # ``step_tokens()`` rows: idx, t_ns, token_id
+    token_ids: list[list[str]]  # their request ids, one list per call
+    captures: list[tuple[str, str, int, float, int]]
+
+
 class RecordingProbe(Probe):
     """Records every hook into preallocated buffers; ``drain()`` empties them for the store."""
 
@@ -45,7 +56,10 @@ class RecordingProbe(Probe):
 
     def __init__(self, capacity: int = 1 << 14) -> None:
         self.step = -1
-        self._open = np.zeros(len(PHASES), dtype=np.int64)  # start of the open span per phase
+        self._open = [0] * len(PHASES)  # start of the open span per phase
+        # The innermost open phase (-1: none), read by the host sampler; each phase's parent.
+        self.phase = -1
+        self._parent = [-1] * len(PHASES)
         self._names: dict[str, int] = {}
         self._name_list: list[str | None] = []
         for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
@@ -58,9 +72,13 @@ class RecordingProbe(Probe):
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
         self.tokens = self._buffer("tokens", 16 * capacity)
+        # ``step_tokens()``'s rows; their ids are the steps' own lists, decoded at hand-over
+        batch_cols = buffer_dtypes("tokens", ("idx", "t_ns", "token_id"))
+        self.tokens_batch = RecordBuffer(batch_cols, 16 * capacity)
+        self._token_ids: list[list[str]] = []
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
-        self._buffers = tuple(self._tables.values())
+        self._buffers = (*self._tables.values(), self.tokens_batch)
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
@@ -131,10 +149,13 @@ class RecordingProbe(Probe):
         """After a step's row: for subclasses that emit the step elsewhere too."""
 
     def begin(self, phase: int) -> None:
+        self._parent[phase] = self.phase
+        self.phase = phase
         self._open[phase] = perf_counter_ns()
 
     def end(self, phase: int) -> None:
         self._span(phase, self._open[phase], perf_counter_ns())
+        self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
         b = self.spans
@@ -160,7 +181,7 @@ class RecordingProbe(Probe):
     def gpu_mark(self, mark: int) -> None:
         t = self.timeline
         if t is not None:
-            t.mark(self.step, mark, int(self._open[SCHEDULE]))
+            t.mark(self.step, mark, self._open[SCHEDULE])
 
     def copy(
         self,
@@ -246,6 +267,26 @@ class RecordingProbe(Probe):
         b.token_id[i] = token_id
         b.n = i + 1
 
+    def step_tokens(
+        self, req_ids: list[str], idx: list[int], t_ns: int, token_ids: list[int]
+    ) -> None:
+        """One step's tokens at once: ``req_ids[j]`` got token ``token_ids[j]``, its output
+        number ``idx[j]``. The ids are kept as the list itself, interned on the writer thread."""
+        k = len(req_ids)
+        if not k:
+            return
+        b = self.tokens_batch
+        i = b.reserve(k)
+        b.idx[i : i + k] = idx
+        b.t_ns[i : i + k] = t_ns
+        b.token_id[i : i + k] = token_ids
+        b.n = i + k
+        self._token_ids.append(req_ids)
+        if 0 in idx:  # first tokens: the time to first token of a request's finish row
+            for j, n in enumerate(idx):
+                if n == 0:
+                    self.first_token[self.intern(req_ids[j])] = t_ns
+
     def request_finish(
         self,
         req_id: str,
@@ -276,19 +317,37 @@ class RecordingProbe(Probe):
         """The fullest buffer's fill fraction; flush before it reaches 1 to avoid growing."""
         return max(b.fill for b in self._buffers)
 
-    def drain(self) -> dict[str, dict[str, np.ndarray]]:
-        """Everything recorded since the last drain, as store tables; the buffers are reset."""
-        names = np.array(self._name_list + [None], dtype=object)
+    def swap(self) -> Handoff:
+        """Everything recorded since the last hand-over, as the buffers' own arrays (no copy,
+        no conversion: the step loop's part of a flush); ``decode`` makes store tables of it."""
+        raw = {table: buffer.swap() for table, buffer in self._tables.items()}
+        batch = self.tokens_batch.swap()
+        token_ids, self._token_ids = self._token_ids, []
+        captures, self.captures = self.captures, []
+        return Handoff(raw, batch, token_ids, captures)
+
+    def decode(self, handoff: Handoff) -> dict[str, dict[str, np.ndarray]]:
+        """A hand-over as store tables, every string column decoded (on the writer thread)."""
+        names = np.array([*self._name_list, None], dtype=object)  # ids only grow: a copy is safe
         out: dict[str, dict[str, np.ndarray]] = {}
-        for table, buffer in self._tables.items():
-            cols = buffer.take()
+        for table, cols in handoff.raw.items():
+            cols = dict(cols)
             for name in self._strings[table]:
                 cols[name] = names[cols[name]]
             out[table] = cols
-        if self.captures:
-            out["graph_captures"] = from_rows("graph_captures", self.captures)
-            self.captures = []
+        if handoff.token_ids:
+            tokens = out["tokens"]
+            ids = np.array([r for step in handoff.token_ids for r in step], dtype=object)
+            tokens["req_id"] = np.concatenate([tokens["req_id"], ids])
+            for name in ("idx", "t_ns", "token_id"):
+                tokens[name] = np.concatenate([tokens[name], handoff.tokens_batch[name]])
+        if handoff.captures:
+            out["graph_captures"] = from_rows("graph_captures", handoff.captures)
         return out
+
+    def drain(self) -> dict[str, dict[str, np.ndarray]]:
+        """Everything recorded since the last drain, as store tables; the buffers are reset."""
+        return self.decode(self.swap())
 
     def unfinished(self) -> list[str]:
         """Requests that arrived and never finished (for the end of an interrupted run)."""

@@ -10,8 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
-# Version 1 lacked the columns marked v2; opening such a file adds them (``upgrade_ddl``).
+SCHEMA_VERSION = 3
+# Version 1 lacked the columns marked v2, version 2 the tables marked v3; opening such a file
+# adds them (``upgrade_ddl``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -143,6 +144,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"),
         ("stream", "BIGINT"),
+    ],
+    "host_samples": [  # v3: the host sampler (probes.host_sampling_hz)
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),  # the step the sample fell in (-1: before the first)
+        ("t_ns", "BIGINT"),
+        ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
+        ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
+        ("depth", "INTEGER"),  # frames in the stack
     ],
 }
 

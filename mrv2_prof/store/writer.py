@@ -25,9 +25,11 @@ _STOP = object()
 
 class BackgroundWriter:
     def __init__(
-        self, store: Store, run_id: str, convert: Callable[[Batches], Batches] | None = None
+        self, store: Store, run_id: str, convert: Callable[[Any], Batches] | None = None
     ) -> None:
-        """``convert`` runs on the writer thread, off the step loop, before each append."""
+        """``convert`` runs on the writer thread, off the step loop, before each append: what
+        ``submit`` queues can be the probe's own arrays (a buffer swap), turned into batches
+        only here."""
         self.store, self.run_id = store, run_id
         self._convert = convert
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -46,8 +48,9 @@ class BackgroundWriter:
         self._thread.start()
         return self
 
-    def submit(self, batches: Batches) -> None:
-        """Queue one drain's batches; re-raises a failure of an earlier write."""
+    def submit(self, batches: Any) -> None:
+        """Queue one drain's batches (or what ``convert`` takes); re-raises a failure of an
+        earlier write."""
         if self.error is not None:
             raise self.error
         self._queue.put(batches)
