@@ -138,7 +138,11 @@ class Engine:
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule()
         p.end(probes.SCHEDULE)
-        num_prefill = self._num_prefill_tokens(so) if p.enabled else 0
+        num_prefill = 0
+        if p.enabled:
+            num_prefill = so.num_prefill_tokens
+            if num_prefill is None:
+                num_prefill = self._num_prefill_tokens(so)
         p.begin(probes.EXECUTE)
         pending = self.runner.queue_step(so)
         p.end(probes.EXECUTE)

@@ -254,11 +254,12 @@ class ModelRunner:
                 new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
             )
             self.block_tables.set_row(slot, new.block_ids)
-        for cached in so.scheduled_cached_reqs:
-            slot = rs.slot_of[cached.req_id]
-            self.block_tables.append(slot, cached.new_block_ids)
-            if not self.config.staged_writes:
-                rs.set_num_computed(slot, cached.num_computed_tokens)
+        cached, slot_of = so.scheduled_cached_reqs, rs.slot_of
+        for req_id, block_ids in cached.new_block_ids.items():  # only those that got blocks
+            self.block_tables.append(slot_of[req_id], block_ids)
+        if not self.config.staged_writes:  # dense: the CPU copy is re-sent every step
+            for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                rs.set_num_computed(slot_of[req_id], n)
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
         rs = self.req_states
@@ -266,9 +267,13 @@ class ModelRunner:
         num_reqs, num_tokens = len(req_ids), so.total_num_scheduled_tokens
         idx_np = np.fromiter((rs.slot_of[r] for r in req_ids), dtype=np.int32, count=num_reqs)
         counts_np = np.fromiter(so.num_scheduled_tokens.values(), dtype=np.int32, count=num_reqs)
-        computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
-        computed.update((d.req_id, d.num_computed_tokens) for d in so.scheduled_cached_reqs)
-        computed_np = np.fromiter((computed[r] for r in req_ids), dtype=np.int32, count=num_reqs)
+        cached = so.scheduled_cached_reqs
+        if len(cached) == num_reqs:  # batch order is the cached requests' order
+            computed_np = np.array(cached.num_computed_tokens, dtype=np.int32)
+        else:
+            computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
+            computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+            computed_np = np.fromiter((computed[r] for r in req_ids), np.int32, count=num_reqs)
         qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
         np.cumsum(counts_np, out=qsl_np[1:])
 
