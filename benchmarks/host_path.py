@@ -15,7 +15,9 @@ the async-on/off throughput ratio on a host-bound small model.
     update calls, the time inside the calls that do device work (input prep, model, sampler:
     compute on the CPU, launches on a GPU) and the rest, the bookkeeping; the probe's cost is
     the difference of the bookkeeping. On the CPU this is the host-path micro-benchmark.
-(c) throughput: the host-bound small preset (``--small-preset``, ``--small-requests`` requests,
+(c) hooks: the recording probe's own cost per decode step, the hooks one step calls replayed
+    without the engine (the flush timed apart).
+(d) throughput: the host-bound small preset (``--small-preset``, ``--small-requests`` requests,
     16-32 token prompts, ``--small-tokens`` new tokens) through the harness with
     ``runner.async_scheduling`` on and off, alternating the order each repeat; output tokens/s
     (first arrival to last finish) per side and the on/off ratio per repeat.
@@ -292,6 +294,53 @@ def part_engine(args) -> list[dict]:
     return results
 
 
+def part_hooks(args) -> list[dict]:
+    """The recording probe's own cost per decode step: the hooks one step of ``batch`` decodes
+    calls (as the engine and runner call them), replayed, median of many steps."""
+    import time
+
+    from mrv2_prof.probes import api as probes
+    from mrv2_prof.probes.recording import RecordingProbe
+
+    results = []
+    for batch in args.batches:
+        probe = RecordingProbe()
+        ids = [f"req-{i}" for i in range(batch)]
+        tokens = list(range(batch))
+        per_step = []
+        for step in range(2000):
+            idx = [step] * batch
+            t0 = time.perf_counter_ns()
+            p = probe
+            p.step_begin(step)
+            p.begin(probes.SCHEDULE)
+            p.end(probes.SCHEDULE)
+            p.begin(probes.EXECUTE)
+            p.begin(probes.PREPARE)
+            p.staged_write("block_table", 3, 3, 12, 4096)
+            p.end(probes.PREPARE)
+            p.graph_dispatch(batch, batch, "full", "full", True, "captured")
+            p.begin(probes.FORWARD)
+            p.end(probes.FORWARD)
+            p.begin(probes.SAMPLE)
+            p.end(probes.SAMPLE)
+            p.end(probes.EXECUTE)
+            p.sync("output_wait", "async_output", 1000)
+            p.begin(probes.UPDATE)
+            p.end(probes.UPDATE)
+            p.step_tokens(ids, idx, t0, tokens)
+            p.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
+            per_step.append(time.perf_counter_ns() - t0)
+            if probe.fill > 0.5:
+                t1 = time.perf_counter_ns()
+                probe.swap()
+                per_step[-1] -= time.perf_counter_ns() - t1  # the flush is timed apart
+        results.append(
+            {"part": "hooks", "batch": batch, "step_us": statistics.median(per_step[100:]) / 1e3}
+        )
+    return results
+
+
 def part_throughput(args, tmp: Path) -> list[dict]:
     results = []
     for rep in range(args.repeats):
@@ -357,6 +406,13 @@ def markdown(results: list[dict]) -> str:
             + ", ".join(f"batch {r['batch']}: {_f(r['probe_cost'])} µs" for r in eng),
             "",
         ]
+    hooks = [r for r in results if r["part"] == "hooks"]
+    if hooks:
+        lines += [
+            "Recording probe, hooks of one decode step (median µs): "
+            + ", ".join(f"batch {r['batch']}: {r['step_us']:.1f}" for r in hooks),
+            "",
+        ]
     tput = [r for r in results if r["part"] == "throughput"]
     if tput:
         lines += [
@@ -375,7 +431,9 @@ def markdown(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CPU, llama-tiny, small sizes")
-    ap.add_argument("--part", choices=("all", "phases", "engine", "throughput"), default="all")
+    ap.add_argument(
+        "--part", choices=("all", "phases", "engine", "hooks", "throughput"), default="all"
+    )
     ap.add_argument("--preset", default="llama-1b")
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--decode-tokens", type=int, default=512)
@@ -398,6 +456,8 @@ def main(argv: list[str] | None = None) -> None:
         tmp = Path(d)
         if args.part in ("all", "phases"):
             results += part_phases(args, tmp)
+        if args.part in ("all", "hooks"):
+            results += part_hooks(args)
         if args.part in ("all", "engine"):
             results += part_engine(args)
         if args.part in ("all", "throughput"):

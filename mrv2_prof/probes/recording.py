@@ -44,8 +44,7 @@ class Handoff:
     """One flush's records, still in the probe's arrays (``RecordingProbe.swap``)."""
 
     raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
-    tokens_batch: dict[str, np.ndarray]  # ``step_tokens()`` rows: idx, t_ns, token_id
-    token_ids: list[list[str]]  # their request ids, one list per call
+    step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
     captures: list[tuple[str, str, int, float, int]]
 
 
@@ -72,13 +71,12 @@ class RecordingProbe(Probe):
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
         self.tokens = self._buffer("tokens", 16 * capacity)
-        # ``step_tokens()``'s rows; their ids are the steps' own lists, decoded at hand-over
-        batch_cols = buffer_dtypes("tokens", ("idx", "t_ns", "token_id"))
-        self.tokens_batch = RecordBuffer(batch_cols, 16 * capacity)
-        self._token_ids: list[list[str]] = []
+        # ``step_tokens()``'s calls, as given, until the hand-over
+        self._step_tokens: list[tuple[list[str], list[int], int, list[int]]] = []
+        self._num_step_tokens = 0
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
-        self._buffers = (*self._tables.values(), self.tokens_batch)
+        self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
@@ -159,7 +157,7 @@ class RecordingProbe(Probe):
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
         b = self.spans
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
         b.track[i] = CPU_TRACK
         b.name[i] = phase
@@ -271,17 +269,12 @@ class RecordingProbe(Probe):
         self, req_ids: list[str], idx: list[int], t_ns: int, token_ids: list[int]
     ) -> None:
         """One step's tokens at once: ``req_ids[j]`` got token ``token_ids[j]``, its output
-        number ``idx[j]``. The ids are kept as the list itself, interned on the writer thread."""
-        k = len(req_ids)
-        if not k:
+        number ``idx[j]``. The lists themselves are kept (the caller never changes them) and
+        made into rows on the writer thread: one tuple per step on the step loop."""
+        if not req_ids:
             return
-        b = self.tokens_batch
-        i = b.reserve(k)
-        b.idx[i : i + k] = idx
-        b.t_ns[i : i + k] = t_ns
-        b.token_id[i : i + k] = token_ids
-        b.n = i + k
-        self._token_ids.append(req_ids)
+        self._step_tokens.append((req_ids, idx, t_ns, token_ids))
+        self._num_step_tokens += len(req_ids)
         if 0 in idx:  # first tokens: the time to first token of a request's finish row
             for j, n in enumerate(idx):
                 if n == 0:
@@ -315,16 +308,16 @@ class RecordingProbe(Probe):
     @property
     def fill(self) -> float:
         """The fullest buffer's fill fraction; flush before it reaches 1 to avoid growing."""
-        return max(b.fill for b in self._buffers)
+        step_tokens = self._num_step_tokens / self.tokens.capacity
+        return max(step_tokens, *[b.n / b.capacity for b in self._buffers])
 
     def swap(self) -> Handoff:
         """Everything recorded since the last hand-over, as the buffers' own arrays (no copy,
         no conversion: the step loop's part of a flush); ``decode`` makes store tables of it."""
         raw = {table: buffer.swap() for table, buffer in self._tables.items()}
-        batch = self.tokens_batch.swap()
-        token_ids, self._token_ids = self._token_ids, []
+        step_tokens, self._step_tokens, self._num_step_tokens = self._step_tokens, [], 0
         captures, self.captures = self.captures, []
-        return Handoff(raw, batch, token_ids, captures)
+        return Handoff(raw, step_tokens, captures)
 
     def decode(self, handoff: Handoff) -> dict[str, dict[str, np.ndarray]]:
         """A hand-over as store tables, every string column decoded (on the writer thread)."""
@@ -335,12 +328,16 @@ class RecordingProbe(Probe):
             for name in self._strings[table]:
                 cols[name] = names[cols[name]]
             out[table] = cols
-        if handoff.token_ids:
-            tokens = out["tokens"]
-            ids = np.array([r for step in handoff.token_ids for r in step], dtype=object)
-            tokens["req_id"] = np.concatenate([tokens["req_id"], ids])
-            for name in ("idx", "t_ns", "token_id"):
-                tokens[name] = np.concatenate([tokens[name], handoff.tokens_batch[name]])
+        if handoff.step_tokens:
+            tokens, steps = out["tokens"], handoff.step_tokens
+            new = {
+                "req_id": np.array([r for s in steps for r in s[0]], dtype=object),
+                "idx": np.array([n for s in steps for n in s[1]], dtype=np.int32),
+                "t_ns": np.repeat([s[2] for s in steps], [len(s[0]) for s in steps]),
+                "token_id": np.array([t for s in steps for t in s[3]], dtype=np.int32),
+            }
+            for name, col in new.items():
+                tokens[name] = np.concatenate([tokens[name], col.astype(tokens[name].dtype)])
         if handoff.captures:
             out["graph_captures"] = from_rows("graph_captures", handoff.captures)
         return out
