@@ -49,3 +49,10 @@ def test_scheduler_reproduces_the_recorded_run(seed):
 @pytest.mark.parametrize("seed", ENGINE_SEEDS)
 def test_engine_reproduces_the_recorded_run(seed, mode):
     assert_same_trace(engine_trace(seed, mode == "async"), RECORDED[f"engine-{mode}-{seed}"])
+
+
+def test_is_finished_is_true_for_the_three_finished_statuses_only():
+    from mrv2_prof.runner.core.request import RequestStatus as S
+
+    finished = {S.FINISHED_STOPPED, S.FINISHED_LENGTH, S.FINISHED_ABORTED}
+    assert {s for s in S if s.is_finished} == finished
