@@ -187,7 +187,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         store.update_run(run_id, info=outcome.facts)
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks, probe=probe)
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
-        writer = BackgroundWriter(store, run_id, convert).start()
+        writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
         if scenario.probes.host_sampling_hz > 0:
             sampler = HostSampler(scenario.probes.host_sampling_hz, probe).start()
         with session.running():

@@ -319,6 +319,11 @@ class RecordingProbe(Probe):
         captures, self.captures = self.captures, []
         return Handoff(raw, step_tokens, captures)
 
+    def give_back(self, handoff: Handoff) -> None:
+        """The hand-over's arrays are written to the store: the next swaps reuse them."""
+        for table, cols in handoff.raw.items():
+            self._tables[table].give_back(cols)
+
     def decode(self, handoff: Handoff) -> dict[str, dict[str, np.ndarray]]:
         """A hand-over as store tables, every string column decoded (on the writer thread)."""
         names = np.array([*self._name_list, None], dtype=object)  # ids only grow: a copy is safe

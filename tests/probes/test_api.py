@@ -419,7 +419,7 @@ def test_the_hooks_are_all_the_public_methods():
         return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
 
     assert public(Probe) == set(HOOKS)
-    extra = {"intern", "name_of", "drain", "swap", "decode", "unfinished", "gpu_span"}
+    extra = {"intern", "name_of", "drain", "swap", "decode", "give_back", "unfinished", "gpu_span"}
     assert public(RecordingProbe) - set(HOOKS) == extra
 
 
@@ -801,3 +801,20 @@ def test_the_open_phase_is_the_innermost_and_returns_to_its_parent():
     assert p.phase == api.EXECUTE
     p.end(api.EXECUTE)
     assert p.phase == -1
+
+
+def test_given_back_arrays_are_reused_by_the_next_swap_and_empty_tables_hand_over_nothing():
+    p = RecordingProbe(capacity=8)
+    p.step_begin(0)
+    p.begin(api.SCHEDULE)
+    p.end(api.SCHEDULE)
+    first = p.swap()
+    handed = first.raw["spans"]["start_ns"].base
+    assert len(first.raw["copies"]["bytes"]) == 0
+    p.give_back(first)
+    p.begin(api.UPDATE)
+    p.end(api.UPDATE)
+    second = p.swap()  # spans continued in the arrays given back: no allocation
+    assert p.spans.start_ns is handed
+    assert list(p.decode(second)["spans"]["name"]) == ["update"]
+    assert second.raw["copies"] is first.raw["copies"]  # the same empty columns
