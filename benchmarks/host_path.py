@@ -246,7 +246,14 @@ def part_engine(args) -> list[dict]:
             prompt=(16, 32),
             tokens=args.decode_tokens,
             probes={},
-            runner={} if args.quick else {"cudagraph_capture_sizes": [batch]},
+            # both engines live at once: a fixed KV pool each (room for every request), not
+            # a share of the free GPU memory that the first would take
+            runner={}
+            if args.quick
+            else {
+                "cudagraph_capture_sizes": [batch],
+                "num_kv_blocks": batch * ((args.decode_tokens + 63) // 16) + 64,
+            },
         )
         s = Scenario.from_data(data, "<host_path>")
         engines = {}
