@@ -60,7 +60,9 @@ class RecordBuffer:
         self.capacity = capacity
         self.n = 0
         self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}
-        self._spare: list[dict[str, np.ndarray]] = []  # arrays given back after a swap
+        # Arrays to continue in after a swap: one set from the start (np.zeros maps its pages
+        # only when written), then the sets given back.
+        self._spare = [{name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}]
         self._empty = {name: np.zeros(0, dtype=col.dtype) for name, col in self.cols.items()}
         for name, col in self.cols.items():
             setattr(self, name, col)
