@@ -56,3 +56,31 @@ def test_is_finished_is_true_for_the_three_finished_statuses_only():
 
     finished = {S.FINISHED_STOPPED, S.FINISHED_LENGTH, S.FINISHED_ABORTED}
     assert {s for s in S if s.is_finished} == finished
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_prompt_tokens_the_scheduler_counts_are_the_engines_count(mode, monkeypatch):
+    """Where the steady decode pass counts a step's prompt tokens, the count is the one the
+    engine makes from the requests: a token that is not the decode of one new token after
+    the prompt (a prefix hit can leave one prompt token to compute)."""
+    from mrv2_prof.runner.core.scheduler import Scheduler
+
+    counted = []
+    schedule = Scheduler.schedule
+
+    def checked(self):
+        so = schedule(self)
+        if so.num_prefill_tokens is not None:
+            reqs = self.requests
+            want = sum(
+                n
+                for rid, n in so.num_scheduled_tokens.items()
+                if n != 1 or reqs[rid].num_computed_tokens - 1 < reqs[rid].num_prompt_tokens
+            )
+            assert so.num_prefill_tokens == want
+            counted.append(want)
+        return so
+
+    monkeypatch.setattr(Scheduler, "schedule", checked)
+    engine_trace(0, mode == "async")
+    assert len(counted) > 5  # the decode pass counted, and was checked, in several steps
