@@ -3,9 +3,10 @@
 A daemon thread wakes ``hz`` times a second, reads the step loop thread's frame from
 ``sys._current_frames()`` and records its stack (root first, ``qualname (file)`` per frame, in
 the collapsed-stack format of flame graphs: frames joined by ``;``), stamped with the step and
-the CPU phase the probe has open at that moment (``RecordingProbe.phase``; ``idle`` between
-phases). Stacks are interned to ids in the sampler's own table, so a sample is five numbers in a
-preallocated buffer; ``drain()`` hands the rows over as the ``host_samples`` table.
+the CPU phase the probe has open at that moment (``RecordingProbe.phase``: the innermost one;
+``step`` inside a step but outside its phases, ``idle`` between steps). Stacks are interned to
+ids in the sampler's own table, so a sample is five numbers in a preallocated buffer;
+``drain()`` hands the rows over as the ``host_samples`` table.
 
 Why a thread and not py-spy: py-spy reads another process's memory (it needs ptrace rights and
 an installed binary, neither of which a GPU host is sure to give), while a thread needs

@@ -107,6 +107,8 @@ class RecordingProbe(Probe):
     # ---- steps and spans -----------------------------------------------------------------------
     def step_begin(self, step: int) -> None:
         self.step = step
+        self._parent[STEP] = self.phase  # inside the step, outside its phases: "step"
+        self.phase = STEP
         self._open[STEP] = perf_counter_ns()
 
     def step_end(
@@ -139,6 +141,7 @@ class RecordingProbe(Probe):
         b.graph_mode[i] = self.intern(graph_mode)
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
+        self.phase = self._parent[STEP]
         self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
 
     def _step_recorded(

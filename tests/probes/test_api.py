@@ -801,6 +801,14 @@ def test_the_open_phase_is_the_innermost_and_returns_to_its_parent():
     assert p.phase == api.EXECUTE
     p.end(api.EXECUTE)
     assert p.phase == -1
+    p.step_begin(0)  # inside a step, outside its phases
+    assert p.phase == api.STEP
+    p.begin(api.UPDATE)
+    assert p.phase == api.UPDATE
+    p.end(api.UPDATE)
+    assert p.phase == api.STEP
+    p.step_end(1, 1, 0, 0, 1, 1, 0, 0, "none")
+    assert p.phase == -1
 
 
 def test_given_back_arrays_are_reused_by_the_next_swap_and_empty_tables_hand_over_nothing():

@@ -35,7 +35,9 @@ def test_samples_land_in_the_phase_of_the_planted_sleep_with_its_name():
         probe.begin(api.UPDATE)
         planted_sleep(0.3)
         probe.end(api.UPDATE)
-        busy(0.05)  # outside any phase
+        busy(0.05)  # in the step, outside its phases
+        probe.step_end(1, 1, 0, 0, 1, 1, 0, 0, "none")
+        busy(0.05)  # outside the step
     finally:
         sampler.stop()
     assert not sampler.running
@@ -46,7 +48,7 @@ def test_samples_land_in_the_phase_of_the_planted_sleep_with_its_name():
     assert len(in_sleep) >= 20, f"{len(in_sleep)} samples in the sleep of 0.3 s at 500 Hz"
     assert set(in_sleep) == {"update"}
     in_busy = {p for p, f in zip(phases, leaf, strict=True) if f.startswith("busy ")}
-    assert in_busy == {"schedule", IDLE}  # the busy loops: in schedule, and after every phase
+    assert in_busy == {"schedule", "step", IDLE}  # in schedule, in the step, after it
     assert set(rows["step"]) == {3}
     # root first: the test function calls the planted one
     s = next(s for s, f in zip(stacks, leaf, strict=True) if f.startswith("planted_sleep "))
