@@ -33,6 +33,7 @@ from mrv2_prof.live_stats import LiveStats
 from mrv2_prof.open_loop import drive
 from mrv2_prof.probe_results import arrow_tables, store_probe_results
 from mrv2_prof.probes import api as probes
+from mrv2_prof.probes.host_sampler import HostSampler
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
@@ -158,16 +159,24 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
     writer: BackgroundWriter | None = None
 
     in_flight = InFlightRows()
+    sampler: HostSampler | None = None
 
     def flush() -> None:
         probe.begin(probes.FLUSH)
-        batches = probe.drain()
-        in_flight.add_to(batches, probe)  # tokens and their request rows: one transaction
+        # the buffers' arrays (no copy) and the in-flight requests as of this swap
+        handoff = (probe.swap(), sampler and sampler.swap(), in_flight.snapshot(probe))
         if writer is None:
-            store.append_batches(run_id, arrow_tables(batches))
+            store.append_batches(run_id, convert(handoff))
         else:
-            writer.submit(batches)  # converted and written on the writer thread
+            writer.submit(handoff)  # decoded, converted and written on the writer thread
         probe.end(probes.FLUSH)
+
+    def convert(handoff) -> dict[str, dict[str, Any]]:
+        batches = probe.decode(handoff[0])
+        if handoff[1] is not None:
+            batches["host_samples"] = sampler.decode(handoff[1])
+        in_flight.add_to(batches, handoff[2])  # tokens and their request rows: one transaction
+        return arrow_tables(batches)
 
     try:
         if should_stop():  # asked to stop while the runner started: load no model for nothing
@@ -215,7 +224,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         store.update_run(run_id, info=outcome.facts)
         live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks, probe=probe)
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
-        writer = BackgroundWriter(store, run_id, arrow_tables).start()
+        writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
+        if scenario.probes.host_sampling_hz > 0:
+            sampler = HostSampler(scenario.probes.host_sampling_hz, probe).start()
         with session.running():
             # Arrivals count from the moment the loop can take its first step (TTFT holds no
             # start-up: the writer thread and the probes are ready by now).
@@ -229,6 +240,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         outcome.error, outcome.exit_code = _one_line(exc), 1
         outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done
     finally:
+        if sampler is not None:
+            sampler.stop()
+            outcome.facts.update(sampler.facts())
         if engine is not None:
             _close_unfinished(engine, probe)
         try:

@@ -10,6 +10,8 @@ finished row replaces it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,15 +22,31 @@ if TYPE_CHECKING:
 Batches = dict[str, dict[str, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """The probe's in-flight requests at a buffer swap (copies: the step loop goes on)."""
+
+    arrivals: dict[int, tuple[int, int]]  # req -> (arrival_ns, prompt_tokens)
+    first_token: dict[int, int]  # req -> first token t_ns
+    name_of: Callable[[int], str | None]
+
+
 class InFlightRows:
     """Per run: the tokens written so far of each request that has not finished."""
 
     def __init__(self) -> None:
         self.tokens_written: dict[str, int] = {}
 
-    def add_to(self, batches: Batches, probe: RecordingProbe) -> None:
-        """Append to ``batches["requests"]`` (a drain of ``probe``) the rows of the requests
-        in flight that arrived or got tokens since the last drain."""
+    @staticmethod
+    def snapshot(probe: RecordingProbe) -> InFlight:
+        """On the step loop, with the buffer swap: the two small dicts copied (they hold only
+        the requests in flight), so the rows are built on the writer thread."""
+        return InFlight(dict(probe.arrivals), dict(probe.first_token), probe.name_of)
+
+    def add_to(self, batches: Batches, probe: RecordingProbe | InFlight) -> None:
+        """Append to ``batches["requests"]`` (the decoded hand-over of one swap) the rows of the
+        requests in flight that arrived or got tokens since the last one (``probe``: the
+        ``snapshot`` taken with that swap, or the probe itself where nothing runs meanwhile)."""
         finals = batches.get("requests")
         finished = set(finals["req_id"].tolist()) if finals is not None else set()
         changed: set[str] = set()

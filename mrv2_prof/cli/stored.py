@@ -52,5 +52,22 @@ def show(
                 out.print_json(json.dumps(asdict(run_summary(store, rid)), default=str))
             else:
                 out.print(render_summary(store, rid))
+                _print_top_host_frames(store, rid)
     except StoreError as exc:
         fail(str(exc))
+
+
+def _print_top_host_frames(store: Store, run_id: str) -> None:
+    """The host sampler's top frames (self samples), when the run was sampled."""
+    from mrv2_prof.store.host_samples import top_host_frames
+
+    top = top_host_frames(store, run_id)
+    if top:
+        out.print("top host frames (self samples, probes.host_sampling_hz):", highlight=False)
+        for t in top:
+            out.print(
+                f"  {t['share']:6.1%}  {t['self_samples']:6d}  {t['phase']:<9} {t['frame']}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )

@@ -112,6 +112,13 @@ class Probe:
     def token(self, req_id: str, idx: int, t_ns: int, token_id: int) -> None:
         pass
 
+    def step_tokens(
+        self, req_ids: list[str], idx: list[int], t_ns: int, token_ids: list[int]
+    ) -> None:
+        """One step's tokens at once (``token`` for each j); the lists are not modified later."""
+        for j, req_id in enumerate(req_ids):
+            self.token(req_id, idx[j], t_ns, token_ids[j])
+
     def request_finish(
         self,
         req_id: str,

@@ -60,6 +60,10 @@ class RecordBuffer:
         self.capacity = capacity
         self.n = 0
         self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}
+        # Arrays to continue in after a swap: one set from the start (np.zeros maps its pages
+        # only when written), then the sets given back.
+        self._spare = [{name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}]
+        self._empty = {name: np.zeros(0, dtype=col.dtype) for name, col in self.cols.items()}
         for name, col in self.cols.items():
             setattr(self, name, col)
 
@@ -78,6 +82,31 @@ class RecordBuffer:
     @property
     def fill(self) -> float:
         return self.n / self.capacity
+
+    def swap(self) -> dict[str, np.ndarray]:
+        """The ``n`` valid rows, handed over without a copy: the buffer continues in a spare
+        set of arrays (``give_back``), or fresh ones, of the same capacity. The handed-over
+        arrays are never written again until they are given back."""
+        if self.n == 0:  # nothing to hand over: the same empty columns every time
+            return self._empty
+        out = {name: col[: self.n] for name, col in self.cols.items()}
+        spare = self._spare.pop() if self._spare else None
+        if spare is None or len(next(iter(spare.values()))) != self.capacity:
+            spare = {name: np.empty(self.capacity, dtype=c.dtype) for name, c in self.cols.items()}
+        self.cols = spare
+        for name, col in spare.items():
+            setattr(self, name, col)
+        self.n = 0
+        return out
+
+    def give_back(self, handed: dict[str, np.ndarray]) -> None:
+        """Return arrays ``swap`` handed over, once nothing reads them any more (from any
+        thread): the next swap continues in them instead of allocating."""
+        if handed is self._empty:
+            return
+        full = {name: col.base if col.base is not None else col for name, col in handed.items()}
+        if len(full) == len(self.cols) and all(c.base is None for c in full.values()):
+            self._spare.append(full)
 
     def take(self) -> dict[str, np.ndarray]:
         out = {name: col[: self.n].copy() for name, col in self.cols.items()}

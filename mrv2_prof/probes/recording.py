@@ -18,6 +18,7 @@ string column) means "not measured" and is stored as NULL.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import perf_counter_ns
 
 import numpy as np
@@ -38,6 +39,15 @@ STEP_COLUMNS = (
 )  # fmt: skip
 
 
+@dataclass
+class Handoff:
+    """One flush's records, still in the probe's arrays (``RecordingProbe.swap``)."""
+
+    raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
+    step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
+    captures: list[tuple[str, str, int, float, int]]
+
+
 class RecordingProbe(Probe):
     """Records every hook into preallocated buffers; ``drain()`` empties them for the store."""
 
@@ -45,7 +55,10 @@ class RecordingProbe(Probe):
 
     def __init__(self, capacity: int = 1 << 14) -> None:
         self.step = -1
-        self._open = np.zeros(len(PHASES), dtype=np.int64)  # start of the open span per phase
+        self._open = [0] * len(PHASES)  # start of the open span per phase
+        # The innermost open phase (-1: none), read by the host sampler; each phase's parent.
+        self.phase = -1
+        self._parent = [-1] * len(PHASES)
         self._names: dict[str, int] = {}
         self._name_list: list[str | None] = []
         for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
@@ -58,6 +71,9 @@ class RecordingProbe(Probe):
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
         self.tokens = self._buffer("tokens", 16 * capacity)
+        # ``step_tokens()``'s calls, as given, until the hand-over
+        self._step_tokens: list[tuple[list[str], list[int], int, list[int]]] = []
+        self._num_step_tokens = 0
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
         self._buffers = tuple(self._tables.values())
@@ -91,6 +107,8 @@ class RecordingProbe(Probe):
     # ---- steps and spans -----------------------------------------------------------------------
     def step_begin(self, step: int) -> None:
         self.step = step
+        self._parent[STEP] = self.phase  # inside the step, outside its phases: "step"
+        self.phase = STEP
         self._open[STEP] = perf_counter_ns()
 
     def step_end(
@@ -123,6 +141,7 @@ class RecordingProbe(Probe):
         b.graph_mode[i] = self.intern(graph_mode)
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
+        self.phase = self._parent[STEP]
         self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
 
     def _step_recorded(
@@ -131,14 +150,17 @@ class RecordingProbe(Probe):
         """After a step's row: for subclasses that emit the step elsewhere too."""
 
     def begin(self, phase: int) -> None:
+        self._parent[phase] = self.phase
+        self.phase = phase
         self._open[phase] = perf_counter_ns()
 
     def end(self, phase: int) -> None:
         self._span(phase, self._open[phase], perf_counter_ns())
+        self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
         b = self.spans
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
         b.track[i] = CPU_TRACK
         b.name[i] = phase
@@ -164,7 +186,7 @@ class RecordingProbe(Probe):
     def gpu_mark(self, mark: int) -> None:
         t = self.timeline
         if t is not None:
-            t.mark(self.step, mark, int(self._open[SCHEDULE]))
+            t.mark(self.step, mark, self._open[SCHEDULE])
 
     def copy(
         self,
@@ -250,6 +272,21 @@ class RecordingProbe(Probe):
         b.token_id[i] = token_id
         b.n = i + 1
 
+    def step_tokens(
+        self, req_ids: list[str], idx: list[int], t_ns: int, token_ids: list[int]
+    ) -> None:
+        """One step's tokens at once: ``req_ids[j]`` got token ``token_ids[j]``, its output
+        number ``idx[j]``. The lists themselves are kept (the caller never changes them) and
+        made into rows on the writer thread: one tuple per step on the step loop."""
+        if not req_ids:
+            return
+        self._step_tokens.append((req_ids, idx, t_ns, token_ids))
+        self._num_step_tokens += len(req_ids)
+        if 0 in idx:  # first tokens: the time to first token of a request's finish row
+            for j, n in enumerate(idx):
+                if n == 0:
+                    self.first_token[self.intern(req_ids[j])] = t_ns
+
     def request_finish(
         self,
         req_id: str,
@@ -278,23 +315,52 @@ class RecordingProbe(Probe):
     @property
     def fill(self) -> float:
         """The fullest buffer's fill fraction; flush before it reaches 1 to avoid growing."""
-        return max(b.fill for b in self._buffers)
+        step_tokens = self._num_step_tokens / self.tokens.capacity
+        return max(step_tokens, *[b.n / b.capacity for b in self._buffers])
 
-    def drain(self) -> dict[str, dict[str, np.ndarray]]:
-        """Everything recorded since the last drain, as store tables; the buffers are reset."""
-        names = np.array(self._name_list + [None], dtype=object)
+    def swap(self) -> Handoff:
+        """Everything recorded since the last hand-over, as the buffers' own arrays (no copy,
+        no conversion: the step loop's part of a flush); ``decode`` makes store tables of it."""
+        raw = {table: buffer.swap() for table, buffer in self._tables.items()}
+        step_tokens, self._step_tokens, self._num_step_tokens = self._step_tokens, [], 0
+        captures, self.captures = self.captures, []
+        return Handoff(raw, step_tokens, captures)
+
+    def give_back(self, handoff: Handoff) -> None:
+        """The hand-over's arrays are written to the store: the next swaps reuse them."""
+        for table, cols in handoff.raw.items():
+            self._tables[table].give_back(cols)
+
+    def decode(self, handoff: Handoff) -> dict[str, dict[str, np.ndarray]]:
+        """A hand-over as store tables, every string column decoded (on the writer thread)."""
+        names = np.array([*self._name_list, None], dtype=object)  # ids only grow: a copy is safe
         out: dict[str, dict[str, np.ndarray]] = {}
-        for table, buffer in self._tables.items():
-            cols = buffer.take()
+        for table, cols in handoff.raw.items():
+            cols = dict(cols)
             if table == "spans":  # host spans have no starved time (NULL)
-                cols["starved_ns"][cols["track"] == CPU_TRACK] = -1
+                starved = cols["starved_ns"].copy()
+                starved[cols["track"] == CPU_TRACK] = -1
+                cols["starved_ns"] = starved
             for name in self._strings[table]:
                 cols[name] = names[cols[name]]
             out[table] = cols
-        if self.captures:
-            out["graph_captures"] = from_rows("graph_captures", self.captures)
-            self.captures = []
+        if handoff.step_tokens:
+            tokens, steps = out["tokens"], handoff.step_tokens
+            new = {
+                "req_id": np.array([r for s in steps for r in s[0]], dtype=object),
+                "idx": np.array([n for s in steps for n in s[1]], dtype=np.int32),
+                "t_ns": np.repeat([s[2] for s in steps], [len(s[0]) for s in steps]),
+                "token_id": np.array([t for s in steps for t in s[3]], dtype=np.int32),
+            }
+            for name, col in new.items():
+                tokens[name] = np.concatenate([tokens[name], col.astype(tokens[name].dtype)])
+        if handoff.captures:
+            out["graph_captures"] = from_rows("graph_captures", handoff.captures)
         return out
+
+    def drain(self) -> dict[str, dict[str, np.ndarray]]:
+        """Everything recorded since the last drain, as store tables; the buffers are reset."""
+        return self.decode(self.swap())
 
     def unfinished(self) -> list[str]:
         """Requests that arrived and never finished (for the end of an interrupted run)."""

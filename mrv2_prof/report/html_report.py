@@ -17,10 +17,12 @@ from plotly.offline import get_plotlyjs
 
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
+from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.host_samples import stack_counts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.format import format_bytes, format_ms, format_percent
 
@@ -44,6 +46,9 @@ FIGURE_GUIDE = {
     "latency_cdf": ("Latency CDFs", "Cumulative distributions of TTFT, TPOT, ITL and E2E over "
                     "completed requests (vLLM bench serve definitions)."),
     "nvml": ("GPU telemetry", "GPU utilisation, memory, power and SM clock sampled by NVML."),
+    "host_flame": ("Host samples by phase", "Where the runner's host time went: the Python "
+                   "stacks the host sampler took, split by the CPU phase each fell in; click "
+                   "a phase or frame to zoom."),
     "sweep": ("Sweep comparison", "The headline metrics of every run side by side, one bar "
               "(colour) per run."),
 }  # fmt: skip
@@ -177,6 +182,7 @@ def render_run_report(
     summary = run_summary(store, run_id)
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
+    figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
     notes = "".join(
         f'<p class="note">note: {html.escape(n)}</p>' for n in data.info.get("notes", [])
     )

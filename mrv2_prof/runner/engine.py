@@ -138,7 +138,11 @@ class Engine:
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule()
         p.end(probes.SCHEDULE)
-        num_prefill = self._num_prefill_tokens(so) if p.enabled else 0
+        num_prefill = 0
+        if p.enabled:
+            num_prefill = so.num_prefill_tokens
+            if num_prefill is None:
+                num_prefill = self._num_prefill_tokens(so)
         p.begin(probes.EXECUTE)
         pending = self.runner.queue_step(so)
         p.end(probes.EXECUTE)
@@ -158,12 +162,18 @@ class Engine:
             else []
         )
         p.end(probes.UPDATE)
+        finished = [r for r in updated if r.is_finished]
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
-            for r in updated:
-                p.token(r.request_id, r.num_output_tokens - 1, t_ns, r.output_token_ids[-1])
-                if r.is_finished:
-                    self._record_finish(r, t_ns)
+            if updated:
+                p.step_tokens(
+                    [r.request_id for r in updated],
+                    [len(r.output_token_ids) - 1 for r in updated],
+                    t_ns,
+                    [r.output_token_ids[-1] for r in updated],
+                )
+            for r in finished:
+                self._record_finish(r, t_ns)
             p.step_end(
                 so.num_reqs,
                 so.total_num_scheduled_tokens,
@@ -180,7 +190,7 @@ class Engine:
             scheduler_output=so,
             runner_output=out,
             updated=updated,
-            finished=[r for r in updated if r.is_finished],
+            finished=finished,
             write_stats=pending.write_stats,
             host_ns=time.perf_counter_ns() - t0,
         )

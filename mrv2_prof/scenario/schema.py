@@ -64,6 +64,8 @@ class ProbesSection(Section):
     sync_finder: bool = False
     copy_audit: bool = False
     nvml_hz: Annotated[float, Field(ge=0)] = 10
+    # The host sampler: the runner's Python stack this many times a second (0: off, no thread)
+    host_sampling_hz: Annotated[float, Field(ge=0, le=10_000)] = 0
     kernel_trace: bool = False
     # [first step, number of steps] the kernel trace covers
     kernel_trace_steps: Annotated[

@@ -11,8 +11,9 @@ docs/architecture.md ("Store contract").
 from __future__ import annotations
 
 SCHEMA_VERSION = 3
-# Version 1 lacked the columns marked v2, version 2 those marked v3; a writable open of such a
-# file adds them (``upgrade_ddl``), a read-only one shows them as NULL (``store.opening``).
+# Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3; a writable
+# open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
+# (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -151,6 +152,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"),
         ("stream", "BIGINT"),
+    ],
+    "host_samples": [  # v3: the host sampler (probes.host_sampling_hz)
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),  # the step the sample fell in (-1: before the first)
+        ("t_ns", "BIGINT"),
+        ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
+        ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
+        ("depth", "INTEGER"),  # frames in the stack
     ],
 }
 

@@ -25,11 +25,19 @@ _STOP = object()
 
 class BackgroundWriter:
     def __init__(
-        self, store: Store, run_id: str, convert: Callable[[Batches], Batches] | None = None
+        self,
+        store: Store,
+        run_id: str,
+        convert: Callable[[Any], Batches] | None = None,
+        release: Callable[[Any], None] | None = None,
     ) -> None:
-        """``convert`` runs on the writer thread, off the step loop, before each append."""
+        """``convert`` runs on the writer thread, off the step loop, before each append: what
+        ``submit`` queues can be the probe's own arrays (a buffer swap), turned into batches
+        only here. ``release`` gets each submitted item back once it is written (the probe
+        reuses its arrays)."""
         self.store, self.run_id = store, run_id
         self._convert = convert
+        self._release = release
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="mrv2-store-writer", daemon=True)
         self.error: BaseException | None = None
@@ -46,8 +54,9 @@ class BackgroundWriter:
         self._thread.start()
         return self
 
-    def submit(self, batches: Batches) -> None:
-        """Queue one drain's batches; re-raises a failure of an earlier write."""
+    def submit(self, batches: Any) -> None:
+        """Queue one drain's batches (or what ``convert`` takes); re-raises a failure of an
+        earlier write."""
         if self.error is not None:
             raise self.error
         self._queue.put(batches)
@@ -56,9 +65,13 @@ class BackgroundWriter:
         while (batches := self._queue.get()) is not _STOP:
             if self.error is None:
                 try:
+                    item = batches
                     if self._convert is not None:
-                        batches = self._convert(batches)
+                        batches = self._convert(item)
                     self.rows_written += self.store.append_batches(self.run_id, batches)
+                    del batches
+                    if self._release is not None:
+                        self._release(item)
                 except BaseException as exc:  # surfaced by submit() / close()
                     self.error = exc
 

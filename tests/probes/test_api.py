@@ -33,6 +33,7 @@ HOOKS = (
     "copy",
     "request_arrival",
     "token",
+    "step_tokens",
     "request_finish",
 )
 SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait"
@@ -419,7 +420,7 @@ def test_the_hooks_are_all_the_public_methods():
         return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
 
     assert public(Probe) == set(HOOKS)
-    extra = {"intern", "name_of", "drain", "unfinished", "gpu_span"}
+    extra = {"intern", "name_of", "drain", "swap", "decode", "give_back", "unfinished", "gpu_span"}
     assert public(RecordingProbe) - set(HOOKS) == extra
 
 
@@ -454,7 +455,7 @@ def test_every_hook_the_runner_calls_exists_on_the_noop_probe():
         "runner/worker/startup.py",
     ):
         called |= probe_calls((root / rel).read_text())
-    assert {"step_begin", "step_end", "token", "staged_write", "sync"} <= called
+    assert {"step_begin", "step_end", "step_tokens", "staged_write", "sync"} <= called
     assert called <= set(HOOKS), called - set(HOOKS)
 
 
@@ -753,3 +754,76 @@ def test_aborted_and_interrupted_requests():
     tokens = col(t, "tokens", "req_id")
     assert first_ns == col(t, "tokens", "t_ns")[tokens.index(running[0])]
     assert all(tokens.count(rid) == r.num_output_tokens for rid, r in reqs.items())
+
+
+def test_tokens_at_once_drain_as_the_same_rows_as_one_at_a_time():
+    one, many = RecordingProbe(capacity=4), RecordingProbe(capacity=4)
+    steps = [(["a", "b", "c"], [0, 0, 0], 100, [5, 6, 7]), (["a", "c"], [1, 1], 200, [8, 9])]
+    for req_ids, idx, t_ns, token_ids in steps:
+        for j, r in enumerate(req_ids):
+            one.token(r, idx[j], t_ns, token_ids[j])
+        many.step_tokens(req_ids, idx, t_ns, token_ids)
+    many.step_tokens([], [], 300, [])  # an empty step records nothing
+    for p in (one, many):
+        p.request_arrival("b", 50, 3)
+        p.request_finish("b", 250, 1, 0, "length", 0)
+    a, b = one.drain(), many.drain()
+    for table in ("tokens", "requests"):
+        assert a[table].keys() == b[table].keys()
+        for col in a[table]:
+            assert list(a[table][col]) == list(b[table][col]), (table, col)
+    assert list(b["tokens"]["req_id"]) == ["a", "b", "c", "a", "c"]
+    assert list(b["requests"]["first_token_ns"]) == [100]  # b's first token, at step 1
+
+
+def test_swap_hands_over_the_arrays_without_copying():
+    p = RecordingProbe(capacity=8)
+    p.step_begin(0)
+    p.begin(api.SCHEDULE)
+    p.end(api.SCHEDULE)
+    before = p.spans.start_ns
+    handoff = p.swap()
+    assert np.shares_memory(handoff.raw["spans"]["start_ns"], before)
+    assert p.spans.start_ns is not before and p.spans.n == 0
+    p.begin(api.UPDATE)  # recording goes on in fresh arrays; the handed-over rows stay
+    p.end(api.UPDATE)
+    spans = p.decode(handoff)["spans"]
+    assert list(spans["name"]) == ["schedule"] and list(spans["track"]) == ["cpu"]
+    assert list(p.drain()["spans"]["name"]) == ["update"]
+
+
+def test_the_open_phase_is_the_innermost_and_returns_to_its_parent():
+    p = RecordingProbe()
+    assert p.phase == -1
+    p.begin(api.EXECUTE)
+    p.begin(api.PREPARE)
+    assert p.phase == api.PREPARE
+    p.end(api.PREPARE)
+    assert p.phase == api.EXECUTE
+    p.end(api.EXECUTE)
+    assert p.phase == -1
+    p.step_begin(0)  # inside a step, outside its phases
+    assert p.phase == api.STEP
+    p.begin(api.UPDATE)
+    assert p.phase == api.UPDATE
+    p.end(api.UPDATE)
+    assert p.phase == api.STEP
+    p.step_end(1, 1, 0, 0, 1, 1, 0, 0, "none")
+    assert p.phase == -1
+
+
+def test_given_back_arrays_are_reused_by_the_next_swap_and_empty_tables_hand_over_nothing():
+    p = RecordingProbe(capacity=8)
+    p.step_begin(0)
+    p.begin(api.SCHEDULE)
+    p.end(api.SCHEDULE)
+    first = p.swap()
+    handed = first.raw["spans"]["start_ns"].base
+    assert len(first.raw["copies"]["bytes"]) == 0
+    p.give_back(first)
+    p.begin(api.UPDATE)
+    p.end(api.UPDATE)
+    second = p.swap()  # spans continued in the arrays given back: no allocation
+    assert p.spans.start_ns is handed
+    assert list(p.decode(second)["spans"]["name"]) == ["update"]
+    assert second.raw["copies"] is first.raw["copies"]  # the same empty columns

@@ -25,7 +25,7 @@ from mrv2_prof.store import Store, StoreError
 MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
 RUN_FIGURES = ("timeline", "overlap", "bubbles", "sync_sites", "graph_modes", "graph_capture",
-               "staged_writes", "latency_cdf", "nvml")  # fmt: skip
+               "staged_writes", "latency_cdf", "nvml", "host_flame")  # fmt: skip
 MR = "mrv2_prof/runner/worker/model_runner.py:123"
 SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
 INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
@@ -193,6 +193,13 @@ def fill_gpu_run(store: Store, run_id: str) -> None:
         "t_ns": a([T0, T0 + 50 * MS, T0 + 100 * MS]), "gpu_util": [10.0, 80.0, 95.0],
         "mem_used_bytes": a([2**30, 2 * 2**30, 3 * 2**30]), "power_w": [100.0, 250.0, 300.0],
         "sm_clock_mhz": [1000.0, 1980.0, 1980.0],
+    })  # fmt: skip
+    # host samples: 2 in schedule (one stack), 1 in update
+    store.append(run_id, "host_samples", {
+        "step": a([0, 1, 1]), "t_ns": a([T0 + MS, T0 + 11 * MS, T0 + 12 * MS]),
+        "phase": ["schedule", "schedule", "update"],
+        "stack": ["main;sched", "main;sched", "main;upd"],
+        "depth": [2, 2, 2],
     })  # fmt: skip
 
 
@@ -386,8 +393,9 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
     # a CPU run: no GPU timeline, NVML or graphs, and the page says why
     assert set(figs) == {"timeline", "sync_sites", "graph_modes", "staged_writes", "latency_cdf"}
     missing = not_measured(page)
-    assert set(missing) == {"overlap", "bubbles", "graph_capture", "nvml"}
+    assert set(missing) == {"overlap", "bubbles", "graph_capture", "nvml", "host_flame"}
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
+    assert missing["host_flame"].endswith("probes.host_sampling_hz was 0")
     assert "cpu" in missing["nvml"] and "mode none requested" in missing["graph_capture"]
     timeline = figs["timeline"]
     assert any(n.startswith("GPU lanes: not measured") for n in timeline["layout"]["meta"]["notes"])

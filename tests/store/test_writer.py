@@ -71,3 +71,21 @@ def test_no_module_is_imported_while_the_run_writes(tmp_path):
     writer.close()
     assert store.connection.execute("SELECT count(*) FROM steps").fetchone() == (3,)
     assert set(sys.modules) - before == set()
+
+
+def test_release_gets_each_item_back_after_its_rows_are_written(tmp_path):
+    store = _store(tmp_path)
+    written_at_release = []
+
+    def convert(item):
+        return {"steps": {"step": item["step"], "num_tokens": item["step"]}}
+
+    def release(item):
+        count = store.connection.execute("SELECT count(*) FROM steps").fetchone()[0]
+        written_at_release.append((int(item["step"][0]), count))
+
+    writer = BackgroundWriter(store, "abc123", convert, release).start()
+    for k in range(3):
+        writer.submit({"step": np.arange(5 * k, 5 * k + 5)})
+    writer.close()
+    assert written_at_release == [(0, 5), (5, 10), (10, 15)]

@@ -45,11 +45,10 @@ class RequestStatus(enum.Enum):
 
     @property
     def is_finished(self) -> bool:
-        return self in (
-            RequestStatus.FINISHED_STOPPED,
-            RequestStatus.FINISHED_LENGTH,
-            RequestStatus.FINISHED_ABORTED,
-        )
+        return self._value_ in _FINISHED_VALUES  # a str test: an enum member hashes slowly
+
+
+_FINISHED_VALUES = frozenset(("stop", "length", "abort"))
 
 
 @dataclass

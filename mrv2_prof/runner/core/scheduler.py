@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
@@ -37,9 +39,8 @@ class NewRequestData:
     num_prompt_tokens: int  # of token_ids, the original prompt (the rest: earlier outputs)
 
 
-@dataclass
-class CachedRequestData:
-    """A request already holding a runner slot: only its new blocks travel."""
+class CachedRequest(NamedTuple):
+    """One row of ``CachedRequestData``."""
 
     req_id: str
     new_block_ids: list[int]
@@ -47,9 +48,28 @@ class CachedRequestData:
 
 
 @dataclass
+class CachedRequestData:
+    """The requests already holding a runner slot, as columns (vLLM's ``CachedRequestData``):
+    only their new blocks travel. No object per request: iterating makes ``CachedRequest``
+    rows for readers that want them."""
+
+    req_ids: list[str]
+    num_computed_tokens: list[int]  # before this step
+    new_block_ids: dict[str, list[int]]  # only the requests that got blocks this step
+
+    def __len__(self) -> int:
+        return len(self.req_ids)
+
+    def __iter__(self) -> Iterator[CachedRequest]:
+        blocks = self.new_block_ids
+        for rid, n in zip(self.req_ids, self.num_computed_tokens, strict=True):
+            yield CachedRequest(rid, blocks.get(rid, []), n)
+
+
+@dataclass
 class SchedulerOutput:
     scheduled_new_reqs: list[NewRequestData]
-    scheduled_cached_reqs: list[CachedRequestData]
+    scheduled_cached_reqs: CachedRequestData
     num_scheduled_tokens: dict[str, int]  # batch order
     total_num_scheduled_tokens: int
     finished_req_ids: set[str]  # leave the runner before this step: finished, aborted, preempted
@@ -57,6 +77,9 @@ class SchedulerOutput:
     # Requests whose sampled token this step is a real output (their last known token is in
     # the step); the others are prefill chunks whose sample is dropped.
     sampling_req_ids: set[str] = field(default_factory=set)
+    # Tokens of the step that are not a decode (a prompt token), when the scheduler counted
+    # them on its way (the steady decode step); None: count them from the requests.
+    num_prefill_tokens: int | None = None
 
     @property
     def num_reqs(self) -> int:
@@ -147,10 +170,113 @@ class Scheduler:
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
-        num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, list[int]] = {}
         preempted: list[Request] = []
+        decodes = self._schedule_decodes(budget, new_blocks)
+        if decodes is not None:  # every running request decodes one token: no preemption
+            batch, decode_ids, decode_computed, num_prompt = decodes
+            num_scheduled = dict.fromkeys(decode_ids, 1)
+            budget -= len(decode_ids)
+        else:
+            num_scheduled = self._schedule_running(budget, new_blocks, preempted)
+            budget -= sum(num_scheduled.values())
 
+        new_reqs = self._schedule_waiting(budget, num_scheduled, preempted)
+        budget -= sum(num_scheduled[d.req_id] for d in new_reqs)
+
+        if decodes is None:
+            new_ids = {d.req_id for d in new_reqs}
+            decode_ids = [rid for rid in num_scheduled if rid not in new_ids]
+            decode_computed = [self.requests[rid].num_computed_tokens for rid in decode_ids]
+            new_blocks = {rid: b for rid, b in new_blocks.items() if b}
+        preempted_ids = {r.request_id for r in preempted}
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=CachedRequestData(decode_ids, decode_computed, new_blocks),
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
+            finished_req_ids=self._finished_ids | preempted_ids,
+            preempted_req_ids=preempted_ids,
+        )
+        self._finished_ids = set()
+        if decodes is not None:
+            # each reaches num_tokens + placeholders: all of them sample
+            for request in batch:
+                request.num_computed_tokens += 1
+            if self.async_scheduling:
+                for request in batch:
+                    request.num_output_placeholders += 1
+            out.sampling_req_ids.update(decode_ids)
+            if not new_reqs:
+                out.num_prefill_tokens = num_prompt
+            updates = [(d.req_id, num_scheduled[d.req_id]) for d in new_reqs]
+        else:
+            updates = num_scheduled.items()
+        for rid, n in updates:
+            request = self.requests[rid]
+            request.num_computed_tokens += n
+            if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
+                out.sampling_req_ids.add(rid)
+                if self.async_scheduling:
+                    request.num_output_placeholders += 1
+        return out
+
+    def _schedule_decodes(
+        self, budget: int, new_blocks: dict[str, list[int]]
+    ) -> tuple[list[Request], list[str], list[int], int] | None:
+        """The steady decode step without the general loop: when every running request that
+        has work needs exactly one token, the budget covers them all and the blocks they need
+        are free, the general loop would schedule each for one token in running order with no
+        preemption; this decides the same in one pass. Returns the scheduled requests, their
+        ids and computed tokens (before the step) and how many of their tokens are prompt
+        tokens (a last prompt token after a prefix hit), with their new blocks in ``new_blocks``; or
+        None, having changed nothing, when the general loop must decide."""
+        running = self.running
+        if not running or budget < len(running):
+            return None
+        kv = self.kv
+        block_size, held = kv.block_size, kv.req_to_blocks
+        hashes = kv.req_to_block_hashes if kv.enable_caching else None
+        batch, ids, computed, touched = [], [], [], []
+        num_new_blocks = num_prompt = 0
+        for request in running:
+            c = request.num_computed_tokens
+            num_tokens = len(request.all_token_ids)
+            n = num_tokens + request.num_output_placeholders - c
+            if n != 1:
+                if n <= 0:
+                    continue
+                return None  # a prefill chunk
+            if request.num_output_placeholders and self._finishes_in_flight(request):
+                continue
+            rid = request.request_id
+            if c >= len(held[rid]) * block_size:
+                num_new_blocks += 1
+                touched.append(request)
+            elif (
+                hashes is not None
+                and len(hashes.get(rid, ())) < min(c + 1, num_tokens) // block_size
+            ):
+                touched.append(request)  # a block fills up: its hash goes into the cache
+            batch.append(request)
+            ids.append(rid)
+            computed.append(c)
+            if c < len(request.prompt_token_ids):
+                num_prompt += 1
+        if num_new_blocks > kv.num_free_blocks:
+            return None  # someone is preempted
+        for request in touched:
+            blocks = kv.allocate_slots(request, 1)
+            assert blocks is not None, "counted free blocks"
+            if blocks:
+                new_blocks[request.request_id] = blocks
+        return batch, ids, computed, num_prompt
+
+    def _schedule_running(
+        self, budget: int, new_blocks: dict[str, list[int]], preempted: list[Request]
+    ) -> dict[str, int]:
+        """The general loop over the running requests: chunks, allocation, preemption."""
+        num_scheduled: dict[str, int] = {}
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
@@ -177,7 +303,13 @@ class Scheduler:
             new_blocks[request.request_id] = blocks
             budget -= num_new
             i += 1
+        return num_scheduled
 
+    def _schedule_waiting(
+        self, budget: int, num_scheduled: dict[str, int], preempted: list[Request]
+    ) -> list[NewRequestData]:
+        """Admit waiting requests in order while the budget and ``max_num_seqs`` allow; nobody
+        in a step that preempted."""
         new_reqs: list[NewRequestData] = []
         while not preempted and self.waiting and budget > 0:
             if len(self.running) >= self.max_num_seqs:
@@ -209,31 +341,7 @@ class Scheduler:
                 )
             )
             budget -= num_new
-
-        new_ids = {d.req_id for d in new_reqs}
-        cached_reqs = [
-            CachedRequestData(rid, new_blocks[rid], self.requests[rid].num_computed_tokens)
-            for rid in num_scheduled
-            if rid not in new_ids
-        ]
-        preempted_ids = {r.request_id for r in preempted}
-        out = SchedulerOutput(
-            scheduled_new_reqs=new_reqs,
-            scheduled_cached_reqs=cached_reqs,
-            num_scheduled_tokens=num_scheduled,
-            total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
-            finished_req_ids=self._finished_ids | preempted_ids,
-            preempted_req_ids=preempted_ids,
-        )
-        self._finished_ids = set()
-        for rid, n in num_scheduled.items():
-            request = self.requests[rid]
-            request.num_computed_tokens += n
-            if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
-                out.sampling_req_ids.add(rid)
-                if self.async_scheduling:
-                    request.num_output_placeholders += 1
-        return out
+        return new_reqs
 
     def _finishes_in_flight(self, request: Request) -> bool:
         """Async only: the tokens still in flight already take the request to its length limit."""
@@ -263,21 +371,33 @@ class Scheduler:
                 request.prompt_logprobs.extend(entries[known:])
         updated = []
         sampling = scheduler_output.sampling_req_ids
-        for b, rid in enumerate(scheduler_output.num_scheduled_tokens):
-            if rid not in sampling:
+        batch = scheduler_output.num_scheduled_tokens
+        all_sample = len(sampling) == len(batch)  # the steady decode step: no membership test
+        requests, max_len = self.requests, self.max_model_len
+        is_async = self.async_scheduling
+        for b, rid in enumerate(batch):
+            if not all_sample and rid not in sampling:
                 continue  # a prefill chunk that is not the last
-            request = self.requests.get(rid)
+            request = requests.get(rid)
             if request is None:
                 continue  # finished or aborted meanwhile: the extra token is discarded
-            if self.async_scheduling:
+            if is_async:
                 request.num_output_placeholders -= 1
             token = sampled_token_ids[b]
-            request.append_output_token(token)
-            if logprobs is not None and request.sampling_params.logprobs:
+            request.output_token_ids.append(token)
+            request.all_token_ids.append(token)
+            params = request.sampling_params
+            if logprobs is not None and params.logprobs:
                 request.output_logprobs.append(logprobs[b])
-            status = self._check_stop(request, token)
-            if status is not None:
-                self._finish(request, status)
+            if (  # a cheap test first: only a request that may stop is checked in full
+                token in request.eos_token_ids
+                or len(request.output_token_ids) >= params.max_tokens
+                or len(request.all_token_ids) >= max_len
+                or params.stop_token_ids
+            ):
+                status = self._check_stop(request, token)
+                if status is not None:
+                    self._finish(request, status)
             updated.append(request)
         return updated
 

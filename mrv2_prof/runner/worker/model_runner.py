@@ -108,6 +108,11 @@ class ModelRunner:
         n = config.max_num_reqs
         self._step_ring = PinnedRing(2 * n, torch.int32, pin=self.is_cuda)
         self._step_dev = torch.zeros(2 * n, dtype=torch.int32, device=self.device)
+        # idx_mapping | counts | computed | query_start_loc on the host, two sets in turn
+        self._host_arrays = [
+            [np.zeros(n + (k == 3), dtype=np.int32) for k in range(4)] for _ in range(2)
+        ]
+        self._host_set = 0
         self.output = AsyncOutput(n, self.is_cuda, self.copies, self.probe)
 
     def _check_switches(self, kernels_note: str | None) -> None:
@@ -254,22 +259,37 @@ class ModelRunner:
                 new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
             )
             self.block_tables.set_row(slot, new.block_ids)
-        for cached in so.scheduled_cached_reqs:
-            slot = rs.slot_of[cached.req_id]
-            self.block_tables.append(slot, cached.new_block_ids)
-            if not self.config.staged_writes:
-                rs.set_num_computed(slot, cached.num_computed_tokens)
+        cached, slot_of = so.scheduled_cached_reqs, rs.slot_of
+        for req_id, block_ids in cached.new_block_ids.items():  # only those that got blocks
+            self.block_tables.append(slot_of[req_id], block_ids)
+        if not self.config.staged_writes:  # dense: the CPU copy is re-sent every step
+            for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                rs.set_num_computed(slot_of[req_id], n)
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
         rs = self.req_states
         req_ids = list(so.num_scheduled_tokens)
         num_reqs, num_tokens = len(req_ids), so.total_num_scheduled_tokens
-        idx_np = np.fromiter((rs.slot_of[r] for r in req_ids), dtype=np.int32, count=num_reqs)
-        counts_np = np.fromiter(so.num_scheduled_tokens.values(), dtype=np.int32, count=num_reqs)
-        computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
-        computed.update((d.req_id, d.num_computed_tokens) for d in so.scheduled_cached_reqs)
-        computed_np = np.fromiter((computed[r] for r in req_ids), dtype=np.int32, count=num_reqs)
-        qsl_np = np.zeros(num_reqs + 1, dtype=np.int32)
+        # The step's host arrays, in the next of two preallocated sets (a batch's arrays live
+        # until its tokens are read, one step later with async scheduling).
+        self._host_set ^= 1
+        idx_np, counts_np, computed_np, qsl_np = (a[:n] for a, n in zip(
+            self._host_arrays[self._host_set], (num_reqs, num_reqs, num_reqs, num_reqs + 1),
+            strict=True,
+        ))  # fmt: skip
+        idx_np[:] = list(map(rs.slot_of.__getitem__, req_ids))
+        cached = so.scheduled_cached_reqs
+        if num_tokens == num_reqs:  # one token each
+            counts_np[:] = 1
+        else:
+            counts_np[:] = list(so.num_scheduled_tokens.values())
+        if len(cached) == num_reqs:  # batch order is the cached requests' order
+            computed_np[:] = cached.num_computed_tokens
+        else:
+            computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
+            computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+            computed_np[:] = list(map(computed.__getitem__, req_ids))
+        qsl_np[0] = 0
         np.cumsum(counts_np, out=qsl_np[1:])
 
         host, view = self._step_ring.next()  # one small transfer
@@ -296,7 +316,7 @@ class ModelRunner:
             idx_mapping_np=idx_np,
             num_scheduled_tokens_np=counts_np,
             query_start_loc_np=qsl_np,
-            seq_lens_np=computed_np + counts_np,
+            seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
             block_table=self.block_tables.gather(idx_mapping),

@@ -1,0 +1,44 @@
+"""``benchmarks/host_path.py --quick`` runs end to end on the CPU: every part, its markdown tables
+and its JSON, with the phases read back from the harness's own spans."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_host_path_quick_runs_every_part(tmp_path):
+    out = tmp_path / "host_path.json"
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
+    args = ["--quick", "--batches", "1,4", "--repeats", "2", "--small-requests", "4"]
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "host_path.py"), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    phases = [r for r in results if r["part"] == "phases"]
+    assert {(r["batch"], r["probes"]) for r in phases} == {
+        (b, p) for b in (1, 4) for p in ("default", "off")
+    }
+    for r in phases:
+        assert r["decode_steps"] > 0
+        # host prep spans schedule start to execute end: it covers both phases
+        assert r["host_prep"] >= max(r["schedule"], r["execute"])
+        assert r["execute"] >= r["prepare"]
+    assert {r["batch"] for r in results if r["part"] == "engine"} == {1, 4}
+    assert all(r["step_us"] > 0 for r in results if r["part"] == "hooks")
+    tput = [r for r in results if r["part"] == "throughput"]
+    assert len(tput) == 2
+    for r in tput:
+        assert r["ratio"] == r["async_on"] / r["async_off"]
+    for heading in ("Host time per uniform-decode step", "Engine alone", "Async on/off"):
+        assert heading in proc.stdout
