@@ -8,6 +8,7 @@ side by side on a wide terminal.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 
 from textual.app import App, ComposeResult
@@ -40,8 +41,9 @@ class DashboardApp(App[str]):
     BINDINGS = [
         Binding("q", "stop", "Stop run"),
         Binding("ctrl+q", "stop", "Stop run", show=False, priority=True),
-        # The terminal is in raw mode: Ctrl-C arrives as a key, not as SIGINT.
-        Binding("ctrl+c", "stop", "Stop run", show=False, priority=True),
+        # The terminal is in raw mode: Ctrl-C arrives as a key, not as SIGINT; it stops the run
+        # as SIGINT would (the CLI exits 130), q stops it as a plain quit.
+        Binding("ctrl+c", "interrupt", "Stop run", show=False, priority=True),
         Binding("p", "toggle_pause", "Pause"),
         Binding("tab", "cycle_panel(1)", "Next panel", priority=True),
         Binding("shift+tab", "cycle_panel(-1)", "Previous panel", show=False, priority=True),
@@ -91,12 +93,15 @@ class DashboardApp(App[str]):
                 self._poll_timer.stop()
             self.exit("stopped" if self.stopping else "done")
 
-    def action_stop(self) -> None:
+    def action_stop(self, signum: int = 0) -> None:
         if self.stopping:
             return
         self.stopping = True
-        self.source.request_stop()
+        self.source.request_stop(signum)
         self._show_status()
+
+    def action_interrupt(self) -> None:
+        self.action_stop(signal.SIGINT)
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -23,8 +23,10 @@ class SnapshotSource(Protocol):
         """
         ...
 
-    def request_stop(self) -> None:
-        """Ask the runner to stop cleanly, keeping the data recorded so far. Must not block."""
+    def request_stop(self, signum: int = 0) -> None:
+        """Ask the runner to stop cleanly, keeping the data recorded so far. Must not block.
+        ``signum``: the signal the stop stands for (Ctrl-C in the dashboard is ``SIGINT``, so the
+        CLI exits 130 as it does for a Ctrl-C outside it); 0 for a plain quit."""
         ...
 
     def gpu_samples(self) -> tuple[Sequence[Sequence[float]], str | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import signal
 import subprocess
 import sys
 
@@ -315,6 +316,23 @@ async def test_ctrl_q_also_stops_the_run_cleanly() -> None:
         source.finish()
         await wait_for(pilot, lambda: app.return_value is not None)
     assert app.return_value == "stopped"
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_stops_the_run_as_sigint_and_q_as_a_plain_quit() -> None:
+    """Ctrl-C in the raw-mode terminal is a key: it asks for the stop as SIGINT (the CLI then
+    exits 130, as for a Ctrl-C outside the dashboard); q asks with no signal."""
+    for key, want in (("ctrl+c", [signal.SIGINT]), ("q", [0])):
+        source = FakeSource()
+        app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
+        async with app.run_test(size=NARROW) as pilot:
+            await pilot.press(key)
+            await pilot.press(key)  # a second press while stopping changes nothing
+            await wait_polls(pilot, source)
+            source.finish()
+            await wait_for(pilot, lambda app=app: app.return_value is not None)
+        assert source.stop_signals == want, key
+        assert app.return_value == "stopped"
 
 
 @pytest.mark.asyncio

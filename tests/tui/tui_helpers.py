@@ -88,6 +88,7 @@ class FakeSource:
         self.done = False
         self.num_polls = 0
         self.num_stop_requests = 0
+        self.stop_signals: list[int] = []
         self.samples = list(samples)
         self.note = note
 
@@ -102,8 +103,9 @@ class FakeSource:
         snapshot, self.pending = self.pending, None
         return snapshot, self.done
 
-    def request_stop(self) -> None:
+    def request_stop(self, signum: int = 0) -> None:
         self.num_stop_requests += 1
+        self.stop_signals.append(signum)
 
     def gpu_samples(self) -> tuple[list[Sequence[float]], str | None]:
         return list(self.samples), self.note
