@@ -1,3 +1,3 @@
-from mrv2_prof.cli import app
+from mrv2_prof.cli import main_entry
 
-app(prog_name="mrv2-prof")
+main_entry()

@@ -10,7 +10,14 @@ registered here, in the order ``--help`` lists them.
 
 from __future__ import annotations
 
+import sys
+
 import typer
+
+try:  # typer >= 0.24 carries its own click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on the real click
+    from click import exceptions as click_errors
 
 from mrv2_prof.cli.compare import compare, gate
 from mrv2_prof.cli.run import run
@@ -34,3 +41,26 @@ def main() -> None:
 for _command in (run, runs, show, compare, gate, report, export, tui):
     app.command()(_command)
 app.add_typer(nsys_app, name="nsys")
+
+
+def main_entry(argv: list[str] | None = None) -> None:
+    """The console script: ``app`` with its usage errors (an unknown option, a missing value)
+    as one line on stderr and exit 2, like every other bad input; help is printed as click
+    prints it (bare ``mrv2-prof`` shows it and exits 2, as before)."""
+    try:
+        code = app(prog_name="mrv2-prof", args=argv, standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else str(exc), file=sys.stderr)
+        sys.exit(2)
+    except click_errors.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "mrv2-prof"
+        message = " ".join(exc.format_message().split())
+        print(f"error: {message} (see '{where} --help')", file=sys.stderr)
+        sys.exit(2)
+    except click_errors.ClickException as exc:
+        print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except (click_errors.Abort, KeyboardInterrupt):
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
