@@ -145,8 +145,6 @@ CASES: dict[str, Case] = {
                            "--set", "runner.num_kv_blocks=1024"],
                           ["s.yaml: runner.max_model_len", "max_position_embeddings 4,096"],
                           {"s.yaml": OK}),
-    "auto-kv-on-cpu": Case([*RUN, "--set", "runner.num_kv_blocks=auto"],
-                           ["runner.num_kv_blocks", "give a number on CPU"], {"s.yaml": OK}),
     # --- checkpoints -------------------------------------------------------------------------
     "ckpt-zero-layers": Case(RUN, ["config.json", "num_hidden_layers", ">= 1, got 0"],
                              {"s.yaml": CKPT}, _checkpoint(num_hidden_layers=0)),

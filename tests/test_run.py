@@ -410,17 +410,34 @@ def test_second_writer_gets_a_one_line_error(tmp_path):
 
 
 def test_runner_config_errors_are_found_before_the_run_row(tmp_path):
-    """A setting the runner used to find wrong only at start-up (here: a KV cache sized from GPU
-    memory on a CPU) is refused before a run row exists: one line, exit 2, no database."""
+    """A setting the runner used to find wrong only at start-up (here: a max_model_len beyond
+    the model's positions) is refused before a run row exists: one line, exit 2, no database."""
+    db = tmp_path / "runs.duckdb"
+    proc = cli(
+        "run", str(QUICKSTART), "--db", str(db), "--headless",
+        "--set", "runner.max_model_len=8192", "--set", "runner.device=cpu",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "runner.max_model_len" in proc.stderr and "max_position_embeddings" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not db.exists()
+
+
+def test_auto_kv_blocks_on_cpu_holds_every_sequence_at_full_length(tmp_path):
+    """num_kv_blocks: auto on a CPU sizes the cache for max_num_seqs requests of max_model_len
+    (within the 4 GiB budget), and the run completes."""
     db = tmp_path / "runs.duckdb"
     proc = cli(
         "run", str(QUICKSTART), "--db", str(db), "--headless",
         "--set", "runner.num_kv_blocks=auto", "--set", "runner.device=cpu",
+        "--set", "runner.max_num_seqs=4", "--set", "runner.max_model_len=256",
+        "--set", "runner.block_size=16", "--set", "workload.num_requests=4",
     )  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert not db.exists()
+    assert proc.returncode == 0, proc.stderr
+    with duckdb.connect(str(db), read_only=True) as con:
+        status, info = con.execute("SELECT status, info FROM runs").fetchone()
+    assert status == "completed"
+    assert json.loads(info)["num_kv_blocks"] == 4 * 16  # 4 sequences x 256 / 16 blocks
 
 
 def test_help_explains_with_examples():

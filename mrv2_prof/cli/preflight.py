@@ -68,27 +68,29 @@ def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
             f"{config.max_model_len:,} exceeds the model's max_position_embeddings "
             f"{args.max_position_embeddings:,}",
         )
-    if config.num_kv_blocks is None and not on_gpu:
-        raise invalid(
-            "num_kv_blocks", "'auto' sizes the cache from GPU memory; give a number on CPU"
-        )
 
 
-def memory_needs(config: RunnerConfig, args: ModelArgs, dtype: str) -> dict[str, tuple[str, int]]:
+def memory_needs(
+    config: RunnerConfig, args: ModelArgs, dtype: str, on_gpu: bool = True
+) -> dict[str, tuple[str, int]]:
     """Bytes of what start-up allocates, by the field that sizes it: the weights, the KV cache
-    (an explicit block count only: ``auto`` is sized from what is free) and the request state
+    (an explicit block count, or ``auto``'s on a CPU; on a GPU ``auto`` is sized from what is
+    free) and the request state
     (a prompt row and a block-table row per slot, on the device and staged on the host)."""
     from mrv2_prof.runner.model.loader import expected_tensors
 
     item = _ITEM_BYTES[dtype]
     weights = sum(_numel(shape) for shape in expected_tensors(args).values()) * item
     per_block = 2 * config.block_size * args.num_key_value_heads * args.head_dim * item
-    kv = (config.num_kv_blocks or 0) * per_block * args.num_hidden_layers
+    blocks = config.num_kv_blocks
+    if blocks is None and not on_gpu:  # auto on a CPU: the blocks start-up will allocate
+        blocks = config.cpu_auto_num_kv_blocks(per_block * args.num_hidden_layers)
+    kv = (blocks or 0) * per_block * args.num_hidden_layers
     row = config.max_model_len + config.max_num_blocks_per_req
     state = 2 * config.max_num_reqs * row * _INDEX_BYTES
     return {
         "model": ("the weights", weights),
-        "runner.num_kv_blocks": (f"the KV cache ({config.num_kv_blocks or 0:,} blocks)", kv),
+        "runner.num_kv_blocks": (f"the KV cache ({blocks or 0:,} blocks)", kv),
         "runner.max_num_reqs": (f"the request state ({config.max_num_reqs:,} slots)", state),
     }
 
@@ -103,7 +105,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def _memory(config: RunnerConfig, args: ModelArgs, dtype: str, on_gpu: bool) -> None:
     from mrv2_prof.runner.config import ConfigError
 
-    needs = memory_needs(config, args, dtype)
+    needs = memory_needs(config, args, dtype, on_gpu)
     total = sum(n for _, n in needs.values())
     field, (what, _) = max(needs.items(), key=lambda item: item[1][1])
     others = " with the rest" if len(needs) > 1 else ""

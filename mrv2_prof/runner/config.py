@@ -34,6 +34,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+CPU_KV_CACHE_BYTES = 4 * 2**30  # the KV-cache budget of num_kv_blocks: auto on a CPU
+
+
 class ConfigError(ValueError):
     """A runner setting that cannot be honoured; the message names the field.
 
@@ -146,6 +149,13 @@ class RunnerConfig:
     @property
     def max_num_blocks_per_req(self) -> int:
         return -(-self.max_model_len // self.block_size)
+
+    def cpu_auto_num_kv_blocks(self, bytes_per_block: int) -> int:
+        """``num_kv_blocks: auto`` on a CPU: blocks for ``max_num_seqs`` requests of
+        ``max_model_len`` tokens, within ``CPU_KV_CACHE_BYTES`` (``bytes_per_block``: one block
+        id over every layer). There is no profiling run to size it from, as on a GPU."""
+        want = self.max_num_seqs * self.max_num_blocks_per_req
+        return max(1, min(want, CPU_KV_CACHE_BYTES // max(bytes_per_block, 1)))
 
     def resolve_device(self) -> torch.device:
         import torch

@@ -34,15 +34,14 @@ def start_up(runner: ModelRunner) -> int:
 
 def initialize_kv_cache(runner: ModelRunner) -> int:
     """Allocate the paged KV cache: an explicit block count, or what fits in GPU memory
-    after a profiling run. Returns the number of blocks."""
+    after a profiling run (on a CPU: ``RunnerConfig.cpu_auto_num_kv_blocks``). Returns the
+    number of blocks."""
     c = runner.config
     per_block = kv_cache_bytes_per_block(runner.model_args, c.block_size, runner.dtype)
     if c.num_kv_blocks is not None:
         num_blocks = c.num_kv_blocks
     elif not runner.is_cuda:
-        raise ConfigError(
-            "runner.num_kv_blocks: 'auto' sizes the cache from GPU memory; give a number on CPU"
-        )
+        num_blocks = c.cpu_auto_num_kv_blocks(per_block)
     else:
         num_blocks = _profile_num_blocks(runner, per_block)
     if num_blocks * c.block_size < c.max_model_len:
