@@ -47,7 +47,8 @@ def run(
     scenario_file: Path = typer.Argument(
         None,
         metavar="SCENARIO",
-        help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests).",
+        help="Scenario YAML. Default: the embedded CPU-safe quickstart (tiny model, 16 requests), "
+        "which takes --set and --strict as a file does.",
         show_default=False,
     ),
     db: Path = typer.Option(
@@ -84,9 +85,7 @@ def run(
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
         if scenario_file is None:
-            if sets:
-                fail("--set needs a SCENARIO file (the embedded quickstart takes no overrides)")
-            base = load_quickstart()
+            base = load_quickstart(sets)
         else:
             base = load_scenario(scenario_file, sets)
         runs = expand_matrix(base)

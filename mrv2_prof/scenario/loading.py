@@ -90,6 +90,8 @@ probes: {nvtx: false, cuda_events: false, sync_finder: false, copy_audit: false,
 """
 
 
-def load_quickstart() -> Scenario:
-    """The embedded CPU-safe default scenario."""
-    return Scenario.from_data(parse_yaml(QUICKSTART_YAML, "<quickstart>"), "<quickstart>")
+def load_quickstart(overrides: Iterable[str] = ()) -> Scenario:
+    """The embedded CPU-safe default scenario, with ``--set`` overrides as a file takes them."""
+    data = parse_yaml(QUICKSTART_YAML, "<quickstart>")
+    apply_overrides(data, overrides, "<quickstart>")
+    return Scenario.from_data(data, "<quickstart>")
