@@ -1,0 +1,30 @@
+"""Every shipped scenario runs on a CPU machine with two overrides and nothing else: the device
+and the tiny model (the GPU-only switches become recorded notes, ``num_kv_blocks: auto`` sizes
+the cache for the CPU)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
+def test_a_shipped_scenario_runs_on_cpu_with_two_overrides(scenario, tmp_path):
+    db = tmp_path / "runs.duckdb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mrv2_prof", "run", str(scenario), "--headless", "--db", str(db),
+         "--set", "runner.device=cpu", "--set", "model.preset=llama-tiny"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with duckdb.connect(str(db), read_only=True) as con:
+        statuses = [s for (s,) in con.execute("SELECT status FROM runs").fetchall()]
+    assert statuses and set(statuses) == {"completed"}, statuses
