@@ -383,8 +383,10 @@ def test_bad_database_and_unknown_run(tmp_path):
     assert junk.read_text() == "not a database at all"  # untouched
     proc = cli("show", "abc", "--db", str(tmp_path / "none.duckdb"))
     assert proc.returncode == 2 and "none.duckdb" in proc.stderr
-    proc = cli("run", "--set", "runner.strict=true")
-    assert proc.returncode == 2 and "--set" in proc.stderr
+    quick_db = tmp_path / "q.duckdb"  # the embedded quickstart takes --set: a bad one is refused
+    proc = cli("run", "--set", "runner.max_num_seqs=0", "--db", str(quick_db), "--headless")
+    assert proc.returncode == 2 and "runner.max_num_seqs" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not quick_db.exists()
 
 
 def test_second_writer_gets_a_one_line_error(tmp_path):
