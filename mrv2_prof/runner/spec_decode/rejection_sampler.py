@@ -92,14 +92,20 @@ def check_layout(logits: torch.Tensor, drafts: DraftBatch) -> None:
 
 def row_params(
     drafts: DraftBatch, meta: SamplingMetadata, num_rows: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, ...]:
     """For every target row: its request [R], its index j within the request [R], its RNG
-    position [R] and its slot [R] (``meta.idx_mapping`` of the request)."""
+    position [R], its slot [R] (``meta.idx_mapping`` of the request), whether it verifies a
+    draft [R] (the last row of a request does not) and that draft token [R] (0 where none)."""
     device = drafts.cu_rows.device
     rows = torch.arange(num_rows, device=device)
     request = torch.searchsorted(drafts.cu_rows[1:].long(), rows, right=True)  # [R]
     j = rows - drafts.cu_rows.long()[request]
-    return request, j, meta.positions.long()[request] + j, meta.idx_mapping.long()[request]
+    max_k = drafts.draft_token_ids.shape[1]
+    has_draft = j < drafts.num_draft.long()[request]
+    d = drafts.draft_token_ids[request, j.clamp(max=max(max_k - 1, 0))] if max_k else j * 0
+    d = torch.where(has_draft, d, 0)
+    position = meta.positions.long()[request] + j
+    return request, j, position, meta.idx_mapping.long()[request], has_draft, d
 
 
 def target_probs(logits: torch.Tensor, slot: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
@@ -126,13 +132,9 @@ def rejection_sample(
     num_rows, vocab_size = logits.shape
     num_reqs, max_k = drafts.draft_token_ids.shape
     check_layout(logits, drafts)
-    request, j, position, slot = row_params(drafts, meta, num_rows)
+    request, j, position, slot, has_draft, d = row_params(drafts, meta, num_rows)
     greedy = meta.temperature[slot] < GREEDY_TEMPERATURE  # [R]
     p = target_probs(logits, slot, meta)  # [R, V]
-    k_b = drafts.num_draft.long()[request]
-    has_draft = j < k_b  # [R]: rows that verify a draft (the last row of a request does not)
-    d = drafts.draft_token_ids[request, j.clamp(max=max(max_k - 1, 0))] if max_k else j * 0
-    d = torch.where(has_draft, d, 0)
     q = torch.zeros_like(p)  # the drafter's distribution where a row verifies a draft
     if drafts.draft_probs is not None and max_k:
         q = drafts.draft_probs[request, j.clamp(max=max_k - 1)].float()

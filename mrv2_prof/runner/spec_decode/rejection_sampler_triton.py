@@ -174,11 +174,8 @@ def rejection_sample_triton(
     num_rows, vocab_size = logits.shape
     num_reqs, max_k = drafts.draft_token_ids.shape
     device = logits.device
-    request, j, position, slot = row_params(drafts, meta, num_rows)
+    request, j, position, slot, has_draft, d = row_params(drafts, meta, num_rows)
     temperature = meta.temperature[slot].contiguous()
-    has_draft = j < drafts.num_draft.long()[request]
-    d = drafts.draft_token_ids[request, j.clamp(max=max(max_k - 1, 0))] if max_k else j * 0
-    d = torch.where(has_draft, d, 0).contiguous()
     threshold = None
     if not (meta.no_top_k and meta.no_top_p):
         divisor = torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)
@@ -203,7 +200,7 @@ def rejection_sample_triton(
         temperature,
         meta.seeds[slot].contiguous(),
         position.contiguous(),
-        d,
+        d.contiguous(),
         has_draft.to(torch.int8),
         q if q is not None else logits,
         q.stride(0) if q is not None else 0,
