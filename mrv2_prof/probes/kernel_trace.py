@@ -8,8 +8,13 @@ through the launch: every kernel's ``correlation`` id names the runtime call tha
 (``cudaLaunchKernel``, ``cuLaunchKernel`` for Triton, ``cudaGraphLaunch`` for a replayed graph:
 all of its kernels get that call's step and phase); the call's host time falls inside one of the
 step's CPU phase spans (``prepare``, ``forward``, ``sample``; else the step). Profiler time is
-put on the ``perf_counter_ns`` clock with a ``record_function`` anchor taken at a known
-``perf_counter_ns``.
+put on the ``perf_counter_ns`` clock with ``record_function`` anchors: ``perf_counter_ns`` is read
+just before and just after each of ``ANCHOR_TRIES`` empty ranges, and the tightest pair's
+midpoint is the midpoint of its range (the first range costs the profiler tens of µs, which a
+single stamp inside it would add to every time). Each row also keeps when its launch call
+*returned* (``launch_ns``): before that the device cannot have the operation, so a gap before it
+is waiting for the host (a graph's kernels start only after ``cudaGraphLaunch`` returns: seen on
+the H200, the call itself is host time the device waits through).
 
 The profiler is CUPTI's one subscriber: a run under Nsight Systems cannot take a kernel trace
 (the CLI refuses the combination). Tracing adds host time to every launch in the window, so the
@@ -35,9 +40,11 @@ from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, STEP
 from mrv2_prof.probes.columns import from_rows
 from mrv2_prof.probes.recording import GPU_TRACK, RecordingProbe
 from mrv2_prof.probes.sync_site import wait_deliberately
-from mrv2_prof.probes.trace_waits import known_interval, trace_waits
+from mrv2_prof.probes.trace_waits import CLOCK_TOLERANCE_NS, known_interval, trace_waits
 
 ANCHOR_NAME = "mrv2 kernel trace anchor"
+ANCHOR_TRIES = 5
+Anchor = int | list[tuple[int, int]]  # an anchor's start, or (before, after) stamps of each
 _LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC",
              "cuLaunchKernelEx", "cudaGraphLaunch_v10000", "cudaMemcpyAsync", "cudaMemsetAsync",
              "cudaMemcpy", "cudaMemset")  # fmt: skip
@@ -53,7 +60,8 @@ class KernelTrace:
         self.trace_dir = trace_dir or tempfile.gettempdir()
         self.raw_path: str | None = None
         self._prof = None
-        self._anchor_ns = -1
+        self._anchor_ns: Anchor = -1
+        self.anchor_uncertainty_ns = 0  # half the slack of the tightest anchor
         self._spans: list[tuple[int, int, int, int]] = []  # (start_ns, end_ns, step, phase id)
         self._known_waits: list[tuple[int, int, bool]] = []  # syncs recorded in the window
         self._probe: RecordingProbe | None = None
@@ -84,8 +92,15 @@ class KernelTrace:
 
         self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         wait_deliberately(self._prof.__enter__)  # the profiler's own syncs are not the run's
-        with record_function(ANCHOR_NAME):
-            self._anchor_ns = perf_counter_ns()
+        stamps = []
+        for _ in range(ANCHOR_TRIES):
+            t0 = perf_counter_ns()
+            with record_function(ANCHOR_NAME):
+                pass
+            stamps.append((t0, perf_counter_ns()))
+        self._anchor_ns = stamps
+        best = min(b - a for a, b in stamps)
+        self.anchor_uncertainty_ns = best // 2
 
     def _keep_spans(self, step: int, probe: RecordingProbe) -> None:
         """The step's CPU spans, copied from the probe's buffer before a flush drains it."""
@@ -127,7 +142,8 @@ class KernelTrace:
             self.columns = from_rows("kernels", rows)
             self.launch_ns = np.array(launches, dtype=np.int64)
             offset, lookup = _clock_and_lookup(events, self._spans, self._anchor_ns)
-            waits = trace_waits(events, offset, lookup, self._known_waits)
+            tolerance = CLOCK_TOLERANCE_NS + self.anchor_uncertainty_ns
+            waits = trace_waits(events, offset, lookup, self._known_waits, tolerance)
             self.waits_found = len(waits)
             if self._probe is not None:
                 _record_waits(self._probe, waits)
@@ -160,49 +176,66 @@ def _record_waits(probe: RecordingProbe, waits: list[tuple[int, int, str, str, i
 
 
 def attribute(
-    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: Anchor
 ) -> dict[str, np.ndarray]:
     """``kernels`` columns from Chrome trace events of torch.profiler.
 
     ``spans`` are host (start_ns, end_ns, step, phase id) on the ``perf_counter_ns`` clock; the
-    event named ``ANCHOR_NAME`` was recorded at ``anchor_ns``. -1 marks an unattributed step."""
+    first event named ``ANCHOR_NAME`` began at ``anchor_ns`` (an int), or the events named so
+    lay, in order, inside the ``(before, after)`` stamps of a list (the tightest one is used).
+    -1 marks an unattributed step."""
     return from_rows("kernels", _kernel_rows(events, spans, anchor_ns)[0])
 
 
 def _kernel_rows(
-    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: Anchor
 ) -> tuple[list[tuple], list[int]]:
-    """``kernels`` rows and the host launch time of each (-1: no launch record found)."""
+    """``kernels`` rows and when each one's launch call returned (-1: no launch record found).
+    The call's start attributes the row to a step and phase (it lies inside the phase's span)."""
     offset, lookup = _clock_and_lookup(events, spans, anchor_ns)
-    launch_ns: dict[int, int] = {}
+    launch_ns: dict[int, tuple[int, int]] = {}
     for e in events:
         if e.get("ph") == "X" and e.get("name") in _LAUNCHES:
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
-                launch_ns[int(corr)] = round(float(e["ts"]) * 1000) + offset
+                t0 = round(float(e["ts"]) * 1000) + offset
+                launch_ns[int(corr)] = (t0, t0 + round(float(e.get("dur", 0)) * 1000))
     rows, launches = [], []
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in _DEVICE_OPS:
             continue
         args = e.get("args") or {}
-        t = launch_ns.get(int(args.get("correlation", -1)))
-        step, phase = lookup(t) if t is not None else (-1, None)
+        call = launch_ns.get(int(args.get("correlation", -1)))
+        step, phase = lookup(call[0]) if call is not None else (-1, None)
         start = round(float(e["ts"]) * 1000) + offset
         end = start + round(float(e.get("dur", 0)) * 1000)
         rows.append((step, phase, str(e.get("name")), start, end, int(args.get("stream", -1))))
-        launches.append(-1 if t is None else t)
+        launches.append(-1 if call is None else call[1])
     return rows, launches
 
 
+def clock_offset(events: list[dict[str, Any]], anchor_ns: Anchor) -> int:
+    """profiler µs × 1000 + offset = ``perf_counter_ns`` (see ``attribute`` for ``anchor_ns``)."""
+    anchors = sorted(
+        (float(e["ts"]), float(e.get("dur", 0))) for e in events if e.get("name") == ANCHOR_NAME
+    )
+    if not anchors:
+        raise ValueError("the kernel trace has no anchor event")
+    if isinstance(anchor_ns, int):
+        return anchor_ns - round(anchors[0][0] * 1000)
+    if len(anchors) != len(anchor_ns):
+        raise ValueError(f"{len(anchors)} anchor events in the trace for {len(anchor_ns)} stamps")
+    i = min(range(len(anchor_ns)), key=lambda k: anchor_ns[k][1] - anchor_ns[k][0])
+    (ts, dur), (before, after) = anchors[i], anchor_ns[i]
+    return (before + after) // 2 - round((ts + dur / 2) * 1000)
+
+
 def _clock_and_lookup(
-    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: int
+    events: list[dict[str, Any]], spans: list[tuple[int, int, int, int]], anchor_ns: Anchor
 ):
     """The profiler-to-run clock offset (ns) and ``lookup(t_ns) -> (step, phase)`` over the
     host spans (-1, None outside every step)."""
-    anchor = next((e for e in events if e.get("name") == ANCHOR_NAME), None)
-    if anchor is None:
-        raise ValueError("the kernel trace has no anchor event")
-    offset = anchor_ns - round(float(anchor["ts"]) * 1000)  # profiler µs -> perf_counter ns
+    offset = clock_offset(events, anchor_ns)
     phases = sorted(s for s in spans if s[3] != STEP)
     steps = sorted(s for s in spans if s[3] == STEP)
     p_starts, s_starts = [s[0] for s in phases], [s[0] for s in steps]

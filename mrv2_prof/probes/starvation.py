@@ -13,14 +13,17 @@ Two rules, one per signal:
   After ``h[i+1]`` all of the phase is enqueued, so from ``max(d[i], h[i+1])`` to ``d[i+1]`` the
   device was busy. Before that the host was still enqueueing; the device may have starved there.
   The rule charges that window, ``max(0, min(d[i+1], h[i+1]) - d[i])``, as starved. It is exact
-  when the device is behind the host (window 0: nothing starved) and when the host is the only
-  pace-setter of a phase with little device work (a phase whose kernels wait for the host's
-  Python between launches, or a gap between a mark and the phase's first launch); it overstates
-  starvation when the device has long kernels queued inside that window. The window lies at the
-  head of the span, where such a gap is.
+  (within a few % of the kernel trace on the H200) when the device is behind the host (window 0:
+  nothing starved) and when the phase's device work becomes runnable only as the host's last
+  call returns (a CUDA-graph replay: its kernels start after ``cudaGraphLaunch`` returns, so the
+  device waits through the call), with a few small host-paced operations before it. In a
+  host-paced eager phase, where the device runs each kernel as it is launched and keeps up, it
+  charges the kernels' own time as starved too: there the value is an upper bound of the
+  starvation (busy = span − starved a lower bound), off by the kernels' busy time (about 90 % of
+  it eager, measured); the kernel-trace window gives the exact value.
 * **from the kernel trace** (exact, inside a kernel-trace window): starved = the span minus the
-  time its device operations (kernels, copies) ran and the gaps between them after the next one
-  had been launched (``store.device_busy``). It runs after the run over the stored spans
+  time its device operations (kernels, copies) ran and the gaps whose next operation was already
+  queued (``store.device_busy``). It runs after the run over the stored spans
   (``store.step_timeline.kernel_starved``).
 """
 

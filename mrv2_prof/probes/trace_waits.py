@@ -48,12 +48,14 @@ def trace_waits(
     offset_ns: int,
     lookup,
     known: list[tuple[int, int, bool]],
+    tolerance_ns: int = CLOCK_TOLERANCE_NS,
 ) -> list[tuple[int, int, str, str, int]]:
     """``(step, t_ns, kind, site, blocked_ns)`` rows of the waits in ``events`` (Chrome trace
     events; profiler µs + ``offset_ns`` = ``perf_counter_ns``). ``lookup(t_ns)`` gives the
     ``(step, phase)`` of a host time (step -1: outside every step); ``known`` are the
     ``known_interval`` of each wait recorded outside the trace: a runtime call inside a timed one
-    (or beginning just after an untimed one's stamp) is that wait."""
+    (or beginning just after an untimed one's stamp) is that wait, give or take ``tolerance_ns``
+    (the clock tie's uncertainty)."""
     pageable = set()
     for e in events:
         if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy" and "Pageable" in str(e.get("name")):
@@ -76,17 +78,19 @@ def trace_waits(
         t0 = round(float(e["ts"]) * 1000) + offset_ns
         t1 = t0 + round(float(e.get("dur", 0)) * 1000)
         step, phase = lookup(t0)
-        if step < 0 or _covered(t0, t1, known, starts):
+        if step < 0 or _covered(t0, t1, known, starts, tolerance_ns):
             continue
         rows.append((step, t0, kind, trace_site(phase), t1 - t0))
     return rows
 
 
-def _covered(t0: int, t1: int, known: list[tuple[int, int, bool]], starts: list[int]) -> bool:
-    i = bisect.bisect_right(starts, t0 + CLOCK_TOLERANCE_NS)
+def _covered(
+    t0: int, t1: int, known: list[tuple[int, int, bool]], starts: list[int], tol: int
+) -> bool:
+    i = bisect.bisect_right(starts, t0 + tol)
     for s, e, timed in known[:i]:
-        if timed and s - CLOCK_TOLERANCE_NS <= t0 and t1 <= e + CLOCK_TOLERANCE_NS:
+        if timed and s - tol <= t0 and t1 <= e + tol:
             return True
-        if not timed and s <= t0 <= e:
+        if not timed and s - tol <= t0 <= e:
             return True
     return False

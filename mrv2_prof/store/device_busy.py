@@ -2,11 +2,14 @@
 
 A device span (``probes.gpu_timeline``) runs from the moment the stream reached one mark to the
 moment it reached the next. Inside it the device ran operations (kernels, copies, fills: the
-kernel trace's rows) with gaps between them. A gap is *waiting for the host* (starved) up to the
-moment the host launched the operation that ends it; after that the work was queued and the gap
-is the device's own latency (between the kernels of one CUDA graph, all launched at once, every
-gap is that). The gap before the span's end mark is the device waiting for the host to record
-it. Without launch times every gap counts as waiting (busy = the union of the operations).
+kernel trace's rows) with gaps between them. A gap counts as busy when the operation that ends it
+was already queued as the gap began, that is its launch call had returned by then: the gap is
+the device's own latency between queued work (between the kernels of one CUDA graph, all
+launched by one call, every gap is that). Otherwise the device had nothing to run and the whole
+gap is *waiting for the host* (starved), including the device's pick-up latency after a late
+launch: host-paced launching costs that too. The gap before the span's end mark is the device
+waiting for the host to record it. Without launch times every gap counts as waiting (busy = the
+union of the operations).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def busy_intervals(
     op_start: np.ndarray, op_end: np.ndarray, op_launch: np.ndarray | None, lo: int, hi: int
 ) -> list[tuple[int, int]]:
     """The disjoint parts of ``[lo, hi)`` during which the device was not waiting for the host:
-    while an operation ran, and in a gap after the next operation had been launched."""
+    while an operation ran, and in a gap whose next operation had been launched (its launch call
+    returned, ``op_launch``) before the gap began."""
     s = np.clip(np.asarray(op_start, dtype=np.int64), lo, hi)
     e = np.clip(np.asarray(op_end, dtype=np.int64), lo, hi)
     launch = (
@@ -43,10 +47,9 @@ def busy_intervals(
     ):
         if end <= cur:
             continue
-        if start > cur:  # a gap: waiting for the host until the launch, then queued
-            queued_from = min(start, max(cur, at))
-            if queued_from < start:
-                _add(out, queued_from, start)
+        if start > cur:  # a gap: queued work (busy) or waiting for the host (starved)
+            if at <= cur:
+                _add(out, cur, start)
             cur = start
         _add(out, cur, end)
         cur = end

@@ -12,7 +12,13 @@ import torch
 
 from mrv2_prof.probes import kernel_trace, recording
 from mrv2_prof.probes.api import FORWARD, PREPARE, SAMPLE, STEP
-from mrv2_prof.probes.kernel_trace import ANCHOR_NAME, KernelTrace, attribute
+from mrv2_prof.probes.kernel_trace import (
+    ANCHOR_NAME,
+    ANCHOR_TRIES,
+    KernelTrace,
+    attribute,
+    clock_offset,
+)
 from mrv2_prof.probes.recording import RecordingProbe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,8 +80,9 @@ def test_a_window_attributes_by_the_probes_host_spans_not_its_device_spans(tmp_p
     """A one-step window on the CPU with a stand-in profiler: the spans it keeps are the host
     spans the probe recorded for the step; a device span of the same step (on the GPU's time,
     overlapping the host's) is not one of them."""
+    anchor = {"ph": "X", "name": ANCHOR_NAME, "ts": 0.0, "dur": 0.0, "cat": "user_annotation"}
     events = [
-        {"ph": "X", "name": ANCHOR_NAME, "ts": 0.0, "dur": 1.0, "cat": "user_annotation"},
+        *[anchor] * ANCHOR_TRIES,  # every try of the anchor, each between stamps of 0 ns
         {"ph": "X", "name": "cudaLaunchKernel", "ts": 1.2, "dur": 0.1, "args": {"correlation": 1}},
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.3, "dur": 0.2,
          "args": {"correlation": 1, "stream": 7}},
@@ -114,6 +121,24 @@ def test_a_window_attributes_by_the_probes_host_spans_not_its_device_spans(tmp_p
     got = {k: v.tolist() for k, v in trace.columns.items()}
     assert got == {"step": [0], "phase": ["prepare"], "name": ["k"], "start_ns": [1300],
                    "end_ns": [1500], "stream": [7]}  # fmt: skip
+    assert trace.launch_ns.tolist() == [1300]  # the launch call returned at 1.2 + 0.1 µs
+
+
+def test_the_clock_offset_comes_from_the_tightest_anchor_midpoint():
+    """Three anchors: the first range cost the profiler 60 µs (stamps 40..110 µs around it),
+    the second 2 µs (stamps 200..203 µs), the third 3 µs. The second is the tightest: the
+    midpoint of its profiler range (5,001 µs) is the midpoint of its stamps (201.5 µs)."""
+    us = 1000
+    events = [
+        {"ph": "X", "name": ANCHOR_NAME, "ts": 4840.0, "dur": 60.0},
+        {"ph": "X", "name": ANCHOR_NAME, "ts": 5000.0, "dur": 2.0},
+        {"ph": "X", "name": ANCHOR_NAME, "ts": 5100.0, "dur": 3.0},
+    ]
+    stamps = [(40 * us, 110 * us), (200 * us, 203 * us), (299 * us, 303 * us)]
+    assert clock_offset(events, stamps) == 201_500 - 5_001_000
+    assert clock_offset(events, 7 * us) == 7 * us - 4_840_000  # one stamp: the first's start
+    with pytest.raises(ValueError, match="3 anchor events in the trace for 2 stamps"):
+        clock_offset(events, stamps[:2])
 
 
 def test_the_cli_refuses_a_kernel_trace_under_nsight_systems(tmp_path, monkeypatch):

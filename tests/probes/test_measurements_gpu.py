@@ -3,8 +3,10 @@ intervals in the same steps of one run, and every planted host wait found at its
 
 Each test prints the differences it measured (``-s`` shows them), so they can be quoted:
 the phase busy time from the CUDA events (span − starved, ``probes.starvation``) against the
-busy time from the kernel trace (its operations, and the gaps after the next one was launched:
-``store.device_busy``; the plain union of the kernel intervals is printed beside it); the run
+busy time from the kernel trace (its operations, and the gaps whose next operation was already
+queued: ``store.device_busy``; the plain union of the kernel intervals is printed beside it),
+within 5 % with CUDA graphs, and never above it eager (where the events rule is an upper bound
+of the starvation); the run
 overlap from the events against the overlap recomputed from the kernel trace alone (each step's
 device busy intervals against the next step's host prep span); the sync sites of every planted
 kind.
@@ -99,8 +101,13 @@ def test_phase_busy_time_from_the_events_matches_the_kernel_union(traced):
     print(f"{label} all phases: busy from events {total_ev / 1e3:.1f} µs, from the kernel trace "
           f"{total_k / 1e3:.1f} µs ({(total_ev - total_k) / total_k:+.1%}; kernel union "
           f"{sum(union_k.values()) / 1e3:.1f} µs)")  # fmt: skip
-    assert abs(busy_ev["forward"] - busy_k["forward"]) <= 0.05 * busy_k["forward"]
-    assert abs(total_ev - total_k) <= 0.05 * total_k
+    if label.endswith("/none"):
+        # eager, host-paced: the events rule is an upper bound of starvation (probes.starvation)
+        for name in PHASES:
+            assert busy_ev[name] <= 1.05 * busy_k[name] + 1_000, name
+    else:
+        assert abs(busy_ev["forward"] - busy_k["forward"]) <= 0.05 * busy_k["forward"]
+        assert abs(total_ev - total_k) <= 0.05 * total_k
 
 
 def test_run_overlap_from_the_events_matches_the_kernel_trace(traced):

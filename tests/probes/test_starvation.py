@@ -44,18 +44,22 @@ def test_union_and_the_kernel_rule():
     assert got.tolist() == [0]
 
 
-def test_a_gap_is_waiting_for_the_host_only_until_the_next_launch():
-    # span 0..100; ops [10,20) launched at 5, [30,40) launched at 25, [50,60) launched at 0
+def test_a_gap_is_busy_only_when_its_next_operation_was_already_queued():
+    # span 0..100; ops [10,20) launched (call returned) at 5, [30,40) at 25, [50,60) at 0
     # (queued long before: the gap 40..50 is the device's own latency, as inside a CUDA graph),
-    # nothing after 60 until the end mark at 100.
-    # waiting: 0..5 (first launch at 5), 20..25, 60..100 -> 5 + 5 + 40 = 50
-    # busy: 5..20, 25..60 (merged: the op, its queued gap, the graph-like gap)
-    starts, ends, launches = np.array([10, 30, 50]), np.array([20, 40, 60]), np.array([5, 25, 0])
-    assert busy_intervals(starts, ends, launches, 0, 100) == [(5, 20), (25, 60)]
+    # [62,64) at 61 (launched after the previous op ended: host-paced), nothing after 64 until
+    # the end mark at 100.
+    # gaps: 0..10 before the first op (no previous op: waiting), 20..30 (its op was launched at
+    # 25, after the gap began at 20: waiting, pick-up latency included), 40..50 (queued at 0:
+    # busy), 60..62 (launched at 61 > 60: waiting), 64..100 (the end mark: waiting)
+    # waiting: 10 + 10 + 2 + 36 = 58; busy: 10..20, 30..60, 62..64 = 10 + 30 + 2 = 42
+    starts, ends = np.array([10, 30, 50, 62]), np.array([20, 40, 60, 64])
+    launches = np.array([5, 25, 0, 61])
+    assert busy_intervals(starts, ends, launches, 0, 100) == [(10, 20), (30, 60), (62, 64)]
     got = starved_from_kernels(np.array([0]), np.array([100]), starts, ends, launches)
-    assert got.tolist() == [50]
-    # without launch times every gap is waiting: 100 - 30 = 70
-    assert starved_from_kernels(np.array([0]), np.array([100]), starts, ends).tolist() == [70]
+    assert got.tolist() == [58]
+    # without launch times every gap is waiting: 100 - 32 = 68
+    assert starved_from_kernels(np.array([0]), np.array([100]), starts, ends).tolist() == [68]
 
 
 def test_host_prep_under_a_starved_window_is_not_hidden():
