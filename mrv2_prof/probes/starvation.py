@@ -20,7 +20,9 @@ Two rules, one per signal:
   host-paced eager phase, where the device runs each kernel as it is launched and keeps up, it
   charges the kernels' own time as starved too: there the value is an upper bound of the
   starvation (busy = span − starved a lower bound), off by the kernels' busy time (about 90 % of
-  it eager, measured); the kernel-trace window gives the exact value.
+  it eager, measured), except that the device's pick-up of the phase's end mark after the host
+  recorded it (about 20 µs under a kernel trace) counts as busy; the kernel-trace window gives
+  the exact value.
 * **from the kernel trace** (exact, inside a kernel-trace window): starved = the span minus the
   time its device operations (kernels, copies) ran and the gaps whose next operation was already
   queued (``store.device_busy``). It runs after the run over the stored spans

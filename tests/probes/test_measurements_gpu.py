@@ -36,6 +36,7 @@ pytestmark = [
 ]
 WINDOW = (12, 8)  # kernel-trace steps: first, count
 PHASES = ("prepare", "forward", "sample")
+PICKUP_NS = 40_000  # the device reaching a phase's end mark after its record, when it keeps up
 
 
 def _engine(probe, preset: str, cudagraph_mode: str) -> Engine:
@@ -83,12 +84,14 @@ def test_phase_busy_time_from_the_events_matches_the_kernel_union(traced):
     busy_k = dict.fromkeys(PHASES, 0)
     union_k = dict.fromkeys(PHASES, 0)
     span_total = dict.fromkeys(PHASES, 0)
+    spans = dict.fromkeys(PHASES, 0)
     for step, track, name, start, end, starved in _rows(
         out["spans"], ["step", "track", "name", "start_ns", "end_ns", "starved_ns"]
     ):
         if track != "gpu" or step not in steps[1:]:  # the window's first step: profiler warm-up
             continue
         span_total[name] += end - start
+        spans[name] += 1
         busy_ev[name] += end - start - starved
         busy_k[name] += sum(b - a for a, b in busy_intervals(ks, ke, kl, start, end))
         union_k[name] += union_ns(ks, ke, start, end)
@@ -102,9 +105,10 @@ def test_phase_busy_time_from_the_events_matches_the_kernel_union(traced):
           f"{total_k / 1e3:.1f} µs ({(total_ev - total_k) / total_k:+.1%}; kernel union "
           f"{sum(union_k.values()) / 1e3:.1f} µs)")  # fmt: skip
     if label.endswith("/none"):
-        # eager, host-paced: the events rule is an upper bound of starvation (probes.starvation)
+        # eager, host-paced: the events rule is an upper bound of starvation (probes.starvation),
+        # up to the device's pick-up of the phase's last launch and end mark (PICKUP_NS a span)
         for name in PHASES:
-            assert busy_ev[name] <= 1.05 * busy_k[name] + 1_000, name
+            assert busy_ev[name] <= 1.05 * busy_k[name] + spans[name] * PICKUP_NS, name
     else:
         assert abs(busy_ev["forward"] - busy_k["forward"]) <= 0.05 * busy_k["forward"]
         assert abs(total_ev - total_k) <= 0.05 * total_k
