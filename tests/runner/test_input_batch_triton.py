@@ -223,3 +223,45 @@ def test_cuda_launch_does_not_sync():
         input_batch_triton.prepare_inputs_triton(*args)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("prepare", ["ref", "triton"])
+def test_writes_into_persistent_buffers_in_place(prepare):
+    """Two steps into one set of ``InputBuffers``: each step's results land in the buffers'
+    first rows (the same storage, no new tensors) and equal a fresh-tensor build of that step;
+    the rows past the step keep what was there (the larger first step's values)."""
+    from mrv2_prof.runner.worker.input_buffers import InputBuffers
+
+    fn = prepare_inputs_ref if prepare == "ref" else input_batch_triton.prepare_inputs_triton
+    rng = np.random.default_rng(11)
+    state = State(rng, NUM_SLOTS, max_len=48, block_size=16)
+    buffers = InputBuffers.allocate(256, NUM_SLOTS, state.max_blocks, DEVICE)
+    first = None
+    for kinds in (["prefill", "boundary", "decode", "prefill"], ["decode", "decode"]):
+        idx, counts = make_batch(rng, state, kinds)
+        args = device_args(state, idx, counts)
+        want = prepare_inputs_ref(*args)
+        views = buffers.views(int(counts.sum()), len(kinds))
+        got = fn(*args, out=views)
+        assert all(got[k].data_ptr() == views[k].data_ptr() for k in views)
+        assert_same(want, got)
+        if first is None:
+            first = {k: v.clone() for k, v in got.items()}
+    t, r = int(counts.sum()), len(kinds)
+    assert torch.equal(buffers.input_ids[t : len(first["input_ids"])], first["input_ids"][t:])
+    assert torch.equal(buffers.seq_lens[r : len(first["seq_lens"])], first["seq_lens"][r:])
+
+
+def test_persistent_buffers_refuse_a_step_too_large_or_a_wrong_layout():
+    from mrv2_prof.runner.worker.input_buffers import InputBuffers
+
+    buffers = InputBuffers.allocate(8, 2, 4, DEVICE)
+    with pytest.raises(ValueError, match="exceeds the input buffers"):
+        buffers.views(9, 1)
+    rng = np.random.default_rng(3)
+    state = State(rng, 4, max_len=16, block_size=4)
+    idx, counts = make_batch(rng, state, ["decode", "decode"])
+    views = buffers.views(2, 2)
+    views["seq_lens"] = views["seq_lens"].long()
+    with pytest.raises(ValueError, match=r"out\['seq_lens'\] must be a contiguous \[2\]"):
+        input_batch_triton.prepare_inputs_triton(*device_args(state, idx, counts), out=views)

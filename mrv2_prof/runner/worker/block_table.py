@@ -39,5 +39,10 @@ class BlockTables:
     def apply_write(self) -> WriteStats | None:
         return self.table.apply_write()
 
-    def gather(self, idx_mapping: torch.Tensor) -> torch.Tensor:  # [B, max_blocks]
-        return self.table.gpu[idx_mapping.long()]
+    def gather(
+        self, idx_mapping: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:  # [B, max_blocks]
+        """The batch's rows (``idx_mapping`` int32 or int64), into ``out`` when given."""
+        if out is None:
+            return torch.index_select(self.table.gpu, 0, idx_mapping)
+        return torch.index_select(self.table.gpu, 0, idx_mapping, out=out)

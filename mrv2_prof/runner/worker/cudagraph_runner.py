@@ -1,10 +1,11 @@
 """The CUDA graph backend (CUDA only): static input buffers, capture and replay.
 
-``GraphRunner`` is the ``GraphBackend`` that ``CudaGraphManager.capture`` drives. Static input
-buffers are allocated once at the largest capture size and shared by every graph (each graph
-reads views of their first rows); all graphs share one memory pool and are captured largest
-first. Each body runs once outside the graph before its capture (cuBLAS workspaces,
-autotuning). What the graphs run, the model calls, comes from ``cudagraph_bodies.py``.
+``GraphRunner`` is the ``GraphBackend`` that ``CudaGraphManager.capture`` drives. The graphs'
+static inputs are the runner's persistent ``InputBuffers`` (each graph reads views of their first
+rows), the buffers the step's input preparation writes in place: a replay copies nothing in. Only
+a FULL graph's ``query_start_loc`` (one token a row) is its own. All graphs share one memory pool
+and are captured largest first. Each body runs once outside the graph before its capture
+(cuBLAS workspaces, autotuning). What the graphs run, the model calls, comes from ``cudagraph_bodies.py``.
 
 A FULL replay pads the batch up to the capture size: padding rows get KV slot -1 (the KV write
 skips them) and a one-token context in block 0. A PIECEWISE replay whose segments write the KV
@@ -22,6 +23,7 @@ from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.worker.cudagraph_bodies import PiecewiseBody, full_body
 from mrv2_prof.runner.worker.cudagraph_manager import GraphBackend, GraphPlan
 from mrv2_prof.runner.worker.input_batch import InputBatch
+from mrv2_prof.runner.worker.input_buffers import InputBuffers
 
 
 def _capture(body: Callable[[], None], pool) -> torch.cuda.CUDAGraph:
@@ -42,21 +44,26 @@ class GraphRunner(GraphBackend):
         block_size: int,
         max_blocks_per_req: int,
         plan: GraphPlan,
+        inputs: InputBuffers,
     ) -> None:
         self.model, self.kv_caches, self.block_size = model, kv_caches, block_size
         dev = kv_caches[0].device
         self.device = dev
         n = max((*plan.full_sizes, *plan.piecewise_sizes), default=1)
         nf = max(plan.full_sizes, default=1)
+        if n > inputs.max_tokens or nf > inputs.max_reqs:
+            raise ValueError(
+                f"capture sizes up to {n} tokens / {nf} requests exceed the input buffers "
+                f"({inputs.max_tokens} / {inputs.max_reqs})"
+            )
 
-        # Inputs, shared by every graph (views of the first rows).
-        self.input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.int64, device=dev)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.int64, device=dev)
+        # Inputs, shared by every graph (views of the first rows) and written by each step.
+        self.input_ids, self.positions = inputs.input_ids, inputs.positions
+        self.slot_mapping, self.seq_lens = inputs.slot_mapping, inputs.seq_lens
+        self.block_table = inputs.block_table
+        assert self.block_table.shape[1] == max_blocks_per_req
         # FULL: one token per request; padding rows attend to one token of block 0.
-        self.seq_lens = torch.ones(nf, dtype=torch.int32, device=dev)
         self.query_start_loc = torch.arange(nf + 1, dtype=torch.int32, device=dev)
-        self.block_table = torch.zeros((nf, max_blocks_per_req), dtype=torch.int32, device=dev)
         self.logits = torch.zeros(
             (nf if plan.full_sizes else 0, model.args.vocab_size),
             dtype=model.lm_head_weight.dtype,
@@ -96,6 +103,8 @@ class GraphRunner(GraphBackend):
 
     def capture_full(self, size: int, pool) -> None:
         self.slot_mapping[:size].fill_(-1)  # capture writes nothing to the KV cache
+        self.seq_lens[:size].fill_(1)
+        self.block_table[:size].zero_()
         meta = self._full_meta(size)
 
         def body() -> None:
@@ -119,11 +128,11 @@ class GraphRunner(GraphBackend):
     def replay_full(self, size: int, batch: InputBatch) -> torch.Tensor:
         """Logits [B, V] of a uniform decode batch of B <= size requests."""
         n = batch.num_reqs
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.slot_mapping[:n].copy_(batch.slot_mapping)
-        self.seq_lens[:n].copy_(batch.seq_lens)
-        self.block_table[:n].copy_(batch.block_table)
+        _put(self.input_ids, batch.input_ids)
+        _put(self.positions, batch.positions)
+        _put(self.slot_mapping, batch.slot_mapping)
+        _put(self.seq_lens, batch.seq_lens)
+        _put(self.block_table, batch.block_table)
         if size > n:  # padding: write nothing, attend to one token
             self.slot_mapping[n:size].fill_(-1)
             self.seq_lens[n:size].fill_(1)
@@ -133,11 +142,17 @@ class GraphRunner(GraphBackend):
     def run_piecewise(self, size: int, batch: InputBatch, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [T, H] of any batch of T <= size tokens; attention runs eagerly."""
         t = batch.num_tokens
-        self.input_ids[:t].copy_(batch.input_ids)
-        self.positions[:t].copy_(batch.positions)
+        _put(self.input_ids, batch.input_ids)
+        _put(self.positions, batch.positions)
         if self.piecewise.kv_in_segments:  # the segments write the KV cache: padding writes none
-            self.slot_mapping[:t].copy_(batch.slot_mapping)
+            _put(self.slot_mapping, batch.slot_mapping)
             if size > t:
                 self.slot_mapping[t:size].fill_(-1)
         replays = [graph.replay for graph in self.piece_graphs[size]]
         return self.piecewise.run(replays, t, meta)
+
+
+def _put(static: torch.Tensor, step: torch.Tensor) -> None:
+    """The step's tensor into the static buffer's first rows, unless it was built there."""
+    if step.data_ptr() != static.data_ptr():
+        static[: step.shape[0]].copy_(step)

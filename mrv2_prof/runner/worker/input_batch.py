@@ -64,9 +64,11 @@ def prepare_inputs_ref(
     last_sampled_tokens: torch.Tensor,  # [R] int64
     block_table: torch.Tensor,  # [R, max_blocks] int32
     block_size: int,
+    out: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Build the step's inputs; a token at position p < num_prefill_tokens comes from the
-    request's known tokens, later positions from the last sampled token (decode)."""
+    request's known tokens, later positions from the last sampled token (decode). ``out``
+    (``InputBuffers.views``): tensors to write them into, returned in their place."""
     device = idx_mapping.device
     num_reqs = idx_mapping.shape[0]
     slots = idx_mapping.long()
@@ -88,7 +90,7 @@ def prepare_inputs_ref(
     block_ids = block_table[token_slot, positions // block_size].long()
     slot_mapping = block_ids * block_size + positions % block_size
     seq_lens = computed[slots] + counts
-    return {
+    built = {
         "input_ids": input_ids,
         "positions": positions,
         "query_start_loc": query_start_loc.to(torch.int32),
@@ -96,6 +98,11 @@ def prepare_inputs_ref(
         "slot_mapping": slot_mapping,
         "logits_indices": query_start_loc[1:] - 1,
     }
+    if out is None:
+        return built
+    for name, t in built.items():
+        out[name].copy_(t)
+    return out
 
 
 def dummy_batch(

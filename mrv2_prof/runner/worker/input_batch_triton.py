@@ -111,12 +111,14 @@ def prepare_inputs_triton(
     last_sampled_tokens: torch.Tensor,  # [R] int64
     block_table: torch.Tensor,  # [R, max_blocks] int32, any row stride
     block_size: int,
+    out: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Build the step's inputs in one launch; same arguments and results as ``prepare_inputs_ref``.
 
     A token at position p < num_prefill_tokens[slot] comes from ``prefill_token_ids``, later
     positions from ``last_sampled_tokens`` (decode). ``prefill_token_ids`` is only read through
     its data pointer and row stride, so a UVA view of a pinned host table works unchanged.
+    ``out`` (``InputBuffers.views``): the kernel writes into these instead of fresh tensors.
     """
     device = idx_mapping.device
     num_reqs = idx_mapping.shape[0]
@@ -137,12 +139,20 @@ def prepare_inputs_triton(
         last_sampled_tokens=last_sampled_tokens,
         block_table=block_table,
     )
-    input_ids = torch.empty(num_tokens, dtype=torch.int64, device=device)
-    positions = torch.empty(num_tokens, dtype=torch.int64, device=device)
-    query_start_loc = torch.empty(num_reqs + 1, dtype=torch.int32, device=device)
-    seq_lens = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    slot_mapping = torch.empty(num_tokens, dtype=torch.int64, device=device)
-    logits_indices = torch.empty(num_reqs, dtype=torch.int64, device=device)
+    if out is None:
+        out = {
+            "input_ids": torch.empty(num_tokens, dtype=torch.int64, device=device),
+            "positions": torch.empty(num_tokens, dtype=torch.int64, device=device),
+            "query_start_loc": torch.empty(num_reqs + 1, dtype=torch.int32, device=device),
+            "seq_lens": torch.empty(num_reqs, dtype=torch.int32, device=device),
+            "slot_mapping": torch.empty(num_tokens, dtype=torch.int64, device=device),
+            "logits_indices": torch.empty(num_reqs, dtype=torch.int64, device=device),
+        }
+    else:
+        _check_out(out, num_tokens, num_reqs, device)
+    input_ids, positions, slot_mapping = out["input_ids"], out["positions"], out["slot_mapping"]
+    query_start_loc, seq_lens = out["query_start_loc"], out["seq_lens"]
+    logits_indices = out["logits_indices"]
     if num_reqs == 0:
         query_start_loc.zero_()
     else:
@@ -166,11 +176,26 @@ def prepare_inputs_triton(
             BLOCK_T=BLOCK_T,
             BLOCK_R=BLOCK_R,
         )
-    return {
-        "input_ids": input_ids,
-        "positions": positions,
-        "query_start_loc": query_start_loc,
-        "seq_lens": seq_lens,
-        "slot_mapping": slot_mapping,
-        "logits_indices": logits_indices,
-    }
+    return out
+
+
+_OUT_LAYOUT = {
+    "input_ids": torch.int64,
+    "positions": torch.int64,
+    "slot_mapping": torch.int64,
+    "query_start_loc": torch.int32,
+    "seq_lens": torch.int32,
+    "logits_indices": torch.int64,
+}
+
+
+def _check_out(out: dict[str, torch.Tensor], num_tokens: int, num_reqs: int, device) -> None:
+    for name, dtype in _OUT_LAYOUT.items():
+        t = out[name]
+        rows = num_reqs + 1 if name == "query_start_loc" else num_reqs
+        want = num_tokens if name in ("input_ids", "positions", "slot_mapping") else rows
+        if t.shape != (want,) or t.dtype != dtype or t.device != device or not t.is_contiguous():
+            raise ValueError(
+                f"out[{name!r}] must be a contiguous [{want}] {dtype} tensor on {device}, "
+                f"got {tuple(t.shape)} {t.dtype} on {t.device}"
+            )

@@ -37,6 +37,7 @@ from mrv2_prof.runner.worker.cudagraph_manager import (
 )
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.input_batch import InputBatch
+from mrv2_prof.runner.worker.input_buffers import InputBuffers
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
@@ -103,6 +104,14 @@ class ModelRunner:
             self.copies,
         )
         self.kv_caches: list[torch.Tensor] | None = None  # allocated at start-up
+        # The step's device inputs, built in place every step and read by the captured graphs.
+        plan = self.graphs.plan
+        self.inputs = InputBuffers.allocate(
+            max((config.max_num_batched_tokens, *plan.full_sizes, *plan.piecewise_sizes)),
+            max((config.max_num_reqs, *plan.full_sizes)),
+            config.max_num_blocks_per_req,
+            self.device,
+        )
         # Per-step arrays (idx_mapping | counts) go through a ring of pinned buffers into one
         # device buffer: no allocation, and the CPU never rewrites a buffer a copy may read.
         n = config.max_num_reqs
@@ -185,7 +194,7 @@ class ModelRunner:
 
         # Advance device-side state; the next step reads it without a host round trip.
         rs = self.req_states
-        slots = batch.idx_mapping.long()
+        slots = batch.idx_mapping  # int32 indices: no conversion kernel
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
         if self.config.staged_writes:
             rs.num_computed_tokens.gpu.index_add_(0, slots, batch.num_scheduled_tokens)
@@ -308,6 +317,7 @@ class ModelRunner:
             rs.last_sampled_tokens,
             self.block_tables.table.gpu,
             self.config.block_size,
+            out=self.inputs.views(num_tokens, num_reqs),
         )
         return InputBatch(
             req_ids=req_ids,
@@ -319,6 +329,6 @@ class ModelRunner:
             seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
-            block_table=self.block_tables.gather(idx_mapping),
+            block_table=self.block_tables.gather(idx_mapping, self.inputs.block_table[:num_reqs]),
             **inputs,
         )

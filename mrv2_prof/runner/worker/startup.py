@@ -150,6 +150,7 @@ def capture_graphs(runner: ModelRunner) -> None:
         runner.config.block_size,
         runner.config.max_num_blocks_per_req,
         plan,
+        runner.inputs,
     )
     p = runner.probe
     info = runner.info
