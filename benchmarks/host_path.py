@@ -158,11 +158,25 @@ def tokens_per_s(db: Path, run_id: str) -> float:
         con.close()
 
 
+def probe_set(name: str) -> dict:
+    """``default``, ``off``, or ``+NAME``: every probe off but ``NAME`` (its cost alone)."""
+    if name in PROBE_SETS:
+        return PROBE_SETS[name]
+    probe = name.removeprefix("+")
+    if not name.startswith("+") or probe not in PROBE_SETS["off"]:
+        raise SystemExit(f"--probe-sets: {name!r} is not default, off or +PROBE")
+    on = {"nvml_hz": 10} if probe == "nvml_hz" else {probe: True}
+    return {**PROBE_SETS["off"], **on}
+
+
 def part_phases(args, tmp: Path) -> list[dict]:
     results = []
+    sets = args.probe_sets.split(",")
+    for name in sets:
+        probe_set(name)  # refuse a bad name before any run
     for batch in args.batches:
         for rep in range(args.repeats):
-            order = list(PROBE_SETS) if rep % 2 == 0 else list(PROBE_SETS)[::-1]
+            order = sets if rep % 2 == 0 else sets[::-1]
             for side in order:
                 runner = {} if args.quick else {"cudagraph_capture_sizes": [batch]}
                 data = scenario(
@@ -171,7 +185,7 @@ def part_phases(args, tmp: Path) -> list[dict]:
                     num_requests=batch,
                     prompt=(16, 32),
                     tokens=args.decode_tokens,
-                    probes=PROBE_SETS[side],
+                    probes=probe_set(side),
                     runner=runner,
                 )
                 run_id, db = run_harness(data, tmp)
@@ -443,6 +457,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--preset", default="llama-1b")
     ap.add_argument("--batches", default="1,64,256")
+    ap.add_argument(
+        "--probe-sets",
+        default="default,off",
+        help="phases: probe sets to alternate (default, off, +cuda_events: only that probe on)",
+    )
     ap.add_argument("--decode-tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--small-preset", default="qwen3-0.6b")
