@@ -34,7 +34,10 @@ class DecoderModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """Llama/Qwen2 decoder; ``lm_head`` exists only when the embeddings are untied."""
+    """Llama/Qwen2 decoder; ``lm_head`` exists only when the embeddings are untied. A rank's
+    shard (``runner/parallel/shard.py``) sets ``tp``: its LM head holds a vocab slice."""
+
+    tp = None  # the tensor-parallel group of a shard: logits are gathered across it
 
     def __init__(self, args: ModelArgs, kernels: ModelKernels = TORCH_MODEL_KERNELS) -> None:
         super().__init__()
@@ -79,7 +82,8 @@ class LlamaForCausalLM(nn.Module):
         """[N, H] -> logits [N, vocab] in the weights' dtype: one GEMM. The samplers read them
         as they are (the Triton sampler upcasts in registers, the torch one with ``.float()``),
         which is the same float32 values as ``compute_logits`` without a [N, V] copy."""
-        return F.linear(hidden, self.lm_head_weight)  # [N, V]
+        logits = F.linear(hidden, self.lm_head_weight)  # [N, V] (a shard: [N, V / world])
+        return logits if self.tp is None else self.tp.all_gather_last(logits)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, H] -> float32 logits [N, vocab]; the matmul runs in the weights' dtype."""

@@ -5,7 +5,8 @@ static inputs are the runner's persistent ``InputBuffers`` (each graph reads vie
 rows), the buffers the step's input preparation writes in place: a replay copies nothing in. Only
 a FULL graph's ``query_start_loc`` (one token a row) is its own. All graphs share one memory pool
 and are captured largest first. Each body runs once outside the graph before its capture
-(cuBLAS workspaces, autotuning). What the graphs run, the model calls, comes from ``cudagraph_bodies.py``.
+(cuBLAS workspaces, autotuning). What the graphs run, the model calls, comes from
+``cudagraph_bodies.py``.
 
 A FULL replay pads the batch up to the capture size: padding rows get KV slot -1 (the KV write
 skips them) and a one-token context in block 0. A PIECEWISE replay whose segments write the KV

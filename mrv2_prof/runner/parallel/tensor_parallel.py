@@ -1,0 +1,75 @@
+"""Megatron-style tensor parallelism over ``torch.distributed`` (gloo on the CPU, NCCL on CUDA):
+the collectives and the layer ops that call them.
+
+A rank holds ``1/N`` of every layer (``shard.py``): the merged QKV and gate/up projections are
+column-parallel (split by heads and by columns, no communication), the output and down
+projections row-parallel (each rank's partial sum, then one all-reduce), the embedding and the
+LM head vocab-parallel (an all-reduce of the masked lookups; an all-gather of the logits). A
+layer so costs two all-reduces, after attention and after the MLP, as in vLLM.
+
+``tp_kernels`` wraps a layer bundle (``ModelKernels``): the two ops that end in a row-parallel
+GEMM (``add_norm_linear``, ``mlp_down``) are split at the all-reduce: partial GEMM, all-reduce,
+then the residual add and norm of the unsharded op. Everything else (QKV with its input norm,
+QK-norm + RoPE, the KV write, paged attention) runs on the rank's heads unchanged. The fused
+Triton bundle cannot be split so: a run with ``kernels: triton`` and more than one rank uses the
+torch ops and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.model_kernels import ModelKernels
+from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_ref
+
+
+@dataclass(frozen=True)
+class TPGroup:
+    """This process's place in the tensor-parallel group (``world`` 1: no communication)."""
+
+    rank: int = 0
+    world: int = 1
+    group: object | None = None  # a torch.distributed process group; None: the default one
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
+        """Each rank's [..., n] into [..., world * n], rank order."""
+        if self.world == 1:
+            return x
+        parts = [torch.empty_like(x) for _ in range(self.world)]
+        dist.all_gather(parts, x.contiguous(), group=self.group)
+        return torch.cat(parts, dim=-1)
+
+    def split(self, n: int, what: str) -> tuple[int, int]:
+        """This rank's ``[start, end)`` of ``n`` rows split evenly."""
+        if n % self.world:
+            raise ValueError(f"{what}: {n} does not divide by tensor_parallel_size {self.world}")
+        per = n // self.world
+        return self.rank * per, (self.rank + 1) * per
+
+
+def tp_kernels(base: ModelKernels, tp: TPGroup) -> ModelKernels:
+    """``base`` with its row-parallel ops split at their all-reduce."""
+    if tp.world == 1:
+        return base
+
+    def add_norm_linear(x, attn, o_weight, o_bias, norm_weight, eps, weight):
+        partial = F.linear(attn, o_weight, o_bias if tp.rank == 0 else None)
+        h, x = fused_add_rmsnorm_ref(tp.all_reduce(partial), x, norm_weight, eps)
+        return F.linear(h, weight), x
+
+    def mlp_down(x, gate_up, weight):
+        return x + tp.all_reduce(F.linear(silu_and_mul_ref(gate_up), weight))
+
+    return replace(
+        base, name=f"{base.name}+tp{tp.world}", add_norm_linear=add_norm_linear, mlp_down=mlp_down
+    )
