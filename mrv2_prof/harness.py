@@ -246,6 +246,8 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         if engine is not None:
             _close_unfinished(engine, probe)
         try:
+            if engine is not None:
+                outcome.facts.setdefault("notes", []).extend(engine.close())
             if session is not None:
                 _finish_probes(session, outcome.facts)
             flush()

@@ -87,6 +87,10 @@ class Probe:
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         pass
 
+    # Tensor parallelism: one rank's host span of one step and its time in collectives.
+    def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
+        pass
+
     # GPU timeline: the runner marks each step's boundaries on its stream (``gpu_timeline``).
     def gpu_mark(self, mark: int) -> None:
         pass

@@ -76,6 +76,7 @@ class RecordingProbe(Probe):
         self._num_step_tokens = 0
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
+        self.ranks = self._buffer("rank_steps", capacity)
         self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
@@ -255,6 +256,18 @@ class RecordingProbe(Probe):
         b.kind[i] = self.intern(kind)
         b.site[i] = self.intern(site)
         b.blocked_ns[i] = blocked_ns
+        b.n = i + 1
+
+    def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
+        b = self.ranks
+        i = b.reserve()
+        b.rank[i], b.step[i], b.start_ns[i], b.end_ns[i], b.comm_ns[i] = (
+            rank,
+            step,
+            start_ns,
+            end_ns,
+            comm_ns,
+        )
         b.n = i + 1
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:

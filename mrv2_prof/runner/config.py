@@ -135,6 +135,7 @@ class RunnerConfig:
     cudagraph_mode: CudagraphMode = "full_and_piecewise"
     # None: vLLM's default sizes
     cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
+    tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)
     strict: bool = False
     seed: int = setting(0, in_scenario=False)  # the scenario's top-level seed
 

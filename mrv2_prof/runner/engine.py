@@ -127,6 +127,11 @@ class Engine:
         graphs = self.runner.graphs
         return graphs.usage() if graphs.captures else {}
 
+    def close(self) -> list[str]:
+        """Release what the engine started besides this process (a tensor-parallel runner's
+        worker ranks); the notes this adds to the run."""
+        return self.runner.close()
+
     def has_unfinished_requests(self) -> bool:
         """Requests not finished yet, or a step whose tokens are still to be read."""
         return self.scheduler.num_unfinished > 0 or self._in_flight is not None

@@ -10,8 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
-# Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3; a writable
+SCHEMA_VERSION = 4
+# Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
+# those marked v4; a writable
 # open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
 # (``store.opening``).
 
@@ -152,6 +153,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("start_ns", "BIGINT"),
         ("end_ns", "BIGINT"),
         ("stream", "BIGINT"),
+    ],
+    "rank_steps": [  # v4: tensor parallelism: each rank's host span of each step
+        ("run_id", "VARCHAR"),
+        ("rank", "INTEGER"),
+        ("step", "BIGINT"),
+        ("start_ns", "BIGINT"),  # the rank's queue_step began (perf_counter_ns, one host)
+        ("end_ns", "BIGINT"),  # the rank's step was done (worker ranks: its tokens read)
+        ("comm_ns", "BIGINT"),  # host time in the step's collectives (gloo: synchronous)
     ],
     "host_samples": [  # v3: the host sampler (probes.host_sampling_hz)
         ("run_id", "VARCHAR"),

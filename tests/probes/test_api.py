@@ -29,6 +29,7 @@ HOOKS = (
     "graph_dispatch",
     "graph_capture",
     "sync",
+    "rank_step",
     "gpu_mark",
     "copy",
     "request_arrival",
@@ -56,6 +57,7 @@ COLUMNS = {
     ],
     "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes"],
     "copies": ["step", "direction", "bytes", "pinned", "contiguous", "non_blocking", "host_ns"],
+    "rank_steps": ["rank", "step", "start_ns", "end_ns", "comm_ns"],
 }  # fmt: skip
 
 
@@ -189,6 +191,9 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
             for g in range(3):
                 s.gpu_span(9 + k, g, 100_000 * k + 10 * g, 100_000 * k + 10 * g + 9, g * 3)
     s.sync("item", "mrv2_prof/x.py:3", 100, t_ns=12345)  # an explicit time is kept
+    s.want["rank_steps"] = [(0, 10, 7_000, 7_900, 300), (1, 10, 7_010, 7_950, 280 + (1 << 33))]
+    for row in s.want["rank_steps"]:  # the tensor-parallel ranks' step rows, at the close
+        p.rank_step(*row)
     p.graph_capture("full:8", "full", 8, 0.25, 1 << 33)
     p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)
     p.request_finish("a", 6000, 3, 1, "length", 4)

@@ -17,7 +17,8 @@ torch ops and says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -35,18 +36,24 @@ class TPGroup:
     rank: int = 0
     world: int = 1
     group: object | None = None  # a torch.distributed process group; None: the default one
+    # host ns spent in collectives so far (gloo on the CPU is synchronous: that is their time)
+    comm_ns: list[int] = field(default_factory=lambda: [0], compare=False)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         if self.world > 1:
+            t0 = time.perf_counter_ns()
             dist.all_reduce(x, group=self.group)
+            self.comm_ns[0] += time.perf_counter_ns() - t0
         return x
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
         """Each rank's [..., n] into [..., world * n], rank order."""
         if self.world == 1:
             return x
+        t0 = time.perf_counter_ns()
         parts = [torch.empty_like(x) for _ in range(self.world)]
         dist.all_gather(parts, x.contiguous(), group=self.group)
+        self.comm_ns[0] += time.perf_counter_ns() - t0
         return torch.cat(parts, dim=-1)
 
     def split(self, n: int, what: str) -> tuple[int, int]:
@@ -55,6 +62,24 @@ class TPGroup:
             raise ValueError(f"{what}: {n} does not divide by tensor_parallel_size {self.world}")
         per = n // self.world
         return self.rank * per, (self.rank + 1) * per
+
+
+SPLIT_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
+
+
+def tp_problem(world: int, args, on_gpu: bool) -> str | None:
+    """Why ``runner.tensor_parallel_size: world`` cannot run this model here (None: it can)."""
+    if world == 1:
+        return None
+    if on_gpu:
+        return (
+            f"{world} ranks run on the CPU (gloo) only so far; set runner.device: cpu, or "
+            "tensor_parallel_size: 1 on a GPU"
+        )
+    for name in SPLIT_SIZES:
+        if getattr(args, name) % world:
+            return f"{world} does not divide the model's {name} ({getattr(args, name)})"
+    return None
 
 
 def tp_kernels(base: ModelKernels, tp: TPGroup) -> ModelKernels:

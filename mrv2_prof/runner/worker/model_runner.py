@@ -15,6 +15,7 @@ state or the probe.
 from __future__ import annotations
 
 import time
+from time import perf_counter_ns
 
 import numpy as np
 import torch
@@ -24,6 +25,8 @@ from mrv2_prof.probes.api import G_END, G_FORWARD, G_PREPARE, G_SAMPLE, Probe
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
+from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
+from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
@@ -48,7 +51,11 @@ from mrv2_prof.runner.worker.uva import PinnedRing
 
 class ModelRunner:
     def __init__(
-        self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
+        self,
+        config: RunnerConfig,
+        model_spec: ModelSpec,
+        probe: Probe | None = None,
+        tp: TPGroup | None = None,  # a worker rank's group (rank 0 starts the workers itself)
     ) -> None:
         self.config = config
         self.probe = probe if probe is not None else Probe()
@@ -83,6 +90,8 @@ class ModelRunner:
                 f"runner.max_model_len: {config.max_model_len} exceeds the model's "
                 f"max_position_embeddings {self.model_args.max_position_embeddings}"
             )
+        self._tp_step = 0  # steps sent to the other ranks
+        start_tensor_parallel(self, model_spec, tp)  # N > 1: rank 0 starts the other ranks
 
         apply = self.kernels.apply_writes
         self.req_states = RequestStates(
@@ -135,9 +144,25 @@ class ModelRunner:
             raise ConfigError(f"{unsupported[0]} (strict: true)")
         self.info.notes.extend(unsupported)
 
+    def close(self) -> list[str]:
+        """Stop the worker ranks of a tensor-parallel runner (rank 0); the notes this adds."""
+        return close_tensor_parallel(self)
+
     # ---- one step ------------------------------------------------------------------------------
     def queue_step(self, so: SchedulerOutput) -> PendingOutput:
-        """Queue the step's GPU work; nothing here waits for the GPU."""
+        """Queue the step's GPU work; nothing here waits for the GPU. Rank 0 of a
+        tensor-parallel runner first sends the step to the other ranks."""
+        if self.tp_workers is None:
+            return self._queue_step(so)
+        t0, c0 = perf_counter_ns(), self.tp.comm_ns[0]
+        self.tp_workers.send_step(so)
+        pending = self._queue_step(so)
+        comm = self.tp.comm_ns[0] - c0
+        self.probe.rank_step(0, self._tp_step, t0, perf_counter_ns(), comm)
+        self._tp_step += 1
+        return pending
+
+    def _queue_step(self, so: SchedulerOutput) -> PendingOutput:
         p = self.probe
         p.begin(probes.PREPARE)
         self.graph_mode_of_last_step = "none"  # an empty step runs nothing
@@ -205,7 +230,10 @@ class ModelRunner:
 
     def wait_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """The designed sync point: wait for a queued step's sampled tokens (and logprobs)."""
-        return self.output.wait(pending)
+        out = self.output.wait(pending)
+        if self.tp_digest is not None:
+            self.tp_digest.add(out.sampled_token_ids)
+        return out
 
     def run_dummy(self, batch: InputBatch, kv_caches: list[torch.Tensor] | None) -> None:
         """Start-up work: an eager forward pass and sampling over a dummy batch (``kv_caches``
