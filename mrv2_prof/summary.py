@@ -1,7 +1,8 @@
 """The summary tables a run ends with (and ``show`` prints again), built from the store.
 
 Returns rich renderables; the CLI prints them. Numbers come from ``store.metrics`` only, so the
-live run, ``show`` and the tests all read the same definitions.
+live run, ``show`` and the tests all read the same definitions. The summary opens with the
+run's findings, ranked (``mrv2_prof.findings``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.findings import Finding, run_findings
 from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
@@ -78,7 +80,26 @@ def _perturbed(s: RunSummary) -> str | None:
     )
 
 
-def summary_tables(s: RunSummary) -> Group:
+def findings_text(found: list[Finding]) -> Text:
+    """The ranked findings, one numbered line each with where to look under it."""
+    text = Text("findings", style="bold")
+    if not found:
+        return text.append(": nothing stands out (no rule fired)\n", style="")
+    marks = {2: ("!", "red"), 1: ("*", "yellow"), 0: ("-", "")}
+    for i, f in enumerate(found, start=1):
+        mark, style = marks.get(f.severity, ("-", ""))
+        text.append(f"\n{i:>2}. ")
+        text.append(mark, style=style)
+        text.append(f" {plain(f.text)}\n      ")
+        text.append(f"look at: {plain(f.where)}", style="dim")
+    return text.append("\n")
+
+
+def summary_tables(
+    s: RunSummary, found: list[Finding] | None = None, shown_notes: tuple[str, ...] = ()
+) -> Group:
+    """The summary of ``s``, opened by ``found`` (its findings) when given; notes already in
+    ``shown_notes`` (printed when the run started) are not printed again."""
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
     head.add_column()
@@ -135,13 +156,19 @@ def summary_tables(s: RunSummary) -> Group:
     lat.add_row(*_pct_row("ITL", s.itl_ms))
     lat.add_row(*_pct_row("E2E", s.e2e_ms))
     parts: list = [head, lat]
+    if found is not None:
+        parts.insert(0, findings_text(found))
     for note in info.get("notes", []):
+        if note in shown_notes:
+            continue
         parts.append(Text.assemble(("note ", "yellow"), plain(note)))
     return Group(*parts)
 
 
-def render_summary(store: Store, run_id: str) -> Group:
-    return summary_tables(run_summary(store, run_id))
+def render_summary(store: Store, run_id: str, shown_notes: tuple[str, ...] = ()) -> Group:
+    """Findings first, then the summary tables; ``shown_notes`` as in ``summary_tables``."""
+    s = run_summary(store, run_id)
+    return summary_tables(s, run_findings(store, run_id, s), shown_notes)
 
 
 def render_comparison(store: Store, run_ids: list[str]) -> Table:

@@ -2,7 +2,8 @@
 its own ``<script type="application/json" class="mrv2-figure" data-fig-id=...>`` element, drawn
 by one small script at the end. Returns the document as a string; the CLI writes it.
 
-A run report has a header (``store.metrics.run_summary``, the run's notes), a guide that says in
+A run report opens with the run's findings, ranked (``mrv2_prof.findings``), then a header
+(``store.metrics.run_summary``, the run's notes), a guide that says in
 one sentence what each figure shows, the figures (or "not measured on this run: <why>"), and
 the scenario YAML. A sweep report compares several runs on their headline metrics.
 """
@@ -15,6 +16,7 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from mrv2_prof.findings import Finding, run_findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
@@ -65,6 +67,7 @@ border-bottom:1px solid #eee}th{background:#f6f6f6}td.num{text-align:right}
 pre{background:#f6f6f6;padding:.8em;overflow:auto}.note{color:#8a6d00}
 .not-measured{padding:1.5em;background:#fafafa;border:1px dashed #bbb;color:#555}
 section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
+ol#findings li{margin:.3em 0}.sev-2{color:#a01010}.sev-1{color:#8a6d00}.where{color:#777}
 """
 _BOOT = """
 document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
@@ -162,6 +165,18 @@ def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
     return rows
 
 
+def findings_html(found: list[Finding]) -> str:
+    """The ranked findings as an ordered list (``ol#findings``), each with where to look."""
+    if not found:
+        return '<h2>Findings</h2><p id="findings">Nothing stands out: no rule fired.</p>'
+    items = "".join(
+        f'<li class="finding sev-{f.severity}" data-rule="{html.escape(f.rule)}">'
+        f'{html.escape(f.text)}<br><span class="where">look at: {html.escape(f.where)}</span></li>'
+        for f in found
+    )
+    return f'<h2>Findings</h2><ol id="findings">{items}</ol>'
+
+
 def _guide(fig_ids: list[str]) -> str:
     items = "".join(
         f'<li><a href="#sec-{i}">{html.escape(FIGURE_GUIDE[i][0])}</a>: '
@@ -188,6 +203,7 @@ def render_run_report(
     )
     body = [
         f"<h1>mrv2-prof report: {html.escape(data.label)} ({html.escape(run_id)})</h1>",
+        findings_html(run_findings(store, run_id, summary)),
         _table(_summary_rows(summary)), notes,
         _guide([f.fig_id if isinstance(f, NotMeasured) else f.layout.meta["id"] for f in figs]),
         *(_section(f) for f in figs),
