@@ -18,6 +18,7 @@ from mrv2_prof.findings import Finding, run_findings
 from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.safe_text import markup_safe, plain
 
@@ -171,32 +172,68 @@ def render_summary(store: Store, run_id: str, shown_notes: tuple[str, ...] = ())
     return summary_tables(s, run_findings(store, run_id, s), shown_notes)
 
 
-def render_comparison(store: Store, run_ids: list[str]) -> Table:
-    """One row per run of a matrix sweep; a column per matrix key holds its value."""
-    combos = {}
+_METRIC_COLUMNS = (
+    "tok/s",
+    "TTFT p50 ms",
+    "ITL p50 ms",
+    "ITL p99 ms",
+    "E2E p50 ms",
+    "staged / dense",
+)
+
+
+def _fitted_table(title: str, headers: list[str], rows: list[list[str]], left: int) -> Table:
+    """A table whose columns are never narrower than the longest word of a value or header:
+    nothing is cut, and text breaks between words only (a long snake_case header after its
+    ``_``). The first ``left`` columns are left-aligned, the rest right-aligned."""
+    t = Table(title=title, title_justify="left")
+    for i, header in enumerate(headers):
+        shown = header.replace("_", "_\n") if len(header) > 10 and " " not in header else header
+        texts = [*shown.splitlines(), *(r[i] for r in rows)]
+        width = max(len(w) for text in texts for w in text.split() or [""])
+        t.add_column(shown, min_width=width, justify="left" if i < left else "right")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def render_comparison(store: Store, run_ids: list[str]) -> Group:
+    """One row per run of a matrix sweep; a column per matrix key holds its value, with what
+    ran instead when the run downgraded it (``triton (ran torch)``); the status column only
+    when a run did not complete. Under the table, one line per group of runs with the same
+    downgrades of keys outside the matrix."""
+    combos, downgraded, summaries = {}, {}, {}
     for rid in run_ids:
         row = store.connection.execute(
-            "SELECT matrix_combo FROM runs WHERE run_id = ?", [rid]
+            "SELECT matrix_combo, scenario_given_yaml, scenario_yaml FROM runs WHERE run_id = ?",
+            [rid],
         ).fetchone()
         combos[rid] = json.loads(row[0]) if row and row[0] else {}
+        downgraded[rid] = stored_runner_downgrades(row[1], row[2]) if row else []
+        summaries[rid] = run_summary(store, rid)
     keys = list(dict.fromkeys(k for c in combos.values() for k in c))
-    t = Table(title="matrix", title_justify="left")
-    t.add_column("run")
-    for key in keys:
-        t.add_column(markup_safe(key.rsplit(".", 1)[-1]), overflow="fold")
-    t.add_column("status", no_wrap=True)
-    for col in ("tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms"):
-        t.add_column(col, justify="right")
-    t.add_column("staged/dense", justify="right")
+    with_status = any(s.status != "completed" for s in summaries.values())
+    others: dict[str, list[str]] = {}
+    rows = []
     for rid in run_ids:
-        s = run_summary(store, rid)
+        s, found = summaries[rid], downgraded[rid]
         ratio = f"{s.staged_bytes / s.dense_bytes:.4f}" if s.dense_bytes else "-"
-        values = [markup_safe(json.dumps(combos[rid].get(k)).strip('"')) for k in keys]
-        t.add_row(
-            s.run_id, *values, markup_safe(s.status), f"{s.output_tokens_per_s:,.1f}",
+        other = ", ".join(d.short for d in found if d.key not in combos[rid])
+        if other:
+            others.setdefault(other, []).append(rid)
+        rows.append([
+            s.run_id, *(markup_safe(matrix_cell(combos[rid].get(k), k, found)) for k in keys),
+            *([markup_safe(s.status)] if with_status else []), f"{s.output_tokens_per_s:,.1f}",
             _ms(s.ttft_ms.p50), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99), _ms(s.e2e_ms.p50), ratio,
-        )  # fmt: skip
-    return t
+        ])  # fmt: skip
+    headers = ["run", *(markup_safe(k.rsplit(".", 1)[-1]) for k in keys)]
+    headers += ["status"] * with_status + list(_METRIC_COLUMNS)
+    t = _fitted_table("matrix", headers, rows, left=len(headers) - len(_METRIC_COLUMNS))
+    lines = [
+        Text.assemble(("ran as ", "yellow"), f"{plain(what)}: ", ", ".join(rids))
+        for what, rids in others.items()
+    ]
+    return Group(t, *lines)
 
 
 def render_runs(rows: list[dict], db: str) -> Table:

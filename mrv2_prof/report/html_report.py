@@ -21,7 +21,9 @@ from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
-from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
+from mrv2_prof.report.scheduler_panel import scheduler
+from mrv2_prof.report.sweep import headline, sweep_figure
+from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.host_samples import stack_counts
@@ -33,6 +35,9 @@ FIGURE_GUIDE = {
     "timeline": ("Step timeline", "Each step's CPU phases (schedule, prepare, forward, sample, "
                  "output_wait, update) and, on a GPU run, its device work on the same clock; drag "
                  "to zoom into single steps."),
+    "scheduler": ("Scheduler", "Requests waiting and running, KV blocks in use against the "
+                  "cache's size, preemptions per step and so far, and the prefix-cache hit rate "
+                  "so far, step by step."),
     "overlap": ("Overlap per step", "The share of each step's host preparation that ran while "
                 "the GPU was still busy with the previous step (async scheduling at work)."),
     "bubbles": ("GPU bubbles", "GPU idle time before each step, split into host-bound bubbles "
@@ -55,7 +60,7 @@ FIGURE_GUIDE = {
               "(colour) per run."),
 }  # fmt: skip
 RUN_FIGURES = (
-    timeline, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
+    timeline, scheduler, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
     figures.graph_capture, figures.staged_writes, figures.latency_cdf, figures.nvml,
 )  # fmt: skip
 PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": True}
@@ -67,7 +72,8 @@ border-bottom:1px solid #eee}th{background:#f6f6f6}td.num{text-align:right}
 pre{background:#f6f6f6;padding:.8em;overflow:auto}.note{color:#8a6d00}
 .not-measured{padding:1.5em;background:#fafafa;border:1px dashed #bbb;color:#555}
 section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
-ol#findings li{margin:.3em 0}.sev-2{color:#a01010}.sev-1{color:#8a6d00}.where{color:#777}
+ol#findings li{margin:.3em 0}td.ran-as{color:#8a6d00}.where{color:#777}
+.sev-2{color:#a01010}.sev-1{color:#8a6d00}
 """
 _BOOT = """
 document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
@@ -213,21 +219,9 @@ def render_run_report(
     return _page(f"mrv2-prof {run_id}", body)
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.4g}"
-
-
 def render_sweep_report(store: Store, run_ids: list[str]) -> str:
     """One page comparing ``run_ids`` (exact ids) on the headline metrics."""
     runs = [headline(store, rid) for rid in run_ids]
-    head = "".join(f"<th>{html.escape(title)} ({unit})</th>" for _, title, unit in HEADLINE_METRICS)
-    rows = "".join(
-        f"<tr><td>{html.escape(r.run_id)}</td><td>{html.escape(r.short_label)}</td>"
-        f"<td>{html.escape(r.status)}</td>"
-        + "".join(f'<td class="num">{_fmt(r.values.get(k))}</td>' for k, _, _ in HEADLINE_METRICS)
-        + "</tr>"
-        for r in runs
-    )
     scenarios = []
     for rid in run_ids:
         (yaml_text,) = store.connection.execute(
@@ -238,9 +232,7 @@ def render_sweep_report(store: Store, run_ids: list[str]) -> str:
             f"<pre>{html.escape(yaml_text or '')}</pre></details>"
         )
     body = [
-        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>",
-        f'<table id="headlines"><tr><th>run</th><th>matrix / label</th><th>status</th>{head}</tr>'
-        f"{rows}</table>",
+        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>", sweep_tables(runs),
         _guide(["sweep"]), _section(sweep_figure(runs)), "<h2>Scenarios</h2>", *scenarios,
     ]  # fmt: skip
     return _page(f"mrv2-prof sweep ({len(runs)} runs)", body)

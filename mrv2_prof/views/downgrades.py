@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 SECTIONS = ("runner", "model", "probes")
 # resolved rather than downgraded: a size list worked out from the model, a block count, a window
 _RESOLVED = {"cudagraph_capture_sizes", "num_kv_blocks", "kernel_trace_steps"}
@@ -32,6 +34,15 @@ class Downgrade:
     @property
     def sentence(self) -> str:
         return f"{self.key}: {_text(self.asked)} asked, {_text(self.ran)} ran"
+
+
+def matrix_cell(value: Any, key: str, found: list[Downgrade]) -> str:
+    """A matrix value as a sweep table shows it: ``triton``, or ``triton (ran torch)`` when the
+    run downgraded that key."""
+    for d in found:
+        if d.key == key:
+            return f"{_text(value)} (ran {_text(d.ran)})"
+    return _text(value)
 
 
 def _text(value: Any) -> str:
@@ -59,3 +70,20 @@ def runner_downgrades(given: dict[str, Any], as_run: dict[str, Any]) -> list[Dow
     """The downgrades of what the runner ran (``runner`` and ``model``), not of the probes: what
     a sweep row must say it measured."""
     return [d for d in downgrades(given, as_run) if not d.key.startswith("probes.")]
+
+
+def parse_scenario(text: str | None) -> dict[str, Any]:
+    """A stored scenario YAML as a dict ({} when missing or unreadable)."""
+    try:
+        value = yaml.safe_load(text or "")
+    except yaml.YAMLError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def stored_runner_downgrades(given_yaml: str | None, as_run_yaml: str | None) -> list[Downgrade]:
+    """``runner_downgrades`` of a run's ``scenario_given_yaml`` and ``scenario_yaml``; none when
+    the scenario as given was not stored (an older run)."""
+    if not given_yaml:
+        return []
+    return runner_downgrades(parse_scenario(given_yaml), parse_scenario(as_run_yaml))
