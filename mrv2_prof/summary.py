@@ -14,13 +14,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mrv2_prof.findings import Finding, run_findings
+from mrv2_prof.findings import Finding, findings
 from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
+from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.safe_text import markup_safe, plain
+from mrv2_prof.views.staged_writes import staged_writes_text
 
 
 def _ms(v: float | None) -> str:
@@ -96,11 +98,23 @@ def findings_text(found: list[Finding]) -> Text:
     return text.append("\n")
 
 
+def _staged(s: RunSummary, facts: FindingFacts | None) -> str:
+    if facts is None:
+        return staged_writes_text(s.staged_bytes, s.dense_bytes)
+    runner = facts.scenario_as_run.get("runner")
+    on = runner.get("staged_writes") if isinstance(runner, dict) else None
+    return staged_writes_text(s.staged_bytes, s.dense_bytes, facts.staged_by_tensor, on)
+
+
 def summary_tables(
-    s: RunSummary, found: list[Finding] | None = None, shown_notes: tuple[str, ...] = ()
+    s: RunSummary,
+    found: list[Finding] | None = None,
+    shown_notes: tuple[str, ...] = (),
+    facts: FindingFacts | None = None,
 ) -> Group:
     """The summary of ``s``, opened by ``found`` (its findings) when given; notes already in
-    ``shown_notes`` (printed when the run started) are not printed again."""
+    ``shown_notes`` (printed when the run started) are not printed again; ``facts`` (the
+    run's ``finding_facts``) name the tensors still staged when staged writes were off."""
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
     head.add_column()
@@ -132,11 +146,7 @@ def summary_tables(
             if s.prefix_cache_hit_rate is None
             else f"{100 * s.prefix_cache_hit_rate:.1f}% of prompt tokens hit",
         ),
-        (
-            "staged writes",
-            f"{format_bytes(s.staged_bytes)} moved vs {format_bytes(s.dense_bytes)} "
-            "for dense copies",
-        ),
+        ("staged writes", markup_safe(_staged(s, facts))),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", _graphs(s)),
         ("CPU/GPU overlap", _overlap(s)),
@@ -169,7 +179,8 @@ def summary_tables(
 def render_summary(store: Store, run_id: str, shown_notes: tuple[str, ...] = ()) -> Group:
     """Findings first, then the summary tables; ``shown_notes`` as in ``summary_tables``."""
     s = run_summary(store, run_id)
-    return summary_tables(s, run_findings(store, run_id, s), shown_notes)
+    facts = finding_facts(store, run_id, include_perturbed=s.includes_perturbed)
+    return summary_tables(s, findings(s, facts), shown_notes, facts)
 
 
 _METRIC_COLUMNS = (

@@ -16,7 +16,7 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from mrv2_prof.findings import Finding, run_findings
+from mrv2_prof.findings import Finding, findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
@@ -26,9 +26,11 @@ from mrv2_prof.report.sweep import headline, sweep_figure
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.host_samples import stack_counts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.views.format import format_bytes, format_ms, format_percent
+from mrv2_prof.views.format import format_ms, format_percent
+from mrv2_prof.views.staged_writes import staged_writes_text
 
 # figure id -> (heading, what it shows in one sentence), in page order
 FIGURE_GUIDE = {
@@ -132,7 +134,13 @@ def _pct(p: Percentiles) -> str:
     return f"p50 {format_ms(p.p50)}, p90 {format_ms(p.p90)}, p99 {format_ms(p.p99)} (n={p.count})"
 
 
-def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
+def _staged(s: RunSummary, facts: FindingFacts) -> str:
+    runner = facts.scenario_as_run.get("runner")
+    on = runner.get("staged_writes") if isinstance(runner, dict) else None
+    return staged_writes_text(s.staged_bytes, s.dense_bytes, facts.staged_by_tensor, on)
+
+
+def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
     info = s.info
     graphs = "-" if s.graph_hit_rate is None else f"{format_percent(s.graph_hit_rate)} hit"
     return [
@@ -147,8 +155,7 @@ def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("throughput", f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} tok/s"),
         ("TTFT", _pct(s.ttft_ms)), ("TPOT", _pct(s.tpot_ms)), ("ITL", _pct(s.itl_ms)),
         ("E2E", _pct(s.e2e_ms)),
-        ("staged writes", f"{format_bytes(s.staged_bytes)} moved vs "
-                          f"{format_bytes(s.dense_bytes)} for dense copies"),
+        ("staged writes", _staged(s, facts)),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", graphs),
         *_measurement_rows(s),
@@ -201,6 +208,7 @@ def render_run_report(
 ) -> str:
     """The HTML report of one run (``run_id`` exact; resolve user input with ``resolve_run``)."""
     summary = run_summary(store, run_id)
+    facts = finding_facts(store, run_id, include_perturbed=summary.includes_perturbed)
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
     figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
@@ -209,8 +217,8 @@ def render_run_report(
     )
     body = [
         f"<h1>mrv2-prof report: {html.escape(data.label)} ({html.escape(run_id)})</h1>",
-        findings_html(run_findings(store, run_id, summary)),
-        _table(_summary_rows(summary)), notes,
+        findings_html(findings(summary, facts)),
+        _table(_summary_rows(summary, facts)), notes,
         _guide([f.fig_id if isinstance(f, NotMeasured) else f.layout.meta["id"] for f in figs]),
         *(_section(f) for f in figs),
         "<h2>Scenario</h2>",

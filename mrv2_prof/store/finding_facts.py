@@ -33,6 +33,9 @@ class FindingFacts:
     peak_kv_blocks: int | None = None  # highest kv_used_blocks of a step
     peak_kv_step: int | None = None  # the first step that reached it
     peak_waiting: int | None = None  # most requests waiting in one step
+    staged_by_tensor: list[tuple[str, int, int]] = field(
+        default_factory=list
+    )  # name, staged, dense
     scenario_given: dict[str, Any] = field(default_factory=dict)  # as given (file + --set)
     scenario_as_run: dict[str, Any] = field(default_factory=dict)  # after every downgrade
 
@@ -90,6 +93,11 @@ def finding_facts(store: Store, run_id: str, include_perturbed: bool = False) ->
             "SELECT min(step) FROM steps WHERE run_id = ? AND kv_used_blocks = ?",
             [run_id, peak_kv],
         ).fetchone()
+    staged = con.execute(
+        "SELECT tensor, sum(staged_bytes)::BIGINT, sum(dense_bytes)::BIGINT FROM staged_writes "
+        "WHERE run_id = ? GROUP BY tensor ORDER BY tensor",
+        [run_id],
+    ).fetchall()
     given, as_run = con.execute(
         "SELECT scenario_given_yaml, scenario_yaml FROM runs WHERE run_id = ?", [run_id]
     ).fetchone() or (None, None)
@@ -105,6 +113,7 @@ def finding_facts(store: Store, run_id: str, include_perturbed: bool = False) ->
         peak_kv_blocks=None if peak_kv is None else int(peak_kv),
         peak_kv_step=None if peak_kv_step is None else int(peak_kv_step),
         peak_waiting=None if peak_waiting is None else int(peak_waiting),
+        staged_by_tensor=[(str(t), int(a), int(b)) for t, a, b in staged],
         scenario_given=_yaml(given),
         scenario_as_run=_yaml(as_run),
     )
