@@ -362,3 +362,20 @@ def test_the_report_opens_with_the_ranked_findings(db):
     assert len(rules) == 8
     assert "KV cache full at step 6: 3 preemptions" in page
     assert '<p id="findings">Nothing stands out: no rule fired.</p>' in quiet
+
+
+def test_show_json_carries_the_ranked_findings(db):
+    import json
+
+    from typer.testing import CliRunner
+
+    from mrv2_prof.cli import app
+
+    result = CliRunner().invoke(app, ["show", "b00001", "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [f["rule"] for f in data["findings"]][:3] == [
+        "implicit_syncs", "kv_pressure", "host_bound",
+    ]  # fmt: skip
+    assert data["findings"][1]["text"].startswith("KV cache full at step 6: 3 preemptions")
+    assert data["num_preemptions"] == 3  # the summary's own fields stay as they were
