@@ -242,3 +242,28 @@ def test_the_sweep_tables_of_an_eight_run_ablation_fit_a_1400px_page(tmp_path):
     rows = re.findall(r"<tr>(.*?)</tr>", headlines, re.S)
     assert len(rows) == 1 + len(HEADLINE_METRICS)  # a row per metric, a column per run
     assert len(re.findall(r"<th", rows[0])) == 1 + 8
+
+
+def test_the_matrix_table_breaks_headers_between_words_only(tmp_path):
+    keys = ("runner.kernels", "runner.staged_writes", "runner.async_scheduling")
+    with Store.open(tmp_path / "runs.duckdb") as store:
+        ids = []
+        for n, kernels in enumerate(("triton", "torch")):
+            combo = dict(zip(keys, [kernels, True, False], strict=True))
+            rid = f"f0000{n}"
+            _begin(
+                store, rid, combo=combo, given=SWEEP_GIVEN.format(k=kernels), as_run=SWEEP_AS_RUN
+            )
+            fill_scheduler_run(store, rid)
+            ids.append(rid)
+        console = Console(width=100, record=True)
+        console.print(render_comparison(store, ids))
+    shown = console.export_text()
+    words = set(shown.replace("│", " ").replace("┃", " ").split())
+    # a long snake_case key breaks after its "_", every other header between words
+    for word in ("kernels", "staged_", "writes", "async_", "scheduling", "tok/s", "TTFT", "p50"):
+        assert word in words, word
+    assert {"triton", "(ran", "torch)"} <= words  # the downgraded value, whole words
+    # keys outside the matrix, said once under the table for the runs they concern
+    ran_as = "ran as uva true→false, cudagraph_mode full_and_piecewise→none: f00000, f00001"
+    assert ran_as in " ".join(shown.split())
