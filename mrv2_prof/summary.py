@@ -193,19 +193,32 @@ _METRIC_COLUMNS = (
 )
 
 
-def _fitted_table(title: str, headers: list[str], rows: list[list[str]], left: int) -> Table:
-    """A table whose columns are never narrower than the longest word of a value or header:
-    nothing is cut, and text breaks between words only (a long snake_case header after its
-    ``_``). The first ``left`` columns are left-aligned, the rest right-aligned."""
-    t = Table(title=title, title_justify="left")
-    for i, header in enumerate(headers):
-        shown = header.replace("_", "_\n") if len(header) > 10 and " " not in header else header
-        texts = [*shown.splitlines(), *(r[i] for r in rows)]
-        width = max(len(w) for text in texts for w in text.split() or [""])
-        t.add_column(shown, min_width=width, justify="left" if i < left else "right")
-    for r in rows:
-        t.add_row(*r)
-    return t
+class _FittedTable:
+    """A table whose columns are never narrower than the longest word of a value or header, so
+    nothing is cut and text breaks between words only; on a console too narrow for the headers
+    whole, a long snake_case header breaks after its ``_``. Built when rendered, for the width
+    it gets. The first ``left`` columns are left-aligned, the rest right-aligned."""
+
+    def __init__(self, title: str, headers: list[str], rows: list[list[str]], left: int):
+        self.title, self.headers, self.rows, self.left = title, headers, rows, left
+
+    def table(self, max_width: int) -> Table:
+        natural = 1 + sum(
+            3 + max([len(h)] + [len(r[i]) for r in self.rows]) for i, h in enumerate(self.headers)
+        )
+        t = Table(title=self.title, title_justify="left")
+        for i, header in enumerate(self.headers):
+            snake = len(header) > 10 and " " not in header and natural > max_width
+            shown = header.replace("_", "_\n") if snake else header
+            texts = [*shown.splitlines(), *(r[i] for r in self.rows)]
+            width = max(len(w) for text in texts for w in text.split() or [""])
+            t.add_column(shown, min_width=width, justify="left" if i < self.left else "right")
+        for r in self.rows:
+            t.add_row(*r)
+        return t
+
+    def __rich_console__(self, console, options):
+        yield self.table(options.max_width)
 
 
 def render_comparison(store: Store, run_ids: list[str]) -> Group:
@@ -239,7 +252,7 @@ def render_comparison(store: Store, run_ids: list[str]) -> Group:
         ])  # fmt: skip
     headers = ["run", *(markup_safe(k.rsplit(".", 1)[-1]) for k in keys)]
     headers += ["status"] * with_status + list(_METRIC_COLUMNS)
-    t = _fitted_table("matrix", headers, rows, left=len(headers) - len(_METRIC_COLUMNS))
+    t = _FittedTable("matrix", headers, rows, left=len(headers) - len(_METRIC_COLUMNS))
     lines = [
         Text.assemble(("ran as ", "yellow"), f"{plain(what)}: ", ", ".join(rids))
         for what, rids in others.items()
