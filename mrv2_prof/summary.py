@@ -1,7 +1,8 @@
 """The summary tables a run ends with (and ``show`` prints again), built from the store.
 
 Returns rich renderables; the CLI prints them. Numbers come from ``store.metrics`` only, so the
-live run, ``show`` and the tests all read the same definitions.
+live run, ``show`` and the tests all read the same definitions. The summary opens with the
+run's findings, ranked (``mrv2_prof.findings``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.findings import Finding, findings
 from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
+from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.safe_text import markup_safe, plain
+from mrv2_prof.views.staged_writes import staged_writes_text
 
 
 def _ms(v: float | None) -> str:
@@ -78,7 +83,38 @@ def _perturbed(s: RunSummary) -> str | None:
     )
 
 
-def summary_tables(s: RunSummary) -> Group:
+def findings_text(found: list[Finding]) -> Text:
+    """The ranked findings, one numbered line each with where to look under it."""
+    text = Text("findings", style="bold")
+    if not found:
+        return text.append(": nothing stands out (no rule fired)\n", style="")
+    marks = {2: ("!", "red"), 1: ("*", "yellow"), 0: ("-", "")}
+    for i, f in enumerate(found, start=1):
+        mark, style = marks.get(f.severity, ("-", ""))
+        text.append(f"\n{i:>2}. ")
+        text.append(mark, style=style)
+        text.append(f" {plain(f.text)}\n      ")
+        text.append(f"look at: {plain(f.where)}", style="dim")
+    return text.append("\n")
+
+
+def _staged(s: RunSummary, facts: FindingFacts | None) -> str:
+    if facts is None:
+        return staged_writes_text(s.staged_bytes, s.dense_bytes)
+    runner = facts.scenario_as_run.get("runner")
+    on = runner.get("staged_writes") if isinstance(runner, dict) else None
+    return staged_writes_text(s.staged_bytes, s.dense_bytes, facts.staged_by_tensor, on)
+
+
+def summary_tables(
+    s: RunSummary,
+    found: list[Finding] | None = None,
+    shown_notes: tuple[str, ...] = (),
+    facts: FindingFacts | None = None,
+) -> Group:
+    """The summary of ``s``, opened by ``found`` (its findings) when given; notes already in
+    ``shown_notes`` (printed when the run started) are not printed again; ``facts`` (the
+    run's ``finding_facts``) name the tensors still staged when staged writes were off."""
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
     head.add_column()
@@ -110,11 +146,7 @@ def summary_tables(s: RunSummary) -> Group:
             if s.prefix_cache_hit_rate is None
             else f"{100 * s.prefix_cache_hit_rate:.1f}% of prompt tokens hit",
         ),
-        (
-            "staged writes",
-            f"{format_bytes(s.staged_bytes)} moved vs {format_bytes(s.dense_bytes)} "
-            "for dense copies",
-        ),
+        ("staged writes", markup_safe(_staged(s, facts))),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", _graphs(s)),
         ("CPU/GPU overlap", _overlap(s)),
@@ -135,41 +167,97 @@ def summary_tables(s: RunSummary) -> Group:
     lat.add_row(*_pct_row("ITL", s.itl_ms))
     lat.add_row(*_pct_row("E2E", s.e2e_ms))
     parts: list = [head, lat]
+    if found is not None:
+        parts.insert(0, findings_text(found))
     for note in info.get("notes", []):
+        if note in shown_notes:
+            continue
         parts.append(Text.assemble(("note ", "yellow"), plain(note)))
     return Group(*parts)
 
 
-def render_summary(store: Store, run_id: str) -> Group:
-    return summary_tables(run_summary(store, run_id))
+def render_summary(store: Store, run_id: str, shown_notes: tuple[str, ...] = ()) -> Group:
+    """Findings first, then the summary tables; ``shown_notes`` as in ``summary_tables``."""
+    s = run_summary(store, run_id)
+    facts = finding_facts(store, run_id, include_perturbed=s.includes_perturbed)
+    return summary_tables(s, findings(s, facts), shown_notes, facts)
 
 
-def render_comparison(store: Store, run_ids: list[str]) -> Table:
-    """One row per run of a matrix sweep; a column per matrix key holds its value."""
-    combos = {}
+_METRIC_COLUMNS = (
+    "tok/s",
+    "TTFT p50 ms",
+    "ITL p50 ms",
+    "ITL p99 ms",
+    "E2E p50 ms",
+    "staged / dense",
+)
+
+
+class _FittedTable:
+    """A table whose columns are never narrower than the longest word of a value or header, so
+    nothing is cut and text breaks between words only; on a console too narrow for the headers
+    whole, a long snake_case header breaks after its ``_``. Built when rendered, for the width
+    it gets. The first ``left`` columns are left-aligned, the rest right-aligned."""
+
+    def __init__(self, title: str, headers: list[str], rows: list[list[str]], left: int):
+        self.title, self.headers, self.rows, self.left = title, headers, rows, left
+
+    def table(self, max_width: int) -> Table:
+        natural = 1 + sum(
+            3 + max([len(h)] + [len(r[i]) for r in self.rows]) for i, h in enumerate(self.headers)
+        )
+        t = Table(title=self.title, title_justify="left")
+        for i, header in enumerate(self.headers):
+            snake = len(header) > 10 and " " not in header and natural > max_width
+            shown = header.replace("_", "_\n") if snake else header
+            texts = [*shown.splitlines(), *(r[i] for r in self.rows)]
+            width = max(len(w) for text in texts for w in text.split() or [""])
+            t.add_column(shown, min_width=width, justify="left" if i < self.left else "right")
+        for r in self.rows:
+            t.add_row(*r)
+        return t
+
+    def __rich_console__(self, console, options):
+        yield self.table(options.max_width)
+
+
+def render_comparison(store: Store, run_ids: list[str]) -> Group:
+    """One row per run of a matrix sweep; a column per matrix key holds its value, with what
+    ran instead when the run downgraded it (``triton (ran torch)``); the status column only
+    when a run did not complete. Under the table, one line per group of runs with the same
+    downgrades of keys outside the matrix."""
+    combos, downgraded, summaries = {}, {}, {}
     for rid in run_ids:
         row = store.connection.execute(
-            "SELECT matrix_combo FROM runs WHERE run_id = ?", [rid]
+            "SELECT matrix_combo, scenario_given_yaml, scenario_yaml FROM runs WHERE run_id = ?",
+            [rid],
         ).fetchone()
         combos[rid] = json.loads(row[0]) if row and row[0] else {}
+        downgraded[rid] = stored_runner_downgrades(row[1], row[2]) if row else []
+        summaries[rid] = run_summary(store, rid)
     keys = list(dict.fromkeys(k for c in combos.values() for k in c))
-    t = Table(title="matrix", title_justify="left")
-    t.add_column("run")
-    for key in keys:
-        t.add_column(markup_safe(key.rsplit(".", 1)[-1]), overflow="fold")
-    t.add_column("status", no_wrap=True)
-    for col in ("tok/s", "TTFT p50 ms", "ITL p50 ms", "ITL p99 ms", "E2E p50 ms"):
-        t.add_column(col, justify="right")
-    t.add_column("staged/dense", justify="right")
+    with_status = any(s.status != "completed" for s in summaries.values())
+    others: dict[str, list[str]] = {}
+    rows = []
     for rid in run_ids:
-        s = run_summary(store, rid)
+        s, found = summaries[rid], downgraded[rid]
         ratio = f"{s.staged_bytes / s.dense_bytes:.4f}" if s.dense_bytes else "-"
-        values = [markup_safe(json.dumps(combos[rid].get(k)).strip('"')) for k in keys]
-        t.add_row(
-            s.run_id, *values, markup_safe(s.status), f"{s.output_tokens_per_s:,.1f}",
+        other = ", ".join(d.short for d in found if d.key not in combos[rid])
+        if other:
+            others.setdefault(other, []).append(rid)
+        rows.append([
+            s.run_id, *(markup_safe(matrix_cell(combos[rid].get(k), k, found)) for k in keys),
+            *([markup_safe(s.status)] if with_status else []), f"{s.output_tokens_per_s:,.1f}",
             _ms(s.ttft_ms.p50), _ms(s.itl_ms.p50), _ms(s.itl_ms.p99), _ms(s.e2e_ms.p50), ratio,
-        )  # fmt: skip
-    return t
+        ])  # fmt: skip
+    headers = ["run", *(markup_safe(k.rsplit(".", 1)[-1]) for k in keys)]
+    headers += ["status"] * with_status + list(_METRIC_COLUMNS)
+    t = _FittedTable("matrix", headers, rows, left=len(headers) - len(_METRIC_COLUMNS))
+    lines = [
+        Text.assemble(("ran as ", "yellow"), f"{plain(what)}: ", ", ".join(rids))
+        for what, rids in others.items()
+    ]
+    return Group(t, *lines)
 
 
 def render_runs(rows: list[dict], db: str) -> Table:

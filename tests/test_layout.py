@@ -14,7 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "mrv2_prof"
 MAX_LINES = 450
-VIEWS = ("report", "tui", "summary")
+VIEWS = ("report", "tui", "summary", "findings")
 
 
 def _modules() -> dict[str, Path]:

@@ -108,8 +108,9 @@ def run(
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
-        if outcome.run_id is not None:
-            _print_summary(db_path, outcome.run_id)
+        if outcome.run_id is not None:  # the notes the headless start line printed: once
+            shown = () if live or not runner.facts else tuple(runner.facts.get("notes", ()))
+            _print_summary(db_path, outcome.run_id, shown)
         if outcome.exit_code == 2:
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
@@ -167,9 +168,9 @@ def _launch(job, live: bool):
     return run_dashboard(job) if live else run_headless(job, err)
 
 
-def _print_summary(db_path: Path, run_id: str) -> None:
+def _print_summary(db_path: Path, run_id: str, shown_notes: tuple[str, ...] = ()) -> None:
     try:
         with Store.open(db_path, read_only=True) as store:
-            out.print(render_summary(store, run_id))
+            out.print(render_summary(store, run_id, shown_notes))
     except StoreError as exc:
         fail(str(exc))

@@ -48,8 +48,12 @@ def show(
     try:
         with Store.open(db, read_only=True) as store:
             rid = store.resolve_run(run_id)
-            if as_json:
-                out.print_json(json.dumps(asdict(run_summary(store, rid)), default=str))
+            if as_json:  # the summary's fields, and its findings (ranked) under "findings"
+                from mrv2_prof.findings import run_findings
+
+                summary = run_summary(store, rid)
+                found = [asdict(f) for f in run_findings(store, rid, summary)]
+                out.print_json(json.dumps({**asdict(summary), "findings": found}, default=str))
             else:
                 out.print(render_summary(store, rid))
                 _print_top_host_frames(store, rid)

@@ -16,6 +16,7 @@ from mrv2_prof.report.figure_meta import Figure, NotMeasured, new_figure, why_no
 from mrv2_prof.report.run_data import RunData
 
 CDF_POINTS = 2000  # a latency CDF with more values is drawn through this many evenly spaced ranks
+LONG_TAIL = 10.0  # a CDF whose largest value is this many times its median gets a log x axis
 SYNC_SITES = 40  # sync-site bars shown (the rest are summed into one bar)
 KIND_COLORS = {"output_wait": "#4C78A8", "implicit": "#E45756", "copy": "#F58518"}
 MODE_COLORS = {"full": "#54A24B", "piecewise": "#EECA3B", "none": "#9D755D"}
@@ -258,7 +259,7 @@ def latency_cdf(data: RunData) -> Figure:
         return NotMeasured("latency_cdf", title, "no request completed")
     names = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "E2E"}
     fig = make_subplots(rows=2, cols=2, subplot_titles=[f"{n} (ms)" for n in names.values()])
-    counts, notes = {}, []
+    counts, notes, log_x = {}, [], {}
     for i, (key, name) in enumerate(names.items()):
         row, col = divmod(i, 2)
         values = lat[key]
@@ -274,9 +275,30 @@ def latency_cdf(data: RunData) -> Figure:
                          hovertemplate=f"{name} %{{x:.3f}} ms: %{{y:.1%}}<extra></extra>"),
             row=row + 1, col=col + 1,
         )  # fmt: skip
+        log_x[key] = _long_tail(name, values, notes)
+        if log_x[key]:
+            fig.update_xaxes(type="log", row=row + 1, col=col + 1)
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     fig.update_layout(height=600, showlegend=False)
-    return new_figure(fig, "latency_cdf", title, notes, counts=counts)
+    return new_figure(fig, "latency_cdf", title, notes, counts=counts, log_x=log_x)
+
+
+def _long_tail(name: str, values: np.ndarray, notes: list[str]) -> bool:
+    """Whether a CDF's largest value is ``LONG_TAIL`` times its median (of the positive values)
+    or more: then its x axis is logarithmic (a linear one crushes the body against the y axis),
+    with a note saying so and how many values (zero gaps) a log axis cannot draw."""
+    positive = values[values > 0]
+    if len(positive) == 0:
+        return False
+    ratio = float(positive.max() / np.median(positive))
+    if ratio < LONG_TAIL:
+        return False
+    notes.append(f"{name}: log x axis (the largest value is {ratio:,.0f}x the median)")
+    zeros = len(values) - len(positive)
+    if zeros:
+        what = "1 value" if zeros == 1 else f"{zeros:,} values"
+        notes.append(f"{name}: {what} of 0 ms not drawn on the log axis")
+    return True
 
 
 def nvml(data: RunData) -> Figure:

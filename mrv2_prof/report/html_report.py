@@ -2,7 +2,8 @@
 its own ``<script type="application/json" class="mrv2-figure" data-fig-id=...>`` element, drawn
 by one small script at the end. Returns the document as a string; the CLI writes it.
 
-A run report has a header (``store.metrics.run_summary``, the run's notes), a guide that says in
+A run report opens with the run's findings, ranked (``mrv2_prof.findings``), then a header
+(``store.metrics.run_summary``, the run's notes), a guide that says in
 one sentence what each figure shows, the figures (or "not measured on this run: <why>"), and
 the scenario YAML. A sweep report compares several runs on their headline metrics.
 """
@@ -15,22 +16,30 @@ import json
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from mrv2_prof.findings import Finding, findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
-from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
+from mrv2_prof.report.scheduler_panel import scheduler
+from mrv2_prof.report.sweep import headline, sweep_figure
+from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.host_samples import stack_counts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.views.format import format_bytes, format_ms, format_percent
+from mrv2_prof.views.format import format_ms, format_percent
+from mrv2_prof.views.staged_writes import staged_writes_text
 
 # figure id -> (heading, what it shows in one sentence), in page order
 FIGURE_GUIDE = {
     "timeline": ("Step timeline", "Each step's CPU phases (schedule, prepare, forward, sample, "
                  "output_wait, update) and, on a GPU run, its device work on the same clock; drag "
                  "to zoom into single steps."),
+    "scheduler": ("Scheduler", "Requests waiting and running, KV blocks in use against the "
+                  "cache's size, preemptions per step and so far, and the prefix-cache hit rate "
+                  "so far, step by step."),
     "overlap": ("Overlap per step", "The share of each step's host preparation that ran while "
                 "the GPU was still busy with the previous step (async scheduling at work)."),
     "bubbles": ("GPU bubbles", "GPU idle time before each step, split into host-bound bubbles "
@@ -53,7 +62,7 @@ FIGURE_GUIDE = {
               "(colour) per run."),
 }  # fmt: skip
 RUN_FIGURES = (
-    timeline, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
+    timeline, scheduler, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
     figures.graph_capture, figures.staged_writes, figures.latency_cdf, figures.nvml,
 )  # fmt: skip
 PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": True}
@@ -65,6 +74,8 @@ border-bottom:1px solid #eee}th{background:#f6f6f6}td.num{text-align:right}
 pre{background:#f6f6f6;padding:.8em;overflow:auto}.note{color:#8a6d00}
 .not-measured{padding:1.5em;background:#fafafa;border:1px dashed #bbb;color:#555}
 section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
+ol#findings li{margin:.3em 0}td.ran-as{color:#8a6d00}.where{color:#777}
+.sev-2{color:#a01010}.sev-1{color:#8a6d00}
 """
 _BOOT = """
 document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
@@ -123,7 +134,13 @@ def _pct(p: Percentiles) -> str:
     return f"p50 {format_ms(p.p50)}, p90 {format_ms(p.p90)}, p99 {format_ms(p.p99)} (n={p.count})"
 
 
-def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
+def _staged(s: RunSummary, facts: FindingFacts) -> str:
+    runner = facts.scenario_as_run.get("runner")
+    on = runner.get("staged_writes") if isinstance(runner, dict) else None
+    return staged_writes_text(s.staged_bytes, s.dense_bytes, facts.staged_by_tensor, on)
+
+
+def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
     info = s.info
     graphs = "-" if s.graph_hit_rate is None else f"{format_percent(s.graph_hit_rate)} hit"
     return [
@@ -138,8 +155,7 @@ def _summary_rows(s: RunSummary) -> list[tuple[str, str]]:
         ("throughput", f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} tok/s"),
         ("TTFT", _pct(s.ttft_ms)), ("TPOT", _pct(s.tpot_ms)), ("ITL", _pct(s.itl_ms)),
         ("E2E", _pct(s.e2e_ms)),
-        ("staged writes", f"{format_bytes(s.staged_bytes)} moved vs "
-                          f"{format_bytes(s.dense_bytes)} for dense copies"),
+        ("staged writes", _staged(s, facts)),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", graphs),
         *_measurement_rows(s),
@@ -162,6 +178,18 @@ def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
     return rows
 
 
+def findings_html(found: list[Finding]) -> str:
+    """The ranked findings as an ordered list (``ol#findings``), each with where to look."""
+    if not found:
+        return '<h2>Findings</h2><p id="findings">Nothing stands out: no rule fired.</p>'
+    items = "".join(
+        f'<li class="finding sev-{f.severity}" data-rule="{html.escape(f.rule)}">'
+        f'{html.escape(f.text)}<br><span class="where">look at: {html.escape(f.where)}</span></li>'
+        for f in found
+    )
+    return f'<h2>Findings</h2><ol id="findings">{items}</ol>'
+
+
 def _guide(fig_ids: list[str]) -> str:
     items = "".join(
         f'<li><a href="#sec-{i}">{html.escape(FIGURE_GUIDE[i][0])}</a>: '
@@ -180,6 +208,7 @@ def render_run_report(
 ) -> str:
     """The HTML report of one run (``run_id`` exact; resolve user input with ``resolve_run``)."""
     summary = run_summary(store, run_id)
+    facts = finding_facts(store, run_id, include_perturbed=summary.includes_perturbed)
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
     figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
@@ -188,7 +217,8 @@ def render_run_report(
     )
     body = [
         f"<h1>mrv2-prof report: {html.escape(data.label)} ({html.escape(run_id)})</h1>",
-        _table(_summary_rows(summary)), notes,
+        findings_html(findings(summary, facts)),
+        _table(_summary_rows(summary, facts)), notes,
         _guide([f.fig_id if isinstance(f, NotMeasured) else f.layout.meta["id"] for f in figs]),
         *(_section(f) for f in figs),
         "<h2>Scenario</h2>",
@@ -197,21 +227,9 @@ def render_run_report(
     return _page(f"mrv2-prof {run_id}", body)
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.4g}"
-
-
 def render_sweep_report(store: Store, run_ids: list[str]) -> str:
     """One page comparing ``run_ids`` (exact ids) on the headline metrics."""
     runs = [headline(store, rid) for rid in run_ids]
-    head = "".join(f"<th>{html.escape(title)} ({unit})</th>" for _, title, unit in HEADLINE_METRICS)
-    rows = "".join(
-        f"<tr><td>{html.escape(r.run_id)}</td><td>{html.escape(r.short_label)}</td>"
-        f"<td>{html.escape(r.status)}</td>"
-        + "".join(f'<td class="num">{_fmt(r.values.get(k))}</td>' for k, _, _ in HEADLINE_METRICS)
-        + "</tr>"
-        for r in runs
-    )
     scenarios = []
     for rid in run_ids:
         (yaml_text,) = store.connection.execute(
@@ -222,9 +240,7 @@ def render_sweep_report(store: Store, run_ids: list[str]) -> str:
             f"<pre>{html.escape(yaml_text or '')}</pre></details>"
         )
     body = [
-        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>",
-        f'<table id="headlines"><tr><th>run</th><th>matrix / label</th><th>status</th>{head}</tr>'
-        f"{rows}</table>",
+        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>", sweep_tables(runs),
         _guide(["sweep"]), _section(sweep_figure(runs)), "<h2>Scenarios</h2>", *scenarios,
     ]  # fmt: skip
     return _page(f"mrv2-prof sweep ({len(runs)} runs)", body)

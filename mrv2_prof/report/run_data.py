@@ -22,7 +22,7 @@ _COMPLETED = "finish_reason IN ('stop', 'length')"
 _STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "num_tokens",
     "graph_mode", "overlap_frac", "host_prep_ns", "hidden_prep_ns", "bubble_ns", "bubble_kind",
-    "starved_ns", "perturbed",
+    "starved_ns", "perturbed", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
 )  # fmt: skip
 
 Columns = dict[str, np.ndarray]
@@ -53,6 +53,7 @@ class RunData:
     staged_by_step: Columns  # step, staged_bytes, dense_bytes
     latencies_ms: dict[str, np.ndarray] = field(default_factory=dict)  # ttft/tpot/itl/e2e, sorted
     gpu_samples: Columns = field(default_factory=dict)
+    prefix_hits: Columns = field(default_factory=dict)  # first_token_ns, prompt/cached tokens
 
     @property
     def num_steps(self) -> int:
@@ -218,5 +219,10 @@ def load_run_data(
         gpu_samples=q(
             "SELECT t_ns, gpu_util, mem_used_bytes, power_w, sm_clock_mhz FROM gpu_samples "
             "WHERE run_id = ? ORDER BY t_ns"
+        ),
+        prefix_hits=q(
+            "SELECT first_token_ns, prompt_tokens, coalesce(cached_tokens, 0) AS cached_tokens "
+            "FROM requests WHERE run_id = ? AND first_token_ns IS NOT NULL "
+            "ORDER BY first_token_ns, req_id"
         ),
     )

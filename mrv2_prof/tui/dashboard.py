@@ -121,7 +121,8 @@ class DashboardApp(App[str]):
             self.push_screen(HelpScreen("dashboard keys", KEYS, quit_action="stop"))
 
     def _show(self, snapshot: Snapshot) -> None:
-        self.sub_title = plain(snapshot.label)
+        label = plain(snapshot.label)
+        self.sub_title = "" if label == self.title else label  # the header names the run once
         self.query_one(RunProgress).show(snapshot)
         self.deck.show(snapshot)
 

@@ -24,8 +24,8 @@ from mrv2_prof.store import Store, StoreError
 
 MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
-RUN_FIGURES = ("timeline", "overlap", "bubbles", "sync_sites", "graph_modes", "graph_capture",
-               "staged_writes", "latency_cdf", "nvml", "host_flame")  # fmt: skip
+RUN_FIGURES = ("timeline", "scheduler", "overlap", "bubbles", "sync_sites", "graph_modes",
+               "graph_capture", "staged_writes", "latency_cdf", "nvml", "host_flame")  # fmt: skip
 MR = "mrv2_prof/runner/worker/model_runner.py:123"
 SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
 INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
@@ -138,6 +138,8 @@ def fill_gpu_run(store: Store, run_id: str) -> None:
         "hidden_prep_ns": a([0, 1 * MS, 1 * MS, 1 * MS]),
         "bubble_ns": [None, 0, 5 * MS, 2 * MS],
         "bubble_kind": [None, "other", "host_bound", "other"],
+        "num_waiting": [1, 0, 0, 0], "num_running": [2, 3, 2, 1],
+        "kv_used_blocks": [3, 4, 4, 2], "num_preempted": [0, 0, 0, 0],
     })  # fmt: skip
     rows = [(step, "cpu", "step", s, e) for step, (s, e) in enumerate(CPU_MS)]
     rows += [(step, "cpu", name, s + o0, s + o1) for step, (s, _) in enumerate(CPU_MS)
@@ -388,10 +390,15 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
         staged = con.execute(
             "SELECT tensor, staged_bytes FROM staged_writes WHERE run_id = ?", [run_id]
         ).fetchall()
+        running = con.execute(
+            "SELECT num_running FROM steps WHERE run_id = ? ORDER BY step", [run_id]
+        ).fetchall()
     assert_self_contained(page)
     figs = figures_of(page)
     # a CPU run: no GPU timeline, NVML or graphs, and the page says why
-    assert set(figs) == {"timeline", "sync_sites", "graph_modes", "staged_writes", "latency_cdf"}
+    assert set(figs) == {
+        "timeline", "scheduler", "sync_sites", "graph_modes", "staged_writes", "latency_cdf",
+    }  # fmt: skip
     missing = not_measured(page)
     assert set(missing) == {"overlap", "bubbles", "graph_capture", "nvml", "host_flame"}
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
@@ -415,6 +422,8 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
         totals[tensor] = totals.get(tensor, 0) + nbytes
     bars = trace(figs["staged_writes"], "staged bytes")
     assert dict(zip(bars["x"], np.asarray(bars["y"]).tolist(), strict=True)) == totals
+    # the scheduler panel draws the stored queue, step by step
+    assert list(trace(figs["scheduler"], "running")["y"]) == [r for (r,) in running]
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """Two runs side by side: every gate metric of A and B with B's change, better or worse.
 
 The metrics and verdicts are ``report.gate_metrics`` / ``report.compare`` (the same numbers
-``mrv2-prof compare`` prints), computed by a worker thread.
+``mrv2-prof compare`` prints), computed by a worker thread. When the screen is too narrow for
+every column, the ``B − A`` column is left out (the % change and the verdict stay), so no value
+is cut.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -52,6 +54,8 @@ class CompareScreen(Screen[None]):
         self.run_a = run_a
         self.run_b = run_b
         self.loaded = False
+        self.runs: tuple[RunMetrics, RunMetrics] | None = None
+        self.with_delta = True  # the B − A column is shown (it fits)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -65,14 +69,51 @@ class CompareScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._fill()
+        self.load_metrics()
+
+    def _rows(self) -> list[tuple[str, Text, Text, Text, Text, Text]]:
+        rows = []
+        for d in compare(*self.runs) if self.runs is not None else ():
+            m = METRICS[d.name]
+            style = VERDICT_STYLE[d.verdict]
+            change = "-" if d.delta is None else m.format_delta(d.delta)
+            rows.append((
+                d.name + ("" if m.direction == LOWER else " ↑"),
+                Text(m.format(d.a), justify="right"), Text(m.format(d.b), justify="right"),
+                Text(change, style, justify="right"),
+                Text(format_pct(d.delta_pct, d.delta), style, justify="right"),
+                Text(d.verdict or "", style),
+            ))  # fmt: skip
+        return rows
+
+    def _fits_delta(self, rows: list) -> bool:
+        """Whether every column, B − A included, fits the screen's width (cells padded by one
+        each side, a scrollbar)."""
+        headers = ("metric", f"A {self.run_a}", f"B {self.run_b}", "B − A", "%", "")
+        widths = [2 + max([len(h)] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+        return sum(widths) + 2 <= self.size.width
+
+    def _fill(self) -> None:
+        """The table anew: the rows once the metrics are in, and B − A only if it fits."""
+        rows = self._rows()
+        self.with_delta = self._fits_delta(rows)
         table = self.query_one("#compare-table", DataTable)
+        table.clear(columns=True)
         table.add_column("metric", key="metric")
         table.add_column(f"A {self.run_a}", key="a")
         table.add_column(f"B {self.run_b}", key="b")
-        table.add_column("B − A", key="delta")
+        if self.with_delta:
+            table.add_column("B − A", key="delta")
         table.add_column("%", key="pct")
         table.add_column("", key="verdict")
-        self.load_metrics()
+        for name, a, b, delta, pct, verdict in rows:
+            cells = (name, a, b, *([delta] if self.with_delta else []), pct, verdict)
+            table.add_row(*cells, key=name.removesuffix(" ↑"))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._fits_delta(self._rows()) != self.with_delta:
+            self._fill()
 
     @work(thread=True, exclusive=True, group="compare")
     def load_metrics(self) -> None:
@@ -89,19 +130,8 @@ class CompareScreen(Screen[None]):
         a, b = message.a, message.b
         title = f"{plain(run_line('A', a))}\n{plain(run_line('B', b))}"
         self.query_one("#compare-title", Static).update(title)
-        table = self.query_one("#compare-table", DataTable)
-        for d in compare(a, b):
-            m = METRICS[d.name]
-            style = VERDICT_STYLE[d.verdict]
-            table.add_row(
-                d.name + ("" if m.direction == LOWER else " ↑"),
-                Text(m.format(d.a), justify="right"),
-                Text(m.format(d.b), justify="right"),
-                Text("-" if d.delta is None else m.format_delta(d.delta), style, justify="right"),
-                Text(format_pct(d.delta_pct, d.delta), style, justify="right"),
-                Text(d.verdict or "", style),
-                key=d.name,
-            )
+        self.runs = (a, b)
+        self._fill()
         self.loaded = True
 
     def on_compare_screen_load_failed(self, message: LoadFailed) -> None:

@@ -2,7 +2,9 @@
 
 Enter opens a run; ``c`` marks a run as A and ``c`` on another opens the A/B comparison. The
 list comes from a worker thread at once; each run's headline numbers (output tokens/s, ITL p99)
-follow one by one from the same worker, so a large database never blocks the screen.
+follow one by one from the same worker, so a large database never blocks the screen. The
+label column takes the width the other columns leave (a long label ends in "…" and the line
+under the table shows it whole for the run under the cursor), so the numbers are never cut.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-from textual import work
+from rich.text import Text
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -39,6 +42,8 @@ COLUMNS = (
 MARK = "A"
 PENDING = "…"
 HINT = "enter: open · c: mark for comparison · r: reload · ?: help · q: quit"
+MIN_LABEL = 8  # the label column never gets narrower than this
+SCROLLBAR = 2
 
 
 class RunsScreen(Screen[None]):
@@ -72,7 +77,9 @@ class RunsScreen(Screen[None]):
         self.db_path = db_path
         self.marked: str | None = None
         self.rows: list[RunRow] = []
+        self.numbers: dict[str, tuple[str, str]] = {}  # run id -> tok/s, ITL p99 as shown
         self.loaded = False  # the list and every headline are in
+        self.label_width = 0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,6 +94,58 @@ class RunsScreen(Screen[None]):
             table.add_column(label, key=key)
         table.focus()
         self.load_runs()
+
+    def _cells(self, r: RunRow) -> list[str]:
+        """The row's cells as shown (the label plain: it goes in as a ``Text``)."""
+        tok_s, itl = self.numbers.get(r.run_id, (PENDING, PENDING))
+        return [
+            MARK if r.run_id == self.marked else "", markup_safe(r.run_id), plain(r.label),
+            markup_safe(r.status), r.started, markup_safe(r.device), format_count(r.num_requests),
+            tok_s, itl,
+        ]  # fmt: skip
+
+    def _label_width(self) -> int:
+        """What the other columns leave of the screen's width, within MIN_LABEL and the
+        longest label."""
+        rows = [self._cells(r) for r in self.rows]
+        label_col = [key for key, _ in COLUMNS].index("label")
+        others = sum(
+            2 + max([len(header)] + [len(row[i]) for row in rows])
+            for i, (_, header) in enumerate(COLUMNS)
+            if i != label_col
+        )
+        longest = max([len("label")] + [len(row[label_col]) for row in rows])
+        room = self.size.width - others - SCROLLBAR - 2
+        return max(MIN_LABEL, min(longest, room))
+
+    def _fill(self) -> None:
+        """The table anew from ``rows`` and ``numbers``, the label column fitted to the width."""
+        table = self.query_one("#runs", DataTable)
+        cursor = table.cursor_row
+        self.label_width = self._label_width()
+        table.clear(columns=True)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key, width=self.label_width if key == "label" else None)
+        for r in self.rows:
+            cells: list = self._cells(r)
+            cells[2] = Text(cells[2], overflow="ellipsis", no_wrap=True)
+            table.add_row(*cells, key=r.run_id)
+        if self.rows:
+            table.move_cursor(row=min(cursor, len(self.rows) - 1))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.rows:
+            self._fill()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Under the table, the label of the run under the cursor when its cell cuts it."""
+        if self.marked is not None or not self.loaded:
+            return
+        row = next((r for r in self.rows if r.run_id == event.row_key.value), None)
+        if row is not None and len(plain(row.label)) > self.label_width:
+            self._say(f"{row.run_id}: {row.label}")
+        else:
+            self._say(HINT)
 
     @work(thread=True, exclusive=True, group="runs")
     def load_runs(self) -> None:
@@ -107,14 +166,8 @@ class RunsScreen(Screen[None]):
     def on_runs_screen_runs_loaded(self, message: RunsLoaded) -> None:
         self.rows = message.rows
         self.marked = None
-        table = self.query_one("#runs", DataTable)
-        table.clear()
-        for r in message.rows:
-            table.add_row(
-                "", markup_safe(r.run_id), markup_safe(r.label), markup_safe(r.status), r.started,
-                markup_safe(r.device),
-                format_count(r.num_requests), PENDING, PENDING, key=r.run_id,
-            )  # fmt: skip
+        self.numbers = {}
+        self._fill()
         if not message.rows:
             self._say(f"no runs in {self.db_path} yet; start one with: mrv2-prof run --db PATH")
 
@@ -124,11 +177,14 @@ class RunsScreen(Screen[None]):
             return
         tok_s, itl = message.numbers.output_tokens_per_s, message.numbers.itl_ms_p99
         tok_s_text = NO_VALUE if tok_s is None else format_rate(tok_s)
+        self.numbers[message.run_id] = (tok_s_text, format_ms(itl))
         table.update_cell(message.run_id, "tok_s", tok_s_text, update_width=True)
         table.update_cell(message.run_id, "itl_p99", format_ms(itl), update_width=True)
 
     def on_runs_screen_all_loaded(self, message: AllLoaded) -> None:
         self.loaded = True
+        if self._label_width() != self.label_width:  # the numbers took more room than pending
+            self._fill()
 
     def on_runs_screen_load_failed(self, message: LoadFailed) -> None:
         self.loaded = True

@@ -1,7 +1,8 @@
 """NVML telemetry: GPU utilisation, memory used and power, each with a sparkline of recent samples.
 
 The samples come from the parent's NVML sampler (``SnapshotSource.gpu_samples``), not from the
-snapshot; a CPU run (or a machine without NVML) shows the reason instead.
+snapshot; a CPU run (or a machine without NVML) shows the reason instead. The sparklines are
+hidden until there are samples: an empty one draws a flat line that reads as zeros.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class GpuPanel(Panel):
         yield Static(WAITING, id="gpu-note", classes="hint", markup=False)
         for value_id, name, _ in SERIES:
             yield ValueRow(name, value_id)
-            yield Sparkline([], id=f"{value_id}-spark", summary_function=max)
+            spark = Sparkline([], id=f"{value_id}-spark", summary_function=max)
+            spark.display = False
+            yield spark
 
     def show(self, snapshot: Snapshot) -> None:
         self.device = snapshot.device
@@ -57,9 +60,11 @@ class GpuPanel(Panel):
             note_widget.display = True
             for value_id, _, _ in SERIES:
                 self.set_value(value_id, NOT_ON_CPU if cpu else NO_VALUE)
+                self.query_one(f"#{value_id}-spark", Sparkline).display = False
             return
         note_widget.display = False
         for value_id, _, col in SERIES:
+            self.query_one(f"#{value_id}-spark", Sparkline).display = True
             values = [float(row[col]) for row in samples]
             self.set_value(value_id, _value(value_id, values[-1]))
             clean = [v if v >= 0 else 0.0 for v in values if not math.isnan(v)]

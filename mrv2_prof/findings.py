@@ -1,0 +1,209 @@
+"""What a run says, ranked: small pure rules over ``run_summary`` and ``finding_facts``.
+
+Each rule takes the run's ``RunSummary`` and ``FindingFacts`` and returns one ``Finding`` (a
+severity, a one-line text with its number, and where to look) or ``None`` when the run gives it
+nothing to say. ``findings`` runs every rule and ranks what fired: severity first (2: costs time
+or throughput, 1: worth a look, 0: context), then the rule's weight: the share of the run it
+touches, from 0 to 1 (of the steps, the requests, the captured keys, the prompt tokens).
+``show`` and the HTML report open with this list; the rules read numbers only, never the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrv2_prof.store.db import Store
+from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
+from mrv2_prof.store.metrics import RunSummary, run_summary
+from mrv2_prof.views.downgrades import downgrades
+from mrv2_prof.views.format import format_bytes
+
+HOST_BOUND_SHARE = 0.10  # host-bound steps below this share of the timed steps are not a finding
+KV_FULL_SHARE = 0.95  # KV blocks in use, of all, that count as a full cache without preemptions
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # the rule's name: host_bound, unused_graphs, ...
+    severity: int  # 2 costs time or throughput, 1 worth a look, 0 context
+    weight: float  # the share of the run it touches (0..1); orders one severity's findings
+    text: str  # one line, with its number
+    where: str  # where to look: a report section, a table, a scenario key
+
+
+def _pct(share: float) -> str:
+    """A share as a percentage: whole numbers from 10 %, one decimal below."""
+    return f"{100 * share:.0f} %" if share >= 0.1 else f"{100 * share:.1f} %"
+
+
+def host_bound(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """The GPU waited for the host (between or inside steps) in a share of the timed steps."""
+    if f.timed_steps == 0 or f.host_bound_steps == 0:
+        return None
+    share = f.host_bound_steps / f.timed_steps
+    if share < HOST_BOUND_SHARE:
+        return None
+    text = f"host-bound: the GPU waited for the host in {_pct(share)} of steps"
+    details = []
+    if s.host_bound_bubble_ms is not None:
+        details.append(f"bubbles {s.host_bound_bubble_ms:,.1f} ms")
+    if f.host_phase_ms:
+        details.append(f"mostly {max(f.host_phase_ms, key=f.host_phase_ms.__getitem__)}")
+    if details:
+        text += f" ({', '.join(details)})"
+    where = "report: GPU bubbles and Step timeline; steps.bubble_kind, steps.starved_ns"
+    return Finding("host_bound", 2, share, text, where)
+
+
+def unused_graphs(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Captured CUDA graph keys that no step replayed: start-up time and pool memory spent."""
+    num = int(s.info.get("num_graphs") or 0)
+    replayed = s.info.get("graph_keys_replayed")
+    if isinstance(replayed, list):
+        replayed = len(replayed)
+    if not num or not isinstance(replayed, int) or replayed >= num:
+        return None
+    unused = num - replayed
+    text = (
+        f"{unused} of {num} captured graph keys were never replayed "
+        f"({s.info.get('unused_capture_s', 0):.1f} s of start-up, "
+        f"{format_bytes(int(s.info.get('unused_graph_bytes', 0)))} of graph pool)"
+    )
+    where = "report: Graph capture cost; runner.cudagraph_capture_sizes"
+    return Finding("unused_graphs", 1, unused / num, text, where)
+
+
+def implicit_syncs(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Syncs the sync finder caught (hidden waits for the device), per step, at their site."""
+    total = sum(n for _, n in f.implicit_sites)
+    if total == 0:
+        return None
+    site, at_site = f.implicit_sites[0]
+    steps = max(f.considered_steps, 1)
+    text = (
+        f"{total / steps:.2g} implicit syncs per step ({total:,} in {f.considered_steps:,} "
+        f"steps), most at {site} ({at_site:,})"
+    )
+    where = "report: Sync sites; syncs WHERE kind = 'implicit'"
+    return Finding("implicit_syncs", 2, min(1.0, total / steps), text, where)
+
+
+def graph_fallback(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Steps that ran a worse CUDA graph mode than the best one captured, and the main reason."""
+    best = "full" if "full" in f.captured_modes else None
+    if best is None and "piecewise" in f.captured_modes:
+        best = "piecewise"
+    total = sum(n for _, _, n in f.dispatches)
+    if best is None or total == 0:
+        return None
+    fell = [(m, r, n) for m, r, n in f.dispatches if m != best and (best == "full" or m == "none")]
+    if not fell:
+        return None
+    num_fell = sum(n for _, _, n in fell)
+    mode, reason, _ = max(fell, key=lambda d: d[2])
+    share = num_fell / total
+    name = "eager" if mode == "none" else mode.upper()
+    text = (
+        f"{_pct(share)} of steps ({num_fell:,} of {total:,}) fell back from {best.upper()}: "
+        f"most to {name} ({reason})"
+    )
+    return Finding("graph_fallback", 1, share, text, "report: Graph mode per step")
+
+
+def kv_pressure(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Preemptions (the KV cache ran out of blocks), or a cache that filled without them."""
+    total = s.info.get("num_kv_blocks")
+    peak = ""
+    if f.peak_kv_blocks is not None and isinstance(total, int) and total > 0:
+        peak = f" (peak {f.peak_kv_blocks:,} of {total:,} blocks in use)"
+    where = "report: Scheduler; steps.num_preempted, steps.kv_used_blocks"
+    if s.num_preemptions > 0:
+        at = "" if f.first_preemption_step is None else f" at step {f.first_preemption_step}"
+        text = f"KV cache full{at}: {s.num_preemptions:,} preemptions{peak}"
+        weight = min(1.0, s.num_preemptions / max(s.num_requests, 1))
+        return Finding("kv_pressure", 2, weight, text, where)
+    if f.peak_kv_blocks is None or not isinstance(total, int) or total <= 0:
+        return None
+    share = f.peak_kv_blocks / total
+    if share < KV_FULL_SHARE:
+        return None
+    text = f"KV cache {_pct(share)} full at step {f.peak_kv_step}, no preemptions{peak}"
+    return Finding("kv_pressure", 1, share, text, where)
+
+
+def prefix_cache(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """The prefix-cache hit rate: a hit rate worth knowing, or none where prefixes are shared."""
+    rate = s.prefix_cache_hit_rate
+    if rate is None:
+        return None
+    workload = f.scenario_as_run.get("workload")
+    shared = isinstance(workload, dict) and workload.get("shared_prefix") not in (None, {})
+    where = "requests.cached_tokens; runner.enable_prefix_caching, workload.shared_prefix"
+    if rate > 0:
+        text = (
+            f"prefix cache: {_pct(rate)} of prompt tokens hit "
+            f"({round(rate * s.prompt_tokens):,} of {s.prompt_tokens:,})"
+        )
+        return Finding("prefix_cache", 0, rate, text, where)
+    if shared:
+        runner = f.scenario_as_run.get("runner")
+        off = isinstance(runner, dict) and runner.get("enable_prefix_caching") is False
+        why = " (runner.enable_prefix_caching is off)" if off else ""
+        text = f"prefix cache: 0 % of prompt tokens hit although the workload shares a prefix{why}"
+        return Finding("prefix_cache", 1, 1.0, text, where)
+    return None
+
+
+def perturbed(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Steps a probe slowed (a kernel-trace window), left out of the step figures."""
+    if not s.perturbed_steps:
+        return None
+    verb = "included in" if s.includes_perturbed else "left out of"
+    n = s.perturbed_steps
+    text = (
+        f"{n} step{'' if n == 1 else 's'} perturbed by the kernel trace, {verb} overlap, "
+        "bubbles, syncs and ITL"
+    )
+    where = "steps.perturbed; probes.kernel_trace_steps"
+    return Finding("perturbed", 0, n / max(s.steps, 1), text, where)
+
+
+def downgraded(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Settings the run did not honour (the scenario as run against the scenario as given)."""
+    found = downgrades(f.scenario_given, f.scenario_as_run)
+    if not found:
+        return None
+    shown = ", ".join(d.short for d in found[:4])
+    more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+    text = f"{len(found)} settings did not run as asked: {shown}{more}"
+    where = "the run's notes; runs.scenario_yaml against runs.scenario_given_yaml"
+    return Finding("downgraded", 1, min(1.0, len(found) / 4), text, where)
+
+
+def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """A run that failed or was stopped: its figures cover only what ran."""
+    if s.status in ("completed", "running"):
+        return None
+    error = f" ({s.error})" if s.error else ""
+    text = f"the run {s.status}{error}: {s.num_completed} of {s.num_requests} requests completed"
+    return Finding("not_completed", 2, 1.0, text, "runs.status, runs.error")
+
+
+RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
+    not_completed, host_bound, implicit_syncs, kv_pressure, graph_fallback, unused_graphs,
+    downgraded, prefix_cache, perturbed,
+)  # fmt: skip
+
+
+def findings(s: RunSummary, f: FindingFacts) -> list[Finding]:
+    """Every rule that fired, most important first (severity, then weight, then rule order)."""
+    fired = [(i, found) for i, rule in enumerate(RULES) if (found := rule(s, f)) is not None]
+    fired.sort(key=lambda p: (-p[1].severity, -p[1].weight, p[0]))
+    return [found for _, found in fired]
+
+
+def run_findings(store: Store, run_id: str, summary: RunSummary | None = None) -> list[Finding]:
+    """``findings`` of a stored run (``summary``: its ``run_summary``, when already read)."""
+    s = summary if summary is not None else run_summary(store, run_id)
+    return findings(s, finding_facts(store, run_id, include_perturbed=s.includes_perturbed))
