@@ -19,6 +19,7 @@ from mrv2_prof.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.store.rank_steps import rank_line
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.safe_text import markup_safe, plain
@@ -154,6 +155,8 @@ def summary_tables(
     perturbed = _perturbed(s)
     if perturbed:
         rows.append(("perturbed", perturbed))
+    if s.tensor_parallel is not None:
+        rows.append(("tensor parallel", rank_line(s.tensor_parallel)))
     environment = environment_line(s.environment)
     if environment:
         rows.append(("environment", environment))

@@ -49,9 +49,14 @@ def test_two_ranks_give_one_ranks_tokens_and_both_ranks_rows(tmp_path, async_sch
             "min(r.comm_ns) FILTER (WHERE s.num_tokens > 0) > 0 "
             "FROM rank_steps r JOIN steps s USING (run_id, step) GROUP BY r.rank ORDER BY 1"
         ).fetchall()
-        (info,) = con.execute("SELECT info FROM runs").fetchone()
+        (info, run_id) = con.execute("SELECT info, run_id FROM runs").fetchone()
     assert ranks == [(0, steps, True, True), (1, steps, True, True)]
     assert "2 ranks over gloo" in info and "sampled other tokens" not in info
+    show = subprocess.run(
+        [sys.executable, "-m", "mrv2_prof", "show", run_id, "--db", str(two)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert show.returncode == 0 and "2 ranks; collectives rank 0 " in show.stdout, show.stdout
 
 
 def test_a_size_that_does_not_divide_the_model_is_refused_before_a_run(tmp_path):

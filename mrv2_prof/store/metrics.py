@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrv2_prof.store.db import Store, no_run_error
+from mrv2_prof.store.rank_steps import RankSummary, rank_summary
 
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -82,6 +83,7 @@ class RunSummary:
     perturbed_steps: int = 0  # steps left out of the step figures (kernel-trace window)
     includes_perturbed: bool = False
     environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
+    tensor_parallel: RankSummary | None = None  # rank_steps (None: one rank)
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -273,4 +275,5 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         perturbed_steps=num_perturbed,
         includes_perturbed=include_perturbed,
         environment=json.loads(env_json) if env_json else None,
+        tensor_parallel=rank_summary(store, run_id),
     )
