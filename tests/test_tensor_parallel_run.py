@@ -4,6 +4,7 @@ anything is written."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,17 @@ def test_two_ranks_give_one_ranks_tokens_and_both_ranks_rows(tmp_path, async_sch
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert show.returncode == 0 and "2 ranks; collectives rank 0 " in show.stdout, show.stdout
+    trace = tmp_path / "trace.json"
+    export = subprocess.run(
+        [sys.executable, "-m", "mrv2_prof", "export", run_id, "--db", str(two), "-o", str(trace)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert export.returncode == 0, export.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names[10] == "rank 0" and names[11] == "rank 1"  # a process track per rank
+    for pid in (10, 11):
+        assert sum(e.get("ph") == "X" for e in events if e["pid"] == pid) == steps
 
 
 def test_a_size_that_does_not_divide_the_model_is_refused_before_a_run(tmp_path):

@@ -43,6 +43,7 @@ from mrv2_prof.report.trace_tracks import (
     GPU_COUNTERS,
     GPU_PID,
     PHASE_TID,
+    RANK_PID,
     RUNNER_COUNTERS,
     STREAM_TID,
     TrackQuery,
@@ -50,6 +51,7 @@ from mrv2_prof.report.trace_tracks import (
     cpu_slices,
     gpu_slices,
     kernel_slices,
+    rank_slices,
 )
 from mrv2_prof.store.db import Store, no_run_error
 
@@ -185,6 +187,12 @@ def _availability(q: TrackQuery) -> dict[str, Any]:
         "gpu_samples": q.value(
             f"SELECT count(*) FROM gpu_samples WHERE run_id = $run AND {q.time_filter()}"
         ),
+        "ranks": [
+            r[0]
+            for r in q.rows(
+                f"SELECT DISTINCT rank FROM rank_steps WHERE run_id = $run AND {w} ORDER BY 1"
+            )
+        ],
     }
 
 
@@ -262,6 +270,10 @@ def _events(
         yield metadata(GPU_PID, FIRST_KERNEL_TID + i, "thread_name", name=name)
     if has["gpu_samples"]:
         yield metadata(GPU_PID, COUNTER_TID, "thread_name", name="NVML")
+    for rank in has["ranks"]:
+        yield metadata(RANK_PID + rank, PHASE_TID, "process_name", name=f"rank {rank}")
+        yield metadata(RANK_PID + rank, PHASE_TID, "process_sort_index", sort_index=RANK_PID + rank)
+        yield metadata(RANK_PID + rank, PHASE_TID, "thread_name", name="steps (tensor parallel)")
 
     cpu: Iterator[Slice] = cpu_slices(q)
     if anchor_ns is not None:
@@ -276,6 +288,8 @@ def _events(
         yield from laminar(kernel_slices(q, stream, FIRST_KERNEL_TID + i))
     if has["gpu_samples"]:
         yield from counters(q, GPU_PID, "t_ns", "gpu_samples", GPU_COUNTERS, q.time_filter())
+    for rank in has["ranks"]:
+        yield from laminar(rank_slices(q, rank))
 
 
 def _anchor_event(run_id: str, anchor_ns: int) -> Event:

@@ -19,6 +19,7 @@ from mrv2_prof.probes.nvtx_ranges import DOMAIN, NVTX_NAMES, batch_shape
 from mrv2_prof.report.chrome_trace import Event, Slice, us
 
 CPU_PID, GPU_PID = 1, 2
+RANK_PID = 10  # + rank: each tensor-parallel rank's own process track (rank_steps)
 PHASE_TID = STREAM_TID = 1
 FIRST_KERNEL_TID = 2
 COUNTER_TID = 100
@@ -129,6 +130,23 @@ def cpu_slices(q: TrackQuery) -> Iterator[Slice]:
         }
         if flow_out:
             event.update(bind_id=step + 1, flow_out=True)
+        yield Slice(start - q.origin_ns, end - q.origin_ns, event)
+
+
+def rank_slices(q: TrackQuery, rank: int) -> Iterator[Slice]:
+    """One tensor-parallel rank's step spans (``rank_steps``), with their collective time."""
+    sql = f"""
+        SELECT step, start_ns, end_ns, comm_ns FROM rank_steps
+        WHERE run_id = $run AND rank = $rank AND {q.step_filter()}
+        ORDER BY start_ns, end_ns DESC"""
+    for step, start, end, comm in q.rows(sql, rank=rank):
+        event: Event = {
+            "name": f"step {step}",
+            "cat": DOMAIN,
+            "pid": RANK_PID + rank,
+            "tid": PHASE_TID,
+            "args": _args(step, comm_us=None if comm is None else us(comm)),
+        }
         yield Slice(start - q.origin_ns, end - q.origin_ns, event)
 
 
