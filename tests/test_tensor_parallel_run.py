@@ -5,6 +5,7 @@ anything is written."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,18 @@ def test_two_ranks_give_one_ranks_tokens_and_both_ranks_rows(tmp_path, async_sch
     assert names[10] == "rank 0" and names[11] == "rank 1"  # a process track per rank
     for pid in (10, 11):
         assert sum(e.get("ph") == "X" for e in events if e["pid"] == pid) == steps
+    page = tmp_path / "report.html"
+    report = subprocess.run(
+        [sys.executable, "-m", "mrv2_prof", "report", run_id, "--db", str(two), "-o", str(page)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    share = json.loads(re.search(r'"comm_share":(\{[^}]*\})', page.read_text()).group(1))
+    with duckdb.connect(str(two), read_only=True) as con:
+        want = dict(con.execute(
+            "SELECT rank, sum(comm_ns) / sum(end_ns - start_ns) FROM rank_steps GROUP BY rank"
+        ).fetchall())  # fmt: skip
+    assert {int(k): v for k, v in share.items()} == pytest.approx(want, rel=1e-9)
 
 
 def test_a_size_that_does_not_divide_the_model_is_refused_before_a_run(tmp_path):

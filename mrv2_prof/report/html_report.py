@@ -20,6 +20,7 @@ from mrv2_prof.findings import Finding, findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
+from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.sweep import headline, sweep_figure
@@ -58,6 +59,8 @@ FIGURE_GUIDE = {
     "host_flame": ("Host samples by phase", "Where the runner's host time went: the Python "
                    "stacks the host sampler took, split by the CPU phase each fell in; click "
                    "a phase or frame to zoom."),
+    "ranks": ("Tensor parallel", "Each rank's step time and its time in collectives, step "
+              "by step (rank_steps); the notes give each rank's collective share."),
     "sweep": ("Sweep comparison", "The headline metrics of every run side by side, one bar "
               "(colour) per run."),
 }  # fmt: skip
@@ -212,6 +215,8 @@ def render_run_report(
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
     figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
+    if summary.tensor_parallel is not None:  # only a tensor-parallel run has rank rows
+        figs.append(ranks_figure(rank_columns(store, run_id)))
     notes = "".join(
         f'<p class="note">note: {html.escape(n)}</p>' for n in data.info.get("notes", [])
     )
