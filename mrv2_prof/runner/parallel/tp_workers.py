@@ -8,7 +8,8 @@ the scheduler's output (``send_step``) before it queues its own part; a worker q
 step, waits for its tokens and times it. Sampling is replicated: the logits are gathered on every
 rank, the seeds are the same, so every rank samples the same tokens; each keeps a digest of them,
 and at the end (``close``) rank 0 gathers the workers' step times, collective times and digests.
-A digest that differs from rank 0's becomes a run note. A collective waits at most
+A digest that differs from rank 0's becomes a run note. ``NCCL_NVLS_ENABLE=0`` is set before any
+rank starts (NVLink multicast stays off on multi-GPU hosts). A collective waits at most
 ``TIMEOUT_S`` for a rank that died; the run then fails with the error.
 """
 
@@ -61,6 +62,8 @@ class TPWorkers:
 
     def __init__(self, world: int, config, model_spec) -> None:
         self.world = world
+        # NVLink multicast stays off in this process and every rank it starts (inherited)
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
         self._dir = tempfile.mkdtemp(prefix="mrv2-tp-")
         rendezvous = os.path.join(self._dir, "rendezvous")
         ctx = mp.get_context("spawn")
