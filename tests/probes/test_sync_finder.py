@@ -131,7 +131,7 @@ def test_a_planted_item_on_the_gpu_is_found(monkeypatch):
         for step, kind, site in zip(syncs["step"], syncs["kind"], syncs["site"], strict=True)
         if kind == "implicit"
     ]
-    lines, first = inspect.getsourcelines(model_runner.ModelRunner.queue_step)
+    lines, first = inspect.getsourcelines(model_runner.ModelRunner._queue_step)
     line = first + next(i for i, t in enumerate(lines) if "self._prepare_inputs(so)" in t)
     assert found == [(4, f"mrv2_prof/runner/worker/model_runner.py:{line}")]
     assert np.sum(syncs["kind"] == "output_wait") > 0
