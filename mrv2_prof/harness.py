@@ -192,7 +192,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             scenario.workload,
             seed=scenario.seed,
             vocab_size=engine.vocab_size,
-            max_model_len=scenario.runner.max_model_len,
+            max_model_len=engine.config.max_model_len,
             source=scenario.source,
         )
         notes = unavailable_probe_notes(scenario.probes.model_dump())
@@ -234,8 +234,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
-    except (ConfigError, CheckpointError, ScenarioError) as exc:
-        outcome.error, outcome.exit_code = _one_line(exc), 2
+    except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
+        # (the CLI checks what it can before a row exists): the run started and failed, exit 1
+        outcome.error, outcome.exit_code = _one_line(exc), 1
     except Exception as exc:  # a runner bug: keep the data and the traceback
         outcome.error, outcome.exit_code = _one_line(exc), 1
         outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done

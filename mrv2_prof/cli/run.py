@@ -88,9 +88,8 @@ def run(
             base = load_quickstart(sets)
         else:
             base = load_scenario(scenario_file, sets)
-        runs = expand_matrix(base)
-        for _, scenario in runs:
-            preflight(scenario)
+        # (label, as given, as the runner takes it: max_model_len auto resolved)
+        runs = [(label, given, preflight(given)) for label, given in expand_matrix(base)]
     except (ScenarioError, ConfigError, CheckpointError) as exc:
         fail(str(exc))
     db_path = db if db is not None else checked_db(Path(base.store.db))
@@ -102,15 +101,18 @@ def run(
 
     live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
     outcomes = []
-    for label, scenario in runs:
-        data = scenario.model_dump(mode="json")
-        job = RunJob(data, scenario_yaml(data), label, _combo(base, scenario), str(db_path))
+    for label, given, scenario in runs:
+        data, given_yaml = (
+            scenario.model_dump(mode="json"),
+            scenario_yaml(given.model_dump(mode="json")),
+        )
+        job = RunJob(data, given_yaml, label, _combo(base, scenario), str(db_path))
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
-        if outcome.run_id is not None:
-            _print_summary(db_path, outcome.run_id)
-        if outcome.exit_code == 2:
+        if outcome.run_id is not None and _ran_steps(db_path, outcome.run_id):
+            _print_summary(db_path, outcome.run_id)  # (a run that failed at start-up has none)
+        if outcome.exit_code == 2:  # before its row existed (the database could not be opened)
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
             err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
@@ -165,6 +167,15 @@ def _launch(job, live: bool):
     from mrv2_prof.launcher import run_dashboard, run_headless
 
     return run_dashboard(job) if live else run_headless(job, err)
+
+
+def _ran_steps(db_path: Path, run_id: str) -> bool:
+    """Whether the run took a step (else its summary is only zeros); True if it cannot tell."""
+    try:
+        with Store.open(db_path, read_only=True) as store:
+            return store.num_steps(run_id) > 0
+    except StoreError:
+        return True  # the summary then says what is wrong with the file
 
 
 def _print_summary(db_path: Path, run_id: str) -> None:

@@ -168,6 +168,11 @@ class Store:
         if not done:
             raise ValueError(f"no run {run_id!r} in {self.path}")
 
+    def num_steps(self, run_id: str) -> int:
+        """How many steps the run has stored."""
+        row = self._con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [run_id]).fetchone()
+        return int(row[0]) if row else 0
+
     def _run_exists(self, run_id: str) -> bool:
         return bool(self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall())
 
