@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors
 
 from mrv2_prof.cli.compare import compare, gate
+from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.run import run
 from mrv2_prof.cli.stored import runs, show
 from mrv2_prof.cli.views import export, nsys_app, report, tui
@@ -29,6 +30,7 @@ app = typer.Typer(
     "then query the run in DuckDB.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # click's help: flags as flags, docstrings re-wrapped to the terminal
     pretty_exceptions_enable=False,
 )
 
@@ -39,7 +41,7 @@ def main() -> None:
 
 
 for _command in (run, runs, show, compare, gate, report, export, tui):
-    app.command()(_command)
+    app.command(cls=Command)(_command)
 app.add_typer(nsys_app, name="nsys")
 
 

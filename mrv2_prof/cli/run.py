@@ -63,7 +63,8 @@ def run(
     headless: bool = typer.Option(
         False,
         "--headless",
-        help="A progress bar instead of the live dashboard (implied w/o a TTY).",
+        help="A progress bar instead of the live dashboard (implied w/o a TTY). A flag: it "
+        "takes no value.",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="Anything the runner cannot honour is an error, not a note."
@@ -82,6 +83,7 @@ def run(
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 
+    _refuse_a_flag_value(scenario_file)
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
         if scenario_file is None:
@@ -133,6 +135,21 @@ def run(
         raise typer.Exit(last.exit_code)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
+def _refuse_a_flag_value(scenario_file: Path | None) -> None:
+    """``run --headless true``: the flags take no value, so ``true`` came as the SCENARIO;
+    a file of that name is still a scenario."""
+    if scenario_file is None or scenario_file.exists():
+        return
+    if str(scenario_file).lower() in _BOOL_WORDS:
+        fail(
+            f"SCENARIO {str(scenario_file)!r}: --headless and --strict are flags and take no "
+            "value (write --headless, not --headless true)"
+        )
 
 
 def _exit_interrupted(signum, frame) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.output_file import OutputError, check_output, write_output
 from mrv2_prof.input_file import InputError, check_regular_file
 from mrv2_prof.store import Store, StoreError
@@ -18,7 +19,7 @@ from mrv2_prof.views.safe_text import plain
 def report(
     run_refs: list[str] = typer.Argument(
         ...,
-        metavar="RUN...",
+        metavar="RUN",
         help="A run id, a unique prefix, or 'latest'; several runs make a sweep comparison.",
     ),
     output: Path = typer.Option(
@@ -212,6 +213,6 @@ def nsys_import(
         out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
 
-nsys_app = typer.Typer(no_args_is_help=True)
+nsys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 nsys_app.callback()(nsys_main)
-nsys_app.command("import")(nsys_import)
+nsys_app.command("import", cls=Command)(nsys_import)
