@@ -209,6 +209,12 @@ class Store:
         row = self._con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [run_id]).fetchone()
         return int(row[0]) if row else 0
 
+    def step_ids(self, run_id: str) -> np.ndarray:
+        """The run's step numbers, in order."""
+        return self._con.execute(
+            "SELECT step FROM steps WHERE run_id = ? AND step IS NOT NULL ORDER BY step", [run_id]
+        ).fetchnumpy()["step"]
+
     def _run_exists(self, run_id: str) -> bool:
         return bool(self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall())
 
