@@ -1,7 +1,8 @@
 """The ``mrv2-prof`` command line. Bad input ends with one line on stderr and exit code 2.
 
-Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a run failed,
-2 bad input (scenario, overrides, trace, checkpoint, database), 130 interrupted with Ctrl-C.
+Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a run started and
+failed, 2 bad input (scenario, overrides, trace, checkpoint, database; no run row is written),
+130 interrupted with Ctrl-C. ``--help`` is laid out by ``cli.help_text``.
 
 One module per group of commands: ``run`` (a scenario, live), ``stored`` (runs, show),
 ``compare`` (compare, gate) and ``views`` (report, export, tui, nsys import); they are
