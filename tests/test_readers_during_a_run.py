@@ -31,9 +31,10 @@ def test_runs_and_show_work_while_another_process_writes_a_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     long_run = subprocess.Popen(
         [sys.executable, "-m", "mrv2_prof", "run", str(QUICKSTART), "--db", str(db),
-         "--headless", "--set", "workload.num_requests=16",
+         "--headless", "--set", "workload.num_requests=600",  # arrivals in wall time over
+         "--set", "workload.arrival={pattern: poisson, rate: 2}",  # minutes, on any machine
          "--set", "workload.prompt_len={dist: fixed, value: 8}",
-         "--set", "workload.output_len={dist: fixed, value: 900}"],
+         "--set", "workload.output_len={dist: fixed, value: 16}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     live_ids: list[str] = []

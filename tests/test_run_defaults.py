@@ -31,7 +31,8 @@ def stored(db: Path) -> list[tuple]:
         return con.execute("SELECT status, scenario_yaml, scenario_given_yaml FROM runs").fetchall()
 
 
-def test_a_scenario_of_a_name_and_a_preset_runs_on_cpu(tmp_path):
+def test_a_scenario_of_a_name_and_a_preset_runs_with_the_defaults(tmp_path):
+    """On a CPU: ``num_kv_blocks: auto`` within the CPU budget, the model's own length."""
     (tmp_path / "s.yaml").write_text("name: minimal\nmodel: {preset: llama-tiny}\n")
     db = tmp_path / "runs.duckdb"
     proc = cli("run", str(tmp_path / "s.yaml"), "--headless", "--db", str(db),
