@@ -3,7 +3,8 @@
 ``runs.scenario_given_yaml`` keeps the scenario as given (the file plus ``--set``);
 ``runs.scenario_yaml`` the scenario as run: the database it was written to (``--db``), and every
 value the runner resolved or downgraded — the device, dtype, kernel set, UVA, the CUDA graph
-mode and capture sizes that were captured, the KV blocks — and the probes that could record on
+mode and capture sizes that were captured, the KV blocks, the ``max_model_len`` ``auto`` took —
+and the probes that could record on
 that device. Running the stored ``scenario_yaml`` again asks for exactly what ran (a round trip:
 ``as_run`` of it changes nothing).
 """
@@ -38,8 +39,10 @@ def as_run(
     piecewise_sizes: tuple[int, ...],
     num_kv_blocks: int,
     nvtx: bool,
+    max_model_len: int | None = None,
 ) -> dict[str, Any]:
-    """``given`` (a scenario's ``model_dump``) with what the run resolved."""
+    """``given`` (a scenario's ``model_dump``) with what the run resolved (``max_model_len``:
+    the length ``auto`` resolved to, when given)."""
     s = copy.deepcopy(given)
     s.setdefault("store", {})["db"] = db_path
     runner = s.setdefault("runner", {})
@@ -51,6 +54,8 @@ def as_run(
     if mode != "none":
         runner["cudagraph_capture_sizes"] = sorted(set(full_sizes) | set(piecewise_sizes))
     runner["num_kv_blocks"] = int(num_kv_blocks)
+    if max_model_len is not None:
+        runner["max_model_len"] = int(max_model_len)
     s.setdefault("model", {})["dtype"] = dtype
     probes = s.setdefault("probes", {})
     if runner["device"] == "cpu":
@@ -78,4 +83,5 @@ def engine_as_run(given: dict[str, Any], db_path: str, engine: Any, nvtx: bool) 
         piecewise_sizes=tuple(plan.piecewise_sizes),
         num_kv_blocks=info.num_kv_blocks,
         nvtx=nvtx,
+        max_model_len=engine.config.max_model_len,
     )

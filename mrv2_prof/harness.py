@@ -14,6 +14,7 @@ Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import platform
@@ -106,13 +107,14 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
     """The runner process's work (tests call it in-process, without a ``lifetime``)."""
     interrupted = _Interrupted() if lifetime is None else lifetime
     emit = queue.put
-    try:
-        store = Store.open(job.db_path)
+    try:  # the run writes a side file of its own: the database stays readable meanwhile
+        name = str(job.scenario.get("name", ""))
+        store, run_id = Store.open_live_run(job.db_path, label=job.label, scenario_name=name)
     except StoreError as exc:
         emit(("done", Outcome(None, "failed", str(exc), exit_code=2)))
         return
     try:
-        outcome = _run(job, store, emit, lambda: interrupted.flag or stop_event.is_set())
+        outcome = _run(job, store, run_id, emit, lambda: interrupted.flag or stop_event.is_set())
     except Exception as exc:  # before the run row existed, or while finishing it
         outcome = Outcome(None, "failed", _one_line(exc), exit_code=1)
     if outcome.status == "aborted":
@@ -129,17 +131,20 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
             )
     finally:
         store.close()
+        # One transaction of the database; if it cannot be had, the parent's next open (or any
+        # later writer's) merges the side file.
+        with contextlib.suppress(StoreError):
+            Store.merge_ended_runs(job.db_path)
         emit(("done", outcome))
 
 
-def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
+def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
     from mrv2_prof.effective_scenario import engine_as_run
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
     from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml
 
     scenario = Scenario.model_validate(job.scenario)
-    run_id = store.new_run_id()
     store.begin_run(
         run_id,
         scenario_name=scenario.name,
@@ -192,7 +197,7 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             scenario.workload,
             seed=scenario.seed,
             vocab_size=engine.vocab_size,
-            max_model_len=scenario.runner.max_model_len,
+            max_model_len=engine.config.max_model_len,
             source=scenario.source,
         )
         notes = unavailable_probe_notes(scenario.probes.model_dump())
@@ -234,8 +239,9 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
-    except (ConfigError, CheckpointError, ScenarioError) as exc:
-        outcome.error, outcome.exit_code = _one_line(exc), 2
+    except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
+        # (the CLI checks what it can before a row exists): the run started and failed, exit 1
+        outcome.error, outcome.exit_code = _one_line(exc), 1
     except Exception as exc:  # a runner bug: keep the data and the traceback
         outcome.error, outcome.exit_code = _one_line(exc), 1
         outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done

@@ -28,5 +28,5 @@ class Outcome:
     run_id: str | None
     status: str  # completed | aborted | failed
     error: str | None = None
-    exit_code: int = 0  # 2: bad input (scenario, checkpoint, config, database)
+    exit_code: int = 0  # 1: the run started and failed; 2: the database, before a row existed
     facts: dict[str, Any] = field(default_factory=dict)

@@ -8,6 +8,9 @@ one that does not stop within ``STOP_GRACE_S`` is killed). A runner that dies wi
 has its run row marked ``failed`` by the parent; one whose parent dies stops by itself
 (``lifetime``).
 
+The runner writes its own side file while it is live (``store.live_runs``); once it has
+exited, the parent makes sure that file is merged into the database.
+
 NVML telemetry (``probes.nvml_hz``) is sampled here, in the parent, from the moment the runner
 reports it started until it is done; the samples (or the note saying why there are none) are
 written to the run once the runner has closed the database.
@@ -131,6 +134,16 @@ class RunnerProcess:
         except StoreError as exc:  # the row stays running; the next writer marks it failed
             self.outcome.error = f"{self.outcome.error}; the run row was not updated ({exc})"
 
+    def _merge_side_file(self) -> None:
+        """The runner merges its side file into the database as it ends; when it could not
+        (killed, or readers held the file too long) the parent does, before the summary."""
+        if self.run_id is None:
+            return
+        try:
+            Store.merge_ended_runs(self.job.db_path)
+        except StoreError as exc:
+            self.store_error = f"run {self.run_id} is still in its side file ({exc})"
+
     @property
     def done(self) -> bool:
         return self.outcome is not None
@@ -204,6 +217,7 @@ class RunnerProcess:
         if self.process.is_alive():
             self.process.terminate()
             self.process.join()
+        self._merge_side_file()
         self._finish_nvml()
         assert self.outcome is not None
         return self.outcome

@@ -135,7 +135,7 @@ def summary_tables(
         ),
         ("steps", f"{s.steps:,}"),
         ("tokens", f"{s.prompt_tokens:,} prompt, {s.output_tokens:,} output"),
-        ("duration", f"{s.duration_s:,.2f} s (first arrival to last finish)"),
+        ("serving time", f"{s.duration_s:,.2f} s (first arrival to last finish)"),
         (
             "throughput",
             f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} output tok/s",
@@ -264,8 +264,14 @@ def render_comparison(store: Store, run_ids: list[str]) -> Group:
 
 
 def render_runs(rows: list[dict], db: str) -> Table:
-    t = Table(title=Text(f"runs in {plain(db)}"), title_justify="left")
-    for col in ("run", "label", "status", "started", "duration", "requests", "output tokens"):
+    t = Table(
+        title=Text(f"runs in {plain(db)}"),
+        title_justify="left",
+        caption="wall time: the run's start to its end, start-up included (show gives the "
+        "serving time: first arrival to last finish)",
+        caption_justify="left",
+    )
+    for col in ("run", "label", "status", "started", "wall time", "requests", "output tokens"):
         t.add_column(col, justify="right" if col in ("requests", "output tokens") else "left")
     for r in rows:
         started = r.get("started_at")

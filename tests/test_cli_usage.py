@@ -35,3 +35,58 @@ def test_usage_errors_are_one_line_and_exit_2(args, says):
 def test_help_still_prints_and_exits_0():
     result = mrv2_prof("run", "--help")
     assert result.returncode == 0 and "Usage: mrv2-prof run" in result.stdout
+
+
+COMMANDS = ("run", "runs", "show", "compare", "gate", "report", "export", "tui", "nsys import")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_flags_as_flags_and_plain_usage(command):
+    result = mrv2_prof(*command.split(), "--help")
+    assert result.returncode == 0, result.stderr
+    assert "<bool>" not in result.stdout  # a flag takes no value
+    usage = result.stdout.splitlines()[0]
+    assert usage.startswith(f"Usage: mrv2-prof {command} ") and not set("{}") & set(usage), usage
+
+
+def test_run_help_lists_its_flags_bare():
+    lines = mrv2_prof("run", "--help").stdout.splitlines()
+    flags = [line.split()[0] for line in lines if line.strip().startswith("--")]
+    assert {"--headless", "--strict", "--help"} <= set(flags)
+    assert [line for line in lines if line.startswith("Usage:")] == [
+        "Usage: mrv2-prof run [OPTIONS] [SCENARIO]"
+    ]
+
+
+def test_a_value_after_a_flag_is_a_one_line_error_not_a_scenario(tmp_path):
+    result = mrv2_prof("run", "--headless", "true", "--db", str(tmp_path / "r.duckdb"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: SCENARIO 'true': --headless and --strict are flags and take no value "
+        "(write --headless, not --headless true)"
+    )
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_help_rewraps_prose_and_keeps_examples_and_tables():
+    from mrv2_prof.cli.help_text import layout
+
+    doc = """Prose that was
+    broken raggedly.
+
+    Example:  mrv2-prof run s.yaml --db a.duckdb
+
+    Table:
+      a  1
+    """
+    assert layout(doc) == (
+        "Prose that was\nbroken raggedly.\n\n"
+        "\b\nExample:  mrv2-prof run s.yaml --db a.duckdb\n\n"
+        "\b\nTable:\n  a  1"
+    )
+    gate = mrv2_prof("gate", "--help").stdout  # the metrics table keeps its rows
+    assert "  p50_itl  p95_itl  p99_itl   ms, up  (5%, 10%, 10%)  inter-token latency\n" in gate
+    run = mrv2_prof("run", "--help").stdout  # a prose paragraph is one re-wrapped block
+    assert "The runner works in its own process; this one shows a live dashboard" in " ".join(
+        run.split()
+    )

@@ -106,7 +106,7 @@ def test_defaults(tmp_path: Path) -> None:
         256,
         8192,
     )
-    assert (r.max_model_len, r.block_size, r.gpu_memory_utilization) == (4096, 16, 0.8)
+    assert (r.max_model_len, r.block_size, r.gpu_memory_utilization) == ("auto", 16, 0.8)
     assert r.async_scheduling and r.staged_writes and r.uva and not r.strict
     assert r.cudagraph_mode == "full_and_piecewise" and r.cudagraph_capture_sizes == "auto"
     w = s.workload
@@ -136,7 +136,11 @@ def test_model_path_instead_of_preset(tmp_path: Path) -> None:
         ),
         ("name: x\nrunner: {max_num_seqs: many}\n", "runner.max_num_seqs", "integer"),
         ("name: x\nrunner: {block_size: 0}\n", "runner.block_size", "must be >= 1, got 0"),
-        ("name: x\nrunner: {max_model_len: 1}\n", "runner.max_model_len", "must be >= 2"),
+        (
+            "name: x\nrunner: {max_model_len: 1}\n",
+            "runner.max_model_len",
+            "must be 'auto' or an integer >= 2, got 1",
+        ),
         ("name: x\nrunner: {kernels: cuda}\n", "runner.kernels", "triton"),
         ("name: x\nrunner: {num_kv_blocks: 0}\n", "runner.num_kv_blocks", "auto"),
         (

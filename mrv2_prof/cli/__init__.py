@@ -1,7 +1,8 @@
 """The ``mrv2-prof`` command line. Bad input ends with one line on stderr and exit code 2.
 
-Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a run failed,
-2 bad input (scenario, overrides, trace, checkpoint, database), 130 interrupted with Ctrl-C.
+Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a run started and
+failed, 2 bad input (scenario, overrides, trace, checkpoint, database; no run row is written),
+130 interrupted with Ctrl-C. ``--help`` is laid out by ``cli.help_text``.
 
 One module per group of commands: ``run`` (a scenario, live), ``stored`` (runs, show),
 ``compare`` (compare, gate) and ``views`` (report, export, tui, nsys import); they are
@@ -20,6 +21,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors
 
 from mrv2_prof.cli.compare import compare, gate
+from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.run import run
 from mrv2_prof.cli.stored import runs, show
 from mrv2_prof.cli.views import export, nsys_app, report, tui
@@ -29,6 +31,7 @@ app = typer.Typer(
     "then query the run in DuckDB.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,  # click's help: flags as flags, docstrings re-wrapped to the terminal
     pretty_exceptions_enable=False,
 )
 
@@ -39,7 +42,7 @@ def main() -> None:
 
 
 for _command in (run, runs, show, compare, gate, report, export, tui):
-    app.command()(_command)
+    app.command(cls=Command)(_command)
 app.add_typer(nsys_app, name="nsys")
 
 

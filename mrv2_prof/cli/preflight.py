@@ -27,7 +27,7 @@ _INDEX_BYTES = 4  # int32 block ids and prompt token ids of the request state
 
 def _on_gpu(config: RunnerConfig) -> bool:
     """Whether the runner will run on CUDA (``auto`` picks it when a device is visible)."""
-    from mrv2_prof.runner.config import invalid
+    from mrv2_prof.runner.config import NO_CUDA, invalid
 
     if config.device == "cpu":
         return False
@@ -35,7 +35,7 @@ def _on_gpu(config: RunnerConfig) -> bool:
 
     available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
     if config.device == "cuda" and not available:
-        raise invalid("device", "'cuda' requested but no CUDA device is available")
+        raise invalid("device", NO_CUDA)
     return available
 
 
@@ -118,8 +118,10 @@ def _memory(config: RunnerConfig, args: ModelArgs, dtype: str, on_gpu: bool) -> 
         raise ConfigError(f"{field}: {problem}", field=None, problem=f"{field}: {problem}")
 
 
-def preflight(scenario: Scenario) -> None:
-    """Every check of ``scenario`` that needs the model or the machine; raises on the first."""
+def preflight(scenario: Scenario) -> Scenario:
+    """Every check of ``scenario`` that needs the model or the machine; raises on the first.
+    Returns the scenario with ``runner.max_model_len: auto`` resolved to the model's own
+    ``max_position_embeddings`` (what the runner will use, and what the run stores)."""
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model.loader import model_args_for
     from mrv2_prof.workload import build_workload
@@ -129,6 +131,7 @@ def preflight(scenario: Scenario) -> None:
     spec = scenario.model_spec()
     args = model_args_for(spec)
     try:
+        config = config.for_model(args.max_position_embeddings)
         on_gpu = _on_gpu(config)
         _model_bounds(config, args, on_gpu)
         _memory(config, args, spec.dtype or ("bfloat16" if on_gpu else "float32"), on_gpu)
@@ -139,6 +142,10 @@ def preflight(scenario: Scenario) -> None:
         scenario.workload,
         seed=scenario.seed,
         vocab_size=args.vocab_size,
-        max_model_len=scenario.runner.max_model_len,
+        max_model_len=config.max_model_len,
         source=scenario.source,
     )
+    if scenario.runner.max_model_len == config.max_model_len:
+        return scenario
+    runner = scenario.runner.model_copy(update={"max_model_len": config.max_model_len})
+    return scenario.model_copy(update={"runner": runner})

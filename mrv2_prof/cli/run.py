@@ -63,7 +63,8 @@ def run(
     headless: bool = typer.Option(
         False,
         "--headless",
-        help="A progress bar instead of the live dashboard (implied w/o a TTY).",
+        help="A progress bar instead of the live dashboard (implied w/o a TTY). A flag: it "
+        "takes no value.",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="Anything the runner cannot honour is an error, not a note."
@@ -82,15 +83,15 @@ def run(
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 
+    _refuse_a_flag_value(scenario_file)
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
         if scenario_file is None:
             base = load_quickstart(sets)
         else:
             base = load_scenario(scenario_file, sets)
-        runs = expand_matrix(base)
-        for _, scenario in runs:
-            preflight(scenario)
+        # (label, as given, as the runner takes it: max_model_len auto resolved)
+        runs = [(label, given, preflight(given)) for label, given in expand_matrix(base)]
     except (ScenarioError, ConfigError, CheckpointError) as exc:
         fail(str(exc))
     db_path = db if db is not None else checked_db(Path(base.store.db))
@@ -102,16 +103,21 @@ def run(
 
     live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
     outcomes = []
-    for label, scenario in runs:
-        data = scenario.model_dump(mode="json")
-        job = RunJob(data, scenario_yaml(data), label, _combo(base, scenario), str(db_path))
+    for label, given, scenario in runs:
+        data, given_yaml = (
+            scenario.model_dump(mode="json"),
+            scenario_yaml(given.model_dump(mode="json")),
+        )
+        job = RunJob(data, given_yaml, label, _combo(base, scenario), str(db_path))
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
-        if outcome.run_id is not None:  # the notes the headless start line printed: once
+        if outcome.run_id is not None and _ran_steps(db_path, outcome.run_id):
+            # (a run that failed at start-up has no steps); the notes the headless start line
+            # printed are printed once
             shown = () if live or not runner.facts else tuple(runner.facts.get("notes", ()))
             _print_summary(db_path, outcome.run_id, shown)
-        if outcome.exit_code == 2:
+        if outcome.exit_code == 2:  # before its row existed (the database could not be opened)
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
             err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
@@ -132,6 +138,21 @@ def run(
         raise typer.Exit(last.exit_code)
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
+
+
+_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
+
+
+def _refuse_a_flag_value(scenario_file: Path | None) -> None:
+    """``run --headless true``: the flags take no value, so ``true`` came as the SCENARIO;
+    a file of that name is still a scenario."""
+    if scenario_file is None or scenario_file.exists():
+        return
+    if str(scenario_file).lower() in _BOOL_WORDS:
+        fail(
+            f"SCENARIO {str(scenario_file)!r}: --headless and --strict are flags and take no "
+            "value (write --headless, not --headless true)"
+        )
 
 
 def _exit_interrupted(signum, frame) -> None:
@@ -166,6 +187,15 @@ def _launch(job, live: bool):
     from mrv2_prof.launcher import run_dashboard, run_headless
 
     return run_dashboard(job) if live else run_headless(job, err)
+
+
+def _ran_steps(db_path: Path, run_id: str) -> bool:
+    """Whether the run took a step (else its summary is only zeros); True if it cannot tell."""
+    try:
+        with Store.open(db_path, read_only=True) as store:
+            return store.num_steps(run_id) > 0
+    except StoreError:
+        return True  # the summary then says what is wrong with the file
 
 
 def _print_summary(db_path: Path, run_id: str, shown_notes: tuple[str, ...] = ()) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.output_file import OutputError, check_output, write_output
 from mrv2_prof.input_file import InputError, check_regular_file
 from mrv2_prof.store import Store, StoreError
@@ -18,7 +19,7 @@ from mrv2_prof.views.safe_text import plain
 def report(
     run_refs: list[str] = typer.Argument(
         ...,
-        metavar="RUN...",
+        metavar="RUN",
         help="A run id, a unique prefix, or 'latest'; several runs make a sweep comparison.",
     ),
     output: Path = typer.Option(
@@ -38,8 +39,9 @@ def report(
         None,
         "--window",
         metavar="A:B",
-        help="Steps A..B get phase detail on the timeline (default: all steps up to 2,000, else "
-        "2,000 around the slowest step).",
+        help="Steps A..B-1 get phase detail on the timeline (A included, B excluded, as "
+        "export --steps; either end may be left out, negatives count from the end). Default: "
+        "all steps up to 2,000, else 2,000 around the slowest step.",
         show_default=False,
     ),
 ) -> None:
@@ -53,17 +55,19 @@ def report(
     """
     from mrv2_prof.report.html_report import render_run_report, render_sweep_report
     from mrv2_prof.report.sweep import sweep_members
+    from mrv2_prof.report.trace_export import ExportError, parse_steps
     from mrv2_prof.views.format import format_bytes
 
+    try:
+        window_steps = None if window is None else parse_steps(window)
+    except ExportError:
+        fail(f"--window {window!r}: expected A:B (A included, B excluded), e.g. 100:300")
     detail_window = None
-    if window is not None:
-        lo, sep, hi = window.partition(":")
-        if not (sep and lo.strip().isdigit() and hi.strip().isdigit() and int(lo) <= int(hi)):
-            fail(f"--window {window!r}: expected A:B with step numbers A <= B, e.g. 100:300")
-        detail_window = (int(lo), int(hi))
     try:
         with Store.open(db, read_only=True) as store:
             run_ids = list(dict.fromkeys(store.resolve_run(ref) for ref in run_refs))
+            if window_steps is not None:
+                detail_window = _window_of(store, run_ids[0], window, window_steps)
             if sweep:
                 if len(run_ids) != 1:
                     fail("--sweep takes one RUN (a run of the sweep)")
@@ -87,6 +91,16 @@ def report(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _window_of(store: Store, run_id: str, text: str, steps: slice) -> tuple[int, int]:
+    """The first and last step (inclusive) that ``--window`` selects; none is bad input."""
+    ids = store.step_ids(run_id)
+    chosen = ids[steps]
+    if not len(chosen):
+        have = f"{len(ids):,} steps ({ids[0]}..{ids[-1]})" if len(ids) else "no steps"
+        fail(f"--window {text!r} selects no steps: run {run_id} has {have}")
+    return int(chosen[0]), int(chosen[-1])
 
 
 def export(
@@ -212,6 +226,6 @@ def nsys_import(
         out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
 
 
-nsys_app = typer.Typer(no_args_is_help=True)
+nsys_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 nsys_app.callback()(nsys_main)
-nsys_app.command("import")(nsys_import)
+nsys_app.command("import", cls=Command)(nsys_import)

@@ -10,6 +10,7 @@ resolved: the scenario validates against it in processes that never load torch.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import typing
 from collections.abc import Iterator
@@ -34,6 +35,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+NO_CUDA = (
+    "'cuda' requested but no CUDA device is available; "
+    "run on the CPU with --set runner.device=cpu (or device: auto)"
+)
 CPU_KV_CACHE_BYTES = 4 * 2**30  # the KV-cache budget of num_kv_blocks: auto on a CPU
 
 
@@ -122,7 +127,8 @@ class RunnerConfig:
     max_num_reqs: int = setting(1024, ge=1)  # rows of the persistent request state
     max_num_seqs: int = setting(256, ge=1)  # most requests running in one step
     max_num_batched_tokens: int = setting(8192, ge=1)
-    max_model_len: int = setting(4096, ge=2)
+    # None: the model's own max_position_embeddings, as vLLM derives it (``for_model``)
+    max_model_len: int | None = setting(None, ge=2, auto=True)
     block_size: int = setting(16, ge=1)
     # None: sized from gpu_memory_utilization after a profiling run (CUDA only)
     num_kv_blocks: int | None = setting(None, ge=1, auto=True)
@@ -149,7 +155,22 @@ class RunnerConfig:
 
     @property
     def max_num_blocks_per_req(self) -> int:
-        return -(-self.max_model_len // self.block_size)
+        return -(-self.model_len // self.block_size)
+
+    @property
+    def model_len(self) -> int:
+        """``max_model_len`` of a config resolved with ``for_model``."""
+        if self.max_model_len is None:
+            raise ConfigError("runner.max_model_len: 'auto' is resolved against the model first")
+        return self.max_model_len
+
+    def for_model(self, max_position_embeddings: int) -> RunnerConfig:
+        """This config with ``max_model_len: auto`` resolved to the model's own length (an
+        explicit value is kept: the caller checks it against the model). A new frozen config;
+        the rules between fields are checked again with the length known."""
+        if self.max_model_len is not None:
+            return self
+        return dataclasses.replace(self, max_model_len=max_position_embeddings)
 
     def cpu_auto_num_kv_blocks(self, bytes_per_block: int) -> int:
         """``num_kv_blocks: auto`` on a CPU: blocks for ``max_num_seqs`` requests of
@@ -165,7 +186,7 @@ class RunnerConfig:
             return torch.device("cpu")
         if self.device == "cuda" or torch.cuda.is_available():
             if not torch.cuda.is_available():
-                raise ConfigError("runner.device: 'cuda' requested but no CUDA device is available")
+                raise invalid("device", NO_CUDA)
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
@@ -199,7 +220,12 @@ def check_fields(c: RunnerConfig) -> Iterator[tuple[str, str]]:
     """The rules between fields, as ``(field, problem)``, the first to fix first."""
     if c.max_num_seqs > c.max_num_reqs:
         yield "max_num_seqs", f"{c.max_num_seqs} exceeds max_num_reqs {c.max_num_reqs}"
-    if c.num_kv_blocks is not None and c.num_kv_blocks * c.block_size < c.max_model_len:
+    known_len = c.max_model_len is not None  # auto: checked once resolved (``for_model``)
+    if (
+        known_len
+        and c.num_kv_blocks is not None
+        and c.num_kv_blocks * c.block_size < c.max_model_len
+    ):
         yield (
             "num_kv_blocks",
             (

@@ -45,9 +45,9 @@ class Engine:
     def __init__(
         self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
     ) -> None:
-        self.config = config
         self.probe = probe if probe is not None else Probe()
         self.runner = ModelRunner(config, model_spec, self.probe)
+        config = self.config = self.runner.config  # max_model_len resolved against the model
         num_blocks = start_up(self.runner)  # KV cache, warm-up, CUDA graphs
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching

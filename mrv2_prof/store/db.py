@@ -20,6 +20,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from mrv2_prof.store.live_runs import (
+    live_dir,
+    live_file,
+    live_runs,
+    merge_finished,
+    write_marker,
+)
 from mrv2_prof.store.opening import StoreError, connect, damaged_error
 from mrv2_prof.store.orphans import fail_orphaned_runs, this_writer, writer_alive
 from mrv2_prof.store.schema import FINISH_STATUSES, TABLES, quote
@@ -40,6 +47,7 @@ _JSON_FIELDS = ("matrix_combo", "versions", "info", "environment")
 _BATCH_VIEW = "_mrv2_append_batch"
 _KEYED = {"requests": "req_id"}  # tables with one row per key and run: an append replaces it
 _RUN_ID_HEX_CHARS = 6
+MERGE_WAIT_S = 30.0  # how long an ended run's merge waits for readers of the database
 
 
 def no_run_error(path: Path, ref: str) -> StoreError:
@@ -61,25 +69,53 @@ class Store:
         self._in_transaction = False  # inside append_batches
         self.upgraded_from: int | None = None  # the schema version a writable open upgraded
         self.orphans_failed: list[str] = []  # runs a writable open marked failed (writer gone)
+        self.live_merged: list[str] = []  # runs a writable open merged from their side files
 
     @classmethod
     def open(
         cls, path: str | Path, *, read_only: bool = False, lock_wait_s: float | None = None
     ) -> Store:
         """Open ``path``. A writable open creates the file and schema when it is missing,
-        upgrades an older schema and marks runs whose writer is gone ``failed``; a read-only
-        one writes nothing. ``lock_wait_s``: how long to wait for another process's lock."""
+        upgrades an older schema, merges the side files of live runs that have ended
+        (``store.live_runs``) and marks runs whose writer is gone ``failed``; a read-only one
+        writes nothing. ``lock_wait_s``: how long to wait for another process's lock."""
         path = Path(path)
         con, upgraded_from = connect(path, read_only, lock_wait_s=lock_wait_s)
         store = cls(con, path, read_only)
         store.upgraded_from = upgraded_from
         if not read_only:
             try:
+                store.live_merged = merge_finished(con, path)  # live runs that have ended
                 store.orphans_failed = fail_orphaned_runs(con)
             except duckdb.Error as exc:
                 store.close()
                 raise damaged_error(path, exc) from exc
         return store
+
+    @classmethod
+    def open_live_run(cls, db: str | Path, *, label: str, scenario_name: str) -> tuple[Store, str]:
+        """A new run's own side file (``store.live_runs``) and its id, unique in ``db``: the
+        run writes there while it is live, and ``db`` stays readable. ``db`` is opened for
+        writing once first (created, upgraded, ended live runs merged)."""
+        db = Path(db)
+        with cls.open(db) as main:  # held while the id is chosen and its side file created
+            run_id = main.new_run_id()
+            try:
+                live_dir(db).mkdir(exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"{live_dir(db)}: cannot create ({exc.strerror or exc}); pass a different --db"
+                ) from exc
+            store = cls.open(live_file(db, run_id))
+        write_marker(db, run_id, label=label, scenario_name=scenario_name)
+        return store, run_id
+
+    @classmethod
+    def merge_ended_runs(cls, db: str | Path) -> list[str]:
+        """Merge the side files of the live runs of ``db`` that have ended (waiting up to
+        ``MERGE_WAIT_S`` for readers); returns the ids merged."""
+        with cls.open(db, lock_wait_s=MERGE_WAIT_S) as main:
+            return main.live_merged
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -104,7 +140,7 @@ class Store:
         """A short random hex id that no run in this file has yet."""
         while True:
             run_id = secrets.token_hex(_RUN_ID_HEX_CHARS // 2)
-            if not self._run_exists(run_id):
+            if not self._run_exists(run_id) and not live_file(self.path, run_id).exists():
                 return run_id
 
     def begin_run(
@@ -167,6 +203,17 @@ class Store:
         ).fetchall()
         if not done:
             raise ValueError(f"no run {run_id!r} in {self.path}")
+
+    def num_steps(self, run_id: str) -> int:
+        """How many steps the run has stored."""
+        row = self._con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [run_id]).fetchone()
+        return int(row[0]) if row else 0
+
+    def step_ids(self, run_id: str) -> np.ndarray:
+        """The run's step numbers, in order."""
+        return self._con.execute(
+            "SELECT step FROM steps WHERE run_id = ? AND step IS NOT NULL ORDER BY step", [run_id]
+        ).fetchnumpy()["step"]
 
     def _run_exists(self, run_id: str) -> bool:
         return bool(self._con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchall())
@@ -249,7 +296,8 @@ class Store:
 
     def list_runs(self) -> list[dict[str, Any]]:
         """Every run, newest first, with its request count and output tokens; ``writer_gone``
-        is True for a ``running`` run whose writing process no longer exists."""
+        is True for a ``running`` run whose writing process no longer exists. Runs still
+        writing their side files come first (``live``: True, no counts yet)."""
         cursor = self._con.execute(
             """
             SELECT r.run_id, coalesce(r.label, r.scenario_name, '') AS label, r.scenario_name,
@@ -273,7 +321,7 @@ class Store:
                 writer_alive(pid, host, run["started_at"]) if run["status"] == "running" else None
             )
             run["writer_gone"] = alive is False
-        return runs
+        return live_runs(self.path, {run["run_id"] for run in runs}) + runs
 
     def resolve_run(self, ref: str) -> str:
         """The run id ``ref`` names: ``latest``, an exact id, or a unique id prefix."""
@@ -302,6 +350,12 @@ class Store:
         if len(matches) == 1:
             return matches[0]
         if not matches:
+            live = [r["run_id"] for r in live_runs(self.path, set()) if r["run_id"].startswith(ref)]
+            if len(live) == 1:
+                raise StoreError(
+                    f"run {live[0]} in {self.path} is still running; its data is readable "
+                    "once it ends (mrv2-prof runs lists it)"
+                )
             raise no_run_error(self.path, ref)
         shown = ", ".join(matches[:5]) + (", …" if len(matches) > 5 else "")
         raise StoreError(

@@ -30,7 +30,9 @@ from mrv2_prof.store.schema import (
     upgrade_ddl,
 )
 
-LOCK_WAIT_S = 2.0  # how long an open waits for another process's lock (a run closing the file)
+# How long an open waits for another process's lock: a live run's merge (a run of 1.7 M rows
+# takes about 2 s on a busy 2-core host) or a run closing the file.
+LOCK_WAIT_S = 10.0
 _LOCK_POLL_S = 0.05
 # The columns a file must have to be read as a run database at all (every version has them).
 _CORE_RUN_COLUMNS = ("run_id", "label", "status", "started_ns", "ended_ns", "error", "info")

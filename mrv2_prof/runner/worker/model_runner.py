@@ -85,6 +85,8 @@ class ModelRunner:
             torch.cuda.synchronize(self.device)
         self.info.weight_load_s = time.perf_counter() - t0
         self.info.model_params = sum(p.numel() for p in self.model.parameters())
+        # max_model_len: auto is the model's own length (vLLM's default); an explicit one wins
+        config = self.config = config.for_model(self.model_args.max_position_embeddings)
         if config.max_model_len > self.model_args.max_position_embeddings:
             raise ConfigError(
                 f"runner.max_model_len: {config.max_model_len} exceeds the model's "
