@@ -198,13 +198,18 @@ class CudaGraphManager:
                 on_capture(record)
         return time.perf_counter() - t_start
 
-    def dispatch(self, batch: BatchDescriptor, needs_hidden: bool = False) -> Decision:
+    def dispatch(
+        self, batch: BatchDescriptor, needs_hidden: bool = False, verify: bool = False
+    ) -> Decision:
         """FULL if a captured size holds this uniform decode batch, else PIECEWISE if one holds
         its tokens, else NONE; the reason names what ruled out the better modes.
-        ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits)."""
+        ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits);
+        ``verify``: a speculative verify step (it needs the logits of every draft row)."""
         n = batch.num_tokens
         requested = self.plan.requested
         why_not_full = self._why_not_full(batch)
+        if verify and self.full_keys:
+            why_not_full = "a verify step needs the logits of every draft row"
         if why_not_full is None and needs_hidden:
             why_not_full = "prompt logprobs need every hidden state"
         if why_not_full is None:
