@@ -146,6 +146,11 @@ class Engine:
         p = self.probe
         t0 = time.perf_counter_ns()
         p.step_begin(self.step_index)
+        spec = self.scheduler.spec
+        if spec is not None:
+            p.begin(probes.DRAFT)
+            spec.draft(self.scheduler.running, self.config.max_model_len)
+            p.end(probes.DRAFT)
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule()
         p.end(probes.SCHEDULE)
@@ -184,6 +189,10 @@ class Engine:
         )
         p.end(probes.UPDATE)
         finished = [r for r in updated if r.is_finished]
+        if spec is not None:
+            verifies = spec.take_verifies()
+            drafted = sum(map(len, so.scheduled_spec_decode_tokens.values()))
+            p.spec_step(spec.k, drafted, verifies)
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
             if updated and out.spec_token_ids is not None:

@@ -182,7 +182,7 @@ class Scheduler:
         preempted: list[Request] = []
         spec = self.spec
         if spec is not None:  # drafts change the token counts: the general loop decides
-            spec.begin_step(len(self.running))
+            spec.begin_step(self.running, self.max_model_len)
         decodes = self._schedule_decodes(budget, new_blocks) if spec is None else None
         if decodes is not None:  # every running request decodes one token: no preemption
             batch, decode_ids, decode_computed, num_prompt = decodes
@@ -301,7 +301,7 @@ class Scheduler:
                 budget,
             )
             if self.spec is not None and num_new == 1:  # 1 + drafts, or 0: it sits out
-                num_new = self.spec.num_new_tokens(request, budget, self.max_model_len)
+                num_new = self.spec.num_new_tokens(request, budget)
             if num_new <= 0 or self._finishes_in_flight(request):
                 i += 1
                 continue

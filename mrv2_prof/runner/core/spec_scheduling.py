@@ -27,13 +27,13 @@ from mrv2_prof.runner.spec_decode.ngram_proposer import propose
 
 @dataclass
 class SpecStepStats:
-    """What the verifies whose tokens came back in one step did (vLLM's spec-decode counters)."""
+    """What the verifies did since the run began (vLLM's spec-decode counters)."""
 
     num_drafts: int = 0  # requests that verified at least one draft
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)  # [max k]
-    # req_id -> accepted drafts, one entry per verify
+    # (req_id, accepted drafts), one entry per verify
     accepted_lengths: list[tuple[str, int]] = field(default_factory=list)
 
 
@@ -44,17 +44,45 @@ class SpecScheduling:
         self.k = 0  # this step's k
         self.tokens: dict[str, list[int]] = {}  # this step's drafts, by request
         self._verifying: set[str] = set()  # async: verifies in flight
+        self._proposals: dict[str, list[int]] | None = None  # ``draft``'s, until the step ends
         self.stats = SpecStepStats()
+        self.verifies: list[tuple[str, int, int]] = []  # (req_id, drafted, accepted) to report
 
-    def begin_step(self, num_running: int) -> None:
-        """A step is being scheduled with ``num_running`` requests running."""
-        self.k = self.config.k_for(num_running)
+    def draft(self, running: list[Request], max_model_len: int) -> None:
+        """Propose the drafts of the step about to be scheduled, for every running request
+        that is about to compute its last token and does not sit out (the engine times this
+        as the ``draft`` phase; ``schedule`` calls it when nobody did)."""
+        self.k = self.config.k_for(len(running))
+        self._proposals = {}
+        if self.k == 0:
+            return
+        cfg = self.config
+        for request in running:
+            n = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+            params = request.sampling_params
+            if n != 1 or self.sits_out(request) or params.logprobs:
+                continue
+            k = min(
+                self.k,
+                params.max_tokens - request.num_output_tokens - 1,
+                max_model_len - request.num_tokens - 1,
+            )
+            if k > 0:
+                drafts = propose(request.all_token_ids, k, cfg.ngram_min, cfg.ngram_max)
+                if drafts:
+                    self._proposals[request.request_id] = drafts
+
+    def begin_step(self, running: list[Request], max_model_len: int) -> None:
+        """A step is being scheduled over ``running``."""
         self.tokens = {}
+        if self._proposals is None:
+            self.draft(running, max_model_len)
 
     def end_step(self, num_scheduled: dict[str, int]) -> dict[str, list[int]]:
         """The step's drafts (``SchedulerOutput.scheduled_spec_decode_tokens``), of the requests
         still in it (``num_scheduled``: a request preempted after drafting is not)."""
         self.tokens = {rid: d for rid, d in self.tokens.items() if rid in num_scheduled}
+        self._proposals = None
         if self.async_scheduling:
             self._verifying.update(self.tokens)
         return self.tokens
@@ -68,31 +96,15 @@ class SpecScheduling:
             return False
         return self.k > 0 or request.request_id in self._verifying
 
-    def num_new_tokens(self, request: Request, budget: int, max_model_len: int) -> int:
+    def num_new_tokens(self, request: Request, budget: int) -> int:
         """The tokens to schedule for a request about to compute its last token: 1 + its
-        drafts, or 0 when it sits out."""
+        drafts (as many as ``budget`` leaves room for), or 0 when it sits out."""
         if self.sits_out(request):
             return 0
-        return 1 + self.propose(request, budget, max_model_len)
-
-    def propose(self, request: Request, budget: int, max_model_len: int) -> int:
-        """Draft for a request about to compute its last token; returns how many drafts."""
-        params = request.sampling_params
-        if self.k == 0 or params.logprobs:
-            return 0
-        k = min(
-            self.k,
-            budget - 1,
-            params.max_tokens - request.num_output_tokens - 1,
-            max_model_len - request.num_tokens - 1,
-        )
-        if k <= 0:
-            return 0
-        cfg = self.config
-        drafts = propose(request.all_token_ids, k, cfg.ngram_min, cfg.ngram_max)
+        drafts = self._proposals.get(request.request_id, [])[: budget - 1]
         if drafts:
             self.tokens[request.request_id] = drafts
-        return len(drafts)
+        return 1 + len(drafts)
 
     def accept(self, request: Request, drafts: list[int], emitted: list[int]) -> list[int]:
         """The verify of ``drafts`` emitted ``emitted`` (accepted drafts, then one token): roll
@@ -114,9 +126,10 @@ class SpecScheduling:
         for j in range(num_accepted):
             s.accepted_per_position[j] += 1
         s.accepted_lengths.append((request.request_id, num_accepted))
+        self.verifies.append((request.request_id, len(drafts), num_accepted))
         return emitted
 
-    def take_stats(self) -> SpecStepStats:
-        """The counters since the previous call; starts a new count."""
-        stats, self.stats = self.stats, SpecStepStats()
-        return stats
+    def take_verifies(self) -> list[tuple[str, int, int]]:
+        """The verifies accepted since the previous call, as ``(req_id, drafted, accepted)``."""
+        verifies, self.verifies = self.verifies, []
+        return verifies
