@@ -219,7 +219,7 @@ class ModelRunner:
 
         p.begin(probes.FORWARD)
         p.gpu_mark(G_FORWARD)
-        hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key)
+        hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key, d.query_len)
         if d.hit:
             self.graphs.count_replay(d)
         prompt = None
@@ -275,9 +275,12 @@ class ModelRunner:
         kv_caches: list[torch.Tensor] | None,
         mode: str = NONE,
         key: int | None = None,
+        query_len: int = 1,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Hidden states [T, H] (None after a FULL replay, which keeps only the logits) and
         the logits [B, V] of the batch's last tokens: eagerly, or through a captured graph."""
+        if mode == FULL and query_len > 1:  # a verify: every token's logits
+            return None, self.graph_runner.replay_verify(key, query_len, batch)
         if mode == FULL:
             return None, self.graph_runner.replay_full(key, batch)
         meta = batch.attn_metadata(self.config.block_size)
