@@ -212,3 +212,11 @@ def test_sampled_tokens_follow_the_target_distribution():
     expected = np.append(p[keep] * n, p[~keep].sum() * n)
     assert keep.sum() >= 5, np.sort(p)[-10:]  # a test with several cells, not one lump
     assert pearson_chi2(observed, expected) < chi2_quantile(0.999, len(observed) - 1)
+
+
+def test_greedy_tokens_equal_with_dense_writes(plain_tokens):
+    """``staged_writes: false``: the host's rolled-back ``num_computed_tokens`` is sent every
+    step instead of the device advancing it."""
+    tokens, engine = run_greedy(ngram(2), staged_writes=False)
+    assert tokens == plain_tokens
+    assert engine.scheduler.spec.stats.num_accepted_tokens > 0
