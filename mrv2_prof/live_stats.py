@@ -174,6 +174,7 @@ class LiveStats:
             ),
             top_fallback_reasons=self._named(self._fallbacks, TOP_FALLBACK_REASONS),
             **self._gpu_timeline(),
+            **spec_decode_counts(engine),
         )
 
     def _gpu_timeline(self) -> dict[str, Any]:
@@ -188,3 +189,16 @@ class LiveStats:
             "bubble_host_bound_ns": live.host_bound_bubble_ns + live.starved_ns,
             "bubble_other_ns": live.other_bubble_ns,
         }
+
+
+def spec_decode_counts(engine) -> dict[str, int]:
+    """Speculative decoding's counters so far (the scheduler's own; none when it is off)."""
+    spec = getattr(getattr(engine, "scheduler", None), "spec", None)
+    if spec is None:
+        return {}
+    stats = spec.stats
+    return {
+        "spec_num_drafts": stats.num_drafts,
+        "spec_num_draft_tokens": stats.num_draft_tokens,
+        "spec_num_accepted_tokens": stats.num_accepted_tokens,
+    }

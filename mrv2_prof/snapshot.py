@@ -52,6 +52,10 @@ class Snapshot:
     graph_mode_counts: tuple[tuple[str, int], ...] = ()
     graph_hit_rate: float | None = None
     top_fallback_reasons: tuple[tuple[str, int], ...] = ()
+    # Speculative decoding so far: verifies of drafts, drafted and accepted tokens (0: off).
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
 
     @property
     def num_done(self) -> int:

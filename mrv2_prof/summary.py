@@ -73,6 +73,18 @@ def _overlap(s: RunSummary) -> str:
     )
 
 
+def _spec_decode(s: RunSummary) -> str:
+    d = s.spec_decode
+    per_position = " ".join(f"{100 * r:.0f}%" for r in d.acceptance_per_position)
+    share = "-" if d.draft_time_share is None else f"{100 * d.draft_time_share:.1f}%"
+    return (
+        f"{d.num_drafts:,} drafts, {d.num_accepted_tokens:,} of {d.num_draft_tokens:,} tokens "
+        f"accepted ({100 * d.acceptance_rate:.1f}%); mean acceptance length "
+        f"{d.mean_acceptance_length:.2f}; per position {per_position}; draft {d.draft_ms:,.1f} "
+        f"ms vs verify {d.verify_ms:,.1f} ms ({d.verify_track}): {share} drafting"
+    )
+
+
 def _perturbed(s: RunSummary) -> str | None:
     if not s.perturbed_steps:
         return None
@@ -152,6 +164,8 @@ def summary_tables(
         ("CUDA graphs", _graphs(s)),
         ("CPU/GPU overlap", _overlap(s)),
     ]
+    if s.spec_decode is not None:
+        rows.append(("spec decode", _spec_decode(s)))
     perturbed = _perturbed(s)
     if perturbed:
         rows.append(("perturbed", perturbed))

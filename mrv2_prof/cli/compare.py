@@ -62,7 +62,8 @@ def compare(
 
     Metrics: TTFT/TPOT/ITL p50/p95/p99, request and token throughput, peak
     GPU memory, overlap, host-bound bubble time, sync count, graph hit rate,
-    capture and start-up time, errors, aborts, preemptions (names and units:
+    capture and start-up time, errors, aborts, preemptions, speculative
+    decoding's mean acceptance length and draft time share (names and units:
     mrv2-prof gate --help). '-' marks a metric the run did not measure
     (GPU-only metrics on a CPU run).
 
@@ -146,6 +147,7 @@ def gate(
     aborts          count, up    (+0)   preemptions     count, up    (10%)
     overlap         fraction, down      graph_hit_rate  fraction, down
     host_bound_bubble_ms  ms, up        sync_count      count, up
+    mean_acceptance_length  tokens, down  draft_time_share  fraction, up
 
     With no --thresholds and no --max-regression the defaults apply: the
     deployment gate of the MRV2 migration guide (its metrics; the numbers

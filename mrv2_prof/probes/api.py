@@ -29,8 +29,11 @@ PHASES = (
     "output_wait",  # waiting for the sampled tokens (the designed sync point)
     "update",  # Scheduler.update_from_output
     "flush",  # the harness writing probe buffers to the store
+    "draft",  # speculative decoding: the drafter proposing the step's drafts
 )
-STEP, SCHEDULE, EXECUTE, PREPARE, FORWARD, SAMPLE, OUTPUT_WAIT, UPDATE, FLUSH = range(len(PHASES))
+STEP, SCHEDULE, EXECUTE, PREPARE, FORWARD, SAMPLE, OUTPUT_WAIT, UPDATE, FLUSH, DRAFT = range(
+    len(PHASES)
+)
 # The boundaries of a step's GPU work the runner marks on its stream (probes.gpu_timeline).
 G_PREPARE, G_FORWARD, G_SAMPLE, G_END = range(4)
 
@@ -111,6 +114,14 @@ class Probe:
         pass
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
+        pass
+
+    # Speculative decoding, once per step before ``step_end``: the step's k and drafted tokens
+    # (the batch queued), and the verifies whose tokens were read in it, as
+    # ``(req_id, drafted, accepted)``.
+    def spec_step(
+        self, k: int, num_draft_tokens: int, verifies: list[tuple[str, int, int]]
+    ) -> None:
         pass
 
     def token(self, req_id: str, idx: int, t_ns: int, token_id: int) -> None:

@@ -40,6 +40,7 @@ NVTX_NAMES = {
     "output_wait": "gpu_model_runner: output_wait",
     "update": "scheduler: update_from_output",
     "flush": "harness: flush",
+    "draft": "spec_decode: propose",
 }
 CATEGORIES = {
     "step": "scheduler",
@@ -51,6 +52,7 @@ CATEGORIES = {
     "output_wait": "state update",
     "update": "state update",
     "flush": "harness",
+    "draft": "scheduler",
 }
 
 

@@ -35,7 +35,7 @@ CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
 STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
     "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
-    "output_wait_ns", "graph_mode",
+    "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
 )  # fmt: skip
 
 
@@ -77,6 +77,8 @@ class RecordingProbe(Probe):
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
+        self.verifies = self._buffer("spec_verifies", capacity)
+        self._spec = (0, 0, 0)  # spec_step's (k, drafted, accepted) until step_end
         self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
@@ -140,6 +142,8 @@ class RecordingProbe(Probe):
         b.num_preempted[i] = num_preempted
         b.output_wait_ns[i] = output_wait_ns
         b.graph_mode[i] = self.intern(graph_mode)
+        b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
+        self._spec = (0, 0, 0)
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
         self.phase = self._parent[STEP]
@@ -269,6 +273,21 @@ class RecordingProbe(Probe):
             comm_ns,
         )
         b.n = i + 1
+
+    def spec_step(
+        self, k: int, num_draft_tokens: int, verifies: list[tuple[str, int, int]]
+    ) -> None:
+        b = self.verifies
+        i = b.reserve(len(verifies))
+        accepted = 0
+        for j, (req_id, drafted, num_accepted) in enumerate(verifies, start=i):
+            b.step[j] = self.step
+            b.req_id[j] = self.intern(req_id)
+            b.num_draft_tokens[j] = drafted
+            b.num_accepted_tokens[j] = num_accepted
+            accepted += num_accepted
+        b.n = i + len(verifies)
+        self._spec = (k, num_draft_tokens, accepted)
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
         self.arrivals[self.intern(req_id)] = (arrival_ns, prompt_tokens)

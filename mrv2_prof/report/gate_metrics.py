@@ -29,7 +29,7 @@ _MIB = 2**20
 @dataclass(frozen=True)
 class Metric:
     name: str
-    unit: str  # ms | s | req/s | tok/s | MiB | fraction | count
+    unit: str  # ms | s | req/s | tok/s | MiB | fraction | count | tokens
     direction: str  # LOWER or HIGHER
     description: str
 
@@ -82,6 +82,18 @@ METRICS: dict[str, Metric] = {
         Metric("errors", "count", LOWER, "requests left unfinished, +1 if the run failed"),
         Metric("aborts", "count", LOWER, "requests finished by an abort"),
         Metric("preemptions", "count", LOWER, "preemptions over all requests"),
+        Metric(
+            "mean_acceptance_length",
+            "tokens",
+            HIGHER,
+            "speculative decoding: tokens a verify emits on average (1 + accepted / drafts)",
+        ),
+        Metric(
+            "draft_time_share",
+            "fraction",
+            LOWER,
+            "speculative decoding: draft time / (draft + verify time)",
+        ),
     ]
 }
 
@@ -126,6 +138,7 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
     """The gate metrics of run ``run_id`` (an exact id; resolve user input with ``resolve_run``)."""
     s = run_summary(store, run_id)
     peak_bytes = s.peak_gpu_mem_bytes
+    spec = s.spec_decode
 
     values: dict[str, float | None] = {}
     for name, pct in (("ttft", s.ttft_ms), ("tpot", s.tpot_ms), ("itl", s.itl_ms)):
@@ -144,6 +157,8 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         errors=s.num_unfinished + (s.status == "failed"),
         aborts=s.num_aborted,
         preemptions=s.num_preemptions,
+        mean_acceptance_length=spec.mean_acceptance_length if spec else None,
+        draft_time_share=spec.draft_time_share if spec else None,
     )
     values = {name: None if v is None else float(v) for name, v in values.items()}
     assert list(values) == list(METRICS)

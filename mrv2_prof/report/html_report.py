@@ -23,6 +23,7 @@ from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
+from mrv2_prof.report.spec_figures import spec_decode
 from mrv2_prof.report.sweep import headline, sweep_figure
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
@@ -56,6 +57,9 @@ FIGURE_GUIDE = {
     "latency_cdf": ("Latency CDFs", "Cumulative distributions of TTFT, TPOT, ITL and E2E over "
                     "completed requests (vLLM bench serve definitions)."),
     "nvml": ("GPU telemetry", "GPU utilisation, memory, power and SM clock sampled by NVML."),
+    "spec_decode": ("Speculative decoding", "How often each draft position was accepted, how "
+                    "many drafts each verify accepted, and the drafter's time against the "
+                    "verify's."),
     "host_flame": ("Host samples by phase", "Where the runner's host time went: the Python "
                    "stacks the host sampler took, split by the CPU phase each fell in; click "
                    "a phase or frame to zoom."),
@@ -67,6 +71,7 @@ FIGURE_GUIDE = {
 RUN_FIGURES = (
     timeline, scheduler, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
     figures.graph_capture, figures.staged_writes, figures.latency_cdf, figures.nvml,
+    spec_decode,
 )  # fmt: skip
 PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": True}
 

@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from mrv2_prof.store.db import Store, no_run_error
+from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
 
 DETAIL_STEPS = 2000  # phase detail on the timeline for at most this many steps
 _COMPLETED = "finish_reason IN ('stop', 'length')"
@@ -54,6 +55,7 @@ class RunData:
     latencies_ms: dict[str, np.ndarray] = field(default_factory=dict)  # ttft/tpot/itl/e2e, sorted
     gpu_samples: Columns = field(default_factory=dict)
     prefix_hits: Columns = field(default_factory=dict)  # first_token_ns, prompt/cached tokens
+    spec: SpecDecodeSummary | None = None  # speculative decoding (None: no drafts verified)
 
     @property
     def num_steps(self) -> int:
@@ -225,4 +227,5 @@ def load_run_data(
             "FROM requests WHERE run_id = ? AND first_token_ns IS NOT NULL "
             "ORDER BY first_token_ns, req_id"
         ),
+        spec=spec_decode_summary(store, run_id),
     )

@@ -25,7 +25,7 @@ LANES = {"CPU step": 3, "CPU phases": 2, "GPU phases": 1, "GPU step": 0}
 LEAF_PHASES = tuple(p for p in PHASES if p not in ("step", "execute"))
 PHASE_COLORS = {
     "schedule": "#4C78A8", "prepare": "#F58518", "forward": "#54A24B", "sample": "#B279A2",
-    "output_wait": "#E45756", "update": "#72B7B2", "flush": "#9D755D",
+    "output_wait": "#E45756", "update": "#72B7B2", "flush": "#9D755D", "draft": "#EECA3B",
 }  # fmt: skip
 STEP_COLOR = "#7F7F7F"
 BAR_WIDTH_PX = 16

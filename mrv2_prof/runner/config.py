@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
+
 if TYPE_CHECKING:
     import torch
 
@@ -144,6 +146,8 @@ class RunnerConfig:
     tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)
     strict: bool = False
     seed: int = setting(0, in_scenario=False)  # the scenario's top-level seed
+    # the scenario's runner.spec_decode section (scenario/spec_decode_section.py)
+    spec_decode: SpecDecodeConfig = setting(SpecDecodeConfig(), in_scenario=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):

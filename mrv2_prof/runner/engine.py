@@ -24,6 +24,7 @@ from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, SamplingParams
 from mrv2_prof.runner.core.scheduler import Scheduler, SchedulerOutput
+from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
 from mrv2_prof.runner.worker.async_output import ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.staged_write import WriteStats
@@ -58,6 +59,11 @@ class Engine:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
             async_scheduling=config.async_scheduling,
+            spec=(
+                SpecScheduling(config.spec_decode, config.async_scheduling)
+                if config.spec_decode.enabled
+                else None
+            ),
         )
         # Async: the step queued last, whose tokens the host has not read yet.
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
@@ -140,6 +146,11 @@ class Engine:
         p = self.probe
         t0 = time.perf_counter_ns()
         p.step_begin(self.step_index)
+        spec = self.scheduler.spec
+        if spec is not None:
+            p.begin(probes.DRAFT)
+            spec.draft(self.scheduler.running, self.config.max_model_len)
+            p.end(probes.DRAFT)
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule()
         p.end(probes.SCHEDULE)
@@ -158,19 +169,35 @@ class Engine:
             if pending.batch is None:  # nothing queued: nothing to overlap with
                 self._in_flight = None
         out = self.runner.wait_output(done[1]) if done is not None else ModelRunnerOutput([], [])
+        before = {}  # a verify step: the output lengths of its verifying requests
+        if out.spec_token_ids is not None:
+            requests = self.scheduler.requests
+            for rid in done[0].scheduled_spec_decode_tokens:
+                if rid in requests:
+                    before[rid] = requests[rid].num_output_tokens
         p.begin(probes.UPDATE)
         updated = (
             self.scheduler.update_from_output(
-                done[0], out.sampled_token_ids, out.logprobs, out.prompt_logprobs
+                done[0],
+                out.sampled_token_ids,
+                out.logprobs,
+                out.prompt_logprobs,
+                out.spec_token_ids,
             )
             if done is not None
             else []
         )
         p.end(probes.UPDATE)
         finished = [r for r in updated if r.is_finished]
+        if spec is not None:
+            verifies = spec.take_verifies()
+            drafted = sum(map(len, so.scheduled_spec_decode_tokens.values()))
+            p.spec_step(spec.k, drafted, verifies)
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
-            if updated:
+            if updated and out.spec_token_ids is not None:
+                self._record_spec_tokens(updated, before, t_ns)
+            elif updated:
                 p.step_tokens(
                     [r.request_id for r in updated],
                     [len(r.output_token_ids) - 1 for r in updated],
@@ -201,6 +228,20 @@ class Engine:
         )
         self.step_index += 1
         return result
+
+    def _record_spec_tokens(
+        self, updated: list[Request], before: dict[str, int], t_ns: int
+    ) -> None:
+        """A verify step's tokens: every token a request received (``before``: the output
+        lengths of the verifying requests before the update), not only its last."""
+        ids, indices, tokens = [], [], []
+        for r in updated:
+            n_out = len(r.output_token_ids)
+            for i in range(before.get(r.request_id, n_out - 1), n_out):
+                ids.append(r.request_id)
+                indices.append(i)
+                tokens.append(r.output_token_ids[i])
+        self.probe.step_tokens(ids, indices, t_ns, tokens)
 
     def _num_prefill_tokens(self, so: SchedulerOutput) -> int:
         """Tokens of this step that are not a decode (one new token after the prompt)."""

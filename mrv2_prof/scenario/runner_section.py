@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from mrv2_prof.runner.config import FIELD_TYPES, Bounds, ConfigError, RunnerConfig
 from mrv2_prof.scenario.section import FieldError, Section
+from mrv2_prof.scenario.spec_decode_section import SpecDecodeSection
 from mrv2_prof.views.safe_text import shown
 
 _FIELDS = {
@@ -55,6 +56,8 @@ _RunnerFields = create_model(
 class RunnerSection(_RunnerFields):
     """``runner:`` of a scenario; ``to_runner_config`` is the one bridge to the runner."""
 
+    spec_decode: SpecDecodeSection = SpecDecodeSection()
+
     @field_validator(*AUTO_FIELDS, mode="before")
     @classmethod
     def _auto_or_in_bounds(cls, v: Any, info: ValidationInfo) -> Any:
@@ -80,7 +83,8 @@ class RunnerSection(_RunnerFields):
 
     def to_runner_config(self, seed: int) -> RunnerConfig:
         """The runner's own config (``auto`` values become None, lists tuples)."""
-        kwargs = self.model_dump()
+        kwargs = self.model_dump(exclude={"spec_decode"})
+        kwargs["spec_decode"] = self.spec_decode.to_config()
         for name in AUTO_FIELDS:
             value = kwargs[name]
             kwargs[name] = (

@@ -134,6 +134,9 @@ class WorkloadSection(Section):
     output_len: LengthDist = FixedLen(dist="fixed", value=32)
     sampling: Sampling = Sampling()
     shared_prefix: SharedPrefix | None = None
+    # Repetitive prompts: each prompt's own tokens (after any shared prefix) are one random
+    # segment of this many tokens, repeated (what an n-gram drafter finds matches in).
+    repeated_segment_len: PosInt | None = None
     abort_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
     ignore_eos: bool = True
     as_fast_as_possible: bool = False
@@ -141,6 +144,9 @@ class WorkloadSection(Section):
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadSection:
+        seg = self.repeated_segment_len
+        if seg is not None and seg > MAX_LEN:
+            raise FieldError("repeated_segment_len", over(MAX_LEN, seg, LEN_REASON))
         n = self.num_requests
         if n is not None and n > MAX_NUM_REQUESTS:
             raise FieldError("num_requests", over(MAX_NUM_REQUESTS, n, NUM_REQUESTS_REASON))

@@ -23,6 +23,7 @@ from typing import Any
 
 from mrv2_prof.store.db import Store, no_run_error
 from mrv2_prof.store.rank_steps import RankSummary, rank_summary
+from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
 
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -84,6 +85,7 @@ class RunSummary:
     includes_perturbed: bool = False
     environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
     tensor_parallel: RankSummary | None = None  # rank_steps (None: one rank)
+    spec_decode: SpecDecodeSummary | None = None  # speculative decoding (None: no drafts)
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -276,4 +278,5 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         includes_perturbed=include_perturbed,
         environment=json.loads(env_json) if env_json else None,
         tensor_parallel=rank_summary(store, run_id),
+        spec_decode=spec_decode_summary(store, run_id),
     )

@@ -10,9 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
-# those marked v4; a writable
+# those marked v4, version 4 those marked v5; a writable
 # open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
 # (``store.opening``).
 
@@ -63,6 +63,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_preempted", "INTEGER"),
         ("starved_ns", "BIGINT"),  # v3: device waiting for the host inside the step's spans
         ("perturbed", "BOOLEAN"),  # v3: a probe slowed this step (kernel-trace window)
+        ("spec_k", "INTEGER"),  # v5: speculative decoding: the step's k (0: no drafts)
+        ("num_draft_tokens", "INTEGER"),  # v5: drafts in the batch queued in this step
+        ("num_accepted_tokens", "INTEGER"),  # v5: accepted drafts among the tokens read in it
     ],
     "spans": [
         ("run_id", "VARCHAR"),
@@ -161,6 +164,13 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("start_ns", "BIGINT"),  # the rank's queue_step began (perf_counter_ns, one host)
         ("end_ns", "BIGINT"),  # the rank's step was done (worker ranks: its tokens read)
         ("comm_ns", "BIGINT"),  # host time in the step's collectives (gloo: synchronous)
+    ],
+    "spec_verifies": [  # v5: one row per verify of a request's drafts
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),  # the step its tokens were read in
+        ("req_id", "VARCHAR"),
+        ("num_draft_tokens", "INTEGER"),  # drafts verified
+        ("num_accepted_tokens", "INTEGER"),  # the accepted prefix of them
     ],
     "host_samples": [  # v3: the host sampler (probes.host_sampling_hz)
         ("run_id", "VARCHAR"),

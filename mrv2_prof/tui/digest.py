@@ -34,10 +34,13 @@ def has_gpu_timeline(s: Snapshot) -> bool:
 
 
 def throughput_line(s: Snapshot) -> str:
-    return (
+    line = (
         f"{format_rate(s.tokens_per_s)} tok/s · {format_rate(s.steps_per_s)} steps/s · "
         f"{format_count(s.steps)} steps"
     )
+    if s.spec_num_drafts:  # speculative decoding: tokens per verify (mean acceptance length)
+        line += f" · spec {1 + s.spec_num_accepted_tokens / s.spec_num_drafts:.2f} tok/verify"
+    return line
 
 
 def requests_line(s: Snapshot) -> str:

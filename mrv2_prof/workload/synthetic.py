@@ -46,6 +46,7 @@ def synthetic(
         vocab_size,
         rng(seed, TOKENS),
         rng(seed, PREFIX),
+        section.repeated_segment_len,
     )
     aborts = _aborts(section.abort_fraction, output_lens, rng(seed, ABORTS))
     sampling = sampling_of(section)
@@ -95,9 +96,11 @@ def _prompts(
     vocab_size: int,
     token_rng: np.random.Generator,
     prefix_rng: np.random.Generator,
+    segment_len: int | None = None,
 ) -> list[tuple[int, ...]]:
     """Prompts of the drawn lengths cut to ``fits``; with a shared prefix, request i starts
-    with prefix i % G and has at least one token of its own (the prefix is cut to fit)."""
+    with prefix i % G and has at least one token of its own (the prefix is cut to fit). With
+    ``segment_len`` a prompt's own tokens are its first ``segment_len`` drawn ones, repeated."""
     groups, prefix_len = (shared.groups, shared.len) if shared else (1, 0)
     lens = np.minimum(np.maximum(prompt_lens, prefix_len + 1), fits)
     own_prefix_lens = np.minimum(prefix_len, lens - 1)
@@ -107,7 +110,10 @@ def _prompts(
     ends = np.cumsum(suffix_lens).tolist()
     out, start = [], 0
     for i, (k, end) in enumerate(zip(own_prefix_lens.tolist(), ends, strict=True)):
-        out.append(tuple(prefixes[i % groups][:k] + suffixes[start:end].tolist()))
+        own = suffixes[start:end]
+        if segment_len is not None:
+            own = np.resize(own[:segment_len], len(own))  # cyclic repetition
+        out.append(tuple(prefixes[i % groups][:k] + own.tolist()))
         start = end
     return out
 

@@ -36,13 +36,14 @@ HOOKS = (
     "token",
     "step_tokens",
     "request_finish",
+    "spec_step",
 )
 SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait"
 COLUMNS = {
     "steps": [
         "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
         "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
-        "output_wait_ns", "graph_mode",
+        "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
     ],
     "spans": ["step", "track", "name", "start_ns", "end_ns", "starved_ns"],
     "staged_writes": ["step", "tensor", "rows", "elements", "staged_bytes", "dense_bytes"],
@@ -58,6 +59,7 @@ COLUMNS = {
     "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes"],
     "copies": ["step", "direction", "bytes", "pinned", "contiguous", "non_blocking", "host_ns"],
     "rank_steps": ["rank", "step", "start_ns", "end_ns", "comm_ns"],
+    "spec_verifies": ["step", "req_id", "num_draft_tokens", "num_accepted_tokens"],
 }  # fmt: skip
 
 
@@ -103,6 +105,7 @@ class Scripted:
         self.p, self.clock, self.step = probe, clock, -1
         self.want: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.gpu_rows: list[int] = []  # indices of the spans with track 'gpu'
+        self.spec = (0, 0, 0)  # the step's spec-decode columns (k, drafted, accepted)
 
     def step_begin(self, step: int) -> None:
         self.p.step_begin(step)
@@ -111,7 +114,8 @@ class Scripted:
     def step_end(self, num_reqs, num_tokens, num_prefill, *rest) -> None:
         self.p.step_end(num_reqs, num_tokens, num_prefill, *rest)
         num_decode = num_tokens - num_prefill
-        counts = (num_reqs, num_tokens, num_prefill, num_decode, *rest)
+        counts = (num_reqs, num_tokens, num_prefill, num_decode, *rest, *self.spec)
+        self.spec = (0, 0, 0)
         self.want["steps"].append((self.step, self.step_start, self.clock.last, *counts))
         self.want["spans"].append((self.step, "step", self.step_start, self.clock.last, -1))
 
@@ -135,6 +139,11 @@ class Scripted:
         self.p.sync(kind, site, blocked_ns, t_ns)
         began_ns = self.clock.last - blocked_ns if t_ns < 0 else t_ns  # when the wait began
         self.want["syncs"].append((self.step, began_ns, kind, site, blocked_ns))
+
+    def spec_step(self, k: int, drafted: int, verifies: list[tuple[str, int, int]]) -> None:
+        self.p.spec_step(k, drafted, verifies)
+        self.spec = (k, drafted, sum(v[2] for v in verifies))
+        self.want["spec_verifies"].extend((self.step, *v) for v in verifies)
 
     def token(self, *args) -> None:
         self.p.token(*args)
@@ -186,6 +195,8 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
             if k >= 1:
                 s.token("b", k - 1, 5000 + k, 200 + k)
             s.token("none", k, 5000 + k, 300 + k)
+        if k >= 1:  # speculative decoding's step record (none in the first step)
+            s.spec_step(k + 1, 3 * k, [("a", 2, k), ("b", 3, 0)][:k])
         s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
         if k >= 1:  # the previous step's device spans resolve a step late
             for g in range(3):

@@ -13,6 +13,10 @@ BASE (run aaa111)
   bubbles 1 2 4 ms, kinds host_bound other host_bound    -> host_bound_bubble_ms 5
   3 syncs; dispatch hits T T T F -> 0.75; GPU memory 1, 3, 2 GiB -> peak 3072 MiB
   info capture_s 2, startup_s 10; errors 0, aborts 0, preemptions 0
+  spec decode: steps 0 and 1 draft 4 tokens each, verifies (drafted, accepted) 2/2 2/1 2/0 2/2
+    -> 4 drafts, 5 accepted -> mean_acceptance_length 1 + 5/4 = 2.25
+  draft spans 1 ms in steps 0, 1; forward + sample 2 + 1 ms in steps 0, 1, 2 (step 2 drafts
+    nothing: not a verify) -> draft 2 ms, verify 6 ms -> draft_time_share 2/8 = 0.25
 
 WORSE (run bbb222): BASE with
   r0 preempted once; r1 tokens 20 30 40 62; r2 never finished; r3 aborted at 5 ms, no tokens
@@ -22,10 +26,12 @@ WORSE (run bbb222): BASE with
   hidden 50 50 50 -> overlap 150/400 = 0.375; all bubbles host_bound -> 7 ms
   5 syncs; hits T F F F -> 0.25; GPU memory 4 GiB -> 4096 MiB; capture_s 3, startup_s 11
   errors 1 (r2), aborts 1 (r3), preemptions 1
+  verifies 2/0 2/1 2/0 2/1 -> 1 + 2/4 = 1.5; draft spans 3 ms -> 6 / (6 + 6) = 0.5
 
 SLIGHT (run ccc333): BASE with r1's last token at 50.5, no steps and no GPU samples
   ITL [10 10 10 10 10 10.5] -> p50 10, p95 10.375, p99 10 + 0.95*0.5 = 10.475 (+4.75%)
   TPOT [10, 30.5/3]; duration 50.5 ms; peak_gpu_mem, overlap, host_bound_bubble_ms: None
+  no drafts: mean_acceptance_length, draft_time_share: None
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ def add_run(
     hits: tuple[bool, ...] = (),
     gpu_mem_gib: tuple[float, ...] = (),
     info: dict | None = None,
+    verifies: tuple[tuple[int, str, int, int], ...] = (),
+    spans: tuple[tuple[int, str, float, float], ...] = (),
 ) -> None:
     """``requests``: (req_id, arrival_ms, finish_reason, num_preemptions, finish_ms or None for
     the last token's time)."""
@@ -111,6 +119,22 @@ def add_run(
                 "mem_used_bytes": np.array([round(g * GIB) for g in gpu_mem_gib], dtype=np.int64),
             },
         )
+    if verifies:
+        names = ("step", "req_id", "num_draft_tokens", "num_accepted_tokens")
+        columns = zip(names, zip(*verifies, strict=True), strict=True)
+        store.append(run_id, "spec_verifies", {n: list(c) for n, c in columns})
+    if spans:  # host spans: (step, name, start ms, end ms)
+        store.append(
+            run_id,
+            "spans",
+            {
+                "step": [s for s, _, _, _ in spans],
+                "track": ["cpu"] * len(spans),
+                "name": [n for _, n, _, _ in spans],
+                "start_ns": [_ns(a) for _, _, a, _ in spans],
+                "end_ns": [_ns(b) for _, _, _, b in spans],
+            },
+        )
     store.finish_run(run_id, "completed", ended_ns=_ns(100))
 
 
@@ -120,7 +144,19 @@ def _steps(hidden: list[int], kinds: list[str]) -> dict[str, list]:
         "hidden_prep_ns": hidden,
         "bubble_ns": [1 * MS, 2 * MS, 4 * MS],
         "bubble_kind": kinds,
+        "num_draft_tokens": [4, 4, 0],
     }
+
+
+def _spec_spans(draft_ms: float) -> tuple[tuple[int, str, float, float], ...]:
+    """``draft_ms`` of drafting in steps 0 and 1; a 2 ms forward and a 1 ms sample in each step."""
+    out = []
+    for step in range(3):
+        t = 10.0 * step
+        if step < 2:
+            out.append((step, "draft", t, t + draft_ms))
+        out += [(step, "forward", t + 4, t + 6), (step, "sample", t + 6, t + 7)]
+    return tuple(out)
 
 
 def add_base(store: Store, run_id: str = "aaa111") -> None:
@@ -134,6 +170,8 @@ def add_base(store: Store, run_id: str = "aaa111") -> None:
         hits=(True, True, True, False),
         gpu_mem_gib=(1, 3, 2),
         info={"capture_s": 2.0, "startup_s": 10.0},
+        verifies=((0, "r0", 2, 2), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 2)),
+        spans=_spec_spans(1.0),
     )
 
 
@@ -153,6 +191,8 @@ def add_worse(store: Store, run_id: str = "bbb222") -> None:
         hits=(True, False, False, False),
         gpu_mem_gib=(4,),
         info={"capture_s": 3.0, "startup_s": 11.0},
+        verifies=((0, "r0", 2, 0), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 1)),
+        spans=_spec_spans(3.0),
     )
 
 

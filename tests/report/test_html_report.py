@@ -25,7 +25,8 @@ from mrv2_prof.store import Store, StoreError
 MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
 RUN_FIGURES = ("timeline", "scheduler", "overlap", "bubbles", "sync_sites", "graph_modes",
-               "graph_capture", "staged_writes", "latency_cdf", "nvml", "host_flame")  # fmt: skip
+               "graph_capture", "staged_writes", "latency_cdf", "nvml", "host_flame",
+               "spec_decode")  # fmt: skip
 MR = "mrv2_prof/runner/worker/model_runner.py:123"
 SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
 INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
@@ -195,6 +196,12 @@ def fill_gpu_run(store: Store, run_id: str) -> None:
         "t_ns": a([T0, T0 + 50 * MS, T0 + 100 * MS]), "gpu_util": [10.0, 80.0, 95.0],
         "mem_used_bytes": a([2**30, 2 * 2**30, 3 * 2**30]), "power_w": [100.0, 250.0, 300.0],
         "sm_clock_mhz": [1000.0, 1980.0, 1980.0],
+    })  # fmt: skip
+    # spec decode: verifies (drafted, accepted) 3/3 3/1 3/0 2/2 -> 4 drafts, per position
+    # 3/4 2/4 1/4, accepted-length counts [1, 1, 1, 1], mean acceptance length 1 + 6/4 = 2.5
+    store.append(run_id, "spec_verifies", {
+        "step": a([1, 1, 2, 3]), "req_id": ["r0", "r1", "r0", "r1"],
+        "num_draft_tokens": [3, 3, 3, 2], "num_accepted_tokens": [3, 1, 0, 2],
     })  # fmt: skip
     # host samples: 2 in schedule (one stack), 1 in update
     store.append(run_id, "host_samples", {
@@ -400,7 +407,9 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
         "timeline", "scheduler", "sync_sites", "graph_modes", "staged_writes", "latency_cdf",
     }  # fmt: skip
     missing = not_measured(page)
-    assert set(missing) == {"overlap", "bubbles", "graph_capture", "nvml", "host_flame"}
+    assert set(missing) == {
+        "overlap", "bubbles", "graph_capture", "nvml", "host_flame", "spec_decode",
+    }  # fmt: skip
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
     assert missing["host_flame"].endswith("probes.host_sampling_hz was 0")
     assert "cpu" in missing["nvml"] and "mode none requested" in missing["graph_capture"]
@@ -545,3 +554,14 @@ def test_report_modules_import_without_textual_torch_or_the_runner():
 def test_cli_missing_database(tmp_path):
     result = cli.invoke(app, ["report", "latest", "--db", str(tmp_path / "none.duckdb")])
     assert result.exit_code == 2 and "no such run database" in result.output
+
+
+def test_spec_decode_figure_from_the_verifies(gpu_page):
+    fig = figures_of(gpu_page)["spec_decode"]
+    per_position, lengths, times = fig["data"]
+    assert per_position["y"] == pytest.approx([75.0, 50.0, 25.0])
+    assert list(per_position["x"]) == [1, 2, 3]
+    assert list(lengths["y"]) == [1, 1, 1, 1]
+    assert fig["layout"]["meta"]["mean_acceptance_length"] == pytest.approx(2.5)
+    assert list(times["y"]) == [0.0, 0.0]  # no step of the synthetic run recorded its drafts
+    assert fig["layout"]["meta"]["draft_time_share"] is None

@@ -13,6 +13,9 @@ decode before the token is back (the GPU feeds it from ``last_sampled_tokens``).
 arrive one step late through ``update_from_output``; a request that finished in step N may
 already be in step N+1, and that extra token is discarded. A request sure to finish by length
 once its placeholders land is not scheduled again.
+
+Speculative decoding (``spec``, core/spec_scheduling.py) adds each verifying request's drafts
+to its step and rolls it back by the rejected count when the tokens come back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import NamedTuple
 
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
+from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
 
 
 @dataclass
@@ -80,6 +84,8 @@ class SchedulerOutput:
     # Tokens of the step that are not a decode (a prompt token), when the scheduler counted
     # them on its way (the steady decode step); None: count them from the requests.
     num_prefill_tokens: int | None = None
+    # Speculative decoding: the drafts each verifying request's 1 + k scheduled tokens carry.
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
@@ -98,8 +104,10 @@ class Scheduler:
         max_num_batched_tokens: int,
         max_model_len: int,
         async_scheduling: bool = False,
+        spec: SpecScheduling | None = None,
     ) -> None:
         self.kv = kv_cache_manager
+        self.spec = spec  # speculative decoding (core/spec_scheduling.py), None: off
         self.async_scheduling = async_scheduling
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -172,7 +180,10 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         new_blocks: dict[str, list[int]] = {}
         preempted: list[Request] = []
-        decodes = self._schedule_decodes(budget, new_blocks)
+        spec = self.spec
+        if spec is not None:  # drafts change the token counts: the general loop decides
+            spec.begin_step(self.running, self.max_model_len)
+        decodes = self._schedule_decodes(budget, new_blocks) if spec is None else None
         if decodes is not None:  # every running request decodes one token: no preemption
             batch, decode_ids, decode_computed, num_prompt = decodes
             num_scheduled = dict.fromkeys(decode_ids, 1)
@@ -190,6 +201,7 @@ class Scheduler:
             decode_computed = [self.requests[rid].num_computed_tokens for rid in decode_ids]
             new_blocks = {rid: b for rid, b in new_blocks.items() if b}
         preempted_ids = {r.request_id for r in preempted}
+        spec_tokens = spec.end_step(num_scheduled) if spec is not None else {}
         out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=CachedRequestData(decode_ids, decode_computed, new_blocks),
@@ -197,6 +209,7 @@ class Scheduler:
             total_num_scheduled_tokens=self.max_num_batched_tokens - budget,
             finished_req_ids=self._finished_ids | preempted_ids,
             preempted_req_ids=preempted_ids,
+            scheduled_spec_decode_tokens=spec_tokens,
         )
         self._finished_ids = set()
         if decodes is not None:
@@ -215,10 +228,13 @@ class Scheduler:
         for rid, n in updates:
             request = self.requests[rid]
             request.num_computed_tokens += n
-            if request.num_computed_tokens == request.num_tokens + request.num_output_placeholders:
+            verify = rid in spec_tokens  # 1 + k tokens, all but the rejected emitted
+            if verify or request.num_computed_tokens == (
+                request.num_tokens + request.num_output_placeholders
+            ):
                 out.sampling_req_ids.add(rid)
                 if self.async_scheduling:
-                    request.num_output_placeholders += 1
+                    request.num_output_placeholders += n if verify else 1
         return out
 
     def _schedule_decodes(
@@ -284,6 +300,8 @@ class Scheduler:
                 request.num_tokens + request.num_output_placeholders - request.num_computed_tokens,
                 budget,
             )
+            if self.spec is not None and num_new == 1:  # 1 + drafts, or 0: it sits out
+                num_new = self.spec.num_new_tokens(request, budget)
             if num_new <= 0 or self._finishes_in_flight(request):
                 i += 1
                 continue
@@ -357,12 +375,14 @@ class Scheduler:
         sampled_token_ids: list[int],
         logprobs: list[list[tuple[int, float]]] | None = None,
         prompt_logprobs: dict[str, tuple[int, list]] | None = None,
+        spec_token_ids: list[list[int]] | None = None,
     ) -> list[Request]:
         """Append the token of each request that sampled in the step of ``scheduler_output``;
         return the requests that received a token (finished ones have ``is_finished``).
 
         With async scheduling this is the step before the one just scheduled: a request that
-        finished or was aborted since has its token discarded."""
+        finished or was aborted since has its token discarded. ``spec_token_ids``: per batch row
+        the tokens a verify emitted (its accepted drafts, then one), for the rows with drafts."""
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
             if request is not None:  # positions computed again after a preemption are known
@@ -381,6 +401,16 @@ class Scheduler:
             request = requests.get(rid)
             if request is None:
                 continue  # finished or aborted meanwhile: the extra token is discarded
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid)
+            if drafts is not None:
+                for token in self.spec.accept(request, drafts, spec_token_ids[b]):
+                    request.append_output_token(token)
+                    status = self._check_stop(request, token)
+                    if status is not None:
+                        self._finish(request, status)
+                        break
+                updated.append(request)
+                continue
             if is_async:
                 request.num_output_placeholders -= 1
             token = sampled_token_ids[b]

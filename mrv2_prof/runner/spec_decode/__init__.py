@@ -1,5 +1,6 @@
-"""Speculative decoding, MRV2-style. Built so far: the n-gram drafter (``ngram_proposer``) and
-the rejection sampler (``rejection_sampler``: the torch reference; ``rejection_sampler_triton``:
-the kernels). Not built yet: the draft-model drafter and its fused draft graph, the verify step in
-the model runner, lookahead slots in the scheduler, dynamic k, and the probes and views; the
-``runner.spec_decode`` scenario keys do not exist until they are."""
+"""Speculative decoding, MRV2-style: the settings (``config``: ``runner.spec_decode``), the
+n-gram drafter (``ngram_proposer``), the rejection sampler (``rejection_sampler``: the torch
+reference; ``rejection_sampler_triton``: the kernels) and the runner's verify step (``verify``).
+The scheduler's side (drafts, lookahead slots, accepted runs) is ``runner/core/spec_scheduling``;
+the FULL verify graphs under dynamic k are the CUDA-graph manager's. Not built: the draft-model
+drafter and its fused draft graph (``method: draft_model`` is refused)."""

@@ -21,6 +21,7 @@ import torch
 
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
+from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.prompt_logprobs import PromptLogprobsPlan, split_by_request
@@ -40,6 +41,8 @@ class ModelRunnerOutput:
     output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
     # req_id -> (first position, per position [(prompt token, lp), (top-1, lp), ...])
     prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float]]]]] | None = None
+    # a verify step: per batch row the emitted tokens (accepted drafts, then one)
+    spec_token_ids: list[list[int]] | None = None
 
 
 @dataclass
@@ -56,6 +59,8 @@ class PendingOutput:
     prompt_ids: torch.Tensor | None = None  # [R, 1 + k] (host after the copy)
     prompt_lps: torch.Tensor | None = None
     ready: torch.cuda.Event | None = None  # recorded after the copies (CUDA)
+    verify_tokens: torch.Tensor | None = None  # [B, 1 + K] a verify step's output
+    num_accepted: torch.Tensor | None = None  # [B]
 
 
 class AsyncOutput:
@@ -84,9 +89,14 @@ class AsyncOutput:
         write_stats: dict[str, WriteStats],
         num_logprobs: np.ndarray | None = None,  # [B], when any row asked for logprobs
         prompt: tuple[PromptLogprobsPlan, tuple[torch.Tensor, torch.Tensor]] | None = None,
+        verify: RejectionOutput | None = None,
     ) -> PendingOutput:
-        """Queue the copies of a step's tokens, logprobs and prompt logprobs, then the event."""
+        """Queue the copies of a step's tokens, logprobs, prompt logprobs and a verify step's
+        emitted tokens with their accepted counts, then the event."""
         pending = PendingOutput(batch, write_stats, num_logprobs=num_logprobs)
+        if verify is not None:  # the accepted counts come back with the tokens
+            pending.verify_tokens = self.to_host(verify.output_token_ids)
+            pending.num_accepted = self.to_host(verify.num_accepted)
         if not self.is_cuda:
             pending.sampled = out.sampled_token_ids
             pending.logprob_token_ids, pending.logprobs = out.logprob_token_ids, out.logprobs
@@ -116,6 +126,10 @@ class AsyncOutput:
         if pending.ready is not None:  # the one wait the runner is designed to make
             probes.wait_deliberately(pending.ready.synchronize)
         tokens = pending.sampled.tolist()
+        spec_token_ids = None
+        if pending.verify_tokens is not None:
+            rows, counts = pending.verify_tokens.tolist(), pending.num_accepted.tolist()
+            spec_token_ids = [row[: 1 + n] for row, n in zip(rows, counts, strict=True)]
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
         self.probe.sync("output_wait", OUTPUT_WAIT_SITE, wait_ns)
@@ -139,4 +153,5 @@ class AsyncOutput:
             pending.write_stats,
             output_wait_ns=wait_ns,
             prompt_logprobs=prompt_logprobs,
+            spec_token_ids=spec_token_ids,
         )

@@ -18,6 +18,12 @@ Modes:
   can use them.
 * ``none`` — eager.
 
+With speculative decoding a FULL graph is also captured for every uniform verify shape that can
+be chosen: (batch size, query length 1 + k) for each k > 0 that ``dynamic_k`` (or the fixed k)
+gives some batch size up to ``max_num_seqs``, at each FULL capture size whose tokens fit
+``max_num_batched_tokens``; its logits cover every token (every row a verify needs). A verify
+step in which every request verifies the same k replays it; the reasons name k.
+
 ``plan_graphs`` turns the scenario's request into what this runner will capture, with a visible
 note for each downgrade (an error under ``strict``). ``CudaGraphManager.dispatch`` is a pure
 function of the batch shape and what was captured; every decision carries its reason. The
@@ -57,6 +63,8 @@ class GraphPlan:
     piecewise_sizes: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
     none_reason: str = "mode none requested"  # why nothing is captured, when nothing is
+    # FULL verify graphs: (batch size, query length 1 + k), k > 0
+    verify_shapes: tuple[tuple[int, int], ...] = ()
 
 
 def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
@@ -97,7 +105,15 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
     if notes and config.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
     reason = notes[-1] if not full and not piecewise else "mode none requested"
-    return GraphPlan(requested, tuple(full), tuple(piecewise), tuple(notes), reason)
+    spec = config.spec_decode
+    verify = [
+        (s, 1 + k)
+        for k in spec.possible_ks(config.max_num_seqs)
+        if k > 0
+        for s in full
+        if s * (1 + k) <= config.max_num_batched_tokens
+    ]
+    return GraphPlan(requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify))
 
 
 def _downgrade(config, requested, full, piecewise, note) -> GraphPlan:
@@ -130,6 +146,7 @@ class Decision:
     num_tokens: int
     padded_tokens: int  # key, or num_tokens when eager
     reason: str
+    query_len: int = 1  # a FULL verify graph's 1 + k (1: a decode graph)
 
     @property
     def hit(self) -> bool:
@@ -143,6 +160,14 @@ class CaptureRecord:
     num_tokens: int
     capture_s: float
     mem_bytes: int  # growth of the graph memory pool's reserved bytes
+    query_len: int = 1  # a FULL verify graph's 1 + k (num_tokens = batch size x query_len)
+
+    @property
+    def replay_key(self) -> tuple:
+        """The key ``CudaGraphManager.replays`` counts this graph's replays under."""
+        if self.query_len == 1:
+            return (self.mode, self.num_tokens)
+        return (self.mode, (self.num_tokens // self.query_len, self.query_len))
 
 
 class GraphBackend(abc.ABC):
@@ -153,6 +178,10 @@ class GraphBackend(abc.ABC):
 
     @abc.abstractmethod
     def capture_piecewise(self, size: int, pool) -> None: ...
+
+    def capture_verify(self, size: int, query_len: int, pool) -> None:
+        """A FULL graph of ``size`` requests of ``query_len`` tokens each (speculative verify)."""
+        raise NotImplementedError(f"{type(self).__name__} captures no verify graphs")
 
     def new_pool(self):
         return None
@@ -169,6 +198,7 @@ class CudaGraphManager:
     plan: GraphPlan
     full_keys: list[int] = field(default_factory=list)  # captured, ascending
     piecewise_keys: list[int] = field(default_factory=list)
+    verify_keys: dict[int, list[int]] = field(default_factory=dict)  # 1 + k -> sizes, ascending
     captures: list[CaptureRecord] = field(default_factory=list)
     replays: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -178,33 +208,52 @@ class CudaGraphManager:
         """Capture every planned key, largest first, into one shared pool. Returns seconds."""
         t_start = time.perf_counter()
         pool = backend.new_pool()
-        jobs = [(FULL, s, backend.capture_full) for s in self.plan.full_sizes]
-        jobs += [(PIECEWISE, s, backend.capture_piecewise) for s in self.plan.piecewise_sizes]
-        for mode, size, capture in sorted(jobs, key=lambda j: (j[0] != FULL, -j[1])):
+        jobs = [(FULL, s, 1) for s in self.plan.full_sizes]
+        jobs += [(FULL, s, q) for s, q in self.plan.verify_shapes]
+        jobs += [(PIECEWISE, s, 1) for s in self.plan.piecewise_sizes]
+        for mode, size, q in sorted(jobs, key=lambda j: (j[0] != FULL, -j[1] * j[2], -j[2])):
             before = backend.memory_reserved()
             t0 = time.perf_counter()
-            capture(size, pool)
+            if q > 1:
+                backend.capture_verify(size, q, pool)
+            elif mode == FULL:
+                backend.capture_full(size, pool)
+            else:
+                backend.capture_piecewise(size, pool)
             backend.synchronize()
             record = CaptureRecord(
-                f"{mode}:{size}",
+                f"{mode}:{size}" if q == 1 else f"{mode}:{size}x{q}",
                 mode,
-                size,
+                size * q,
                 time.perf_counter() - t0,
                 backend.memory_reserved() - before,
+                q,
             )
             self.captures.append(record)
-            bisect.insort(self.full_keys if mode == FULL else self.piecewise_keys, size)
+            if q > 1:
+                bisect.insort(self.verify_keys.setdefault(q, []), size)
+            else:
+                bisect.insort(self.full_keys if mode == FULL else self.piecewise_keys, size)
             if on_capture is not None:
                 on_capture(record)
         return time.perf_counter() - t_start
 
-    def dispatch(self, batch: BatchDescriptor, needs_hidden: bool = False) -> Decision:
+    def dispatch(
+        self, batch: BatchDescriptor, needs_hidden: bool = False, verify: bool = False
+    ) -> Decision:
         """FULL if a captured size holds this uniform decode batch, else PIECEWISE if one holds
         its tokens, else NONE; the reason names what ruled out the better modes.
-        ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits)."""
+        ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits);
+        ``verify``: a speculative verify step (it needs the logits of every draft row)."""
         n = batch.num_tokens
         requested = self.plan.requested
         why_not_full = self._why_not_full(batch)
+        if verify:
+            why_not_full, d = self._verify(batch)
+            if d is not None:
+                if not needs_hidden:
+                    return d
+                why_not_full = "prompt logprobs need every hidden state"
         if why_not_full is None and needs_hidden:
             why_not_full = "prompt logprobs need every hidden state"
         if why_not_full is None:
@@ -221,6 +270,21 @@ class CudaGraphManager:
             reason = f"{why_not_full}; no piecewise graphs"
         return Decision(requested, NONE, None, n, n, reason)
 
+    def _verify(self, batch: BatchDescriptor) -> tuple[str | None, Decision | None]:
+        """A verify step: FULL when every request verifies the same k and a verify graph of
+        that shape holds the batch; else why not, naming k."""
+        q, n = batch.uniform_query_len, batch.num_reqs
+        if q is None:
+            return "verify batch with different k per request (or decodes without drafts)", None
+        sizes = self.verify_keys.get(q)
+        if not sizes:
+            return f"verify k={q - 1}: no FULL graph captured for query length {q}", None
+        if n > sizes[-1]:
+            return f"verify k={q - 1}: {n} requests > largest FULL size {sizes[-1]}", None
+        size = sizes[bisect.bisect_left(sizes, n)]
+        reason = f"uniform verify k={q - 1}, {n} → {size}"
+        return None, Decision(self.plan.requested, FULL, size, n * q, size * q, reason, q)
+
     def _why_not_full(self, batch: BatchDescriptor) -> str | None:
         if not self.full_keys:
             return "no FULL graphs captured"
@@ -234,11 +298,13 @@ class CudaGraphManager:
 
     def count_replay(self, decision: Decision) -> None:
         k = (decision.mode, decision.key)
+        if decision.query_len > 1:
+            k = (decision.mode, (decision.key, decision.query_len))
         self.replays[k] = self.replays.get(k, 0) + 1
 
     def usage(self) -> dict[str, float | int]:
         """Captured keys against replayed ones, and what the never-replayed keys cost."""
-        unused = [r for r in self.captures if (r.mode, r.num_tokens) not in self.replays]
+        unused = [r for r in self.captures if r.replay_key not in self.replays]
         return {
             "graph_keys_captured": len(self.captures),
             "graph_keys_replayed": len(self.captures) - len(unused),

@@ -8,8 +8,11 @@ and are captured largest first. Each body runs once outside the graph before its
 (cuBLAS workspaces, autotuning). What the graphs run, the model calls, comes from
 ``cudagraph_bodies.py``.
 
-A FULL replay pads the batch up to the capture size: padding rows get KV slot -1 (the KV write
-skips them) and a one-token context in block 0. A PIECEWISE replay whose segments write the KV
+A FULL verify graph (speculative decoding) is the FULL body over ``size`` requests of
+``query_len`` tokens each, with its own static ``query_start_loc`` (multiples of ``query_len``);
+its logits cover every token. A FULL replay pads the batch up to the capture size: padding rows
+get KV slot -1 (the KV write skips them) and a one-token context in block 0 (a verify graph's
+padding attends to its own tokens). A PIECEWISE replay whose segments write the KV
 cache pads the slots with -1 the same way.
 """
 
@@ -50,13 +53,15 @@ class GraphRunner(GraphBackend):
         self.model, self.kv_caches, self.block_size = model, kv_caches, block_size
         dev = kv_caches[0].device
         self.device = dev
-        n = max((*plan.full_sizes, *plan.piecewise_sizes), default=1)
+        verify_tokens = [s * q for s, q in plan.verify_shapes]
+        n = max((*plan.full_sizes, *plan.piecewise_sizes, *verify_tokens), default=1)
         nf = max(plan.full_sizes, default=1)
         if n > inputs.max_tokens or nf > inputs.max_reqs:
             raise ValueError(
                 f"capture sizes up to {n} tokens / {nf} requests exceed the input buffers "
                 f"({inputs.max_tokens} / {inputs.max_reqs})"
             )
+        nl = max((nf, *verify_tokens)) if plan.full_sizes else 0  # FULL logits rows
 
         # Inputs, shared by every graph (views of the first rows) and written by each step.
         self.input_ids, self.positions = inputs.input_ids, inputs.positions
@@ -65,8 +70,12 @@ class GraphRunner(GraphBackend):
         assert self.block_table.shape[1] == max_blocks_per_req
         # FULL: one token per request; padding rows attend to one token of block 0.
         self.query_start_loc = torch.arange(nf + 1, dtype=torch.int32, device=dev)
+        # FULL verify graphs: request i's tokens start at i * query_len
+        self.verify_qsl = {
+            q: self.query_start_loc * q for q in sorted({q for _, q in plan.verify_shapes})
+        }
         self.logits = torch.zeros(
-            (nf if plan.full_sizes else 0, model.args.vocab_size),
+            (nl, model.args.vocab_size),
             dtype=model.lm_head_weight.dtype,
             device=dev,
         )
@@ -120,6 +129,35 @@ class GraphRunner(GraphBackend):
 
         self.full_graphs[size] = _capture(body, pool)
 
+    def capture_verify(self, size: int, query_len: int, pool) -> None:
+        t = size * query_len
+        self.slot_mapping[:t].fill_(-1)  # capture writes nothing to the KV cache
+        self.seq_lens[:size].fill_(query_len)
+        self.block_table[:size].zero_()
+        meta = AttentionMetadata(
+            num_reqs=size,
+            num_tokens=t,
+            query_start_loc=self.verify_qsl[query_len][: size + 1],
+            seq_lens=self.seq_lens[:size],
+            block_table=self.block_table[:size],
+            slot_mapping=self.slot_mapping[:t],
+            query_start_loc_np=np.arange(size + 1, dtype=np.int32) * query_len,
+            seq_lens_np=np.full(size, query_len, dtype=np.int32),
+            block_size=self.block_size,
+        )
+
+        def body() -> None:
+            full_body(
+                self.model,
+                self.kv_caches,
+                self.input_ids[:t],
+                self.positions[:t],
+                meta,
+                self.logits[:t],
+            )
+
+        self.full_graphs[(size, query_len)] = _capture(body, pool)
+
     def capture_piecewise(self, size: int, pool) -> None:
         self.slot_mapping[:size].fill_(-1)  # capture writes nothing to the KV cache
         segments = self.piecewise.segments(self.input_ids, self.positions, size)
@@ -139,6 +177,21 @@ class GraphRunner(GraphBackend):
             self.seq_lens[n:size].fill_(1)
         self.full_graphs[size].replay()
         return self.logits[:n]
+
+    def replay_verify(self, size: int, query_len: int, batch: InputBatch) -> torch.Tensor:
+        """Logits [B * query_len, V] of a verify batch of B <= size requests, each with
+        ``query_len`` tokens (every token's row, in batch order)."""
+        n, t = batch.num_reqs, batch.num_tokens
+        _put(self.input_ids, batch.input_ids)
+        _put(self.positions, batch.positions)
+        _put(self.slot_mapping, batch.slot_mapping)
+        _put(self.seq_lens, batch.seq_lens)
+        _put(self.block_table, batch.block_table)
+        if size > n:  # padding: write nothing, attend to its own tokens
+            self.slot_mapping[t : size * query_len].fill_(-1)
+            self.seq_lens[n:size].fill_(query_len)
+        self.full_graphs[(size, query_len)].replay()
+        return self.logits[:t]
 
     def run_piecewise(self, size: int, batch: InputBatch, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states [T, H] of any batch of T <= size tokens; attention runs eagerly."""

@@ -27,6 +27,8 @@ from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
 from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
+from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
+from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
@@ -44,7 +46,12 @@ from mrv2_prof.runner.worker.input_buffers import InputBuffers
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
-from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplerOutput, SamplingMetadata
+from mrv2_prof.runner.worker.sampler import (
+    GREEDY_TEMPERATURE,
+    SamplerOutput,
+    SamplingMetadata,
+    compute_topk_logprobs,
+)
 from mrv2_prof.runner.worker.switches import unsupported_switches
 from mrv2_prof.runner.worker.uva import PinnedRing
 
@@ -134,6 +141,12 @@ class ModelRunner:
         ]
         self._host_set = 0
         self.output = AsyncOutput(n, self.is_cuda, self.copies, self.probe)
+        spec = config.spec_decode
+        self.verifier = (  # speculative decoding's verify step (spec_decode/verify.py)
+            Verifier(n, spec.max_k, self.device, self.copies, self.kernels.name == "triton")
+            if spec.enabled
+            else None
+        )
 
     def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
@@ -183,6 +196,12 @@ class ModelRunner:
             return PendingOutput(None, write_stats)
         assert self.kv_caches is not None, "start_up() before queue_step()"
         batch = self._prepare_inputs(so)
+        verify = None
+        if so.scheduled_spec_decode_tokens:
+            verify = self.verifier.prepare(
+                batch.req_ids, batch.query_start_loc_np, so.scheduled_spec_decode_tokens
+            )
+            self.verifier.apply(batch, verify)
         plan = None
         if self._prompt_logprobs:
             plan = plan_prompt_logprobs(
@@ -193,14 +212,16 @@ class ModelRunner:
             )
         p.end(probes.PREPARE)
         d = self.graphs.dispatch(
-            BatchDescriptor.of(batch.num_scheduled_tokens_np), needs_hidden=plan is not None
+            BatchDescriptor.of(batch.num_scheduled_tokens_np),
+            needs_hidden=plan is not None,
+            verify=verify is not None,
         )
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
 
         p.begin(probes.FORWARD)
         p.gpu_mark(G_FORWARD)
-        hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key)
+        hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key, d.query_len)
         if d.hit:
             self.graphs.count_replay(d)
         prompt = None
@@ -216,7 +237,7 @@ class ModelRunner:
         p.end(probes.FORWARD)
         p.begin(probes.SAMPLE)
         p.gpu_mark(G_SAMPLE)
-        out, num_logprobs = self._sample(batch, logits)
+        out, num_logprobs, rejection = self._sample(batch, logits, verify)
         p.end(probes.SAMPLE)
 
         # Advance device-side state; the next step reads it without a host round trip.
@@ -224,9 +245,12 @@ class ModelRunner:
         slots = batch.idx_mapping  # int32 indices: no conversion kernel
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
         if self.config.staged_writes:
-            rs.num_computed_tokens.gpu.index_add_(0, slots, batch.num_scheduled_tokens)
+            advance = batch.num_scheduled_tokens
+            if rejection is not None:  # rolled back by the rejected drafts, on the device
+                advance = advance - verify.drafts.num_draft + rejection.num_accepted
+            rs.num_computed_tokens.gpu.index_add_(0, slots, advance)
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
-        pending = self.output.queue(batch, out, write_stats, per_row, prompt)
+        pending = self.output.queue(batch, out, write_stats, per_row, prompt, rejection)
         p.gpu_mark(G_END)
         return pending
 
@@ -243,6 +267,9 @@ class ModelRunner:
         nothing."""
         _, logits = self._forward(batch, kv_caches)
         self._sample(batch, logits)
+        if self.verifier is not None:  # the rejection sampler's kernels too, one row each
+            spec = self.verifier.prepare(batch.req_ids, batch.query_start_loc_np, {})
+            self._sample(batch, logits, spec)
 
     def _forward(
         self,
@@ -250,9 +277,12 @@ class ModelRunner:
         kv_caches: list[torch.Tensor] | None,
         mode: str = NONE,
         key: int | None = None,
+        query_len: int = 1,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Hidden states [T, H] (None after a FULL replay, which keeps only the logits) and
         the logits [B, V] of the batch's last tokens: eagerly, or through a captured graph."""
+        if mode == FULL and query_len > 1:  # a verify: every token's logits
+            return None, self.graph_runner.replay_verify(key, query_len, batch)
         if mode == FULL:
             return None, self.graph_runner.replay_full(key, batch)
         meta = batch.attn_metadata(self.config.block_size)
@@ -262,9 +292,12 @@ class ModelRunner:
             hidden = self.model(batch.input_ids, batch.positions, kv_caches, meta)  # [T, H]
         return hidden, self.model.logits(hidden[batch.logits_indices])  # [B, V]
 
-    def _sample(self, batch: InputBatch, logits: torch.Tensor) -> tuple[SamplerOutput, int]:
+    def _sample(
+        self, batch: InputBatch, logits: torch.Tensor, verify: VerifyInputs | None = None
+    ) -> tuple[SamplerOutput, int, RejectionOutput | None]:
         """One token per row, with the rows' sampling parameters read through ``idx_mapping``;
-        also the most logprobs any row asked for."""
+        also the most logprobs any row asked for. A verify step (``verify``) rejection-samples
+        its rows instead: the output's token per request is its last emitted one."""
         rs = self.req_states
         idx = batch.idx_mapping_np
         num_logprobs = int(rs.num_logprobs_np[idx].max())
@@ -281,7 +314,16 @@ class ModelRunner:
             no_top_k=not bool((rs.top_k_np[idx] > 0).any()),
             no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
         )
-        return self.kernels.sample(logits, meta), num_logprobs
+        if verify is None:
+            return self.kernels.sample(logits, meta), num_logprobs, None
+        meta.positions = meta.positions - verify.drafts.num_draft  # each request's first row
+        rejection = self.verifier.sample(logits, verify, meta)
+        last = Verifier.last_tokens(rejection)
+        if num_logprobs <= 0:  # rows that ask for logprobs are never drafted: one row each
+            return SamplerOutput(last, None, None), 0, rejection
+        last_rows = logits[verify.drafts.cu_rows[1:].long() - 1]
+        ids, lps = compute_topk_logprobs(last_rows, num_logprobs, last)
+        return SamplerOutput(last, ids, lps), num_logprobs, rejection
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states

@@ -25,6 +25,12 @@ def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str |
             "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
             "sampling parameters are copied to the device"
         )
+    if config.spec_decode.enabled and config.async_scheduling:
+        unsupported.append(
+            "runner.spec_decode: with async_scheduling a request whose tokens are in flight "
+            "sits out the next step (its accepted count reaches the host with its tokens), so "
+            "speculating requests step every other step"
+        )
     return unsupported
 
 

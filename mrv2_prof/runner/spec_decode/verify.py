@@ -1,0 +1,131 @@
+"""The verify step on the runner's side (MRV2's speculative path through the model runner).
+
+A verifying request is scheduled for ``1 + k`` tokens: its last token, then its ``k`` drafts.
+``Verifier.prepare`` packs the step's draft layout into one pinned buffer and sends it in one
+copy: where each draft goes in ``input_ids``, the logits rows to compute (every row of a
+verifying request, the last row of the others), the rejection sampler's ``cu_rows``,
+``num_draft`` and padded draft ids. ``apply`` writes the drafts into the batch's inputs (the
+input-prep kernel filled those positions with the last sampled token) and points the batch's
+``logits_indices`` at the verify rows. ``sample`` runs the rejection sampler (the torch reference,
+or the Triton kernels with ``kernels: triton``) over every row; a request without drafts has one
+row and gets the token the plain sampler would give it. ``advance`` then moves the device state
+on: the last emitted token becomes ``last_sampled_tokens`` and ``num_computed_tokens`` advances
+by the scheduled tokens less the rejected ones, so the GPU stays authoritative and nothing is
+read back here; the accepted counts reach the host with the tokens (``AsyncOutput``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from mrv2_prof.runner.spec_decode.rejection_sampler import (
+    DraftBatch,
+    RejectionOutput,
+    rejection_sample,
+)
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.input_batch import InputBatch
+from mrv2_prof.runner.worker.sampler import SamplingMetadata
+from mrv2_prof.runner.worker.uva import PinnedRing
+
+
+@dataclass
+class VerifyInputs:
+    """One verify step's layout on the device (views into the verifier's buffer)."""
+
+    draft_index: torch.Tensor  # [D] int64: token index of each draft in the batch
+    draft_tokens: torch.Tensor  # [D] int64
+    logits_indices: torch.Tensor  # [R] int64, R = B + D
+    drafts: DraftBatch  # cu_rows [B + 1], num_draft [B], draft_token_ids [B, K]
+    num_draft_np: np.ndarray  # [B] host copy (the scheduler's counts)
+
+
+def _capacity(max_num_reqs: int, max_k: int) -> int:
+    b, d = max_num_reqs, max_num_reqs * max_k
+    return 2 * d + (b + d) + (b + 1) + b + d
+
+
+class Verifier:
+    def __init__(
+        self, max_num_reqs: int, max_k: int, device: torch.device, copies: CopyAudit, triton: bool
+    ) -> None:
+        self.max_k = max_k
+        self.device = device
+        self.copies = copies
+        self.triton = triton
+        size = _capacity(max_num_reqs, max_k)
+        self._ring = PinnedRing(size, torch.int64, pin=device.type == "cuda")
+        self._dev = torch.zeros(size, dtype=torch.int64, device=device)
+
+    def prepare(
+        self,
+        req_ids: list[str],
+        query_start_loc_np: np.ndarray,  # [B + 1]
+        spec_tokens: dict[str, list[int]],
+    ) -> VerifyInputs:
+        num_reqs, max_k = len(req_ids), self.max_k
+        drafts = [spec_tokens.get(rid, ()) for rid in req_ids]
+        num_draft = np.fromiter(map(len, drafts), dtype=np.int64, count=num_reqs)
+        d_total = int(num_draft.sum())
+        ends = query_start_loc_np[1:].astype(np.int64)  # [B]
+        cu_rows = np.zeros(num_reqs + 1, dtype=np.int64)
+        np.cumsum(1 + num_draft, out=cu_rows[1:])
+        # A verifying request's rows are its last 1 + k tokens (all of its scheduled tokens).
+        row_req = np.repeat(np.arange(num_reqs), 1 + num_draft)  # [R]
+        row_j = np.arange(len(row_req)) - cu_rows[row_req]
+        logits_indices = ends[row_req] - 1 - num_draft[row_req] + row_j
+        draft_rows = row_j < num_draft[row_req]  # rows that verify a draft
+        draft_index = logits_indices[draft_rows] + 1  # each draft is the token after its row
+        flat = [t for d in drafts for t in d]
+        padded = np.zeros((num_reqs, max_k), dtype=np.int64)
+        if d_total:
+            padded[row_req[draft_rows], row_j[draft_rows]] = flat
+
+        parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel())
+        sizes = [d_total, d_total, len(row_req), num_reqs + 1, num_reqs, num_reqs * max_k]
+        host, view = self._ring.next()
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        for part, a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
+            view[a:b] = part
+        used = int(offsets[-1])
+        dev = self._dev[:used]
+        self.copies.copy_(dev, host[:used])
+        v = [dev[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        return VerifyInputs(
+            draft_index=v[0],
+            draft_tokens=v[1],
+            logits_indices=v[2],
+            drafts=DraftBatch(
+                cu_rows=v[3].to(torch.int32),
+                num_draft=v[4].to(torch.int32),
+                draft_token_ids=v[5].view(num_reqs, max_k),
+            ),
+            num_draft_np=num_draft,
+        )
+
+    @staticmethod
+    def apply(batch: InputBatch, inputs: VerifyInputs) -> None:
+        """The drafts into the batch's input ids; the batch's logits rows become the verify's."""
+        batch.input_ids.index_copy_(0, inputs.draft_index, inputs.draft_tokens)
+        batch.logits_indices = inputs.logits_indices
+
+    def sample(
+        self, logits: torch.Tensor, inputs: VerifyInputs, meta: SamplingMetadata
+    ) -> RejectionOutput:
+        """Rejection sampling over every row; ``meta.positions`` is each request's first row's
+        position (its sequence length less its drafts)."""
+        if self.triton:
+            from mrv2_prof.runner.spec_decode.rejection_sampler_triton import (
+                rejection_sample_triton,
+            )
+
+            return rejection_sample_triton(logits, inputs.drafts, meta)
+        return rejection_sample(logits, inputs.drafts, meta)
+
+    @staticmethod
+    def last_tokens(out: RejectionOutput) -> torch.Tensor:
+        """[B] int64: each request's last emitted token (the next step's input)."""
+        return out.output_token_ids.gather(1, out.num_accepted.long()[:, None])[:, 0]

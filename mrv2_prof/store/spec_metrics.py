@@ -1,0 +1,89 @@
+"""Speculative decoding's figures of one run, with vLLM's meanings (its spec-decode metrics).
+
+* ``num_drafts``: verifies of a request's drafts (one per request and step that drafted);
+  ``num_draft_tokens``: the drafts verified; ``num_accepted_tokens``: the accepted ones.
+* ``acceptance_rate``: accepted / drafted tokens.
+* ``acceptance_per_position[j]``: the share of drafts whose token at position j was accepted
+  (accepted at j / ``num_drafts``, as vLLM's per-position rate; it can only fall with j).
+* ``mean_acceptance_length``: 1 + accepted / ``num_drafts``, the tokens a verify emits on
+  average (the one after the accepted drafts included).
+* ``accepted_length_counts[a]``: verifies that accepted exactly ``a`` drafts.
+* ``draft_ms``: host time of the ``draft`` phase; ``verify_ms``: the forward and sample phases of
+  the steps that verified drafts, on the device when the run has a GPU timeline (what the verify
+  costs there), else on the host; ``draft_time_share`` = draft / (draft + verify).
+
+Read from ``spec_verifies`` (one row per verify) and the spans; None for a run without drafts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mrv2_prof.store.db import Store
+
+_NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True)
+class SpecDecodeSummary:
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    acceptance_rate: float
+    acceptance_per_position: list[float]
+    mean_acceptance_length: float
+    accepted_length_counts: list[int]
+    draft_ms: float
+    verify_ms: float
+    verify_track: str  # gpu | cpu: where verify_ms was measured
+    draft_time_share: float | None  # None when neither was timed
+
+
+def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
+    con = store.connection
+    rows = con.execute(
+        "SELECT num_draft_tokens, num_accepted_tokens, count(*) FROM spec_verifies "
+        "WHERE run_id = ? GROUP BY ALL ORDER BY ALL",
+        [run_id],
+    ).fetchall()
+    num_drafts = sum(n for _, _, n in rows)
+    if num_drafts == 0:
+        return None
+    drafted = sum(d * n for d, _, n in rows)
+    accepted = sum(a * n for _, a, n in rows)
+    max_k = max(d for d, _, _ in rows)
+    per_position = [
+        sum(n for _, a, n in rows if a > j) / num_drafts for j in range(max_k)
+    ]  # fmt: skip
+    counts = [sum(n for _, a, n in rows if a == x) for x in range(max_k + 1)]
+
+    (draft_ns,) = con.execute(
+        "SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM spans "
+        "WHERE run_id = ? AND track = 'cpu' AND name = 'draft'",
+        [run_id],
+    ).fetchone()
+    verify = dict(
+        con.execute(
+            "SELECT s.track, sum(s.end_ns - s.start_ns)::BIGINT FROM spans s "
+            "JOIN steps t ON t.run_id = s.run_id AND t.step = s.step "
+            "WHERE s.run_id = ? AND t.num_draft_tokens > 0 AND s.name IN ('forward', 'sample') "
+            "GROUP BY s.track",
+            [run_id],
+        ).fetchall()
+    )
+    track = "gpu" if verify.get("gpu") else "cpu"
+    verify_ns = verify.get(track) or 0
+    total = draft_ns + verify_ns
+    return SpecDecodeSummary(
+        num_drafts=num_drafts,
+        num_draft_tokens=drafted,
+        num_accepted_tokens=accepted,
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        acceptance_per_position=per_position,
+        mean_acceptance_length=1 + accepted / num_drafts,
+        accepted_length_counts=counts,
+        draft_ms=draft_ns / _NS_PER_MS,
+        verify_ms=verify_ns / _NS_PER_MS,
+        verify_track=track,
+        draft_time_share=draft_ns / total if total > 0 else None,
+    )
