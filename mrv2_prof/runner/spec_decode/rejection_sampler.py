@@ -44,6 +44,7 @@ from mrv2_prof.runner.worker.sampler import (
     gumbel_noise,
     uniform_noise,
 )
+from mrv2_prof.runner.worker.uva import take  # the parameters may be UVA (pinned host)
 
 
 @dataclass
@@ -111,15 +112,15 @@ def row_params(
 def target_probs(logits: torch.Tensor, slot: torch.Tensor, meta: SamplingMetadata) -> torch.Tensor:
     """[R, V] float32: each row's sampling distribution (logits / T, top-k / top-p as the
     sampler applies them); greedy rows are divided by 1 (their probabilities are unused)."""
-    temperature = meta.temperature[slot]
+    temperature = take(meta.temperature, slot)
     scaled = (
         logits.float() / torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)[:, None]
     )
     if not (meta.no_top_k and meta.no_top_p):
         scaled = apply_top_k_top_p(
             scaled,
-            None if meta.no_top_k else meta.top_k[slot],
-            None if meta.no_top_p else meta.top_p[slot],
+            None if meta.no_top_k else take(meta.top_k, slot),
+            None if meta.no_top_p else take(meta.top_p, slot),
         )
     return scaled.softmax(dim=-1)
 
@@ -133,7 +134,7 @@ def rejection_sample(
     num_reqs, max_k = drafts.draft_token_ids.shape
     check_layout(logits, drafts)
     request, j, position, slot, has_draft, d = row_params(drafts, meta, num_rows)
-    greedy = meta.temperature[slot] < GREEDY_TEMPERATURE  # [R]
+    greedy = take(meta.temperature, slot) < GREEDY_TEMPERATURE  # [R]
     p = target_probs(logits, slot, meta)  # [R, V]
     q = torch.zeros_like(p)  # the drafter's distribution where a row verifies a draft
     if drafts.draft_probs is not None and max_k:
@@ -144,13 +145,13 @@ def rejection_sample(
 
     # Per row: accept its draft?  Greedy: the draft is the argmax. Random: u < p(d) / q(d).
     argmax = logits.argmax(dim=-1)
-    u = uniform_noise(meta.seeds[slot], position, vocab_size).gather(1, d[:, None])[:, 0]
+    u = uniform_noise(take(meta.seeds, slot), position, vocab_size).gather(1, d[:, None])[:, 0]
     p_d, q_d = p.gather(1, d[:, None])[:, 0], q.gather(1, d[:, None])[:, 0]
     accept = torch.where(greedy, d == argmax, u * q_d < p_d) & has_draft
 
     # Per row: the token emitted if the walk stops here (residual draw, or bonus with q = 0).
     residual = (p - q).clamp(min=0)
-    noise = gumbel_noise(meta.seeds[slot], position, vocab_size)
+    noise = gumbel_noise(take(meta.seeds, slot), position, vocab_size)
     drawn = torch.where(residual > 0, residual.log() + noise, float("-inf")).argmax(dim=-1)
     drawn = torch.where(residual.amax(dim=-1) > 0, drawn, p.argmax(dim=-1))
     stop_token = torch.where(greedy, argmax, drawn)  # [R]

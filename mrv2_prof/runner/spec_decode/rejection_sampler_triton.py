@@ -29,6 +29,7 @@ from mrv2_prof.runner.spec_decode.rejection_sampler import (
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, log, row_key, uniform
 from mrv2_prof.runner.worker.sampler_triton import top_k_top_p_threshold
+from mrv2_prof.runner.worker.uva import take  # the parameters may be UVA (pinned host)
 
 _BLOCK = 1024  # logits per loop step
 _GREEDY = tl.constexpr(GREEDY_TEMPERATURE)
@@ -175,15 +176,15 @@ def rejection_sample_triton(
     num_reqs, max_k = drafts.draft_token_ids.shape
     device = logits.device
     request, j, position, slot, has_draft, d = row_params(drafts, meta, num_rows)
-    temperature = meta.temperature[slot].contiguous()
+    temperature = take(meta.temperature, slot).contiguous()
     threshold = None
     if not (meta.no_top_k and meta.no_top_p):
         divisor = torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)
         threshold = top_k_top_p_threshold(
             logits,
             divisor,
-            None if meta.no_top_k else meta.top_k[slot],
-            None if meta.no_top_p else meta.top_p[slot],
+            None if meta.no_top_k else take(meta.top_k, slot),
+            None if meta.no_top_p else take(meta.top_p, slot),
         )
     q = None
     if drafts.draft_probs is not None and max_k:
@@ -198,7 +199,7 @@ def rejection_sample_triton(
         logits,
         logits.stride(0),
         temperature,
-        meta.seeds[slot].contiguous(),
+        take(meta.seeds, slot).contiguous(),
         position.contiguous(),
         d.contiguous(),
         has_draft.to(torch.int8),
