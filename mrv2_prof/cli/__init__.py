@@ -4,7 +4,7 @@ Exit codes of ``run``: 0 every run completed (or was stopped with ``q``), 1 a ru
 2 bad input (scenario, overrides, trace, checkpoint, database), 130 interrupted with Ctrl-C.
 
 One module per group of commands: ``run`` (a scenario, live), ``stored`` (runs, show),
-``compare`` (compare, gate) and ``views`` (report, export, tui, nsys import); they are
+``compare``, ``gate`` and ``views`` (report, export, tui, nsys import); they are
 registered here, in the order ``--help`` lists them.
 """
 
@@ -19,7 +19,8 @@ try:  # typer >= 0.24 carries its own click
 except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors
 
-from mrv2_prof.cli.compare import compare, gate
+from mrv2_prof.cli.compare import compare
+from mrv2_prof.cli.gate import gate
 from mrv2_prof.cli.run import run
 from mrv2_prof.cli.stored import runs, show
 from mrv2_prof.cli.views import export, nsys_app, report, tui

@@ -10,8 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
-# Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3; a writable
+SCHEMA_VERSION = 4
+# Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
+# those marked v4; a writable
 # open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
 # (``store.opening``).
 
@@ -37,6 +38,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("environment", "VARCHAR"),  # v3: JSON: host CPU, load, threads, torch/CUDA/driver/GPU
         ("writer_pid", "BIGINT"),  # v3: the process that writes the run (its runner process)
         ("writer_host", "VARCHAR"),  # v3: the host it runs on
+        ("run_group", "VARCHAR"),  # v4: the repeats of one combination share it (--repeats)
+        ("repeat_index", "INTEGER"),  # v4: 0-based repeat within the group
     ],
     "steps": [
         ("run_id", "VARCHAR"),
@@ -160,6 +163,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
         ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
         ("depth", "INTEGER"),  # frames in the stack
+    ],
+    "baselines": [  # v4: named baselines (mrv2-prof baseline set NAME RUN_OR_GROUP)
+        ("name", "VARCHAR"),  # the key: baseline:NAME names it
+        ("kind", "VARCHAR"),  # run | group
+        ("target", "VARCHAR"),  # the run id or the run_group
+        ("set_at", "TIMESTAMP"),  # wall clock (local time) of the last set
     ],
 }
 
