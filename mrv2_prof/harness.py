@@ -151,6 +151,8 @@ def _run(job: RunJob, store: Store, emit, should_stop) -> Outcome:
         started_ns=time.perf_counter_ns(),
     )
     store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
+    if job.run_group is not None:
+        store.update_run(run_id, run_group=job.run_group, repeat_index=job.repeat_index)
     emit(("begun", run_id))
     probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
     environment: dict[str, Any] = {}

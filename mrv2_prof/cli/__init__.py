@@ -19,6 +19,7 @@ try:  # typer >= 0.24 carries its own click
 except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors
 
+from mrv2_prof.cli.baseline import baseline_app
 from mrv2_prof.cli.compare import compare
 from mrv2_prof.cli.gate import gate
 from mrv2_prof.cli.run import run
@@ -42,6 +43,7 @@ def main() -> None:
 for _command in (run, runs, show, compare, gate, report, export, tui):
     app.command()(_command)
 app.add_typer(nsys_app, name="nsys")
+app.add_typer(baseline_app, name="baseline")
 
 
 def main_entry(argv: list[str] | None = None) -> None:

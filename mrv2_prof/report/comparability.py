@@ -33,7 +33,8 @@ _ENVIRONMENT = (
     ("host", "torch_threads", True),
     ("host", "torch_interop_threads", True),
 )
-_NOT_SCENARIO = ("store.db", "runner.device", "matrix")  # checked elsewhere, or no part of it
+# checked elsewhere (the device), or no part of what ran (the file, the sweep, how many repeats)
+_NOT_SCENARIO = ("store.db", "runner.device", "matrix", "repeats")
 
 
 @dataclass(frozen=True)

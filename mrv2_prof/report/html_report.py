@@ -19,7 +19,7 @@ from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
-from mrv2_prof.report.sweep import HEADLINE_METRICS, headline, sweep_figure
+from mrv2_prof.report.sweep import HEADLINE_METRICS, Headline, headline, sweep_figure
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.host_samples import stack_counts
@@ -203,7 +203,24 @@ def _fmt(value: float | None) -> str:
 
 def render_sweep_report(store: Store, run_ids: list[str]) -> str:
     """One page comparing ``run_ids`` (exact ids) on the headline metrics."""
+    return render_sweep_page(*sweep_parts(store, run_ids))
+
+
+def sweep_parts(store: Store, run_ids: list[str]) -> tuple[list[Headline], list[str]]:
+    """The headline metrics and the scenario as run of each of ``run_ids``, read from
+    ``store`` (a report over two databases gathers them from each)."""
     runs = [headline(store, rid) for rid in run_ids]
+    yamls = []
+    for rid in run_ids:
+        (yaml_text,) = store.connection.execute(
+            "SELECT scenario_yaml FROM runs WHERE run_id = ?", [rid]
+        ).fetchone()
+        yamls.append(yaml_text or "")
+    return runs, yamls
+
+
+def render_sweep_page(runs: list[Headline], yamls: list[str]) -> str:
+    """The comparison page of ``runs`` and their scenarios."""
     head = "".join(f"<th>{html.escape(title)} ({unit})</th>" for _, title, unit in HEADLINE_METRICS)
     rows = "".join(
         f"<tr><td>{html.escape(r.run_id)}</td><td>{html.escape(r.short_label)}</td>"
@@ -212,15 +229,11 @@ def render_sweep_report(store: Store, run_ids: list[str]) -> str:
         + "</tr>"
         for r in runs
     )
-    scenarios = []
-    for rid in run_ids:
-        (yaml_text,) = store.connection.execute(
-            "SELECT scenario_yaml FROM runs WHERE run_id = ?", [rid]
-        ).fetchone()
-        scenarios.append(
-            f"<details><summary>{html.escape(rid)}</summary>"
-            f"<pre>{html.escape(yaml_text or '')}</pre></details>"
-        )
+    scenarios = [
+        f"<details><summary>{html.escape(r.run_id)}</summary>"
+        f"<pre>{html.escape(yaml_text)}</pre></details>"
+        for r, yaml_text in zip(runs, yamls, strict=True)
+    ]
     body = [
         f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>",
         f'<table id="headlines"><tr><th>run</th><th>matrix / label</th><th>status</th>{head}</tr>'

@@ -2,7 +2,8 @@
 
 * a run: ``latest``, an id, or a unique id prefix (``Store.resolve_run``);
 * ``group:ID``: the runs of one group of repeats (``runs.run_group``; ``mrv2-prof run
-  --repeats N``), a unique prefix of the group id will do, in repeat order;
+  --repeats N``), a unique prefix of the group id will do, in repeat order; ``group:latest``
+  is the newest run's group;
 * ``baseline:NAME``: the run or group a named baseline points at (``store.baselines``).
 """
 
@@ -34,7 +35,18 @@ def group_runs(store: Store, group: str) -> list[str]:
 
 
 def resolve_group(store: Store, ref: str) -> str:
-    """The group id ``ref`` names: exact, or a unique prefix."""
+    """The group id ``ref`` names: exact, a unique prefix, or ``latest`` (the group of the
+    newest run that has one)."""
+    if ref == "latest":
+        row = store.connection.execute(
+            "SELECT run_group FROM runs WHERE run_group IS NOT NULL "
+            "ORDER BY started_at DESC NULLS LAST, started_ns DESC NULLS LAST LIMIT 1"
+        ).fetchone()
+        if row is None:
+            raise StoreError(
+                f"no group in {store.path} yet; make one with mrv2-prof run SCENARIO --repeats N"
+            )
+        return row[0]
     groups = [
         row[0]
         for row in store.connection.execute(
