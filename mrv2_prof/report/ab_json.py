@@ -109,6 +109,8 @@ def result_json(r: GateResult) -> dict[str, Any]:
         "message": r.message,
         "interval": list(r.interval) if r.interval is not None else None,
         "test": r.test,
+        "interval_relative": r.relative_interval,
+        "sample_verdict": r.sample_verdict,
     }
 
 

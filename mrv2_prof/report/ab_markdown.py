@@ -81,7 +81,7 @@ def gate_markdown(report: GateReport, verdict: str) -> str:
                 m, d = METRICS[r.threshold.metric], r.delta
                 interval = "-"
                 if r.interval is not None:
-                    relative = r.threshold.relative and d.a not in (0, None)
+                    relative = r.relative_interval
                     low, high = r.interval
                     interval = (
                         _interval(low, high)
@@ -95,7 +95,7 @@ def gate_markdown(report: GateReport, verdict: str) -> str:
                         m.format(d.b),
                         format_pct(d.delta_pct, d.delta),
                         interval,
-                        r.status,
+                        r.status + (f" (requests: {r.sample_verdict})" if r.sample_verdict else ""),
                         r.threshold.describe(),
                     )
                 )

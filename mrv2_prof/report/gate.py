@@ -172,6 +172,8 @@ class GateResult:
     message: str  # one line: "FAIL p99_itl: 12.40 ms -> 13.90 ms (+12.1% > 5%)"
     interval: tuple[float, float] | None = None  # groups: the change's interval (limit's terms)
     test: str | None = None  # the test behind the interval
+    relative_interval: bool = True  # the interval is a fraction of the baseline (else in units)
+    sample_verdict: str | None = None  # one run a side: the per-request bootstrap's verdict
 
 
 def missing_result(

@@ -67,7 +67,7 @@ def judge(t: Threshold, base: Side, cand: Side, *, explicit: bool, allow: bool) 
         f"{status} {name}: {m.format(d.a)} -> {m.format(d.b)} (median of {runs}: {change}, "
         f"95% interval {_interval_text(name, low, high, relative)} {cmp} {limit_text})"
     )
-    return GateResult(t, d, status, line, (low, high), RUNS_TEST)
+    return GateResult(t, d, status, line, (low, high), RUNS_TEST, relative)
 
 
 def evaluate_groups(

@@ -10,12 +10,14 @@ the first stage that fails unless ``all_stages``; a stage not run is ``not run``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mrv2_prof.report.comparability import Comparability
 from mrv2_prof.report.gate import INCONCLUSIVE, GateResult, Threshold, evaluate, exit_status
 from mrv2_prof.report.gate_groups import evaluate_groups
+from mrv2_prof.report.gate_metrics import METRICS
+from mrv2_prof.report.metric_stats import distribution, metric_stat
 from mrv2_prof.report.output_contract import (
     FAIL,
     PASS,
@@ -64,7 +66,11 @@ def load_stage(base: Side, cand: Side, options: GateOptions) -> tuple[StageResul
             explicit=options.explicit,
             allow_missing=options.allow_missing,
         )
-        how = "one run a side: thresholds on the two values (repeat the runs for an interval)"
+        results = [_with_samples(r, base, cand) for r in results]
+        how = (
+            "one run a side: thresholds on the two values (repeat the runs for an interval); "
+            "latency percentiles also bootstrapped over requests (informational)"
+        )
     else:
         results = evaluate_groups(
             options.thresholds,
@@ -76,7 +82,29 @@ def load_stage(base: Side, cand: Side, options: GateOptions) -> tuple[StageResul
         how = "groups: thresholds on the 95% bootstrap interval of the change of the medians"
     code = exit_status(results)
     status = {0: PASS, 1: FAIL, 3: INCONCLUSIVE}[code]
-    return StageResult("load", status, [how]), results
+    lines = [how]
+    for name in ("peak_kv_usage", "host_cpu_util"):  # shown even when not gated
+        if name not in options.thresholds:
+            m = METRICS[name]
+            a, b = base.value(name), cand.value(name)
+            lines.append(
+                f"{name}: {m.format(a)} -> {m.format(b)} (not gated; --max-regression "
+                f"{name}=5% gates it)"
+            )
+    return StageResult("load", status, lines), results
+
+
+def _with_samples(r: GateResult, base: Side, cand: Side) -> GateResult:
+    """A one-run result with its metric's per-request bootstrap interval and verdict, when the
+    metric is a latency percentile (the point check still decides)."""
+    if distribution(r.threshold.metric) is None or not r.delta.measured:
+        return r
+    s = metric_stat(r.threshold.metric, base, cand)
+    if s.stat.low is None:
+        return replace(r, test=s.test, sample_verdict=s.stat.verdict)
+    return replace(
+        r, interval=(s.stat.low, s.stat.high), test=s.test, sample_verdict=s.stat.verdict
+    )
 
 
 def run_gate(

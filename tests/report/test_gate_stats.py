@@ -199,7 +199,14 @@ def test_gate_markdown_has_each_stage_and_a_github_table(tmp_path):
         assert f"#### {stage}" in result.stdout
     (table,) = github_tables(result.stdout)
     assert tuple(table[0]) == (*HEADER, "limit")
-    assert ["p99_itl", "10.00 ms", "21.40 ms", "+114.0%", "-", "FAIL", "10%"] in table
+    row = next(r for r in table[1:] if r[0] == "p99_itl")
+    # the point check fails it; the six inter-token gaps a side bootstrap to an interval that
+    # starts at 0 (a resample without the 22 ms gap is all 10 ms), so over requests: inconclusive
+    assert row == ["p99_itl", "10.00 ms", "21.40 ms", "+114.0%", "[+0.0%, +120.0%]",
+                   "FAIL (requests: inconclusive)", "10%"]  # fmt: skip
+    row = next(r for r in table[1:] if r[0] == "startup_s")  # no per-request distribution
+    assert row == ["startup_s", "10.00 s", "11.00 s", "+10.0%", "-", "pass", "20%"]
+    assert "peak_kv_usage: 0.500 -> 0.800 (not gated" in result.stdout
 
 
 def test_json_validates_against_the_schemas(db, tmp_path):

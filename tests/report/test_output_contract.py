@@ -154,3 +154,31 @@ def test_a_downgrade_note_fails_the_static_stage(edited):
     assert data["verdict"] == "gate: FAIL (static stage)"
     code, data = gate_json(db, a, b, "--allow-note", "cudagraph_mode")
     assert code == 0 and stages(data)["static"]["lines"][0].startswith("allowed note")
+
+
+def test_aborted_and_preempted_requests_leave_no_slot_or_block(tmp_path):
+    # 10 KV blocks of 16 tokens for 6 requests of up to 104 tokens: some are preempted; half
+    # of them are aborted
+    db = tmp_path / "pressure.duckdb"
+    pressure = (
+        "runner.max_model_len=128",
+        "runner.num_kv_blocks=10",
+        "workload.abort_fraction=0.5",
+    )
+    run_id = _run(db, *pressure)
+    with Store.open(db, read_only=True) as store:
+        (info,) = store.connection.execute(
+            "SELECT info FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+        aborts, preemptions = store.connection.execute(
+            "SELECT count(*) FILTER (WHERE finish_reason = 'abort'), sum(num_preemptions) "
+            "FROM requests WHERE run_id = ?",
+            [run_id],
+        ).fetchone()
+    assert aborts > 0 and preemptions > 0
+    leaks = json.loads(info)["leaks"]
+    assert (leaks["request_slots"], leaks["kv_blocks"], leaks["unfinished"]) == (0, 0, 0)
+    code, data = gate_json(db, run_id, run_id)
+    assert code == 0, data
+    lines = stages(data)["output contract"]["lines"]
+    assert f"leaks: run {run_id} holds no request slot or KV block at its end" in lines
