@@ -1,4 +1,4 @@
-"""The run database's schema: one table per probe, keyed by ``run_id``.
+"""The run database's schema: one table per probe, keyed by ``run_id`` (and ``baselines``).
 
 ``TABLES`` declares every table's columns once (name and DuckDB type, in table order). Derived
 from it: the DDL and the upgrade of an older file (here), the store's column checks on append

@@ -225,3 +225,15 @@ def test_json_validates_against_the_schemas(db, tmp_path):
         assert data["version"] == 1 and data["schema"] == "mrv2-prof.gate"
     with pytest.raises(AssertionError):  # the check itself fails on a document off the schema
         validate({**data, "exit_code": "one"}, gate_schema)
+
+
+def test_a_bad_format_is_one_line_of_bad_input(db):
+    for argv in (
+        ["compare", "group:base", "group:same", "--format", "xml"],
+        ["gate", "--baseline", "group:base", "--candidate", "group:same", "--format", "xml"],
+        ["compare", "group:base", "group:same", "--json", "--format", "markdown"],
+    ):
+        result = runner.invoke(app, [*argv, "--db", str(db)])
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--format" in lines[0], result.stderr
