@@ -15,6 +15,7 @@ from rich.console import Console
 from mrv2_prof.cli.repeats import repeated
 from mrv2_prof.scenario import ScenarioError, expand_matrix, load_scenario
 from mrv2_prof.store import Store
+from mrv2_prof.store.run_refs import runs_with_groups
 from mrv2_prof.summary import render_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def test_run_repeats_stores_the_interleaved_groups(tmp_path):
     assert rows[0][1] == rows[2][1] != rows[1][1] == rows[3][1]
     for group in (rows[0][1], rows[1][1]):
         assert f"group:{group}  2 runs" in proc.stdout
-    console = Console(width=300, record=True)
-    with Store.open(db, read_only=True) as store:  # the runs view labels each repeat
-        console.print(render_runs(store.list_runs(), str(db)))
+    console = Console(width=300, record=True)  # the runs view (mrv2-prof runs) at any width
+    with Store.open(db, read_only=True) as store:
+        console.print(render_runs(runs_with_groups(store), str(db)))
     assert f"{a}  group:{rows[0][1]} #2" in console.export_text()

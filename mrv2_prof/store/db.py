@@ -257,7 +257,6 @@ class Store:
             SELECT r.run_id, coalesce(r.label, r.scenario_name, '') AS label, r.scenario_name,
                    coalesce(r.status, 'unknown') AS status, r.started_ns, r.ended_ns,
                    r.started_at, r.device, r.error, r.writer_pid, r.writer_host,
-                   r.run_group, r.repeat_index,
                    coalesce(q.num_requests, 0)::BIGINT AS num_requests,
                    coalesce(q.output_tokens, 0)::BIGINT AS output_tokens
             FROM runs r

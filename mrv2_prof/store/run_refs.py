@@ -25,6 +25,19 @@ class ResolvedRuns:
     group: str | None  # the run_group, when the reference named one
 
 
+def runs_with_groups(store: Store) -> list[dict]:
+    """``Store.list_runs()`` with each run's ``run_group`` and ``repeat_index`` (None for a run
+    that is no repeat), for the views that group the repeats."""
+    rows = store.connection.execute(
+        "SELECT run_id, run_group, repeat_index FROM runs WHERE run_group IS NOT NULL"
+    ).fetchall()
+    groups = {run_id: (group, index) for run_id, group, index in rows}
+    runs = store.list_runs()
+    for run in runs:
+        run["run_group"], run["repeat_index"] = groups.get(run["run_id"], (None, None))
+    return runs
+
+
 def group_runs(store: Store, group: str) -> list[str]:
     rows = store.connection.execute(
         "SELECT run_id FROM runs WHERE run_group = ? "
