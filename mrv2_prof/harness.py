@@ -156,6 +156,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
         started_ns=time.perf_counter_ns(),
     )
     store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
+    if job.run_group is not None:
+        store.update_run(run_id, run_group=job.run_group, repeat_index=job.repeat_index)
     emit(("begun", run_id))
     probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
     environment: dict[str, Any] = {}
@@ -236,7 +238,9 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             # Arrivals count from the moment the loop can take its first step (TTFT holds no
             # start-up: the writer thread and the probes are ready by now).
             live.t0_ns = time.perf_counter_ns()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
+            _loop_facts(outcome.facts, engine, cpu0, wall0)
         outcome.status = "completed" if done else "aborted"
         emit(("snapshot", live.snapshot(engine)))
     except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
@@ -290,6 +294,16 @@ def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) 
         "num_requests": num_requests,
         "notes": list(info.notes) + notes,
     }
+
+
+def _loop_facts(facts: dict[str, Any], engine, cpu0: float, wall0: float) -> None:
+    """After the step loop: the runner process's CPU time over the loop's wall time (cores
+    busy, all its threads) and the slots and KV blocks still held (``leaks``: 0 and 0 when
+    every request was finished or aborted and freed what it held)."""
+    wall = time.perf_counter() - wall0
+    if wall > 0:
+        facts["runner_cpu_util"] = (time.process_time() - cpu0) / wall
+    facts["leaks"] = {**engine.held_resources(), "unfinished": len(engine.unfinished_requests())}
 
 
 def _finish_probes(session: ProbeSession, facts: dict[str, Any]) -> None:

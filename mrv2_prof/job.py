@@ -19,6 +19,8 @@ class RunJob:
     label: str
     matrix_combo: dict[str, Any] | None
     db_path: str
+    run_group: str | None = None  # the repeats of one combination share it (run --repeats N)
+    repeat_index: int | None = None
 
 
 @dataclass

@@ -297,8 +297,11 @@ def render_runs(rows: list[dict], db: str) -> Table:
             dur = f"{(r['ended_ns'] - r['started_ns']) / 1e9:,.1f} s"
         status = r["status"] + (" (writer gone)" if r.get("writer_gone") else "")
         status = markup_safe(status + (f": {r['error']}" if r.get("error") else ""))
+        label = r["label"] or ""
+        if r.get("run_group"):  # one of the repeats of a combination (run --repeats N)
+            label += f"  group:{r['run_group']} #{(r.get('repeat_index') or 0) + 1}"
         t.add_row(
-            markup_safe(r["run_id"]), markup_safe(r["label"] or ""), status, started_s, dur,
+            markup_safe(r["run_id"]), markup_safe(label), status, started_s, dur,
             str(r.get("num_requests") or 0),
             str(r.get("output_tokens") or 0),
         )  # fmt: skip

@@ -118,6 +118,13 @@ def test_compare_and_gate_warn_across_torch_versions_and_name_perturbed_steps(tm
     res = CliRunner().invoke(
         app, ["gate", "--baseline", "aaaaaa", "--candidate", "bbbbbb", "--db", str(db), "--json"]
     )
+    assert res.exit_code == 2  # runs on another torch are not gated without --allow-different
+    assert "torch: torch differs ('2.9' vs '2.10', run bbbbbb)" in res.output
+    res = CliRunner().invoke(
+        app,
+        ["gate", "--baseline", "aaaaaa", "--candidate", "bbbbbb", "--db", str(db), "--json",
+         "--allow-different"],
+    )  # fmt: skip
     data = json.loads(res.output)
     assert data["warnings"][0] == warning
 

@@ -5,7 +5,7 @@ failed, 2 bad input (scenario, overrides, trace, checkpoint, database; no run ro
 130 interrupted with Ctrl-C. ``--help`` is laid out by ``cli.help_text``.
 
 One module per group of commands: ``run`` (a scenario, live), ``stored`` (runs, show),
-``compare`` (compare, gate) and ``views`` (report, export, tui, nsys import); they are
+``compare``, ``gate`` and ``views`` (report, export, tui, nsys import); they are
 registered here, in the order ``--help`` lists them.
 """
 
@@ -20,7 +20,9 @@ try:  # typer >= 0.24 carries its own click
 except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click_errors
 
-from mrv2_prof.cli.compare import compare, gate
+from mrv2_prof.cli.baseline import baseline_app
+from mrv2_prof.cli.compare import compare
+from mrv2_prof.cli.gate import gate
 from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.run import run
 from mrv2_prof.cli.stored import runs, show
@@ -44,6 +46,7 @@ def main() -> None:
 for _command in (run, runs, show, compare, gate, report, export, tui):
     app.command(cls=Command)(_command)
 app.add_typer(nsys_app, name="nsys")
+app.add_typer(baseline_app, name="baseline")
 
 
 def main_entry(argv: list[str] | None = None) -> None:

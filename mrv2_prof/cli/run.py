@@ -13,6 +13,7 @@ import typer
 
 from mrv2_prof.cli.console import checked_db, err, fail, out
 from mrv2_prof.cli.preflight import preflight
+from mrv2_prof.cli.repeats import repeated
 from mrv2_prof.job import RunJob
 from mrv2_prof.lifetime import exit_code
 from mrv2_prof.scenario import (
@@ -69,6 +70,14 @@ def run(
     strict: bool = typer.Option(
         False, "--strict", help="Anything the runner cannot honour is an error, not a note."
     ),
+    repeats: int = typer.Option(
+        None,
+        "--repeats",
+        metavar="N",
+        help="Run each combination N times, interleaved (A B A B), each combination's runs one "
+        "group (compare/gate group:ID). Default: the scenario's repeats (1).",
+        show_default=False,
+    ),
 ) -> None:
     """Run a scenario (every combination of its matrix) and store it in DuckDB.
 
@@ -90,8 +99,10 @@ def run(
             base = load_quickstart(sets)
         else:
             base = load_scenario(scenario_file, sets)
-        # (label, as given, as the runner takes it: max_model_len auto resolved)
-        runs = [(label, given, preflight(given)) for label, given in expand_matrix(base)]
+        # (label, (as given, as the runner takes it: max_model_len auto resolved))
+        combos = [(label, (given, preflight(given))) for label, given in expand_matrix(base)]
+        times = base.repeats if repeats is None else repeats
+        runs = repeated(combos, times, base.source)
     except (ScenarioError, ConfigError, CheckpointError) as exc:
         fail(str(exc))
     db_path = db if db is not None else checked_db(Path(base.store.db))
@@ -103,12 +114,13 @@ def run(
 
     live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
     outcomes = []
-    for label, given, scenario in runs:
+    for label, (given, scenario), group, index in runs:
         data, given_yaml = (
             scenario.model_dump(mode="json"),
             scenario_yaml(given.model_dump(mode="json")),
         )
-        job = RunJob(data, given_yaml, label, _combo(base, scenario), str(db_path))
+        combo = _combo(base, scenario)
+        job = RunJob(data, given_yaml, label, combo, str(db_path), group, index)
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
@@ -131,6 +143,7 @@ def run(
                 out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
         except StoreError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+    _print_groups(runs, outcomes)
     last = outcomes[-1]
     if runner.stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
         raise typer.Exit(exit_code(runner.stopped_by))
@@ -153,6 +166,16 @@ def _refuse_a_flag_value(scenario_file: Path | None) -> None:
             f"SCENARIO {str(scenario_file)!r}: --headless and --strict are flags and take no "
             "value (write --headless, not --headless true)"
         )
+
+
+def _print_groups(runs, outcomes) -> None:
+    """With repeats, each combination's group, to compare or gate as group:ID."""
+    groups: dict[str, tuple[str, int]] = {}
+    for (label, _, group, _), outcome in zip(runs, outcomes, strict=False):
+        if group is not None and outcome.run_id is not None:
+            groups[group] = (label, groups.get(group, (label, 0))[1] + 1)
+    for group, (label, n) in groups.items():
+        out.print(f"group:{group}  {n} runs  {label}", markup=False, highlight=False)
 
 
 def _exit_interrupted(signum, frame) -> None:

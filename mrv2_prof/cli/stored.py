@@ -21,9 +21,11 @@ def runs(
 
     Example:  mrv2-prof runs --db runs.duckdb
     """
+    from mrv2_prof.store.run_refs import runs_with_groups
+
     try:
-        with Store.open(db, read_only=True) as store:
-            out.print(render_runs(store.list_runs(), str(db)))
+        with Store.open(db, read_only=True) as store:  # a repeat's label names its group
+            out.print(render_runs(runs_with_groups(store), str(db)))
     except StoreError as exc:
         fail(str(exc))
 

@@ -19,8 +19,9 @@ from mrv2_prof.views.safe_text import plain
 def report(
     run_refs: list[str] = typer.Argument(
         ...,
-        metavar="RUN",
-        help="A run id, a unique prefix, or 'latest'; several runs make a sweep comparison.",
+        metavar="RUN...",
+        help="A run id, a unique prefix, 'latest', group:ID (its repeats) or baseline:NAME; "
+        "several runs make a sweep comparison.",
     ),
     output: Path = typer.Option(
         None,
@@ -31,6 +32,14 @@ def report(
     ),
     db: Path = typer.Option(
         Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
+    ),
+    db_b: Path = typer.Option(
+        None,
+        "--db-b",
+        callback=checked_db,
+        readable=False,
+        help="DuckDB file of the last RUN (as compare's --db-b): a comparison across two files.",
+        show_default=False,
     ),
     sweep: bool = typer.Option(
         False, "--sweep", help="Compare every run of the sweep (matrix) that RUN belongs to."
@@ -63,9 +72,14 @@ def report(
     except ExportError:
         fail(f"--window {window!r}: expected A:B (A included, B excluded), e.g. 100:300")
     detail_window = None
+    if db_b is not None:
+        if sweep or len(run_refs) < 2:
+            fail("--db-b takes two or more RUNs (the last from --db-b) and no --sweep")
+        _report_two_files(run_refs, db, db_b, output)
+        return
     try:
         with Store.open(db, read_only=True) as store:
-            run_ids = list(dict.fromkeys(store.resolve_run(ref) for ref in run_refs))
+            run_ids = list(dict.fromkeys(_resolved(store, run_refs)))
             if window_steps is not None:
                 detail_window = _window_of(store, run_ids[0], window, window_steps)
             if sweep:
@@ -101,6 +115,36 @@ def _window_of(store: Store, run_id: str, text: str, steps: slice) -> tuple[int,
         have = f"{len(ids):,} steps ({ids[0]}..{ids[-1]})" if len(ids) else "no steps"
         fail(f"--window {text!r} selects no steps: run {run_id} has {have}")
     return int(chosen[0]), int(chosen[-1])
+
+
+def _resolved(store: Store, refs: list[str]) -> list[str]:
+    from mrv2_prof.store.run_refs import resolve_runs
+
+    return [run_id for ref in refs for run_id in resolve_runs(store, ref).run_ids]
+
+
+def _report_two_files(run_refs: list[str], db: Path, db_b: Path, output: Path | None) -> None:
+    """The comparison page of runs in two databases: every RUN but the last from ``db``."""
+    from mrv2_prof.report.html_report import render_sweep_page, sweep_parts
+    from mrv2_prof.views.format import format_bytes
+
+    try:
+        with Store.open(db, read_only=True) as store:
+            runs, yamls = sweep_parts(store, list(dict.fromkeys(_resolved(store, run_refs[:-1]))))
+        with Store.open(db_b, read_only=True) as store:
+            more = sweep_parts(store, _resolved(store, run_refs[-1:]))
+        path = output if output is not None else Path(f"sweep-{runs[0].run_id}.report.html")
+        check_output(path, [db, db_b], "report")
+        html_text = render_sweep_page(runs + more[0], yamls + more[1])
+        write_output(path, [db, db_b], "report", lambda fp: fp.write(html_text))
+    except (StoreError, OutputError) as exc:
+        fail(str(exc))
+    out.print(
+        f"{plain(path)} ({format_bytes(path.stat().st_size)})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def export(

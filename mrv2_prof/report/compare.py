@@ -19,6 +19,7 @@ from mrv2_prof.views.safe_text import plain
 
 BETTER, WORSE, SAME = "better", "worse", "same"
 _STYLE = {BETTER: "green", WORSE: "red", SAME: "", None: "dim"}
+_STAT_STYLE = {BETTER: "green", WORSE: "red", "inconclusive": "yellow"}
 
 
 @dataclass(frozen=True)
@@ -86,29 +87,46 @@ def titles(*lines: str) -> Text:
     return Text("\n".join(plain(line) for line in lines))
 
 
-def compare_table(a: RunMetrics, b: RunMetrics, db_a: str, db_b: str) -> Table:
+def compare_table(
+    a: RunMetrics, b: RunMetrics, db_a: str, db_b: str, stats: list | None = None
+) -> Table:
+    """The table; with ``stats`` (``report.metric_stats``) also each metric's interval and
+    verdict from the samples, and the tests named in the caption."""
+    caption = "lower is better except where marked (higher); '-' = not measured"
+    if stats:
+        tests = "; ".join(sorted({s.test for s in stats}))
+        caption += f"\nverdict: 95% interval, ±2% noise floor; tests: {tests}"
     t = Table(
         title=titles(run_title("A", a, db_a), run_title("B", b, db_b)),
         title_justify="left",
-        caption="lower is better except where marked (higher); '-' = not measured",
+        caption=Text(caption),
         caption_justify="left",
     )
     t.add_column("metric")
     for col in ("A", "B", "delta", "delta %"):
         t.add_column(col, justify="right")
     t.add_column("")
+    if stats:
+        t.add_column("interval", justify="right")
+        t.add_column("verdict")
+    by_name = {s.name: s for s in stats or []}
     for d in compare(a, b):
         m = METRICS[d.name]
         name = d.name + (" (higher)" if m.direction != LOWER else "")
         style = _STYLE[d.verdict]
-        t.add_row(
+        cells = [
             name,
             m.format(d.a),
             m.format(d.b),
             Text(m.format_delta(d.delta) if d.delta is not None else "-", style=style),
             Text(format_pct(d.delta_pct, d.delta), style=style),
             Text(d.verdict or "not measured", style=style),
-        )
+        ]
+        if stats:
+            v = by_name[d.name].stat
+            interval = "-" if v.low is None else f"[{100 * v.low:+.1f}%, {100 * v.high:+.1f}%]"
+            cells += [interval, Text(v.verdict, style=_STAT_STYLE.get(v.verdict, ""))]
+        t.add_row(*cells)
     return t
 
 

@@ -58,7 +58,7 @@ DEFAULT_THRESHOLDS: dict[str, str] = {
     "preemptions": "10%",
 }
 
-PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+PASS, FAIL, SKIP, INCONCLUSIVE = "pass", "FAIL", "skip", "inconclusive"
 _THRESHOLD = re.compile(r"([+-]?)(\d+(?:\.\d*)?|\.\d+)(%?)")
 _OFF = ("off", "none")
 _EPS = 1e-9  # float noise: a change exactly at the limit passes
@@ -168,13 +168,18 @@ def default_thresholds() -> dict[str, Threshold]:
 class GateResult:
     threshold: Threshold
     delta: MetricDelta
-    status: str  # pass | FAIL | skip
+    status: str  # pass | FAIL | skip | inconclusive (groups: the interval straddles the limit)
     message: str  # one line: "FAIL p99_itl: 12.40 ms -> 13.90 ms (+12.1% > 5%)"
+    interval: tuple[float, float] | None = None  # groups: the change's interval (limit's terms)
+    test: str | None = None  # the test behind the interval
+    relative_interval: bool = True  # the interval is a fraction of the baseline (else in units)
+    sample_verdict: str | None = None  # one run a side: the per-request bootstrap's verdict
 
 
-def _missing(
+def missing_result(
     t: Threshold, d: MetricDelta, base: RunMetrics, cand: RunMetrics, explicit: bool, allow: bool
 ) -> GateResult:
+    """The result of a metric one side did not measure: skip or FAIL (see the module)."""
     where = []
     if d.a is None:
         where.append(f"baseline {base.run_id}")
@@ -220,18 +225,29 @@ def evaluate(
         if d.measured:
             results.append(_check(t, d))
         else:
-            results.append(_missing(t, d, baseline, candidate, explicit, allow_missing))
+            results.append(missing_result(t, d, baseline, candidate, explicit, allow_missing))
     return results
 
 
 def passed(results: list[GateResult]) -> bool:
-    """No failure, and at least one metric measured in both runs (an empty gate is no pass)."""
-    return any(r.status == PASS for r in results) and not any(r.status == FAIL for r in results)
+    """No failure nor inconclusive metric, and at least one metric measured in both runs (an
+    empty gate is no pass)."""
+    return any(r.status == PASS for r in results) and all(r.status in (PASS, SKIP) for r in results)
+
+
+def exit_status(results: list[GateResult]) -> int:
+    """0 pass, 1 a regression (or nothing measured in both), 3 inconclusive (no failure)."""
+    if any(r.status == FAIL for r in results):
+        return 1
+    if any(r.status == INCONCLUSIVE for r in results):
+        return 3
+    return 0 if passed(results) else 1
 
 
 def verdict_line(results: list[GateResult]) -> str:
     checked = [r for r in results if r.status != SKIP]
     failed = [r for r in checked if r.status == FAIL]
+    unsure = [r for r in checked if r.status == INCONCLUSIVE]
     skipped = len(results) - len(checked)
     tail = f", {skipped} skipped" if skipped else ""
     metrics = "metric" if len(checked) == 1 else "metrics"
@@ -239,12 +255,14 @@ def verdict_line(results: list[GateResult]) -> str:
         return f"gate: FAIL (no metric measured in both runs{tail})"
     if failed:
         return f"gate: FAIL ({len(failed)} of {len(checked)} {metrics}{tail})"
+    if unsure:
+        return f"gate: INCONCLUSIVE ({len(unsure)} of {len(checked)} {metrics}{tail})"
     return f"gate: PASS ({len(checked)} {metrics}{tail})"
 
 
 def gate_lines(results: list[GateResult]) -> list[tuple[str, str]]:
     """The lines under the table, with their styles: each failure or skip, then the verdict."""
-    style = {PASS: "bold green", FAIL: "bold red", SKIP: "dim"}
+    style = {PASS: "bold green", FAIL: "bold red", SKIP: "dim", INCONCLUSIVE: "bold yellow"}
     lines = [(r.message, style[r.status]) for r in results if r.status != PASS]
     return [*lines, (verdict_line(results), style[PASS if passed(results) else FAIL])]
 
@@ -260,7 +278,7 @@ def gate_table(
     for col in ("baseline", "candidate", "change", "limit"):
         t.add_column(col, justify="right")
     t.add_column("result")
-    style = {PASS: "green", FAIL: "bold red", SKIP: "dim"}
+    style = {PASS: "green", FAIL: "bold red", SKIP: "dim", INCONCLUSIVE: "yellow"}
     for r in results:
         m, d = METRICS[r.threshold.metric], r.delta
         change = "-"

@@ -2,7 +2,8 @@
 
 The set follows the deployment gate of vLLM 0.25's MRV2 migration guide (step 3, "load and
 distribution"): TTFT/TPOT/ITL p50/p95/p99, request and token throughput, peak GPU memory,
-start-up and CUDA graph capture time, errors, aborts and preemptions; plus the MRV2 mechanism
+start-up and CUDA graph capture time, errors, aborts and preemptions, the KV-cache usage peak
+and the runner process's CPU use; plus the MRV2 mechanism
 metrics the probes measure (overlap, host-bound bubble time, sync count, graph hit rate).
 Latencies and throughput come from ``store.metrics.run_summary`` (vLLM ``bench serve``
 definitions) so every view reports the same numbers. A value is ``None`` when the run did not
@@ -94,6 +95,8 @@ METRICS: dict[str, Metric] = {
             LOWER,
             "speculative decoding: draft time / (draft + verify time)",
         ),
+        Metric("peak_kv_usage", "fraction", LOWER, "highest KV blocks in use / KV blocks"),
+        Metric("host_cpu_util", "cores", LOWER, "runner process CPU time / step-loop time"),
     ]
 }
 
@@ -134,6 +137,14 @@ def _startup_s(info: dict[str, Any]) -> float | None:
     return None
 
 
+def _peak_kv_usage(store: Store, run_id: str, info: dict[str, Any]) -> float | None:
+    blocks = _number(info.get("num_kv_blocks"))
+    (peak,) = store.connection.execute(
+        "SELECT max(kv_used_blocks) FROM steps WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return peak / blocks if peak is not None and blocks else None
+
+
 def gate_metrics(store: Store, run_id: str) -> RunMetrics:
     """The gate metrics of run ``run_id`` (an exact id; resolve user input with ``resolve_run``)."""
     s = run_summary(store, run_id)
@@ -159,6 +170,8 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         preemptions=s.num_preemptions,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         draft_time_share=spec.draft_time_share if spec else None,
+        peak_kv_usage=_peak_kv_usage(store, run_id, s.info),
+        host_cpu_util=_number(s.info.get("runner_cpu_util")),
     )
     values = {name: None if v is None else float(v) for name, v in values.items()}
     assert list(values) == list(METRICS)

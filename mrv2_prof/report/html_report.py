@@ -24,7 +24,7 @@ from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.spec_figures import spec_decode
-from mrv2_prof.report.sweep import headline, sweep_figure
+from mrv2_prof.report.sweep import Headline, headline, sweep_figure
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
@@ -239,16 +239,29 @@ def render_run_report(
 
 def render_sweep_report(store: Store, run_ids: list[str]) -> str:
     """One page comparing ``run_ids`` (exact ids) on the headline metrics."""
+    return render_sweep_page(*sweep_parts(store, run_ids))
+
+
+def sweep_parts(store: Store, run_ids: list[str]) -> tuple[list[Headline], list[str]]:
+    """The headline metrics and the scenario as run of each of ``run_ids``, read from
+    ``store`` (a report over two databases gathers them from each)."""
     runs = [headline(store, rid) for rid in run_ids]
-    scenarios = []
+    yamls = []
     for rid in run_ids:
         (yaml_text,) = store.connection.execute(
             "SELECT scenario_yaml FROM runs WHERE run_id = ?", [rid]
         ).fetchone()
-        scenarios.append(
-            f"<details><summary>{html.escape(rid)}</summary>"
-            f"<pre>{html.escape(yaml_text or '')}</pre></details>"
-        )
+        yamls.append(yaml_text or "")
+    return runs, yamls
+
+
+def render_sweep_page(runs: list[Headline], yamls: list[str]) -> str:
+    """The comparison page of ``runs`` and their scenarios."""
+    scenarios = [
+        f"<details><summary>{html.escape(r.run_id)}</summary>"
+        f"<pre>{html.escape(yaml_text)}</pre></details>"
+        for r, yaml_text in zip(runs, yamls, strict=True)
+    ]
     body = [
         f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>", sweep_tables(runs),
         _guide(["sweep"]), _section(sweep_figure(runs)), "<h2>Scenarios</h2>", *scenarios,

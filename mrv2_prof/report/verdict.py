@@ -54,20 +54,29 @@ def median_difference_interval(
     level: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    q: float = 0.5,
+    relative: bool = True,
 ) -> tuple[float, float, float]:
-    """(relative median difference, interval low, interval high) of ``b`` against ``a``."""
+    """(relative median difference, interval low, interval high) of ``b`` against ``a``.
+
+    ``q`` picks another quantile than the median (0.99: the p99 of per-request samples);
+    ``relative=False`` gives the difference in the samples' unit instead of a fraction."""
     xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    base = float(np.median(xa))
-    if base == 0 or not np.isfinite(base):
+    base = float(np.quantile(xa, q))
+    if relative and (base == 0 or not np.isfinite(base)):
         raise ValueError("the baseline median is 0 or not finite: no relative difference")
     rng = np.random.default_rng(seed)
-    med_a = np.median(xa[rng.integers(0, len(xa), (resamples, len(xa)))], axis=1)
-    med_b = np.median(xb[rng.integers(0, len(xb), (resamples, len(xb)))], axis=1)
-    ok = med_a != 0
-    diffs = (med_b[ok] - med_a[ok]) / np.abs(med_a[ok])
+    med_a = np.quantile(xa[rng.integers(0, len(xa), (resamples, len(xa)))], q, axis=1)
+    med_b = np.quantile(xb[rng.integers(0, len(xb), (resamples, len(xb)))], q, axis=1)
+    if relative:
+        ok = med_a != 0
+        diffs = (med_b[ok] - med_a[ok]) / np.abs(med_a[ok])
+    else:
+        diffs = med_b - med_a
     tail = (1 - level) / 2
     low, high = np.quantile(diffs, [tail, 1 - tail])
-    return (float(np.median(xb)) - base) / abs(base), float(low), float(high)
+    point = float(np.quantile(xb, q)) - base
+    return (point / abs(base) if relative else point), float(low), float(high)
 
 
 def verdict(
@@ -80,6 +89,7 @@ def verdict(
     level: float = 0.95,
     resamples: int = 2000,
     seed: int = 0,
+    q: float = 0.5,
 ) -> Verdict:
     """The verdict on ``b`` (candidate) against ``a`` (baseline); see the module docstring."""
     xa = [float(x) for x in a if x is not None and np.isfinite(x)]
@@ -89,7 +99,7 @@ def verdict(
         return Verdict(INCONCLUSIVE, None, None, None, len(xa), len(xb), reason)
     try:
         delta, low, high = median_difference_interval(
-            xa, xb, level=level, resamples=resamples, seed=seed
+            xa, xb, level=level, resamples=resamples, seed=seed, q=q
         )
     except ValueError as exc:
         return Verdict(INCONCLUSIVE, None, None, None, len(xa), len(xb), str(exc))

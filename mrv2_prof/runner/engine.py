@@ -124,6 +124,19 @@ class Engine:
         pool = self.kv_cache_manager.block_pool
         return pool.num_blocks - pool.num_free_blocks
 
+    def held_resources(self) -> dict[str, int]:
+        """The leak counters a run stores at its end: request slots held by no live request
+        and not awaiting release (the slots of requests finished in the last step are released
+        by the next schedule: ``slots_to_release``), and KV blocks in use. With every request
+        finished or aborted, ``request_slots`` and ``kv_blocks`` must be 0."""
+        to_release = self.scheduler.finished_ids_to_send
+        held = [r for r in self.runner.req_states.slot_of if r not in self.scheduler.requests]
+        return {
+            "request_slots": sum(r not in to_release for r in held),
+            "slots_to_release": sum(r in to_release for r in held),
+            "kv_blocks": self.num_kv_blocks_used,
+        }
+
     def unfinished_requests(self) -> list[Request]:
         """Requests added and not finished (waiting, running or preempted), in arrival order."""
         return [r for r in self.scheduler.requests.values() if not r.is_finished]

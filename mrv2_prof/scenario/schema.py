@@ -89,6 +89,8 @@ class Scenario(Section):
     probes: ProbesSection = ProbesSection()
     store: StoreSection = StoreSection()
     matrix: dict[str, list[Any]] | None = None
+    # Each matrix combination runs this many times, interleaved (A B A B), one group each
+    repeats: Annotated[int, Field(ge=1, le=MAX_MATRIX_RUNS)] = 1
     _source: str = PrivateAttr(default="<scenario>")
 
     @field_validator("matrix")
@@ -97,6 +99,8 @@ class Scenario(Section):
         for key, values in (v or {}).items():
             if key.split(".")[0] == "matrix" or not has_key(cls, key):
                 raise FieldError(key, "unknown key")
+            if key == "repeats":
+                raise FieldError(key, "not a matrix key: repeats apply to every combination")
             if not values:
                 raise FieldError(key, "needs at least one value")
         runs = math.prod(len(values) for values in (v or {}).values())

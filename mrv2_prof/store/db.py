@@ -42,6 +42,8 @@ _UPDATABLE = (
     "info",
     "scenario_given_yaml",
     "environment",
+    "run_group",
+    "repeat_index",
 )
 _JSON_FIELDS = ("matrix_combo", "versions", "info", "environment")
 _BATCH_VIEW = "_mrv2_append_batch"
@@ -324,7 +326,10 @@ class Store:
         return live_runs(self.path, {run["run_id"] for run in runs}) + runs
 
     def resolve_run(self, ref: str) -> str:
-        """The run id ``ref`` names: ``latest``, an exact id, or a unique id prefix."""
+        """The run id ``ref`` names: ``latest``, an exact id, a unique id prefix, or
+        ``baseline:NAME`` (a named baseline that points at one run)."""
+        if ref.startswith("baseline:"):
+            return self._baseline_run(ref)
         if ref == "latest":
             row = self._con.execute(
                 "SELECT run_id FROM runs ORDER BY started_at DESC NULLS LAST, "
@@ -361,3 +366,19 @@ class Store:
         raise StoreError(
             f"run prefix {ref!r} is ambiguous in {self.path} ({shown}); type more characters"
         )
+
+    def _baseline_run(self, ref: str) -> str:
+        name = ref.removeprefix("baseline:")
+        row = self._con.execute(
+            "SELECT kind, target FROM baselines WHERE name = ?", [name]
+        ).fetchone()
+        if row is None:
+            raise StoreError(
+                f"no baseline {name!r} in {self.path}; see mrv2-prof baseline list --db {self.path}"
+            )
+        if row[0] != "run":
+            raise StoreError(
+                f"{ref} names the group {row[1]!r}; this command takes one run (compare and gate "
+                "take a group)"
+            )
+        return self.resolve_run(row[1])

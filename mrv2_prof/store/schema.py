@@ -1,4 +1,4 @@
-"""The run database's schema: one table per probe, keyed by ``run_id``.
+"""The run database's schema: one table per probe, keyed by ``run_id`` (and ``baselines``).
 
 ``TABLES`` declares every table's columns once (name and DuckDB type, in table order). Derived
 from it: the DDL and the upgrade of an older file (here), the store's column checks on append
@@ -38,6 +38,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("environment", "VARCHAR"),  # v3: JSON: host CPU, load, threads, torch/CUDA/driver/GPU
         ("writer_pid", "BIGINT"),  # v3: the process that writes the run (its runner process)
         ("writer_host", "VARCHAR"),  # v3: the host it runs on
+        ("run_group", "VARCHAR"),  # v4: the repeats of one combination share it (--repeats)
+        ("repeat_index", "INTEGER"),  # v4: 0-based repeat within the group
     ],
     "steps": [
         ("run_id", "VARCHAR"),
@@ -179,6 +181,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
         ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
         ("depth", "INTEGER"),  # frames in the stack
+    ],
+    "baselines": [  # v4: named baselines (mrv2-prof baseline set NAME RUN_OR_GROUP)
+        ("name", "VARCHAR"),  # the key: baseline:NAME names it
+        ("kind", "VARCHAR"),  # run | group
+        ("target", "VARCHAR"),  # the run id or the run_group
+        ("set_at", "TIMESTAMP"),  # wall clock (local time) of the last set
     ],
 }
 

@@ -213,7 +213,7 @@ def test_help_lists_every_metric_and_the_threshold_syntax():
 
 
 def test_quickstart_run_against_itself_passes(run_in_process):
-    job, _ = run_in_process()
+    job, _ = run_in_process("runner.device=cpu")  # auto on a CPU is a fallback note: static fails
     compared = runner.invoke(app, ["compare", "latest", "latest", "--db", job.db_path, "--json"])
     assert compared.exit_code == 0, compared.output
     rows = json.loads(compared.stdout)["metrics"]

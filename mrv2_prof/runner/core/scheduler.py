@@ -147,6 +147,12 @@ class Scheduler:
         self._finish(request, RequestStatus.FINISHED_ABORTED)
         return True
 
+    @property
+    def finished_ids_to_send(self) -> frozenset[str]:
+        """Requests finished since the last schedule: the next ``SchedulerOutput`` tells the
+        runner to release their slots."""
+        return frozenset(self._finished_ids)
+
     def _finish(self, request: Request, status: RequestStatus) -> None:
         if request in self.running:
             self.running.remove(request)

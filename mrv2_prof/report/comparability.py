@@ -1,0 +1,134 @@
+"""Can two sides be compared? Their scenario as run, model, device, driver, torch, GPU and host.
+
+Each run's stored facts (``runs.scenario_yaml``, ``device``, ``info``, ``environment``) are set
+against the baseline's first run. A *blocking* difference (the scenario as run, the model, the
+device, torch or CUDA, the GPU, its driver or maximum clocks, the host's CPU or thread settings)
+makes ``gate`` refuse unless ``--allow-different``; the others (the host's name, the SM clock at
+the start, which an idle GPU lowers) are listed and never refuse. A run stored without an
+environment is not checked there, and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mrv2_prof import limited_yaml
+from mrv2_prof.report.run_sides import RunFacts, Side
+from mrv2_prof.views.safe_text import shown
+
+# (what, environment key, blocking)
+_ENVIRONMENT = (
+    ("torch", "torch", True),
+    ("torch", "cuda", True),
+    ("GPU", "gpu_name", True),
+    ("driver", "gpu_driver", True),
+    ("GPU clocks", "gpu_max_sm_clock_mhz", True),
+    ("GPU clocks", "gpu_max_mem_clock_mhz", True),
+    ("GPU clocks", "gpu_sm_clock_mhz", False),
+    ("host", "cpu_model", True),
+    ("host", "cpu_count", True),
+    ("host", "OMP_NUM_THREADS", True),
+    ("host", "MKL_NUM_THREADS", True),
+    ("host", "torch_threads", True),
+    ("host", "torch_interop_threads", True),
+)
+# checked elsewhere (the device), or no part of what ran (the file, the sweep, how many repeats)
+_NOT_SCENARIO = ("store.db", "runner.device", "matrix", "repeats")
+
+
+@dataclass(frozen=True)
+class Difference:
+    what: str  # scenario | model | device | torch | GPU | driver | GPU clocks | host
+    key: str
+    baseline: Any
+    candidate: Any
+    blocking: bool
+    run_id: str  # the run that differs from the baseline's first run
+
+    def describe(self) -> str:
+        return (
+            f"{self.what}: {self.key} differs ({shown(self.baseline)} vs "
+            f"{shown(self.candidate)}, run {self.run_id})"
+        )
+
+
+@dataclass(frozen=True)
+class Comparability:
+    differences: list[Difference]
+    unchecked: list[str]  # what could not be checked, and why
+
+    @property
+    def blocking(self) -> list[Difference]:
+        return [d for d in self.differences if d.blocking]
+
+    def refusal(self) -> str:
+        """The one line ``gate`` ends with when it refuses."""
+        shown_ = "; ".join(d.describe() for d in self.blocking[:4])
+        more = f"; and {len(self.blocking) - 4} more" if len(self.blocking) > 4 else ""
+        return f"the runs are not comparable: {shown_}{more} (--allow-different gates them anyway)"
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        flat.update(_flat(value, name) if isinstance(value, dict) else {name: value})
+    return flat
+
+
+def _scenario(facts: RunFacts) -> dict[str, Any] | None:
+    try:
+        data = limited_yaml.load(facts.scenario_yaml or "")
+    except limited_yaml.YamlError:
+        return None
+    return _flat(data) if isinstance(data, dict) else {}
+
+
+def _differences(base: RunFacts, other: RunFacts) -> tuple[list[Difference], list[str]]:
+    out: list[Difference] = []
+    unchecked: list[str] = []
+
+    def add(what: str, key: str, a: Any, b: Any, blocking: bool = True) -> None:
+        if a != b:
+            out.append(Difference(what, key, a, b, blocking, other.run_id))
+
+    sa, sb = _scenario(base), _scenario(other)
+    if sa is None or sb is None:
+        unchecked.append(f"scenario: run {other.run_id}: the stored scenario is not YAML")
+    else:
+        for key in sorted(set(sa) | set(sb)):
+            if key.startswith(_NOT_SCENARIO):
+                continue
+            what = "model" if key.startswith("model.") else "scenario"
+            add(what, key, sa.get(key), sb.get(key))
+    for key in ("model_params", "dtype"):
+        add("model", key, base.info.get(key), other.info.get(key))
+    add("device", "device", base.device, other.device)
+    if not base.environment or not other.environment:
+        missing = base.run_id if not base.environment else other.run_id
+        unchecked.append(f"environment: run {missing} was stored without one (not checked)")
+    else:
+        for what, key, blocking in _ENVIRONMENT:
+            add(what, key, base.environment.get(key), other.environment.get(key), blocking)
+    add("host", "writer_host", base.writer_host, other.writer_host, blocking=False)
+    return out, unchecked
+
+
+def check(baseline: Side, candidate: Side) -> Comparability:
+    """Every run of both sides against the baseline's first run."""
+    first = baseline.facts[0]
+    seen: set[tuple] = set()
+    differences: list[Difference] = []
+    unchecked: list[str] = []
+    for facts in [*baseline.facts[1:], *candidate.facts]:
+        found, missing = _differences(first, facts)
+        for d in found:
+            key = (d.what, d.key, repr(d.baseline), repr(d.candidate))
+            if key not in seen:
+                seen.add(key)
+                differences.append(d)
+        unchecked.extend(m for m in missing if m not in unchecked)
+    return Comparability(differences, unchecked)
