@@ -30,6 +30,9 @@ import duckdb
 from mrv2_prof.store.orphans import this_writer, writer_alive
 from mrv2_prof.store.schema import META_TABLE, SCHEMA_VERSION, TABLES, quote
 
+# the tables keyed by run (a run's rows); ``baselines`` belongs to the database, not to a run
+RUN_TABLES = {t: cols for t, cols in TABLES.items() if any(n == "run_id" for n, _ in cols)}
+
 LIVE_SUFFIX = ".live"
 _ALIAS = "mrv2_live_run"
 _MAX_MARKER_BYTES = 64 * 1024
@@ -141,7 +144,7 @@ def merge_one(con: duckdb.DuckDBPyConnection, db: Path, path: Path) -> list[str]
         ]
         con.execute("BEGIN TRANSACTION")
         try:
-            for table, columns in TABLES.items() if ids else ():
+            for table, columns in RUN_TABLES.items() if ids else ():
                 names = ", ".join(quote(name) for name, _ in columns)
                 con.execute(
                     f"INSERT INTO main.{quote(table)} ({names}) SELECT {names} "
