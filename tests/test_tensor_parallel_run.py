@@ -96,3 +96,20 @@ def test_a_size_that_does_not_divide_the_model_is_refused_before_a_run(tmp_path)
         )
     ), proc.stderr
     assert not db.exists()
+
+
+def test_speculative_decoding_with_two_ranks_is_refused_before_a_run(tmp_path):
+    db = tmp_path / "r.duckdb"
+    proc = run(
+        db, "--set", "runner.tensor_parallel_size=2", "--set", "runner.spec_decode.method=ngram"
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "runner.tensor_parallel_size: 2 ranks do not run speculative decoding yet; "
+            "set runner.spec_decode.method: none"
+        )
+    ), proc.stderr
+    assert not db.exists()

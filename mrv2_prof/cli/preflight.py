@@ -63,7 +63,8 @@ def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
     from mrv2_prof.runner.config import invalid
     from mrv2_prof.runner.parallel.tensor_parallel import tp_problem
 
-    problem = tp_problem(config.tensor_parallel_size, args, on_gpu)
+    world, spec = config.tensor_parallel_size, config.spec_decode.method
+    problem = tp_problem(world, args, on_gpu, spec)
     if problem is not None:
         raise invalid("tensor_parallel_size", problem)
     if config.max_model_len > args.max_position_embeddings:

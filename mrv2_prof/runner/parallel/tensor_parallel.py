@@ -67,10 +67,15 @@ class TPGroup:
 SPLIT_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
 
 
-def tp_problem(world: int, args, on_gpu: bool) -> str | None:
+def tp_problem(world: int, args, on_gpu: bool, spec_method: str = "none") -> str | None:
     """Why ``runner.tensor_parallel_size: world`` cannot run this model here (None: it can)."""
     if world == 1:
         return None
+    if spec_method != "none":
+        return (
+            f"{world} ranks do not run speculative decoding yet; "
+            "set runner.spec_decode.method: none"
+        )
     if on_gpu:
         return (
             f"{world} ranks run on the CPU (gloo) only so far; set runner.device: cpu, or "

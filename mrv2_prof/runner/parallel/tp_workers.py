@@ -120,7 +120,8 @@ def start_tensor_parallel(runner, model_spec, tp: TPGroup | None) -> None:
     runner.tp_workers, runner.tp_digest, runner.tp = None, None, TPGroup()
     if world == 1:
         return
-    problem = tp_problem(world, runner.model_args, runner.is_cuda)
+    spec = runner.config.spec_decode.method
+    problem = tp_problem(world, runner.model_args, runner.is_cuda, spec)
     if problem is not None:
         raise ConfigError(f"runner.tensor_parallel_size: {problem}")
     if tp is None:
