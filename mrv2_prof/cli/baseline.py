@@ -7,13 +7,11 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.console import db_option, fail, out
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.safe_text import plain
 
-DB_OPTION = typer.Option(
-    Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-)
+DB_OPTION = db_option()
 
 
 def baseline_main() -> None:

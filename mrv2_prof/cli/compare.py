@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.console import db_b_option, db_option, fail, out
 from mrv2_prof.store import StoreError
 
 FORMATS = ("table", "markdown", "json")
@@ -56,21 +56,8 @@ def print_text(text: str) -> None:
 def compare(
     run_a: str = typer.Argument(..., metavar="RUN_A", help=f"The reference: {REF_HELP}."),
     run_b: str = typer.Argument(..., metavar="RUN_B", help="What is compared against RUN_A."),
-    db: Path = typer.Option(
-        Path("runs.duckdb"),
-        "--db",
-        callback=checked_db,
-        readable=False,
-        help="DuckDB file of RUN_A (and RUN_B).",
-    ),
-    db_b: Path = typer.Option(
-        None,
-        "--db-b",
-        callback=checked_db,
-        readable=False,
-        help="DuckDB file of RUN_B (default: --db).",
-        show_default=False,
-    ),
+    db: Path = db_option("DuckDB file of RUN_A (and RUN_B)."),
+    db_b: Path = db_b_option("DuckDB file of RUN_B (default: --db)."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP, show_default=False),
 ) -> None:

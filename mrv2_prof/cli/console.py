@@ -42,3 +42,15 @@ def checked_db(path: Path | None) -> Path | None:
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device)"
         fail(f"{path}: is {kind}; the run database must be a regular file")
     return path
+
+
+def db_option(help: str = "DuckDB file.") -> typer.models.OptionInfo:
+    """``--db``: a run database, checked by ``checked_db`` (default ``runs.duckdb``)."""
+    return typer.Option(Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help=help)
+
+
+def db_b_option(help: str) -> typer.models.OptionInfo:
+    """``--db-b``: the second side's run database (default: ``--db``)."""
+    return typer.Option(
+        None, "--db-b", callback=checked_db, readable=False, help=help, show_default=False
+    )

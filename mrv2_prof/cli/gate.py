@@ -15,7 +15,7 @@ from mrv2_prof.cli.compare import (
     print_warnings,
     run_warnings,
 )
-from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.console import db_b_option, db_option, fail, out
 from mrv2_prof.store import StoreError
 from mrv2_prof.views.safe_text import plain
 
@@ -25,21 +25,8 @@ _STATUS_STYLE = {"pass": "bold green", "FAIL": "bold red", "inconclusive": "bold
 def gate(
     baseline: str = typer.Option(..., "--baseline", metavar="RUN", help=f"Baseline: {REF_HELP}."),
     candidate: str = typer.Option(..., "--candidate", metavar="RUN", help="Candidate, the same."),
-    db: Path = typer.Option(
-        Path("runs.duckdb"),
-        "--db",
-        callback=checked_db,
-        readable=False,
-        help="DuckDB file of both runs.",
-    ),
-    db_b: Path = typer.Option(
-        None,
-        "--db-b",
-        callback=checked_db,
-        readable=False,
-        help="DuckDB file of the candidate (default: --db).",
-        show_default=False,
-    ),
+    db: Path = db_option("DuckDB file of both runs."),
+    db_b: Path = db_b_option("DuckDB file of the candidate (default: --db)."),
     max_regression: list[str] = typer.Option(
         [],
         "--max-regression",

@@ -7,15 +7,13 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.console import db_option, fail, out
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.summary import render_runs, render_summary
 
 
 def runs(
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
+    db: Path = db_option(),
 ) -> None:
     """List the runs stored in a DuckDB file, newest first.
 
@@ -34,9 +32,7 @@ def show(
     run_id: str = typer.Argument(
         ..., metavar="RUN_ID", help="A run id, a unique prefix of one, or 'latest'."
     ),
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
+    db: Path = db_option(),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Print the summary of a stored run again.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from mrv2_prof.cli.console import checked_db, fail, out
+from mrv2_prof.cli.console import db_b_option, db_option, fail, out
 from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.output_file import OutputError, check_output, write_output
 from mrv2_prof.input_file import InputError, check_regular_file
@@ -30,16 +30,9 @@ def report(
         help="HTML file to write (default: <run_id>.report.html, sweep-<first_id>.report.html).",
         show_default=False,
     ),
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
-    db_b: Path = typer.Option(
-        None,
-        "--db-b",
-        callback=checked_db,
-        readable=False,
-        help="DuckDB file of the last RUN (as compare's --db-b): a comparison across two files.",
-        show_default=False,
+    db: Path = db_option(),
+    db_b: Path = db_b_option(
+        "DuckDB file of the last RUN (as compare's --db-b): a comparison across two files."
     ),
     sweep: bool = typer.Option(
         False, "--sweep", help="Compare every run of the sweep (matrix) that RUN belongs to."
@@ -65,7 +58,6 @@ def report(
     from mrv2_prof.report.html_report import render_run_report, render_sweep_report
     from mrv2_prof.report.sweep import sweep_members
     from mrv2_prof.report.trace_export import ExportError, parse_steps
-    from mrv2_prof.views.format import format_bytes
 
     try:
         window_steps = None if window is None else parse_steps(window)
@@ -99,6 +91,13 @@ def report(
         write_output(path, [db], "report", lambda fp: fp.write(html_text))
     except (StoreError, OutputError) as exc:
         fail(str(exc))
+    _print_written(path)
+
+
+def _print_written(path: Path) -> None:
+    """The written report's path and size, one line (a path from outside printed as text)."""
+    from mrv2_prof.views.format import format_bytes
+
     out.print(
         f"{plain(path)} ({format_bytes(path.stat().st_size)})",
         markup=False,
@@ -126,7 +125,6 @@ def _resolved(store: Store, refs: list[str]) -> list[str]:
 def _report_two_files(run_refs: list[str], db: Path, db_b: Path, output: Path | None) -> None:
     """The comparison page of runs in two databases: every RUN but the last from ``db``."""
     from mrv2_prof.report.html_report import render_sweep_page, sweep_parts
-    from mrv2_prof.views.format import format_bytes
 
     try:
         with Store.open(db, read_only=True) as store:
@@ -139,12 +137,7 @@ def _report_two_files(run_refs: list[str], db: Path, db_b: Path, output: Path | 
         write_output(path, [db, db_b], "report", lambda fp: fp.write(html_text))
     except (StoreError, OutputError) as exc:
         fail(str(exc))
-    out.print(
-        f"{plain(path)} ({format_bytes(path.stat().st_size)})",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    _print_written(path)
 
 
 def export(
@@ -166,9 +159,7 @@ def export(
         "negatives count from the end, e.g. -200: for the last 200 steps). Default: all.",
         show_default=False,
     ),
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
+    db: Path = db_option(),
 ) -> None:
     """Export a run as a Chrome/Perfetto trace (JSON): CPU phases, GPU spans, counters, flows.
 
@@ -206,9 +197,7 @@ def export(
 
 
 def tui(
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
+    db: Path = db_option(),
 ) -> None:
     """Browse the stored runs in a terminal UI: open a run's summary and step timeline, or
     mark two runs (c, then c on the other) to compare them side by side. ? lists the keys.
@@ -235,9 +224,7 @@ def nsys_import(
     report_sqlite: Path = typer.Argument(
         ..., metavar="REPORT_SQLITE", help="The capture exported to SQLite (rep.sqlite)."
     ),
-    db: Path = typer.Option(
-        Path("runs.duckdb"), "--db", callback=checked_db, readable=False, help="DuckDB file."
-    ),
+    db: Path = db_option(),
 ) -> None:
     """Store the kernels of an Nsight Systems capture of a run, by step and phase.
 

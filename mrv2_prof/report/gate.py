@@ -293,28 +293,3 @@ def gate_table(
             Text(r.status, style=style[r.status]),
         )
     return t
-
-
-def gate_json(
-    results: list[GateResult], baseline: RunMetrics, candidate: RunMetrics, db: str, db_b: str
-) -> dict[str, Any]:
-    return {
-        "baseline": {"run_id": baseline.run_id, "label": baseline.label, "db": db},
-        "candidate": {"run_id": candidate.run_id, "label": candidate.label, "db": db_b},
-        "passed": passed(results),
-        "verdict": verdict_line(results),
-        "results": [
-            {
-                "metric": r.threshold.metric,
-                "unit": METRICS[r.threshold.metric].unit,
-                "threshold": r.threshold.describe(),
-                "baseline": r.delta.a,
-                "candidate": r.delta.b,
-                "delta": r.delta.delta,
-                "delta_pct": r.delta.delta_pct,
-                "status": r.status.lower(),
-                "message": r.message,
-            }
-            for r in results
-        ],
-    }
