@@ -232,13 +232,16 @@ def test_random_accept_reject_abort_preempt_with_padding_leave_exact_state(async
     assert engine.held_resources() == {"request_slots": 0, "slots_to_release": 0, "kv_blocks": 0}
 
 
-def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens):
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens, async_scheduling):
     """A graph manager planned for CUDA with the Triton kernels and captured with the fake
     backend decides each step of a CPU run beside the real (eager) one: every step of a
     uniform decode batch gets a FULL graph, a verify its FULL verify graph of the step's k
     (padded or not), and the reasons name k and the padded slots."""
     spec = ngram(4, dynamic_k=((2, 4), (4, 2)))
-    engine, queued = padded_engine(spec)
+    engine, queued = padded_engine(
+        spec, async_scheduling=async_scheduling, max_num_reqs=16 if async_scheduling else 8
+    )
     config = RunnerConfig(
         max_num_seqs=8,
         max_num_batched_tokens=256,
@@ -265,12 +268,15 @@ def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens):
         decode_batch = not so.scheduled_new_reqs and all(
             n == 1 + len(spec_tokens.get(rid, ())) for rid, n in so.num_scheduled_tokens.items()
         )
-        if not decode_batch:
+        if not decode_batch:  # a prefill or a mixed batch: no FULL graph, a reason naming k
+            assert d.query_len == 1 and (not spec_tokens or "k" in d.reason), d.reason
             continue
         if not spec_tokens:
             assert (d.mode, d.query_len) == ("full", 1), d.reason
             continue
-        k = len(next(iter(spec_tokens.values())))
+        ks = {len(t) for t in spec_tokens.values()}
+        assert len(ks) == 1 and set(spec_tokens) == set(so.num_scheduled_tokens)  # one shape
+        (k,) = ks
         assert (d.mode, d.query_len) == ("full", 1 + k), d.reason
         assert d.reason.startswith(f"uniform verify k={k}, ")
         assert num_padded == sum(t.count(PAD_DRAFT) for t in spec_tokens.values())
@@ -280,3 +286,4 @@ def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens):
             padded += 1
         uniform_verifies += 1
     assert uniform_verifies > 0 and padded > 0
+    assert engine.close() == []  # no uniform decode step fell back
