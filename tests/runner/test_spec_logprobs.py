@@ -4,7 +4,7 @@ With greedy decoding the tokens and their logprobs equal plain decoding's (k = 1
 not, sync and async), and each entry's first pair is the emitted token with the log-softmax of
 an independent full forward of the model over the request's tokens (torch reference). Also: a
 verify whose slots are all placeholders draws, for a sampled request, the very token the plain
-sampler draws (its RNG position is its first row's)."""
+sampler draws (its RNG position is its first row's, not shifted by the placeholders)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from test_spec_padding import padded_engine, padded_steps
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model.attention import AttentionMetadata
-from mrv2_prof.runner.spec_decode.config import MAX_NGRAM, SpecDecodeConfig
+from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
 
 NUM_LOGPROBS = 3
 
@@ -116,17 +116,33 @@ def reference_logits(model, tokens: list[int]) -> torch.Tensor:
         return model.logits(model(ids, positions, None, meta))
 
 
-def test_sampled_tokens_of_all_placeholder_verifies_equal_plain_sampling():
-    """No n-gram can match (the window is longer than any history), so every verify of a
-    padded step has placeholders only and emits its bonus token: for seeded sampled requests
-    that is the plain sampler's draw at the same position, token for token."""
-    params = dict(temperature=0.8, top_k=50, logprobs=2)
-    never = dict(ngram_min=MAX_NGRAM, ngram_max=MAX_NGRAM)
-    want = run(make_engine(SpecDecodeConfig()), seed=7, **params)
-    engine, queued = padded_engine(ngram(2, **never))
-    got = run(engine, seed=7, **params)
-    stats = engine.scheduler.spec.stats
-    assert stats.num_drafts == 0 and stats.num_padded_slots > 0 and padded_steps(queued)
-    for rid, w in want.items():
-        assert got[rid].output_token_ids == w.output_token_ids, rid
-        assert [e[0][0] for e in got[rid].output_logprobs] == got[rid].output_token_ids
+def test_sampled_tokens_of_placeholder_only_verifies_equal_plain_sampling():
+    """A greedy request of a repeated segment drafts, so its steps are padded; two seeded
+    sampled requests of distinct tokens (temperature 1 over 512 tokens: no n-gram recurs) never
+    draft, so each of their verifies holds placeholders only and emits its bonus token: the
+    plain sampler's draw at the same position, token for token."""
+    spec_engine, queued = padded_engine(ngram(3))
+    prompts = {"g": [7, 8, 9, 10] * 4, "s1": list(range(100, 117)), "s2": list(range(300, 311))}
+    params = {
+        "g": SamplingParams(max_tokens=MAX_TOKENS),
+        "s1": SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=5, logprobs=2),
+        "s2": SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=6),
+    }
+    outputs = []
+    for engine in (make_engine(SpecDecodeConfig()), spec_engine):
+        reqs = {rid: engine.add_request(rid, p, params[rid], i) for i, (rid, p) in
+                enumerate(prompts.items())}  # fmt: skip
+        while engine.has_unfinished_requests():
+            engine.step()
+        engine.step()
+        outputs.append({rid: r.output_token_ids for rid, r in reqs.items()})
+    assert outputs[1] == outputs[0]
+    stats = spec_engine.scheduler.spec.stats
+    assert {rid for rid, _ in stats.accepted_lengths} == {"g"}  # only g verified real drafts
+    placeholder_only = [
+        so
+        for so in padded_steps(queued)
+        if all(t == PAD_DRAFT for t in so.scheduled_spec_decode_tokens.get("s1", [0]))
+    ]
+    assert placeholder_only  # s1 verified placeholders only
+    assert len(set(outputs[0]["s1"])) > 10  # a sampled (not a looping greedy) output

@@ -146,8 +146,8 @@ def test_padding_never_reaches_past_max_model_len(plain_tokens):
     """Requests that end at ``max_model_len``: a step where some request has fewer than k
     positions left is not padded to k (a smaller k that fits, or none), and no scheduled
     position reaches ``max_model_len``; the tokens stay plain decoding's."""
-    max_len = 36  # prompts of 17-26 tokens, MAX_TOKENS 20: every request stops at the length
-    plain = run(make_engine(SpecDecodeConfig(), max_model_len=max_len))
+    max_len = 60  # prompts of 17-26 tokens, max_tokens 100: every request stops at the length
+    plain = run(make_engine(SpecDecodeConfig(), max_model_len=max_len), max_tokens=100)
     engine, queued = padded_engine(ngram(4, dynamic_k=((2, 4), (8, 2))), max_model_len=max_len)
     computed = {}
 
@@ -161,8 +161,12 @@ def test_padding_never_reaches_past_max_model_len(plain_tokens):
 
     queue_step = engine.runner.queue_step
     engine.runner.queue_step = lambda so: (check(so), queue_step(so))[1]
-    assert run(engine) == plain
-    assert any(len(t) < MAX_TOKENS for t in plain.values())  # the length did cut them
+    assert run(engine, max_tokens=100) == plain
+    assert all(
+        len(t) + len(p) == max_len
+        for t, p in zip(plain.values(), repetitive_prompts(engine.vocab_size).values(), strict=True)
+    )
+    assert padded_steps(queued)
     stats = engine.scheduler.spec.stats
     assert stats.unpadded or stats.capped  # some step could not pad to its k
     assert any("max_model_len" in why for why in [*stats.unpadded, *stats.capped])
@@ -171,13 +175,26 @@ def test_padding_never_reaches_past_max_model_len(plain_tokens):
 
 
 def test_padding_past_max_tokens_emits_nothing_extra(plain_tokens):
-    """Requests with 1..4 tokens left get fewer real drafts (or none) and placeholders up to
-    k; they stop exactly at ``max_tokens``."""
+    """Requests with fewer than 1 + k tokens left get fewer real drafts (or none) and
+    placeholders up to k, past their ``max_tokens``; they stop exactly at it."""
     engine, queued = padded_engine(ngram(4))
-    limits = [3, 5, 8, 2]
+    limits = [13, 17, 20, 9]
     out = run(engine, max_tokens=lambda i: limits[i])
     assert out == {rid: t[: limits[i]] for i, (rid, t) in enumerate(plain_tokens.items())}
-    assert padded_steps(queued)
+    steps = padded_steps(queued)
+    assert steps
+    limit = dict(zip(plain_tokens, limits, strict=True))
+    prompt_len = {
+        rid: len(p)
+        for rid, p in zip(plain_tokens, repetitive_prompts(engine.vocab_size).values(), strict=True)
+    }
+    past = 0  # padded slots whose position lies past the request's last allowed token
+    for so in steps:
+        cached = so.scheduled_cached_reqs
+        for rid, c in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+            left = limit[rid] - (c + 1 - prompt_len[rid])  # tokens it may still emit
+            past += max(0, so.num_scheduled_tokens[rid] - left)
+    assert past > 0
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])

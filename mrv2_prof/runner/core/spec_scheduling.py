@@ -16,7 +16,8 @@ request is padded up to the step's k: after its real drafts (fewer than k, or no
 match, or capped by ``max_tokens``) come ``PAD_DRAFT`` placeholder slots, scheduled and given KV
 slots like drafts. The rejection sampler compares only the real drafts, so a placeholder is
 never accepted and emits nothing: the rollback is by the rejected plus the padded slots. The
-step's shape is then (B, 1 + k) and it replays a FULL verify graph. Padding must fit: every
+step's shape is then (B, 1 + k) and it replays a FULL verify graph (a step in which nobody
+drafted stays a plain decode: its FULL decode graph is cheaper). Padding must fit: every
 placeholder's position inside ``max_model_len`` (its KV slot must exist in the request's block
 table), B x (1 + k) inside the token budget, B inside a captured size. When the step's k does
 not fit, the largest captured smaller k that does becomes the step's k (its drafts cut to it);
@@ -157,8 +158,8 @@ class SpecScheduling:
     def _padding(self, budget: int) -> int:
         """The k this step's verifies are padded to, 0 for none (see the module doc); a cap
         to a smaller k becomes the step's k."""
-        if self.k == 0 or not self.pad_capacity or not self._uniform or self._decodes == 0:
-            return 0
+        if self.k == 0 or not self.pad_capacity or not self._uniform or not self._proposals:
+            return 0  # nobody drafted: a plain decode step (its FULL decode graph is cheaper)
         b = self._decodes
 
         def why_not(k: int) -> str | None:
