@@ -1,7 +1,9 @@
 """Speculative decoding: TPOT and output tokens/s at batch 1, 8 and 64 for spec decode off,
 n-gram k = 2 and 4, and dynamic k; mean acceptance length and the graph modes replayed; and the
 dynamic-k comparison of vLLM's DSD full-CUDA-graph change: FULL (every (batch, 1 + k) captured,
-``cudagraph_mode: full_and_piecewise``) against ``cudagraph_mode: piecewise``, same workload.
+``cudagraph_mode: full_and_piecewise``; the verifies of a uniform decode batch padded to one k)
+against ``cudagraph_mode: piecewise`` (nothing padded), same workload. The JSON rows count the
+placeholder draft slots verified (``num_padded_slots``).
 
 Each configuration is one engine (Triton kernels, staged writes, UVA, sync scheduling: with
 async scheduling a speculating request sits out every other step, see the README) running, for
@@ -56,7 +58,8 @@ def run_batch(engine: Engine, batch: int, tag: str, prompt: int, output: int) ->
         engine.add_request(f"{tag}-{i}", np.resize(segment, prompt).tolist(), params)
     times: dict[str, list[float]] = {}
     spec = engine.scheduler.spec
-    before = (spec.stats.num_drafts, spec.stats.num_accepted_tokens) if spec else (0, 0)
+    stats = spec.stats if spec else None
+    before = (stats.num_drafts, stats.num_accepted_tokens, stats.num_padded_slots) if stats else ()
     replays_before = dict(engine.runner.graphs.replays)
     t_first = None
     while engine.has_unfinished_requests():
@@ -69,10 +72,11 @@ def run_batch(engine: Engine, batch: int, tag: str, prompt: int, output: int) ->
             t_first = now
     t_end = time.perf_counter()
     tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in times.values() if len(t) > 1]
-    drafts = accepted = 0
+    drafts = accepted = padded = 0
     if spec is not None:
         drafts = spec.stats.num_drafts - before[0]
         accepted = spec.stats.num_accepted_tokens - before[1]
+        padded = spec.stats.num_padded_slots - before[2]  # placeholder draft slots verified
     replayed: dict[str, int] = {}
     for (mode, key), n in engine.runner.graphs.replays.items():
         extra = n - replays_before.get((mode, key), 0)
@@ -84,6 +88,7 @@ def run_batch(engine: Engine, batch: int, tag: str, prompt: int, output: int) ->
         "tok_s": sum(map(len, times.values())) / (t_end - (t_first or t_end) or 1e-9),
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "num_drafts": drafts,
+        "num_padded_slots": padded,
         "replays": {k: v for k, v in replayed.items() if v},
     }
 

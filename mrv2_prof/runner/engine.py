@@ -59,8 +59,12 @@ class Engine:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
             async_scheduling=config.async_scheduling,
-            spec=(
-                SpecScheduling(config.spec_decode, config.async_scheduling)
+            spec=(  # verifies are padded to one k where FULL verify graphs were captured
+                SpecScheduling(
+                    config.spec_decode,
+                    config.async_scheduling,
+                    self.runner.graphs.verify_capacity(),
+                )
                 if config.spec_decode.enabled
                 else None
             ),
@@ -149,7 +153,10 @@ class Engine:
     def close(self) -> list[str]:
         """Release what the engine started besides this process (a tensor-parallel runner's
         worker ranks); the notes this adds to the run."""
-        return self.runner.close()
+        notes = self.runner.close()
+        if self.scheduler.spec is not None:
+            notes = notes + self.scheduler.spec.notes()
+        return notes
 
     def has_unfinished_requests(self) -> bool:
         """Requests not finished yet, or a step whose tokens are still to be read."""
@@ -204,8 +211,7 @@ class Engine:
         finished = [r for r in updated if r.is_finished]
         if spec is not None:
             verifies = spec.take_verifies()
-            drafted = sum(map(len, so.scheduled_spec_decode_tokens.values()))
-            p.spec_step(spec.k, drafted, verifies)
+            p.spec_step(spec.k, spec.num_drafted, verifies)  # real drafts, not placeholders
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
             if updated and out.spec_token_ids is not None:

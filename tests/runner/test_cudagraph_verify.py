@@ -82,3 +82,24 @@ def test_verify_graphs_are_captured_and_replayed_by_shape():
     assert hidden.mode == "piecewise" and hidden.reason == "prompt logprobs need every hidden state"
     plain = manager.dispatch(BatchDescriptor.of(np.ones(3, dtype=np.int64)))  # a decode step
     assert (plain.mode, plain.key, plain.query_len) == ("full", 4, 1)
+
+
+def test_padded_verify_reasons_count_the_placeholder_slots():
+    """A verify padded to one k: its FULL reason names k and the padded slots; a padded step
+    that still cannot replay FULL says so after its reason. ``verify_capacity`` is what the
+    scheduler pads to: each captured k and the most requests its graphs hold."""
+    manager = CudaGraphManager(plan_graphs(cfg(), "triton", is_cuda=True))
+    manager.capture(VerifyBackend())
+    assert manager.verify_capacity() == {1: 16, 3: 8}
+    d = manager.dispatch(BatchDescriptor.of(np.full(3, 4)), verify=True, padded=5)
+    assert (d.mode, d.key, d.query_len) == ("full", 4, 4)
+    assert d.reason == "uniform verify k=3, 3 → 4, 5 of 9 draft slots padded"
+    mixed = manager.dispatch(BatchDescriptor.of(np.array([4, 4, 7])), verify=True, padded=2)
+    assert mixed.mode == "piecewise"
+    assert mixed.reason == (
+        "verify batch with different k per request (or decodes without drafts); "
+        "2 draft slots padded"
+    )
+    unpadded = manager.dispatch(BatchDescriptor.of(np.full(3, 4)), verify=True)
+    assert unpadded.reason == "uniform verify k=3, 3 → 4"
+    assert CudaGraphManager(plan_graphs(cfg(), "torch", is_cuda=True)).verify_capacity() == {}

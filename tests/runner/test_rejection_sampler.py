@@ -69,6 +69,42 @@ def test_greedy_walks_by_hand(impl):
     assert out.num_accepted.tolist() == [2, 1, 0, 0]
 
 
+@pytest.mark.parametrize("impl", [rejection_sample, rejection_sample_triton], ids=["ref", "triton"])
+@pytest.mark.parametrize("mode", ["greedy", "random"])
+def test_placeholder_slots_are_never_accepted(impl, mode):
+    """Requests padded up to 2 draft slots: a placeholder verifies nothing, even where its id
+    (0 here) is its row's argmax. Request 0: one real draft, accepted, then row 1 gives the
+    token (0) and the walk stops; request 1: no real draft, row 0 gives the token; request 2:
+    two real drafts, both accepted, bonus from row 2; request 3: unpadded, one row."""
+    rows = [3, 0, 7] + [0, 0, 9] + [4, 6, 8] + [1]  # argmax of each target row
+    drafts = drafts_for([[3], [], [4, 6], []], max_k=2)
+    drafts.num_slots = torch.tensor([2, 2, 2, 0], dtype=torch.int32, device=DEVICE)
+    drafts.cu_rows = torch.tensor([0, 3, 6, 9, 10], dtype=torch.int32, device=DEVICE)
+    temperature = [0.0] * 4 if mode == "greedy" else [0.5] * 4
+    logits = one_hot_logits(rows, 10) * (20.0 if mode == "random" else 1.0)  # sharp: p ~ 1
+    out = impl(logits, drafts, meta_for(temperature, [10, 20, 30, 40]))
+    assert out.output_token_ids.tolist() == [[3, 0, -1], [0, -1, -1], [4, 6, 8], [1, -1, -1]]
+    assert out.num_accepted.tolist() == [1, 0, 2, 0]
+    unpadded = drafts_for([[3], [], [4, 6], []], max_k=2)  # the same drafts without slots
+    keep = [0, 1, 3, 6, 7, 8, 9]  # the rows of the real drafts and the row after them
+    want = rejection_sample(logits[keep], unpadded, meta_for(temperature, [10, 20, 30, 40]))
+    assert out.output_token_ids.tolist() == want.output_token_ids.tolist()
+
+
+def test_layout_errors_with_slots():
+    logits = one_hot_logits([1, 2, 3], 8)
+    ids = torch.zeros(1, 2, dtype=torch.int64, device=DEVICE)
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    ok = DraftBatch(cu, torch.tensor([1]), ids, num_slots=torch.tensor([2]))
+    assert rejection_sample(logits, ok, meta_for([0.0], [0])).num_accepted.tolist() == [0]
+    fewer = DraftBatch(cu, torch.tensor([1]), ids, num_slots=torch.tensor([1]))
+    with pytest.raises(ValueError, match="3 rows for 1 drafts in 1 slots"):
+        rejection_sample(logits, fewer, meta_for([0.0], [0]))
+    more_drafts = DraftBatch(cu, torch.tensor([2]), ids, num_slots=torch.tensor([1]))
+    with pytest.raises(ValueError, match="2 drafts in 1 slots"):
+        rejection_sample(logits, more_drafts, meta_for([0.0], [0]))
+
+
 def test_layout_errors():
     logits = one_hot_logits([1, 2, 3], 8)
     ids = torch.zeros(1, 2, dtype=torch.int64, device=DEVICE)

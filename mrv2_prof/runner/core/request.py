@@ -101,9 +101,13 @@ class Request:
     def is_finished(self) -> bool:
         return self.status.is_finished
 
-    def append_output_token(self, token_id: int) -> None:
+    def append_output_token(
+        self, token_id: int, logprobs: list[tuple[int, float]] | None = None
+    ) -> None:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
+        if logprobs is not None:
+            self.output_logprobs.append(logprobs)
 
     @property
     def schedule_key(self) -> tuple[int, float]:

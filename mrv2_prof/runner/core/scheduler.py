@@ -84,7 +84,7 @@ class SchedulerOutput:
     # Tokens of the step that are not a decode (a prompt token), when the scheduler counted
     # them on its way (the steady decode step); None: count them from the requests.
     num_prefill_tokens: int | None = None
-    # Speculative decoding: the drafts each verifying request's 1 + k scheduled tokens carry.
+    # Speculative decoding: each verifying request's drafts, then PAD_DRAFT slots up to its k.
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -388,7 +388,7 @@ class Scheduler:
 
         With async scheduling this is the step before the one just scheduled: a request that
         finished or was aborted since has its token discarded. ``spec_token_ids``: per batch row
-        the tokens a verify emitted (its accepted drafts, then one), for the rows with drafts."""
+        the tokens a verify emitted (accepted drafts, then one); its logprobs row: one per token."""
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
             if request is not None:  # positions computed again after a preemption are known
@@ -409,8 +409,8 @@ class Scheduler:
                 continue  # finished or aborted meanwhile: the extra token is discarded
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid)
             if drafts is not None:
-                for token in self.spec.accept(request, drafts, spec_token_ids[b]):
-                    request.append_output_token(token)
+                for token, lps in self.spec.accept(request, drafts, spec_token_ids[b], logprobs, b):
+                    request.append_output_token(token, lps)
                     status = self._check_stop(request, token)
                     if status is not None:
                         self._finish(request, status)

@@ -3,12 +3,27 @@
 A decoding request (one token to compute) gets up to ``k`` n-gram drafts from its host token
 history; the scheduler then schedules ``1 + len(drafts)`` tokens for it and allocates their KV
 slots (the lookahead), so the verify forward can write every draft's KV. When the step's output
-comes back the request's emitted run (accepted drafts plus one token) is appended and its
-``num_computed_tokens`` rolled back by the rejected count, as the runner does on the device.
+comes back the request's emitted run (accepted drafts plus one token) is appended, with its
+logprobs when the request asked for them, and its ``num_computed_tokens`` rolled back by the
+rejected count, as the runner does on the device.
 
 k is capped so that every emitted token fits: ``budget - 1``, the request's remaining
-``max_tokens`` minus one, and ``max_model_len`` minus its tokens minus one. A request that asks
-for logprobs is not speculated (its verify rows would need a logprob per accepted token).
+``max_tokens`` minus one, and ``max_model_len`` minus its tokens minus one.
+
+**Padding to one k.** When every scheduled request decodes (a uniform decode batch) and FULL
+verify graphs were captured (``pad_capacity``: k -> the largest batch such a graph holds), every
+request is padded up to the step's k: after its real drafts (fewer than k, or none: no n-gram
+match, or capped by ``max_tokens``) come ``PAD_DRAFT`` placeholder slots, scheduled and given KV
+slots like drafts. The rejection sampler compares only the real drafts, so a placeholder is
+never accepted and emits nothing: the rollback is by the rejected plus the padded slots. The
+step's shape is then (B, 1 + k) and it replays a FULL verify graph (a step in which nobody
+drafted stays a plain decode: its FULL decode graph is cheaper). Padding must fit: every
+placeholder's position inside ``max_model_len`` (its KV slot must exist in the request's block
+table), B x (1 + k) inside the token budget, B inside a captured size. When the step's k does
+not fit, the largest captured smaller k that does becomes the step's k (its drafts cut to it);
+when none does the step is not padded. Both are counted by reason and reported as a note on the
+run (``notes``). A step that also admits a waiting request is mixed anyway: its verifies were
+padded before the admission was known.
 
 With async scheduling the host learns a verify's accepted count only with its tokens, one step
 later, and the reference attention needs each request's exact length on the host; so a request
@@ -18,10 +33,11 @@ decode with a token in flight also sits out while k > 0, so that it can draft ne
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from mrv2_prof.runner.core.request import Request, RequestStatus
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
+from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.spec_decode.ngram_proposer import propose
 
 
@@ -35,14 +51,31 @@ class SpecStepStats:
     accepted_per_position: list[int] = field(default_factory=list)  # [max k]
     # (req_id, accepted drafts), one entry per verify
     accepted_lengths: list[tuple[str, int]] = field(default_factory=list)
+    num_padded_slots: int = 0  # placeholder draft slots scheduled (never accepted)
+    # uniform decode steps not padded, or padded to a smaller k, by reason
+    unpadded: Counter = field(default_factory=Counter)
+    capped: Counter = field(default_factory=Counter)
 
 
 class SpecScheduling:
-    def __init__(self, config: SpecDecodeConfig, async_scheduling: bool) -> None:
+    def __init__(
+        self,
+        config: SpecDecodeConfig,
+        async_scheduling: bool,
+        pad_capacity: dict[int, int] | None = None,
+    ) -> None:
         self.config = config
         self.async_scheduling = async_scheduling
+        # k -> the largest batch a FULL verify graph of 1 + k holds; empty: never pad
+        self.pad_capacity = dict(pad_capacity or {})
         self.k = 0  # this step's k
-        self.tokens: dict[str, list[int]] = {}  # this step's drafts, by request
+        self.tokens: dict[str, list[int]] = {}  # this step's drafts (and placeholders), by request
+        self.num_drafted = 0  # real drafts in the step last scheduled
+        self.num_padded = 0  # placeholder slots in it
+        self._pad: int | None = None  # the k this step pads to (0: none), once decided
+        self._decodes = 0  # requests that decode this step (and do not sit out)
+        self._room = 0  # the fewest positions any of them has left before max_model_len
+        self._uniform = False  # no running request computes more than one token
         self._verifying: set[str] = set()  # async: verifies in flight
         self._proposals: dict[str, list[int]] | None = None  # ``draft``'s, until the step ends
         self.stats = SpecStepStats()
@@ -54,14 +87,20 @@ class SpecScheduling:
         as the ``draft`` phase; ``schedule`` calls it when nobody did)."""
         self.k = self.config.k_for(len(running))
         self._proposals = {}
+        self._pad, self._decodes, self._room, self._uniform = None, 0, max_model_len, True
         if self.k == 0:
             return
         cfg = self.config
         for request in running:
             n = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
-            params = request.sampling_params
-            if n != 1 or self.sits_out(request) or params.logprobs:
+            if n != 1:
+                self._uniform &= n <= 0  # a prefill chunk: a mixed batch, padding buys nothing
                 continue
+            if self.sits_out(request):
+                continue
+            self._decodes += 1
+            self._room = min(self._room, max_model_len - request.num_tokens)
+            params = request.sampling_params
             k = min(
                 self.k,
                 params.max_tokens - request.num_output_tokens - 1,
@@ -83,6 +122,9 @@ class SpecScheduling:
         still in it (``num_scheduled``: a request preempted after drafting is not)."""
         self.tokens = {rid: d for rid, d in self.tokens.items() if rid in num_scheduled}
         self._proposals = None
+        self.num_padded = sum(d.count(PAD_DRAFT) for d in self.tokens.values()) if self._pad else 0
+        self.num_drafted = sum(map(len, self.tokens.values())) - self.num_padded
+        self.stats.num_padded_slots += self.num_padded
         if self.async_scheduling:
             self._verifying.update(self.tokens)
         return self.tokens
@@ -101,33 +143,98 @@ class SpecScheduling:
         drafts (as many as ``budget`` leaves room for), or 0 when it sits out."""
         if self.sits_out(request):
             return 0
-        drafts = self._proposals.get(request.request_id, [])[: budget - 1]
+        if self._pad is None:  # the first decode of the step: nothing of the budget spent yet
+            self._pad = self._padding(budget)
+        drafts = self._proposals.get(request.request_id, [])
+        if self._pad and budget > self._pad:
+            drafts = drafts[: self._pad]
+            self.tokens[request.request_id] = drafts + [PAD_DRAFT] * (self._pad - len(drafts))
+            return 1 + self._pad
+        drafts = drafts[: budget - 1]
         if drafts:
             self.tokens[request.request_id] = drafts
         return 1 + len(drafts)
 
-    def accept(self, request: Request, drafts: list[int], emitted: list[int]) -> list[int]:
-        """The verify of ``drafts`` emitted ``emitted`` (accepted drafts, then one token): roll
-        ``request`` back by the rejected count, count the step, return the tokens to append."""
+    def _padding(self, budget: int) -> int:
+        """The k this step's verifies are padded to, 0 for none (see the module doc); a cap
+        to a smaller k becomes the step's k."""
+        if self.k == 0 or not self.pad_capacity or not self._uniform or not self._proposals:
+            return 0  # nobody drafted: a plain decode step (its FULL decode graph is cheaper)
+        b = self._decodes
+
+        def why_not(k: int) -> str | None:
+            if k not in self.pad_capacity:
+                return "no FULL verify graph for the step's k"
+            if b > self.pad_capacity[k]:
+                return "more requests than the largest FULL verify graph holds"
+            if b * (1 + k) > budget:
+                return "the token budget is below requests x (1 + k)"
+            if k > self._room:
+                return "a request within k positions of max_model_len"
+            return None
+
+        reason = why_not(self.k)
+        if reason is None:
+            return self.k
+        fits = [k for k in self.pad_capacity if k < self.k and why_not(k) is None]
+        if not fits:
+            self.stats.unpadded[reason] += 1
+            return 0
+        self.stats.capped[reason] += 1
+        self.k = max(fits)
+        return self.k
+
+    def accept(
+        self,
+        request: Request,
+        drafts: list[int],
+        emitted: list[int],
+        logprobs: list | None = None,
+        row: int = 0,
+    ) -> list[tuple[int, list[tuple[int, float]] | None]]:
+        """The verify of ``drafts`` (real drafts, then any ``PAD_DRAFT`` slots) emitted
+        ``emitted`` (accepted drafts, then one token): roll ``request`` back by the rejected and
+        padded slots, count the step, return the tokens to append with their logprobs
+        (``logprobs[row]``: one entry per emitted token; None when the request asked for none)."""
+        num_slots = len(drafts)
+        num_real = num_slots - drafts.count(PAD_DRAFT)
         num_accepted = len(emitted) - 1
-        assert 0 <= num_accepted <= len(drafts), f"{request.request_id}: {emitted} for {drafts}"
+        assert 0 <= num_accepted <= num_real, f"{request.request_id}: {emitted} for {drafts}"
         assert emitted[:num_accepted] == drafts[:num_accepted], "accepted tokens are the drafts"
         self._verifying.discard(request.request_id)
         if self.async_scheduling:
-            request.num_output_placeholders -= 1 + len(drafts)
+            request.num_output_placeholders -= 1 + num_slots
         if request.status is RequestStatus.RUNNING:  # a preempted request starts from 0
-            request.num_computed_tokens -= len(drafts) - num_accepted
+            request.num_computed_tokens -= num_slots - num_accepted
+        if num_real:
+            self._count(request.request_id, num_real, num_accepted)
+        entries = None
+        if logprobs is not None and request.sampling_params.logprobs:
+            entries = logprobs[row]
+            assert len(entries) == len(emitted), f"{request.request_id}: logprobs per token"
+        return [(t, entries[i] if entries else None) for i, t in enumerate(emitted)]
+
+    def _count(self, req_id: str, num_drafts: int, num_accepted: int) -> None:
         s = self.stats
         s.num_drafts += 1
-        s.num_draft_tokens += len(drafts)
+        s.num_draft_tokens += num_drafts
         s.num_accepted_tokens += num_accepted
-        if len(s.accepted_per_position) < len(drafts):
-            s.accepted_per_position.extend([0] * (len(drafts) - len(s.accepted_per_position)))
+        if len(s.accepted_per_position) < num_drafts:
+            s.accepted_per_position.extend([0] * (num_drafts - len(s.accepted_per_position)))
         for j in range(num_accepted):
             s.accepted_per_position[j] += 1
-        s.accepted_lengths.append((request.request_id, num_accepted))
-        self.verifies.append((request.request_id, len(drafts), num_accepted))
-        return emitted
+        s.accepted_lengths.append((req_id, num_accepted))
+        self.verifies.append((req_id, num_drafts, num_accepted))
+
+    def notes(self) -> list[str]:
+        """The run's note on uniform decode steps that were not padded to their k (so ran
+        without a FULL verify graph) or were padded to a smaller one, by reason."""
+        parts = [f"{n} not padded ({why})" for why, n in sorted(self.stats.unpadded.items())] + [
+            f"{n} padded to a smaller k ({why})" for why, n in sorted(self.stats.capped.items())
+        ]
+        if not parts:
+            return []
+        return [f"runner.spec_decode: uniform decode steps: {'; '.join(parts)}"]
 
     def take_verifies(self) -> list[tuple[str, int, int]]:
         """The verifies accepted since the previous call, as ``(req_id, drafted, accepted)``."""

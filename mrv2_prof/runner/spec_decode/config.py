@@ -16,6 +16,9 @@ from dataclasses import dataclass
 SPEC_METHODS = ("none", "ngram", "draft_model")
 MAX_SPECULATIVE_TOKENS = 16  # one verify row per draft: the rows of a request stay small
 MAX_NGRAM = 64  # the lookup compares every window of the history: a longer n finds nothing
+# A placeholder draft slot (vLLM's -1): a request padded up to the step's k carries it after its
+# real drafts; it is scheduled and given a KV slot like a draft, and never accepted.
+PAD_DRAFT = -1
 
 
 @dataclass(frozen=True)

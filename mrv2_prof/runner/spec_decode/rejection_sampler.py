@@ -25,10 +25,14 @@ Gumbel noise of that row's key, so a bonus draw (``q = 0``) is the token the pla
 draw from the same logits at that position. Where the residual is empty (``p <= q`` everywhere,
 possible only through rounding) the row's most probable token is taken.
 
-Layout: target logits are flattened, ``[R, V]`` with ``R = sum(1 + k_b)`` and ``cu_rows`` [B + 1]
-the first row of each request; drafts are padded, ``draft_token_ids`` [B, K] with ``num_draft``
-[B] valid entries; ``draft_probs`` [B, K, V] or None. The output is ``[B, 1 + K]`` tokens (-1
-after the emitted ones) and ``num_accepted`` [B] (emitted = accepted + 1).
+Layout: target logits are flattened, ``[R, V]`` with ``R = sum(1 + s_b)`` and ``cu_rows`` [B + 1]
+the first row of each request; ``s_b`` is the request's draft slots, its ``k_b`` real drafts
+(``num_draft``) and then, when the step padded it up to one k, placeholder slots (``num_slots``
+[B]; None: no placeholders, ``s_b = k_b``). Only the real drafts are compared: a placeholder row
+verifies nothing, so the walk stops at the first one at the latest and its logits are unused.
+Drafts are padded, ``draft_token_ids`` [B, K] with ``num_draft`` [B] valid entries;
+``draft_probs`` [B, K, V] or None. The output is ``[B, 1 + K]`` tokens (-1 after the emitted
+ones) and ``num_accepted`` [B] (emitted = accepted + 1).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class DraftBatch:
     num_draft: torch.Tensor  # [B] int32: k_b <= K
     draft_token_ids: torch.Tensor  # [B, K] int64, padded (any value past k_b)
     draft_probs: torch.Tensor | None = None  # [B, K, V] float32; None: one-hot drafts
+    # [B] int32: k_b <= s_b <= K draft slots (real drafts, then placeholders); None: s_b = k_b
+    num_slots: torch.Tensor | None = None
 
 
 @dataclass
@@ -64,21 +70,25 @@ class RejectionOutput:
 
 
 def check_layout(logits: torch.Tensor, drafts: DraftBatch) -> None:
-    """``cu_rows`` must give each request 1 + k_b rows and cover ``logits`` exactly (host read:
-    a check for tests and callers off the step loop; the runner builds the layout itself)."""
+    """``cu_rows`` must give each request 1 + s_b rows (s_b = k_b without ``num_slots``) and
+    cover ``logits`` exactly (host read: a check for tests and callers off the step loop; the
+    runner builds the layout itself)."""
     cu = drafts.cu_rows.tolist()
     k = drafts.num_draft.tolist()
+    slots = k if drafts.num_slots is None else drafts.num_slots.tolist()
     num_reqs, max_k = drafts.draft_token_ids.shape
     if len(cu) != num_reqs + 1 or len(k) != num_reqs or cu[0] != 0 or cu[-1] != logits.shape[0]:
         raise ValueError(
             f"rejection sampler: cu_rows {cu[:4]}... does not cover {logits.shape[0]} rows "
             f"of {num_reqs} requests"
         )
+    if len(slots) != num_reqs:
+        raise ValueError(f"rejection sampler: num_slots has {len(slots)} of {num_reqs} requests")
     for b in range(num_reqs):
-        if not 0 <= k[b] <= max_k or cu[b + 1] - cu[b] != 1 + k[b]:
+        if not 0 <= k[b] <= slots[b] <= max_k or cu[b + 1] - cu[b] != 1 + slots[b]:
             raise ValueError(
                 f"rejection sampler: request {b} has {cu[b + 1] - cu[b]} rows for "
-                f"{k[b]} drafts (need 1 + k, k <= {max_k})"
+                f"{k[b]} drafts in {slots[b]} slots (need 1 + slots, k <= slots <= {max_k})"
             )
     if drafts.draft_probs is not None and drafts.draft_probs.shape != (
         num_reqs,

@@ -1,17 +1,23 @@
 """The verify step on the runner's side (MRV2's speculative path through the model runner).
 
-A verifying request is scheduled for ``1 + k`` tokens: its last token, then its ``k`` drafts.
-``Verifier.prepare`` packs the step's draft layout into one pinned buffer and sends it in one
-copy: where each draft goes in ``input_ids``, the logits rows to compute (every row of a
-verifying request, the last row of the others), the rejection sampler's ``cu_rows``,
-``num_draft`` and padded draft ids. ``apply`` writes the drafts into the batch's inputs (the
-input-prep kernel filled those positions with the last sampled token) and points the batch's
-``logits_indices`` at the verify rows. ``sample`` runs the rejection sampler (the torch reference,
-or the Triton kernels with ``kernels: triton``) over every row; a request without drafts has one
-row and gets the token the plain sampler would give it. ``advance`` then moves the device state
-on: the last emitted token becomes ``last_sampled_tokens`` and ``num_computed_tokens`` advances
-by the scheduled tokens less the rejected ones, so the GPU stays authoritative and nothing is
-read back here; the accepted counts reach the host with the tokens (``AsyncOutput``).
+A verifying request is scheduled for ``1 + s`` tokens: its last token, then its ``s`` draft
+slots: its real drafts, then any ``PAD_DRAFT`` placeholders the scheduler padded it with up to
+the step's k (so that every request of a uniform decode batch has the same shape and the step
+replays a FULL verify graph). ``Verifier.prepare`` packs the step's draft layout into one pinned
+buffer and sends it in one copy: where each real draft goes in ``input_ids``, the logits rows to
+compute (every row of a verifying request, the last row of the others), the rejection sampler's
+``cu_rows``, ``num_draft`` (real drafts), ``num_slots`` and padded draft ids. ``apply`` writes the
+drafts into the batch's inputs (the input-prep kernel filled those positions with the last
+sampled token, which a placeholder keeps: a valid token whose KV is written and then rolled
+back) and points the batch's ``logits_indices`` at the verify rows. ``sample`` runs the rejection
+sampler (the torch reference, or the Triton kernels with ``kernels: triton``) over every row; it
+compares only real drafts, so a placeholder is never accepted, and a request without drafts gets
+the token the plain sampler would give it. ``advance`` then moves the device state on: the last
+emitted token becomes ``last_sampled_tokens`` and ``num_computed_tokens`` advances by the
+scheduled tokens less the rejected and padded slots, so the GPU stays authoritative and nothing
+is read back here; the accepted counts reach the host with the tokens (``AsyncOutput``).
+``row_logprobs`` gives every row the top-k logprobs of the token it emitted (the plain sampler's
+``compute_topk_logprobs`` over that row's target logits), for requests that ask for logprobs.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mrv2_prof.runner.spec_decode.config import PAD_DRAFT
 from mrv2_prof.runner.spec_decode.rejection_sampler import (
     DraftBatch,
     RejectionOutput,
@@ -28,7 +35,7 @@ from mrv2_prof.runner.spec_decode.rejection_sampler import (
 )
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
-from mrv2_prof.runner.worker.sampler import SamplingMetadata
+from mrv2_prof.runner.worker.sampler import SamplingMetadata, compute_topk_logprobs
 from mrv2_prof.runner.worker.uva import PinnedRing
 
 
@@ -38,14 +45,16 @@ class VerifyInputs:
 
     draft_index: torch.Tensor  # [D] int64: token index of each draft in the batch
     draft_tokens: torch.Tensor  # [D] int64
-    logits_indices: torch.Tensor  # [R] int64, R = B + D
-    drafts: DraftBatch  # cu_rows [B + 1], num_draft [B], draft_token_ids [B, K]
-    num_draft_np: np.ndarray  # [B] host copy (the scheduler's counts)
+    logits_indices: torch.Tensor  # [R] int64, R = B + S (S: every draft slot)
+    drafts: DraftBatch  # cu_rows [B + 1], num_draft [B], draft_token_ids [B, K], num_slots [B]
+    num_draft_np: np.ndarray  # [B] host copy (the scheduler's counts of real drafts)
+    cu_rows_np: np.ndarray  # [B + 1] host copy
+    num_padded: int  # placeholder slots in the step
 
 
 def _capacity(max_num_reqs: int, max_k: int) -> int:
     b, d = max_num_reqs, max_num_reqs * max_k
-    return 2 * d + (b + d) + (b + 1) + b + d
+    return 2 * d + (b + d) + (b + 1) + b + d + b
 
 
 class Verifier:
@@ -68,24 +77,27 @@ class Verifier:
     ) -> VerifyInputs:
         num_reqs, max_k = len(req_ids), self.max_k
         drafts = [spec_tokens.get(rid, ()) for rid in req_ids]
-        num_draft = np.fromiter(map(len, drafts), dtype=np.int64, count=num_reqs)
+        num_slots = np.fromiter(map(len, drafts), dtype=np.int64, count=num_reqs)
+        pads = [d.count(PAD_DRAFT) if d else 0 for d in drafts]  # placeholders follow the drafts
+        num_draft = num_slots - np.asarray(pads, dtype=np.int64)
         d_total = int(num_draft.sum())
         ends = query_start_loc_np[1:].astype(np.int64)  # [B]
         cu_rows = np.zeros(num_reqs + 1, dtype=np.int64)
-        np.cumsum(1 + num_draft, out=cu_rows[1:])
-        # A verifying request's rows are its last 1 + k tokens (all of its scheduled tokens).
-        row_req = np.repeat(np.arange(num_reqs), 1 + num_draft)  # [R]
+        np.cumsum(1 + num_slots, out=cu_rows[1:])
+        # A verifying request's rows are its last 1 + s tokens (all of its scheduled tokens).
+        row_req = np.repeat(np.arange(num_reqs), 1 + num_slots)  # [R]
         row_j = np.arange(len(row_req)) - cu_rows[row_req]
-        logits_indices = ends[row_req] - 1 - num_draft[row_req] + row_j
-        draft_rows = row_j < num_draft[row_req]  # rows that verify a draft
+        logits_indices = ends[row_req] - 1 - num_slots[row_req] + row_j
+        draft_rows = row_j < num_draft[row_req]  # rows that verify a real draft
         draft_index = logits_indices[draft_rows] + 1  # each draft is the token after its row
-        flat = [t for d in drafts for t in d]
+        flat = [t for d in drafts for t in d if t != PAD_DRAFT]
         padded = np.zeros((num_reqs, max_k), dtype=np.int64)
         if d_total:
             padded[row_req[draft_rows], row_j[draft_rows]] = flat
 
-        parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel())
+        parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel(), num_slots)
         sizes = [d_total, d_total, len(row_req), num_reqs + 1, num_reqs, num_reqs * max_k]
+        sizes.append(num_reqs)
         host, view = self._ring.next()
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         for part, a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
@@ -102,8 +114,11 @@ class Verifier:
                 cu_rows=v[3].to(torch.int32),
                 num_draft=v[4].to(torch.int32),
                 draft_token_ids=v[5].view(num_reqs, max_k),
+                num_slots=v[6].to(torch.int32),
             ),
             num_draft_np=num_draft,
+            cu_rows_np=cu_rows,
+            num_padded=sum(pads),
         )
 
     @staticmethod
@@ -129,3 +144,16 @@ class Verifier:
     def last_tokens(out: RejectionOutput) -> torch.Tensor:
         """[B] int64: each request's last emitted token (the next step's input)."""
         return out.output_token_ids.gather(1, out.num_accepted.long()[:, None])[:, 0]
+
+    @staticmethod
+    def row_logprobs(
+        logits: torch.Tensor, inputs: VerifyInputs, out: RejectionOutput, num_logprobs: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and logprobs [R, 1 + num_logprobs] of every row: the token the row emitted
+        (row j of a request emits its j-th output token; rows past the emitted ones get token
+        0, never read), then the row's top-k, as the plain sampler computes them."""
+        cu = inputs.drafts.cu_rows.long()
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        request = torch.searchsorted(cu[1:], rows, right=True)
+        tokens = out.output_token_ids[request, rows - cu[request]].clamp(min=0)
+        return compute_topk_logprobs(logits, num_logprobs, tokens)

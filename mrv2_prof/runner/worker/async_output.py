@@ -8,7 +8,9 @@ on that event, and then it reads the tokens.
 The sampled tokens land in a ring of ``PINNED_RING_DEPTH`` pinned buffers, each with its own
 event, so the copy of step N+1 never overwrites the buffer step N's tokens are still read from
 (async scheduling keeps two steps in flight). Logprobs are rarer and variable in shape; they go
-to fresh pinned buffers. On the CPU there is nothing to copy or wait for.
+to fresh pinned buffers. A verify step's logprobs come per target row; a verifying request gets
+one entry per emitted token (rows ``cu_rows[b]`` to ``cu_rows[b] + num_accepted[b]``). On the CPU
+there is nothing to copy or wait for.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ OUTPUT_WAIT_SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait"
 class ModelRunnerOutput:
     req_ids: list[str]  # batch order
     sampled_token_ids: list[int]
+    # per batch row the sampled token's (token, lp), then the top-k; a verify step's verifying
+    # row (one with draft slots): a list of those, one per emitted token
     logprobs: list[list[tuple[int, float]]] | None = None
     write_stats: dict[str, WriteStats] = field(default_factory=dict)
     output_wait_ns: int = 0  # host time spent waiting for the sampled tokens
@@ -61,6 +65,7 @@ class PendingOutput:
     ready: torch.cuda.Event | None = None  # recorded after the copies (CUDA)
     verify_tokens: torch.Tensor | None = None  # [B, 1 + K] a verify step's output
     num_accepted: torch.Tensor | None = None  # [B]
+    verify_rows: np.ndarray | None = None  # [B + 1] a verify step's cu_rows (host)
 
 
 class AsyncOutput:
@@ -90,10 +95,12 @@ class AsyncOutput:
         num_logprobs: np.ndarray | None = None,  # [B], when any row asked for logprobs
         prompt: tuple[PromptLogprobsPlan, tuple[torch.Tensor, torch.Tensor]] | None = None,
         verify: RejectionOutput | None = None,
+        verify_rows: np.ndarray | None = None,  # [B + 1] the verify's cu_rows (host)
     ) -> PendingOutput:
         """Queue the copies of a step's tokens, logprobs, prompt logprobs and a verify step's
         emitted tokens with their accepted counts, then the event."""
         pending = PendingOutput(batch, write_stats, num_logprobs=num_logprobs)
+        pending.verify_rows = verify_rows
         if verify is not None:  # the accepted counts come back with the tokens
             pending.verify_tokens = self.to_host(verify.output_token_ids)
             pending.num_accepted = self.to_host(verify.num_accepted)
@@ -126,10 +133,10 @@ class AsyncOutput:
         if pending.ready is not None:  # the one wait the runner is designed to make
             probes.wait_deliberately(pending.ready.synchronize)
         tokens = pending.sampled.tolist()
-        spec_token_ids = None
+        spec_token_ids = accepted = None
         if pending.verify_tokens is not None:
-            rows, counts = pending.verify_tokens.tolist(), pending.num_accepted.tolist()
-            spec_token_ids = [row[: 1 + n] for row, n in zip(rows, counts, strict=True)]
+            rows, accepted = pending.verify_tokens.tolist(), pending.num_accepted.tolist()
+            spec_token_ids = [row[: 1 + n] for row, n in zip(rows, accepted, strict=True)]
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
         self.probe.sync("output_wait", OUTPUT_WAIT_SITE, wait_ns)
@@ -137,10 +144,22 @@ class AsyncOutput:
         if pending.logprobs is not None:
             counts = pending.num_logprobs
             ids_l, lp_l = pending.logprob_token_ids.tolist(), pending.logprobs.tolist()
-            logprobs = [
-                list(zip(ids_l[b][: 1 + counts[b]], lp_l[b][: 1 + counts[b]], strict=True))
-                for b in range(batch.num_reqs)
-            ]
+
+            def entry(row: int, b: int) -> list[tuple[int, float]]:
+                return list(
+                    zip(ids_l[row][: 1 + counts[b]], lp_l[row][: 1 + counts[b]], strict=True)
+                )
+
+            cu = pending.verify_rows
+            if cu is None:
+                logprobs = [entry(b, b) for b in range(batch.num_reqs)]
+            else:  # one row per request without draft slots; one per emitted token with them
+                logprobs = [
+                    entry(int(cu[b]), b)
+                    if cu[b + 1] - cu[b] == 1
+                    else [entry(int(cu[b]) + j, b) for j in range(1 + accepted[b])]
+                    for b in range(batch.num_reqs)
+                ]
         prompt_logprobs = None
         if pending.prompt_plan is not None:
             prompt_logprobs = split_by_request(

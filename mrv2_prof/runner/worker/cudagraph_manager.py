@@ -22,7 +22,11 @@ With speculative decoding a FULL graph is also captured for every uniform verify
 be chosen: (batch size, query length 1 + k) for each k > 0 that ``dynamic_k`` (or the fixed k)
 gives some batch size up to ``max_num_seqs``, at each FULL capture size whose tokens fit
 ``max_num_batched_tokens``; its logits cover every token (every row a verify needs). A verify
-step in which every request verifies the same k replays it; the reasons name k.
+step in which every request verifies the same k replays it; the reasons name k. The scheduler
+pads the verifies of a uniform decode batch up to the step's k (placeholder draft slots, never
+accepted; ``verify_capacity`` tells it which k have graphs and for how many requests), so such a
+step has that shape even when its requests drafted different numbers of tokens or none; the
+reason then says how many draft slots were padded.
 
 ``plan_graphs`` turns the scenario's request into what this runner will capture, with a visible
 note for each downgrade (an error under ``strict``). ``CudaGraphManager.dispatch`` is a pure
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import abc
 import bisect
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -238,13 +243,32 @@ class CudaGraphManager:
                 on_capture(record)
         return time.perf_counter() - t_start
 
+    def verify_capacity(self) -> dict[int, int]:
+        """k -> the most requests a captured FULL verify graph of query length 1 + k holds."""
+        return {q - 1: sizes[-1] for q, sizes in self.verify_keys.items() if sizes}
+
     def dispatch(
-        self, batch: BatchDescriptor, needs_hidden: bool = False, verify: bool = False
+        self,
+        batch: BatchDescriptor,
+        needs_hidden: bool = False,
+        verify: bool = False,
+        padded: int = 0,
     ) -> Decision:
         """FULL if a captured size holds this uniform decode batch, else PIECEWISE if one holds
         its tokens, else NONE; the reason names what ruled out the better modes.
         ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits);
-        ``verify``: a speculative verify step (it needs the logits of every draft row)."""
+        ``verify``: a speculative verify step (it needs the logits of every draft row);
+        ``padded``: its placeholder draft slots (the reason names them)."""
+        d = self._dispatch(batch, needs_hidden, verify)
+        if not padded:
+            return d
+        if d.query_len > 1:  # a FULL verify: every request has query_len - 1 draft slots
+            slots = batch.num_reqs * (d.query_len - 1)
+            reason = f"{d.reason}, {padded} of {slots} draft slots padded"
+            return dataclasses.replace(d, reason=reason)
+        return dataclasses.replace(d, reason=f"{d.reason}; {padded} draft slots padded")
+
+    def _dispatch(self, batch: BatchDescriptor, needs_hidden: bool, verify: bool) -> Decision:
         n = batch.num_tokens
         requested = self.plan.requested
         why_not_full = self._why_not_full(batch)

@@ -50,7 +50,6 @@ from mrv2_prof.runner.worker.sampler import (
     GREEDY_TEMPERATURE,
     SamplerOutput,
     SamplingMetadata,
-    compute_topk_logprobs,
 )
 from mrv2_prof.runner.worker.switches import unsupported_switches
 from mrv2_prof.runner.worker.uva import PinnedRing
@@ -215,6 +214,7 @@ class ModelRunner:
             BatchDescriptor.of(batch.num_scheduled_tokens_np),
             needs_hidden=plan is not None,
             verify=verify is not None,
+            padded=verify.num_padded if verify is not None else 0,
         )
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
@@ -246,11 +246,12 @@ class ModelRunner:
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
         if self.config.staged_writes:
             advance = batch.num_scheduled_tokens
-            if rejection is not None:  # rolled back by the rejected drafts, on the device
-                advance = advance - verify.drafts.num_draft + rejection.num_accepted
+            if rejection is not None:  # rolled back by the rejected and padded, on the device
+                advance = advance - verify.drafts.num_slots + rejection.num_accepted
             rs.num_computed_tokens.gpu.index_add_(0, slots, advance)
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
-        pending = self.output.queue(batch, out, write_stats, per_row, prompt, rejection)
+        rows = verify.cu_rows_np if verify is not None else None
+        pending = self.output.queue(batch, out, write_stats, per_row, prompt, rejection, rows)
         p.gpu_mark(G_END)
         return pending
 
@@ -316,13 +317,12 @@ class ModelRunner:
         )
         if verify is None:
             return self.kernels.sample(logits, meta), num_logprobs, None
-        meta.positions = meta.positions - verify.drafts.num_draft  # each request's first row
+        meta.positions = meta.positions - verify.drafts.num_slots  # each request's first row
         rejection = self.verifier.sample(logits, verify, meta)
         last = Verifier.last_tokens(rejection)
-        if num_logprobs <= 0:  # rows that ask for logprobs are never drafted: one row each
+        if num_logprobs <= 0:
             return SamplerOutput(last, None, None), 0, rejection
-        last_rows = logits[verify.drafts.cu_rows[1:].long() - 1]
-        ids, lps = compute_topk_logprobs(last_rows, num_logprobs, last)
+        ids, lps = Verifier.row_logprobs(logits, verify, rejection, num_logprobs)  # every row
         return SamplerOutput(last, ids, lps), num_logprobs, rejection
 
     def _update_states(self, so: SchedulerOutput) -> None:
