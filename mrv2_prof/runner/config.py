@@ -272,4 +272,6 @@ class RuntimeInfo:
     graph_memory_bytes: int = 0  # reserved memory the graphs' pool grew by
     num_graphs: int = 0  # captured keys (a PIECEWISE key is one graph per segment)
     peak_activation_bytes: int = 0
+    draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
+    draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
     notes: list[str] = field(default_factory=list)

@@ -208,6 +208,8 @@ class Engine:
             else []
         )
         p.end(probes.UPDATE)
+        if spec is not None and out.draft_token_ids is not None:  # the draft model's proposals
+            spec.take_model_drafts(out.req_ids, out.draft_token_ids, updated)
         finished = [r for r in updated if r.is_finished]
         if spec is not None:
             verifies = spec.take_verifies()

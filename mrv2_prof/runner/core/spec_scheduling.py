@@ -1,7 +1,10 @@
 """The scheduler's side of speculative decoding: drafts, lookahead slots, accepted runs.
 
-A decoding request (one token to compute) gets up to ``k`` n-gram drafts from its host token
-history; the scheduler then schedules ``1 + len(drafts)`` tokens for it and allocates their KV
+A decoding request (one token to compute) gets up to ``k`` drafts: n-gram lookups over its host
+token history, or with ``method: draft_model`` the draft model's tokens for it that came back
+with its last step's output (``take_model_drafts``; kept only while the request is at the length
+they were drafted from, and never across a preemption: its draft probabilities are its slot's);
+the scheduler then schedules ``1 + len(drafts)`` tokens for it and allocates their KV
 slots (the lookahead), so the verify forward can write every draft's KV. When the step's output
 comes back the request's emitted run (accepted drafts plus one token) is appended, with its
 logprobs when the request asked for them, and its ``num_computed_tokens`` rolled back by the
@@ -78,6 +81,8 @@ class SpecScheduling:
         self._uniform = False  # no running request computes more than one token
         self._verifying: set[str] = set()  # async: verifies in flight
         self._proposals: dict[str, list[int]] | None = None  # ``draft``'s, until the step ends
+        # draft_model: req_id -> (drafts, num_tokens, num_preemptions) when they were drafted
+        self._model_drafts: dict[str, tuple[list[int], int, int]] = {}
         self.stats = SpecStepStats()
         self.verifies: list[tuple[str, int, int]] = []  # (req_id, drafted, accepted) to report
 
@@ -107,9 +112,32 @@ class SpecScheduling:
                 max_model_len - request.num_tokens - 1,
             )
             if k > 0:
-                drafts = propose(request.all_token_ids, k, cfg.ngram_min, cfg.ngram_max)
+                drafts = self._propose(request, k)
                 if drafts:
                     self._proposals[request.request_id] = drafts
+        if cfg.method == "draft_model":  # a request not running now drafts again first
+            live = {r.request_id for r in running}
+            self._model_drafts = {r: d for r, d in self._model_drafts.items() if r in live}
+
+    def _propose(self, request: Request, k: int) -> list[int]:
+        cfg = self.config
+        if cfg.method != "draft_model":
+            return propose(request.all_token_ids, k, cfg.ngram_min, cfg.ngram_max)
+        entry = self._model_drafts.get(request.request_id)
+        if entry is None or entry[1:] != (request.num_tokens, request.num_preemptions):
+            return []
+        return entry[0][:k]
+
+    def take_model_drafts(
+        self, req_ids: list[str], drafts: list[list[int]], updated: list[Request]
+    ) -> None:
+        """A step's draft-model output (per batch row), for the requests that received tokens
+        in it (``updated``): their proposals for the next step that verifies them."""
+        row = {rid: b for b, rid in enumerate(req_ids)}
+        for r in updated:
+            b = row.get(r.request_id)
+            if b is not None and not r.is_finished:
+                self._model_drafts[r.request_id] = (drafts[b], r.num_tokens, r.num_preemptions)
 
     def begin_step(self, running: list[Request], max_model_len: int) -> None:
         """A step is being scheduled over ``running``."""

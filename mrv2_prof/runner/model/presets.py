@@ -24,6 +24,21 @@ PRESETS: dict[str, ModelArgs] = {
         eos_token_ids=(2,),
         bos_token_id=1,
     ),
+    # a draft model for llama-tiny (speculative decoding): its vocabulary, one narrow layer
+    "llama-tiny-draft": ModelArgs(
+        architecture="LlamaForCausalLM",
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        rope_theta=10000.0,
+        max_position_embeddings=4096,
+        eos_token_ids=(2,),
+        bos_token_id=1,
+    ),
     "llama-1b": ModelArgs(
         architecture="LlamaForCausalLM",
         vocab_size=128256,
@@ -103,6 +118,7 @@ PRESETS: dict[str, ModelArgs] = {
 
 PRESET_PARAMS: dict[str, int] = {
     "llama-tiny": 139_584,
+    "llama-tiny-draft": 42_080,
     "llama-1b": 1_235_814_400,
     "qwen2-0.5b": 494_032_768,
     "qwen3-0.6b": 596_049_920,

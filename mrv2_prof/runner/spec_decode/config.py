@@ -1,7 +1,10 @@
 """Speculative decoding settings (``runner.spec_decode``), validated once and frozen.
 
 ``method`` picks the drafter: ``none`` (off), ``ngram`` (prompt lookup over the request's prompt
-and output tokens, ``ngram_proposer``) or ``draft_model`` (not built: refused). Each speculating
+and output tokens, ``ngram_proposer``) or ``draft_model`` (a second model run on the device,
+``draft_model.py``: exactly one of ``draft_preset``, ``draft_path`` or ``draft_target_layers``,
+the target's first N layers with its final norm and LM head; the checks that need the models,
+the vocabulary and N's range, are ``draft_model.draft_problem``). Each speculating
 decode proposes up to ``num_speculative_tokens`` drafts; with ``dynamic_k`` the step's k comes
 from the batch size instead: the k of the smallest ``batch_size_upper_bound`` at or above the
 number of running requests, and 0 (no drafts) above the largest bound. Imports no torch.
@@ -44,7 +47,24 @@ class SpecDecodeConfig:
         if self.method not in SPEC_METHODS:
             yield "method", f"{self.method!r} is not one of {', '.join(SPEC_METHODS)}"
         if self.method == "draft_model":
-            yield "method", "draft_model is not available in this build (use ngram)"
+            given = [
+                name
+                for name, value in (
+                    ("preset", self.draft_preset),
+                    ("path", self.draft_path),
+                    ("target_layers", self.draft_target_layers),
+                )
+                if value is not None
+            ]
+            if len(given) != 1:
+                found = ", ".join(given) if given else "none"
+                yield (
+                    "draft",
+                    f"method draft_model needs exactly one of preset, path or target_layers "
+                    f"(found {found})",
+                )
+            if self.draft_target_layers is not None and self.draft_target_layers < 1:
+                yield "draft.target_layers", f"must be >= 1, got {self.draft_target_layers}"
         if not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             yield (
                 "num_speculative_tokens",

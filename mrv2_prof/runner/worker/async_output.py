@@ -47,6 +47,8 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float]]]]] | None = None
     # a verify step: per batch row the emitted tokens (accepted drafts, then one)
     spec_token_ids: list[list[int]] | None = None
+    # a draft model's proposals: per batch row the k drafts for the request's next verify
+    draft_token_ids: list[list[int]] | None = None
 
 
 @dataclass
@@ -66,6 +68,7 @@ class PendingOutput:
     verify_tokens: torch.Tensor | None = None  # [B, 1 + K] a verify step's output
     num_accepted: torch.Tensor | None = None  # [B]
     verify_rows: np.ndarray | None = None  # [B + 1] a verify step's cu_rows (host)
+    draft_tokens: torch.Tensor | None = None  # [B, k] the draft model's proposals
 
 
 class AsyncOutput:
@@ -96,6 +99,7 @@ class AsyncOutput:
         prompt: tuple[PromptLogprobsPlan, tuple[torch.Tensor, torch.Tensor]] | None = None,
         verify: RejectionOutput | None = None,
         verify_rows: np.ndarray | None = None,  # [B + 1] the verify's cu_rows (host)
+        drafts: torch.Tensor | None = None,  # [B, k] the draft model's proposals
     ) -> PendingOutput:
         """Queue the copies of a step's tokens, logprobs, prompt logprobs and a verify step's
         emitted tokens with their accepted counts, then the event."""
@@ -104,6 +108,8 @@ class AsyncOutput:
         if verify is not None:  # the accepted counts come back with the tokens
             pending.verify_tokens = self.to_host(verify.output_token_ids)
             pending.num_accepted = self.to_host(verify.num_accepted)
+        if drafts is not None:  # the drafts come back with the tokens too
+            pending.draft_tokens = self.to_host(drafts) if self.is_cuda else drafts
         if not self.is_cuda:
             pending.sampled = out.sampled_token_ids
             pending.logprob_token_ids, pending.logprobs = out.logprob_token_ids, out.logprobs
@@ -137,6 +143,7 @@ class AsyncOutput:
         if pending.verify_tokens is not None:
             rows, accepted = pending.verify_tokens.tolist(), pending.num_accepted.tolist()
             spec_token_ids = [row[: 1 + n] for row, n in zip(rows, accepted, strict=True)]
+        drafts = None if pending.draft_tokens is None else pending.draft_tokens.tolist()
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
         self.probe.sync("output_wait", OUTPUT_WAIT_SITE, wait_ns)
@@ -173,4 +180,5 @@ class AsyncOutput:
             output_wait_ns=wait_ns,
             prompt_logprobs=prompt_logprobs,
             spec_token_ids=spec_token_ids,
+            draft_token_ids=drafts,
         )

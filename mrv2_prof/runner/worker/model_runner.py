@@ -27,6 +27,7 @@ from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
 from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
+from mrv2_prof.runner.spec_decode.draft_runner import make_drafter
 from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
@@ -146,6 +147,7 @@ class ModelRunner:
             if spec.enabled
             else None
         )
+        self.drafter = make_drafter(self, model_spec)  # method draft_model (draft_runner.py)
 
     def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
@@ -160,7 +162,8 @@ class ModelRunner:
 
     def close(self) -> list[str]:
         """Stop the worker ranks of a tensor-parallel runner (rank 0); the notes this adds."""
-        return close_tensor_parallel(self)
+        drafts = self.drafter.notes if self.drafter is not None else []  # draft graph misses
+        return close_tensor_parallel(self) + drafts
 
     # ---- one step ------------------------------------------------------------------------------
     def queue_step(self, so: SchedulerOutput) -> PendingOutput:
@@ -201,6 +204,8 @@ class ModelRunner:
                 batch.req_ids, batch.query_start_loc_np, so.scheduled_spec_decode_tokens
             )
             self.verifier.apply(batch, verify)
+            if self.drafter is not None:  # the draft's probabilities for a sampled request
+                self.drafter.attach_probs(verify, batch, self.req_states)
         plan = None
         if self._prompt_logprobs:
             plan = plan_prompt_logprobs(
@@ -244,14 +249,20 @@ class ModelRunner:
         rs = self.req_states
         slots = batch.idx_mapping  # int32 indices: no conversion kernel
         rs.last_sampled_tokens[slots] = out.sampled_token_ids
+        advance = batch.num_scheduled_tokens
+        if rejection is not None:  # rolled back by the rejected and padded, on the device
+            advance = advance - verify.drafts.num_slots + rejection.num_accepted
         if self.config.staged_writes:
-            advance = batch.num_scheduled_tokens
-            if rejection is not None:  # rolled back by the rejected and padded, on the device
-                advance = advance - verify.drafts.num_slots + rejection.num_accepted
             rs.num_computed_tokens.gpu.index_add_(0, slots, advance)
+        drafts = None
+        if self.drafter is not None:  # k draft steps from each request's new length
+            start = batch.seq_lens - batch.num_scheduled_tokens + advance
+            drafts = self.drafter.run(batch, rs, out.sampled_token_ids, start)
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
         rows = verify.cu_rows_np if verify is not None else None
-        pending = self.output.queue(batch, out, write_stats, per_row, prompt, rejection, rows)
+        pending = self.output.queue(
+            batch, out, write_stats, per_row, prompt, rejection, rows, drafts
+        )
         p.gpu_mark(G_END)
         return pending
 
@@ -271,6 +282,8 @@ class ModelRunner:
         if self.verifier is not None:  # the rejection sampler's kernels too, one row each
             spec = self.verifier.prepare(batch.req_ids, batch.query_start_loc_np, {})
             self._sample(batch, logits, spec)
+        if self.drafter is not None:
+            self.drafter.run_dummy(batch)
 
     def _forward(
         self,
@@ -340,6 +353,8 @@ class ModelRunner:
                 new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
             )
             self.block_tables.set_row(slot, new.block_ids)
+        if self.drafter is not None:  # prefix-cache hits: the draft computes the cached tokens
+            self.drafter.add_requests(so.scheduled_new_reqs, rs.slot_of)
         cached, slot_of = so.scheduled_cached_reqs, rs.slot_of
         for req_id, block_ids in cached.new_block_ids.items():  # only those that got blocks
             self.block_tables.append(slot_of[req_id], block_ids)
