@@ -290,6 +290,8 @@ def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) 
         "capture_s": info.capture_s,
         "graph_memory_bytes": info.graph_memory_bytes,
         "num_graphs": info.num_graphs,
+        "draft_kv_cache_bytes": info.draft_kv_cache_bytes,  # spec_decode draft_model
+        "draft_capture_s": info.draft_capture_s,
         "startup_s": startup_s,
         "num_requests": num_requests,
         "notes": list(info.notes) + notes,

@@ -41,7 +41,12 @@ def test_dynamic_k_survives_the_json_round_trip_of_a_run_job():
     ("spec", "field", "problem"),
     [
         ({"method": "medusa"}, "method", "Input should be"),
-        ({"method": "draft_model"}, "method", "not available in this build"),
+        ({"method": "draft_model"}, "draft", "exactly one of preset, path or target_layers"),
+        (
+            {"method": "draft_model", "draft": {"preset": "llama-tiny", "target_layers": 1}},
+            "draft",
+            "(found preset, target_layers)",
+        ),
         ({"num_speculative_tokens": 0}, "num_speculative_tokens", ">= 1"),
         ({"num_speculative_tokens": 17}, "num_speculative_tokens", "<= 16"),
         ({"num_speculative_tokens": True}, "num_speculative_tokens", "valid integer"),

@@ -67,6 +67,10 @@ def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
     problem = tp_problem(world, args, on_gpu, spec)
     if problem is not None:
         raise invalid("tensor_parallel_size", problem)
+    if config.spec_decode.method == "draft_model":  # the draft model against the target
+        from mrv2_prof.runner.spec_decode.draft_model import check_draft, draft_args_for
+
+        check_draft(config.spec_decode, args, draft_args_for(config.spec_decode, args))
     if config.max_model_len > args.max_position_embeddings:
         raise invalid(
             "max_model_len",
@@ -93,11 +97,26 @@ def memory_needs(
     kv = (blocks or 0) * per_block * args.num_hidden_layers
     row = config.max_model_len + config.max_num_blocks_per_req
     state = 2 * config.max_num_reqs * row * _INDEX_BYTES
-    return {
+    needs = {
         "model": ("the weights", weights),
         "runner.num_kv_blocks": (f"the KV cache ({blocks or 0:,} blocks)", kv),
         "runner.max_num_reqs": (f"the request state ({config.max_num_reqs:,} slots)", state),
     }
+    spec = config.spec_decode
+    if spec.method == "draft_model":  # its weights (none of its own when self-drafting), cache
+        from mrv2_prof.runner.spec_decode.draft_model import draft_args_for
+
+        draft = draft_args_for(spec, args)
+        own = 0 if spec.draft_target_layers is not None else 1
+        w = own * sum(_numel(shape) for shape in expected_tensors(draft).values()) * item
+        tokens = (config.max_num_reqs + 1) * config.max_num_blocks_per_req * config.block_size
+        kv = tokens * 2 * draft.num_key_value_heads * draft.head_dim * item
+        probs = (config.max_num_reqs + 1) * spec.max_k * draft.vocab_size * 4
+        needs["runner.spec_decode.draft"] = (
+            "the draft model (weights, KV cache, draft probabilities)",
+            w + kv * draft.num_hidden_layers + probs,
+        )
+    return needs
 
 
 def _numel(shape: tuple[int, ...]) -> int:
