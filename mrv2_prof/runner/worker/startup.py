@@ -1,7 +1,7 @@
 """Start-up of a model runner, before its first step (MRV2 ``model_runner.py``:
 ``profile_run``, ``_dummy_run``, ``capture_model``): the KV cache, sized by a profiling run or
-given; the Triton warm-up; the CUDA graph capture. ``start_up`` runs them in that order (the
-warm-up and the graphs run through the real cache).
+given; the Triton warm-up; the CUDA graph capture, then a draft model's fused draft graphs.
+``start_up`` runs them in that order (the warm-up and the graphs run through the real cache).
 
 The profiling run and the warm-up are dummy runs: forward passes and sampling over a
 ``dummy_batch``, through ``ModelRunner.run_dummy``. They read the request slots, write none and
@@ -17,6 +17,7 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 
@@ -29,6 +30,7 @@ def start_up(runner: ModelRunner) -> int:
     num_blocks = initialize_kv_cache(runner)
     warm_up(runner)
     capture_graphs(runner)
+    capture_draft_graphs(runner)  # speculative decoding's fused draft graphs (draft_model)
     return num_blocks
 
 
