@@ -36,6 +36,7 @@ STEP, SCHEDULE, EXECUTE, PREPARE, FORWARD, SAMPLE, OUTPUT_WAIT, UPDATE, FLUSH, D
 )
 # The boundaries of a step's GPU work the runner marks on its stream (probes.gpu_timeline).
 G_PREPARE, G_FORWARD, G_SAMPLE, G_END = range(4)
+G_DRAFT = 4  # optional, between G_SAMPLE and G_END: a draft model's work (speculative decoding)
 
 
 class Probe:

@@ -6,8 +6,10 @@ The runner marks four boundaries of every step that runs GPU work on its stream:
 reaches it, so the ``G_PREPARE`` event is the moment the GPU started on the step (or finished the
 previous one, whichever came later) and ``G_END`` the moment it finished. Phase spans are
 ``prepare`` = G_PREPARE→G_FORWARD, ``forward`` = G_FORWARD→G_SAMPLE and ``sample`` =
-G_SAMPLE→G_END. A FULL CUDA graph covers the forward pass only, so every boundary is recorded
-outside the graph and a replayed step keeps its phase times.
+G_SAMPLE→G_END; a step that runs a draft model (speculative decoding) also marks ``G_DRAFT``
+between them, and its ``sample`` ends there and ``draft`` = G_DRAFT→G_END follows. A FULL CUDA
+graph covers the forward pass only, so every boundary is recorded outside the graph and a
+replayed step keeps its phase times.
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
 not one per kernel. Events come from a pool allocated at start; a step's events are reused only
@@ -41,14 +43,16 @@ from time import perf_counter_ns
 
 import torch
 
-from mrv2_prof.probes.api import G_END, G_PREPARE
+from mrv2_prof.probes.api import G_DRAFT, G_END, G_FORWARD, G_PREPARE, G_SAMPLE
 from mrv2_prof.probes.overlap import HOST_BOUND, OTHER, against_previous
 from mrv2_prof.probes.starvation import starved_from_marks
 from mrv2_prof.probes.sync_site import wait_deliberately
 
-NUM_MARKS = 4
-GPU_PHASES = ("prepare", "forward", "sample")  # span i runs from mark i to mark i + 1
-_ALL_MARKS = (1 << NUM_MARKS) - 1
+NUM_MARKS = 5
+GPU_PHASES = ("prepare", "forward", "sample", "draft")  # between consecutive recorded marks
+_ALL_MARKS = (1 << 4) - 1  # every step records these four; G_DRAFT is optional
+_ORDER = (G_PREPARE, G_FORWARD, G_SAMPLE, G_END)  # the marks in stream order, no draft
+_ORDER_DRAFT = (G_PREPARE, G_FORWARD, G_SAMPLE, G_DRAFT, G_END)
 ANCHOR_TRIES, TIGHT_ANCHOR_NS = 5, 20_000  # an anchor's record call should take < 20 µs
 REBASE_AFTER_NS = 1_000_000_000  # float32 ms: ~0.12 µs resolution up to 2 s
 
@@ -155,19 +159,21 @@ class GpuTimeline:
         return done
 
     def _resolve(self, slot: _Slot) -> None:
-        if self._ref_ns < 0 or slot.marks != _ALL_MARKS:
+        if self._ref_ns < 0 or slot.marks & _ALL_MARKS != _ALL_MARKS:
             return  # no anchor yet, or a step that did not record every boundary
         ref, ref_ns = self._ref, self._ref_ns
         t = slot.times
-        for m in range(NUM_MARKS):
+        order = _ORDER_DRAFT if slot.marks & (1 << G_DRAFT) else _ORDER
+        for m in order:
             t[m] = ref_ns + round(ref.elapsed_time(slot.events[m]) * 1e6)
-        starved = starved_from_marks(slot.host_ns, t)
-        for i in range(len(GPU_PHASES)):
+        tt = [t[m] for m in order]
+        starved = starved_from_marks([slot.host_ns[m] for m in order], tt)
+        for i in range(len(order) - 1):  # phase i: prepare, forward, sample[, draft]
             if self._with_starved:
-                self._sink(slot.step, i, t[i], t[i + 1], starved[i])
+                self._sink(slot.step, i, tt[i], tt[i + 1], starved[i])
             else:
-                self._sink(slot.step, i, t[i], t[i + 1])
-        windows = [(t[i], t[i] + starved[i]) for i in range(len(GPU_PHASES)) if starved[i] > 0]
+                self._sink(slot.step, i, tt[i], tt[i + 1])
+        windows = [(tt[i], tt[i] + starved[i]) for i in range(len(order) - 1) if starved[i] > 0]
         self._account(slot.prep_start_ns, slot.enqueue_end_ns, t[G_PREPARE], t[G_END], windows)
         if t[G_END] - ref_ns > REBASE_AFTER_NS:
             # The step's last event becomes the reference; the old reference joins the pool.

@@ -23,11 +23,11 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from mrv2_prof.probes.api import FORWARD, PHASES, PREPARE, SAMPLE, SCHEDULE, STEP, Probe
+from mrv2_prof.probes.api import DRAFT, FORWARD, PHASES, PREPARE, SAMPLE, SCHEDULE, STEP, Probe
 from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes, from_rows
 
-# GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample") as PHASES indices
-_GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
+# GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample", "draft") as PHASES indices
+_GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE, DRAFT)
 # Interned ids of the span tracks (after the phase names)
 CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
 

@@ -8,7 +8,9 @@
 * ``mean_acceptance_length``: 1 + accepted / ``num_drafts``, the tokens a verify emits on
   average (the one after the accepted drafts included).
 * ``accepted_length_counts[a]``: verifies that accepted exactly ``a`` drafts.
-* ``draft_ms``: host time of the ``draft`` phase; ``verify_ms``: the forward and sample phases of
+* ``draft_ms``: time of the ``draft`` phase: on the device when a draft model ran there (its
+  catch-up and k steps, the ``draft`` device span), else on the host (the n-gram lookup, or the
+  draft model's steps on the CPU); ``verify_ms``: the forward and sample phases of
   the steps that verified drafts, on the device when the run has a GPU timeline (what the verify
   costs there), else on the host; ``draft_time_share`` = draft / (draft + verify).
 
@@ -57,11 +59,14 @@ def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
     ]  # fmt: skip
     counts = [sum(n for _, a, n in rows if a == x) for x in range(max_k + 1)]
 
-    (draft_ns,) = con.execute(
-        "SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM spans "
-        "WHERE run_id = ? AND track = 'cpu' AND name = 'draft'",
-        [run_id],
-    ).fetchone()
+    drafts = dict(
+        con.execute(
+            "SELECT track, sum(end_ns - start_ns)::BIGINT FROM spans "
+            "WHERE run_id = ? AND name = 'draft' GROUP BY track",
+            [run_id],
+        ).fetchall()
+    )
+    draft_ns = drafts.get("gpu") or drafts.get("cpu") or 0  # a draft model's device time
     verify = dict(
         con.execute(
             "SELECT s.track, sum(s.end_ns - s.start_ns)::BIGINT FROM spans s "

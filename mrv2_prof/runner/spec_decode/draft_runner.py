@@ -82,6 +82,7 @@ class DraftRunner:
             return None
         p = self.probe
         p.begin(probes.DRAFT)
+        p.gpu_mark(probes.G_DRAFT)  # the device span "draft" runs from here to the step's end
         self.state.catch_up(batch)
         slots = batch.idx_mapping.long()
         temperature, seeds = take(rs.temperature, batch.idx_mapping), take(rs.seeds, slots)
