@@ -170,3 +170,33 @@ def test_sampled_tokens_follow_the_target_distribution_with_draft_probabilities(
     expected = np.append(p[keep] * m, p[~keep].sum() * m)
     assert keep.sum() >= 3, np.sort(p)[-10:]
     assert pearson_chi2(observed, expected) < chi2_quantile(0.999, len(observed) - 1)
+
+
+def test_a_prefix_cache_hit_is_computed_by_the_draft_too():
+    """B repeats A's prompt after A finished: its cached tokens were never a step of B, yet
+    its first drafts are the draft model's own continuation (the draft computed the hit's
+    tokens into B's fresh cache row; C takes A's old row)."""
+    k = 3
+    engine = make_engine(preset_draft(k), enable_prefix_caching=True)
+    prompt = list(range(20, 44))  # 24 tokens: 6 full blocks of 4
+    engine.add_request("a", prompt, SamplingParams(max_tokens=2))
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.step()
+    engine.add_request("c", list(range(100, 110)), SamplingParams(max_tokens=2))
+    b = engine.add_request("b", prompt, SamplingParams(max_tokens=8))
+    out = engine.step().runner_output
+    assert b.num_cached_tokens > 0
+    row = out.req_ids.index("b")
+    first, drafts = out.sampled_token_ids[row], out.draft_token_ids[row]
+
+    cfg = RunnerConfig(
+        device="cpu", max_num_reqs=8, max_num_seqs=8, max_model_len=128, block_size=4,
+        num_kv_blocks=256, kernels="torch", async_scheduling=False, uva=False,
+        cudagraph_mode="none",
+    )  # fmt: skip
+    alone = Engine(cfg, ModelSpec(preset="llama-tiny-draft", seed=0))
+    r = alone.add_request("b", prompt + [first], SamplingParams(max_tokens=k))
+    while alone.has_unfinished_requests():
+        alone.step()
+    assert r.output_token_ids == drafts
