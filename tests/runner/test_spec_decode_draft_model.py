@@ -200,3 +200,49 @@ def test_a_prefix_cache_hit_is_computed_by_the_draft_too():
     while alone.has_unfinished_requests():
         alone.step()
     assert r.output_token_ids == drafts
+
+
+def test_a_checkpoint_directory_drafts_as_its_preset_does(plain_tokens, tmp_path):
+    """llama-tiny-draft's weights saved as a checkpoint: ``draft.path`` loads them with the
+    target's loader, and the run verifies exactly the preset draft's drafts."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from mrv2_prof.runner.model.loader import load_preset
+    from mrv2_prof.runner.model.presets import PRESETS
+
+    model = load_preset("llama-tiny-draft", 0, torch.device("cpu"), torch.float32)
+    tensors = {name: t.contiguous() for name, t in model.state_dict().items()}
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    config = PRESETS["llama-tiny-draft"].to_hf_config()
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = SpecDecodeConfig(
+        method="draft_model", num_speculative_tokens=3, draft_path=str(tmp_path)
+    )
+    tokens, engine = run_greedy(spec)
+    assert tokens == plain_tokens
+    _, preset_engine = run_greedy(preset_draft(3))
+    assert engine.scheduler.spec.stats == preset_engine.scheduler.spec.stats
+    assert engine.scheduler.spec.stats.num_drafts > 0
+
+
+def test_greedy_requests_beside_sampled_ones_keep_their_tokens(plain_tokens):
+    """A batch with sampled requests verifies with the draft's probabilities; the greedy
+    requests in it still get exactly the plain greedy tokens."""
+    engine = make_engine(self_draft(3))
+    prompts = repetitive_prompts(engine.vocab_size)
+    reqs = {}
+    for i, (rid, ids) in enumerate(prompts.items()):
+        sampled = i >= 2
+        params = SamplingParams(
+            max_tokens=20, temperature=0.8 if sampled else 0.0, seed=i if sampled else None
+        )
+        reqs[rid] = engine.add_request(rid, ids, params, float(i))
+    while engine.has_unfinished_requests():
+        engine.step()
+    engine.step()
+    assert_no_leaks(engine)
+    for rid in ("r0", "r1"):
+        assert reqs[rid].output_token_ids == plain_tokens[rid]
+    assert engine.scheduler.spec.stats.num_drafts > 0
