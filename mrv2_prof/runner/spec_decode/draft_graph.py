@@ -8,7 +8,7 @@ sizes are the target's FULL decode sizes (a draft batch is a decode batch: at mo
 ``max_num_seqs`` requests), the ks those ``dynamic_k`` (or the fixed k) can choose; a batch is
 padded up to the smallest captured size with rows of the cache's scratch row (they write and
 read only there). The graphs' static inputs (last tokens, start positions, slots, temperatures,
-seeds) are filled before each replay; their drafts land in a static [size, K] buffer that the
+seeds) are filled before each replay; their drafts land in a static [size, k] buffer that the
 step's output copy reads in stream order.
 
 ``capture_draft_graphs`` runs at start-up after the target's graphs (CUDA, FULL graphs planned)
@@ -34,14 +34,15 @@ class DraftGraphs:
         self.state = state
         self.sizes = sorted(set(sizes))
         self.ks = sorted({k for k in ks if k > 0})
-        n, max_k = self.sizes[-1], max(self.ks)
+        n = self.sizes[-1]
         self.last = torch.zeros(n, dtype=torch.int64, device=device)
         self.start = torch.zeros(n, dtype=torch.int64, device=device)
         self.slots = torch.full((n,), state.scratch_row, dtype=torch.int64, device=device)
         self.temperature = torch.ones(n, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(n, dtype=torch.int64, device=device)
         self.qsl = torch.arange(n + 1, dtype=torch.int32, device=device)
-        self.out = torch.zeros((n, max_k), dtype=torch.int64, device=device)
+        # the drafts, [size, k] per k: a contiguous block for the output copy
+        self.out = {k: torch.zeros((n, k), dtype=torch.int64, device=device) for k in self.ks}
         self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
         self.replays: dict[tuple[int, int, bool], int] = {}
 
@@ -50,7 +51,7 @@ class DraftGraphs:
             draft_steps(
                 self.state, self.last[:size], self.start[:size], self.slots[:size],
                 self.temperature[:size], self.seeds[:size], self.qsl[: size + 1], k, sampled,
-                self.out[:size],
+                self.out[k][:size],
             )  # fmt: skip
 
         return body
@@ -115,7 +116,7 @@ class DraftGraphs:
         key = (size, k, sampled)
         self.graphs[key].replay()
         self.replays[key] = self.replays.get(key, 0) + 1
-        return self.out[:n, :k], None
+        return self.out[k][:n], None
 
 
 def capture_draft_graphs(runner) -> None:

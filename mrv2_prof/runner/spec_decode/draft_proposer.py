@@ -114,9 +114,11 @@ class DraftState:
         c = token_ids.shape[0]
         device = token_ids.device
         positions = torch.arange(c, dtype=torch.int64, device=device)
+        qsl = torch.full((2,), c, dtype=torch.int32, device=device)  # fills: no host copy
+        qsl[0] = 0
         meta = self.meta(
-            torch.tensor([0, c], dtype=torch.int32, device=device),
-            torch.full((1,), c, dtype=torch.int32, device=device),
+            qsl,
+            qsl[1:],
             self.block_ids[slot : slot + 1],
             slot * self.row_len + positions,
             np.array([0, c], dtype=np.int32),
