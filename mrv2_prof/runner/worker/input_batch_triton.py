@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.worker.triton_launch import Launcher
 from mrv2_prof.runner.worker.uva import is_uva
 
 BLOCK_T = 256  # tokens a program writes per loop iteration
@@ -91,6 +92,9 @@ def _prepare_inputs_kernel(
         )
 
 
+_prepare = Launcher(_prepare_inputs_kernel)
+
+
 def _check_layout(device: torch.device, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if t.device != device and not (name == "prefill_token_ids" and is_uva(t, device)):
@@ -156,7 +160,8 @@ def prepare_inputs_triton(
     if num_reqs == 0:
         query_start_loc.zero_()
     else:
-        _prepare_inputs_kernel[(num_reqs,)](
+        _prepare(
+            (num_reqs,),
             idx_mapping,
             num_scheduled_tokens,
             num_computed_tokens,
