@@ -53,14 +53,17 @@ class InputBuffers:
     def max_reqs(self) -> int:
         return self.seq_lens.shape[0]
 
-    def views(self, num_tokens: int, num_reqs: int) -> dict[str, torch.Tensor]:
-        """The first rows a step of ``num_tokens`` tokens over ``num_reqs`` requests writes."""
+    def views(
+        self, num_tokens: int, num_reqs: int, block_table: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """The first rows a step of ``num_tokens`` tokens over ``num_reqs`` requests writes;
+        with ``block_table``, also the batch's block-table rows (input prep gathers them)."""
         if num_tokens > self.max_tokens or num_reqs > self.max_reqs:
             raise ValueError(
                 f"a step of {num_tokens} tokens / {num_reqs} requests exceeds the input buffers "
                 f"({self.max_tokens} / {self.max_reqs})"
             )
-        return {
+        views = {
             "input_ids": self.input_ids[:num_tokens],
             "positions": self.positions[:num_tokens],
             "slot_mapping": self.slot_mapping[:num_tokens],
@@ -68,3 +71,6 @@ class InputBuffers:
             "seq_lens": self.seq_lens[:num_reqs],
             "logits_indices": self.logits_indices[:num_reqs],
         }
+        if block_table:
+            views["block_table"] = self.block_table[:num_reqs]
+        return views

@@ -389,7 +389,7 @@ class ModelRunner:
             rs.last_sampled_tokens,
             self.block_tables.table.gpu,
             self.config.block_size,
-            out=self.inputs.views(num_tokens, num_reqs),
+            out=self.inputs.views(num_tokens, num_reqs, block_table=True),  # + the table rows
         )
         return InputBatch(
             req_ids=req_ids,
@@ -401,6 +401,5 @@ class ModelRunner:
             seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
-            block_table=self.block_tables.gather(idx_mapping, self.inputs.block_table[:num_reqs]),
             **inputs,
         )
