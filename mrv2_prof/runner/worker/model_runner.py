@@ -242,13 +242,15 @@ class ModelRunner:
 
         # Advance device-side state; the next step reads it without a host round trip.
         rs = self.req_states
-        slots = batch.idx_mapping  # int32 indices: no conversion kernel
-        rs.last_sampled_tokens[slots] = out.sampled_token_ids
+        advance = done = None
         if self.config.staged_writes:
-            advance = batch.num_scheduled_tokens
+            advance, done = batch.num_scheduled_tokens, rs.num_computed_tokens.gpu
             if rejection is not None:  # rolled back by the rejected drafts, on the device
                 advance = advance - verify.drafts.num_draft + rejection.num_accepted
-            rs.num_computed_tokens.gpu.index_add_(0, slots, advance)
+        # int32 slot indices: no conversion kernel; one launch with the Triton kernels
+        self.kernels.advance_state(
+            rs.last_sampled_tokens, done, batch.idx_mapping, out.sampled_token_ids, advance
+        )
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
         pending = self.output.queue(batch, out, write_stats, per_row, prompt, rejection)
         p.gpu_mark(G_END)
@@ -303,7 +305,7 @@ class ModelRunner:
         num_logprobs = int(rs.num_logprobs_np[idx].max())
         meta = SamplingMetadata(
             idx_mapping=batch.idx_mapping,
-            positions=batch.seq_lens.long(),
+            positions=batch.seq_lens if verify is None else batch.seq_lens.long(),  # int32 ok
             temperature=rs.temperature,
             top_k=rs.top_k,
             top_p=rs.top_p,
