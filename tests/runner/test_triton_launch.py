@@ -58,13 +58,13 @@ DTYPES = (torch.int32, torch.int64, torch.float32, torch.bfloat16)
 
 
 def random_args(fn: JITFunction, rng: np.random.Generator) -> list:
-    """Runtime arguments of every kind triton specialises on, two of them changed from a base
+    """Runtime arguments of every kind triton specialises on, one of them changed from a base
     (aligned int32 tensors, the integer 64): tensors at aligned and unaligned offsets of several
     dtypes, integers around 1, 16 and the 32-bit bounds. Changing few arguments at a time makes
     many launches share a key, so a key that misses a distinction triton makes shows up."""
     pool = torch.zeros(64, dtype=torch.int64)
     runtime = [p for p in fn.params if not p.is_constexpr]
-    changed = set(rng.choice(len(runtime), size=min(2, len(runtime)), replace=False).tolist())
+    changed = set(rng.choice(len(runtime), size=1, replace=False).tolist())
     args = []
     for i, p in enumerate(runtime):
         tensor = p.name.endswith("_ptr")
@@ -94,8 +94,8 @@ def test_key_is_at_least_as_fine_as_triton_specialization(kernel):
         spec = tuple(binder(*args, **constexprs)[1])
         assert spec_of_key.setdefault(key, spec) == spec, (key, spec, spec_of_key[key])
         keys.add(key)
-    assert len(keys) > 20  # the random arguments reached many specializations
-    assert len(keys) < 350  # and many launches shared a key
+    assert len(keys) >= 10  # the random arguments reached many specializations
+    assert len(keys) < 300  # and many launches shared a key
 
 
 def test_key_separates_what_triton_separates():

@@ -35,6 +35,7 @@ import torch
 _ENV = "MRV2_TRITON_FAST_LAUNCH"
 _state = {"enabled": os.environ.get(_ENV, "1") != "0"}
 _notes: dict[str, None] = {}  # ordered set: one line per kernel that takes the JIT path
+_launchers: list[Launcher] = []  # every launcher made, for the counts (benchmarks)
 _LAUNCHER_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
 _I32 = range(-(2**31), 2**31)
 
@@ -54,6 +55,11 @@ def fast_launch_enabled() -> bool:
 def notes() -> list[str]:
     """One line per kernel whose launches took the JIT path, with the reason."""
     return list(_notes)
+
+
+def launchers() -> list[Launcher]:
+    """Every launcher made so far (one per kernel), with its counters."""
+    return list(_launchers)
 
 
 def _runtime() -> tuple[Callable[[], int], Callable[[int], int], Any]:
@@ -98,6 +104,26 @@ def _arg_key(a: Any, mode: int) -> Any:
     return type(a), a  # anything else: its value (hashable or the key fails loudly)
 
 
+def _key_function(modes: list[int]) -> Callable[..., tuple]:
+    """``tuple(map(_arg_key, args, modes))`` written out per parameter, with a tensor's and an
+    int's key inline (as triton's own binder is generated): about a third of the calls' cost."""
+    lo, hi, u64 = -(2**31), 2**31, 2**63
+    terms = []
+    for i, m in enumerate(modes):
+        a = f"a{i}"
+        tensor = f"{a}.dtype" if m & _NO_ALIGN else f"({a}.dtype, not {a}.data_ptr() & 15)"
+        value = "" if m & _NO_VALUE else f"{a} == 1, not {a} & 15, "
+        integer = f"({value}{lo} <= {a} < {hi}, {a} >= {u64})"
+        terms.append(
+            f"{tensor} if type({a}) is Tensor else {integer} if type({a}) is int "
+            f"else arg_key({a}, {m})"
+        )
+    args = ", ".join(f"a{i}" for i in range(len(modes)))
+    namespace = {"Tensor": torch.Tensor, "arg_key": _arg_key}
+    exec(f"def key({args}):\n    return ({', '.join(terms)},)\n", namespace)
+    return namespace["key"]
+
+
 class Launcher:
     """Launches of one ``@triton.jit`` kernel, through its compiled kernel once cached."""
 
@@ -109,6 +135,7 @@ class Launcher:
         self._runtime: tuple | None = None
         self.fallback: str | None = None  # why the JIT path is taken, once known
         self._noted_off = False
+        _launchers.append(self)
         if type(fn).__name__ == "InterpretedFunction":
             self._fall_back("the Triton interpreter runs it (TRITON_INTERPRET=1)")
             return
@@ -117,6 +144,7 @@ class Launcher:
             self._fall_back(shape)
             return
         self._modes, self._constexprs = shape
+        self._key = _key_function(self._modes)
 
     def _fall_back(self, reason: str) -> None:
         self.fallback = reason
@@ -135,7 +163,7 @@ class Launcher:
                 f"{self.name}: {len(args)} positional arguments, the kernel has {len(modes)} "
                 "runtime parameters (constexprs and options go by keyword)"
             )
-        return tuple(map(_arg_key, args, modes)), tuple(kwargs.items())
+        return self._key(*args), tuple(kwargs.items())
 
     def __call__(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
         self.calls += 1
