@@ -20,6 +20,8 @@ of a device copy.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
@@ -110,6 +112,43 @@ def _prepare_inputs_kernel(
 _prepare = Launcher(_prepare_inputs_kernel)
 
 
+class _Checked:
+    """The arguments of the last call whose layout was checked: tensors by identity (held
+    weakly), the rest by value. A tensor object keeps its device, dtype and strides unless
+    changed in place (``set_``, ``resize_``), which nothing on the step path does."""
+
+    def __init__(self) -> None:
+        self._items: tuple = ()
+
+    def same(self, items: tuple) -> bool:
+        last = self._items
+        if len(last) != len(items):
+            return False
+        for kept, x in zip(last, items, strict=True):
+            if isinstance(kept, weakref.ref):
+                if kept() is not x:
+                    return False
+            elif type(kept) is tuple:  # an out entry: (name, weak tensor)
+                if kept[0] != x[0] or kept[1]() is not x[1]:
+                    return False
+            elif kept != x:
+                return False
+        return True
+
+    def remember(self, items: tuple) -> None:
+        def keep(x):
+            if isinstance(x, torch.Tensor):
+                return weakref.ref(x)
+            if type(x) is tuple:
+                return (x[0], weakref.ref(x[1]))
+            return x
+
+        self._items = tuple(map(keep, items))
+
+
+_LAST_CHECKED = _Checked()
+
+
 def _check_layout(device: torch.device, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if t.device != device and not (name == "prefill_token_ids" and is_uva(t, device)):
@@ -147,18 +186,27 @@ def prepare_inputs_triton(
             f"num_scheduled_tokens has shape {tuple(num_scheduled_tokens.shape)}, "
             f"expected ({num_reqs},)"
         )
-    if prefill_token_ids.dim() != 2 or block_table.dim() != 2:
-        raise ValueError("prefill_token_ids and block_table must be 2-D [slots, cols]")
-    _check_layout(
-        device,
-        idx_mapping=idx_mapping,
-        num_scheduled_tokens=num_scheduled_tokens,
-        num_computed_tokens=num_computed_tokens,
-        num_prefill_tokens=num_prefill_tokens,
-        prefill_token_ids=prefill_token_ids,
-        last_sampled_tokens=last_sampled_tokens,
-        block_table=block_table,
-    )
+    _check_layout(device, idx_mapping=idx_mapping, num_scheduled_tokens=num_scheduled_tokens)
+    # The persistent tables and the step's buffers are the same objects step after step: they
+    # are checked again only when one of them (or the step's sizes) differs from the last call.
+    checked = (device, num_tokens, num_reqs, num_computed_tokens, num_prefill_tokens)
+    checked += (prefill_token_ids, last_sampled_tokens, block_table, *(out or {}).items())
+    if not _LAST_CHECKED.same(checked):
+        if prefill_token_ids.dim() != 2 or block_table.dim() != 2:
+            raise ValueError("prefill_token_ids and block_table must be 2-D [slots, cols]")
+        _check_layout(
+            device,
+            num_computed_tokens=num_computed_tokens,
+            num_prefill_tokens=num_prefill_tokens,
+            prefill_token_ids=prefill_token_ids,
+            last_sampled_tokens=last_sampled_tokens,
+            block_table=block_table,
+        )
+        if out is not None:
+            _check_out(out, num_tokens, num_reqs, device)
+            if "block_table" in out:
+                _check_table_out(out["block_table"], block_table, num_reqs, device)
+        _LAST_CHECKED.remember(checked)
     if out is None:
         out = {
             "input_ids": torch.empty(num_tokens, dtype=torch.int64, device=device),
@@ -168,10 +216,6 @@ def prepare_inputs_triton(
             "slot_mapping": torch.empty(num_tokens, dtype=torch.int64, device=device),
             "logits_indices": torch.empty(num_reqs, dtype=torch.int64, device=device),
         }
-    else:
-        _check_out(out, num_tokens, num_reqs, device)
-        if "block_table" in out:
-            _check_table_out(out["block_table"], block_table, num_reqs, device)
     input_ids, positions, slot_mapping = out["input_ids"], out["positions"], out["slot_mapping"]
     query_start_loc, seq_lens = out["query_start_loc"], out["seq_lens"]
     logits_indices = out["logits_indices"]

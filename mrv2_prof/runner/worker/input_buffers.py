@@ -13,9 +13,11 @@ written only after step N's kernels have read theirs. A FULL graph keeps its own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+_MAX_CACHED_VIEWS = 64  # step sizes whose views are kept (a decode run reuses one or two)
 
 
 @dataclass
@@ -27,6 +29,8 @@ class InputBuffers:
     seq_lens: torch.Tensor  # [R] int32
     logits_indices: torch.Tensor  # [R] int64
     block_table: torch.Tensor  # [R, max_blocks] int32
+    # (num_tokens, num_reqs, block_table) -> the views of a step of those sizes
+    _views: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def allocate(
@@ -58,6 +62,10 @@ class InputBuffers:
     ) -> dict[str, torch.Tensor]:
         """The first rows a step of ``num_tokens`` tokens over ``num_reqs`` requests writes;
         with ``block_table``, also the batch's block-table rows (input prep gathers them)."""
+        key = (num_tokens, num_reqs, block_table)
+        cached = self._views.get(key)
+        if cached is not None:  # the same sizes as an earlier step: the same view objects
+            return dict(cached)
         if num_tokens > self.max_tokens or num_reqs > self.max_reqs:
             raise ValueError(
                 f"a step of {num_tokens} tokens / {num_reqs} requests exceeds the input buffers "
@@ -73,4 +81,7 @@ class InputBuffers:
         }
         if block_table:
             views["block_table"] = self.block_table[:num_reqs]
-        return views
+        if len(self._views) >= _MAX_CACHED_VIEWS:
+            self._views.clear()
+        self._views[key] = views
+        return dict(views)
