@@ -248,3 +248,31 @@ def test_cuda_fast_launch_hits_and_writes_what_the_jit_writes():
         want[row, 2 : 2 + n] = vals.to(dev)
         assert torch.equal(base, want)
     assert launcher.misses == 1 and launcher.hits == launcher.calls - 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only without CUDA")
+def test_the_runner_records_the_jit_path_notes_after_warm_up(monkeypatch):
+    """Forced-in Triton kernels under the interpreter: the run's notes say which kernels took
+    the JIT path and why (no silent fallback)."""
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+    from mrv2_prof.runner.engine import Engine
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
+
+    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
+    config = RunnerConfig(
+        device="cpu",
+        max_num_reqs=8,
+        max_num_seqs=4,
+        max_num_batched_tokens=64,
+        max_model_len=64,
+        num_kv_blocks=16,
+        async_scheduling=False,
+        uva=False,
+        cudagraph_mode="none",
+    )
+    engine = Engine(config, ModelSpec(preset="llama-tiny"))
+    notes = [n for n in engine.info.notes if "launches through the JIT" in n]
+    assert any("_prepare_inputs_kernel" in n and "TRITON_INTERPRET=1" in n for n in notes)
+    assert any("_gumbel_argmax_kernel" in n for n in notes)
+    assert len(notes) == len(set(notes))

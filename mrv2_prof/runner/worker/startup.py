@@ -17,6 +17,7 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 
@@ -136,6 +137,9 @@ def warm_up(runner: ModelRunner) -> None:
     if runner.is_cuda:
         torch.cuda.synchronize(device)
     runner.info.warmup_s = time.perf_counter() - t0
+    for note in triton_launch.notes():  # kernels that launch through the JIT, and why
+        if note not in runner.info.notes:
+            runner.info.notes.append(note)
 
 
 def capture_graphs(runner: ModelRunner) -> None:
