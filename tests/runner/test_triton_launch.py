@@ -276,3 +276,43 @@ def test_the_runner_records_the_jit_path_notes_after_warm_up(monkeypatch):
     assert any("_prepare_inputs_kernel" in n and "TRITON_INTERPRET=1" in n for n in notes)
     assert any("_gumbel_argmax_kernel" in n for n in notes)
     assert len(notes) == len(set(notes))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_engine_steps_launch_through_the_cache():
+    """A CUDA run with the Triton kernels and FULL graphs: after warm-up every step-path launch
+    is a cache hit (misses only for specializations first met in a step), and no kernel took
+    the JIT path."""
+    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+    from mrv2_prof.runner.core.request import SamplingParams
+    from mrv2_prof.runner.engine import Engine
+
+    triton_launch.set_fast_launch(True)
+    config = RunnerConfig(
+        device="cuda",
+        max_num_reqs=16,
+        max_num_seqs=4,
+        max_model_len=256,
+        num_kv_blocks=64,
+        kernels="triton",
+        cudagraph_mode="full_and_piecewise",
+        cudagraph_capture_sizes=(1, 2, 4),
+    )
+    engine = Engine(config, ModelSpec(preset="llama-tiny"))
+    step_path = {"_prepare_inputs_kernel", "_gumbel_argmax_kernel", "_advance_kernel"}
+    before = {lnch.name: lnch.calls for lnch in triton_launch.launchers()}
+    params = SamplingParams(max_tokens=24, ignore_eos=True, temperature=0.7, seed=1)
+    for i in range(4):
+        engine.add_request(f"r{i}", list(range(5 + i, 30 + i)), params)
+    steps = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+    counted = [lnch for lnch in triton_launch.launchers() if lnch.name in step_path]
+    assert {lnch.name for lnch in counted} == step_path
+    for lnch in counted:
+        assert lnch.fallback is None
+        assert lnch.calls - before.get(lnch.name, 0) >= steps - 2, lnch.name
+        assert lnch.misses <= 4 and lnch.hits >= steps - 6, (lnch.name, lnch.misses, lnch.hits)
+    assert not [n for n in engine.info.notes if "launches through the JIT" in n]

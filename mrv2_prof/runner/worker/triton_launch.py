@@ -175,7 +175,13 @@ class Launcher:
             self.fn[grid](*args, **kwargs)
             return
         if self._runtime is None:
-            self._runtime = _runtime()
+            try:
+                self._runtime = _runtime()
+            except (ImportError, AttributeError) as exc:  # a triton without these entry points
+                self._fall_back(f"triton's runtime lacks what the launcher reads: {exc}")
+                self.slow += 1
+                self.fn[grid](*args, **kwargs)
+                return
         current_device, current_stream, knobs = self._runtime
         device = current_device()
         key = (device, *self.key(args, kwargs))
