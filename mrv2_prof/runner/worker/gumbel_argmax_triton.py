@@ -281,6 +281,7 @@ class _Workspace:
 
     def __init__(self) -> None:
         self.partials = self.index = self.counter = None
+        self.buffers: tuple = ()
         self._kept: list[torch.Tensor] = []
 
     def get(self, device, num_rows: int, num_splits: int):
@@ -298,7 +299,9 @@ class _Workspace:
             self.partials = torch.empty(3, cells, dtype=torch.float32, device=device)
             self.index = torch.empty(cells, dtype=torch.int32, device=device)
             self.counter = torch.zeros(rows, dtype=torch.int32, device=device)
-        return self.partials, self.index, self.counter
+            # value | logsumexp max | sum, each read as [B, num_splits]; split once, not per call
+            self.buffers = (*self.partials.unbind(0), self.index, self.counter)
+        return self.buffers
 
 
 _workspaces: dict[torch.device, _Workspace] = {}
@@ -334,8 +337,9 @@ def gumbel_argmax(
     ws = _workspaces.get(device)
     if ws is None:
         ws = _workspaces[device] = _Workspace()
-    partials, split_idx, counter = ws.get(device, num_rows, num_splits)
-    split_val, split_lse_max, split_lse_sum = partials  # each read as [B, num_splits]
+    split_val, split_lse_max, split_lse_sum, split_idx, counter = ws.get(
+        device, num_rows, num_splits
+    )
     lse_out = lse if lse is not None else split_val  # unread without LOGPROBS
     block_splits = max(16, triton.next_power_of_2(num_splits))
     _scan(
