@@ -56,3 +56,15 @@ def test_empty_batch_and_bad_inputs():
         advance_state_triton(last, done, idx, last[:2], None)
     with pytest.raises(ValueError, match="advance has shape"):
         advance_state_triton(last, done, idx, last[:2], idx[:1])
+
+
+def test_strided_tokens_and_advance():
+    """A verify step's last tokens can be a column of a [B, k] tensor: read by stride."""
+    last = torch.zeros(8, dtype=torch.int64, device=DEVICE)
+    done = torch.zeros(8, dtype=torch.int32, device=DEVICE)
+    idx = torch.tensor([6, 2, 4], dtype=torch.int32, device=DEVICE)
+    tokens = torch.arange(12, dtype=torch.int64, device=DEVICE).view(3, 4)[:, 1]  # 1, 5, 9
+    steps = torch.arange(6, dtype=torch.int32, device=DEVICE)[::2]  # 0, 2, 4
+    advance_state_triton(last, done, idx, tokens, steps)
+    assert last.tolist() == [0, 0, 5, 0, 9, 0, 1, 0]
+    assert done.tolist() == [0, 0, 2, 0, 4, 0, 0, 0]

@@ -62,7 +62,11 @@ def advance_state_triton(
         raise ValueError(f"advance has shape {tuple(advance.shape)}, expected ({num_rows},)")
     if num_rows == 0:
         return
+    # rows are read at unit stride (a verify step's last tokens may be a strided view)
+    idx_mapping, sampled_token_ids = idx_mapping.contiguous(), sampled_token_ids.contiguous()
     with_advance = advance is not None
+    if with_advance:
+        advance = advance.contiguous()
     _advance(
         (triton.cdiv(num_rows, BLOCK),),
         last_sampled_tokens,
