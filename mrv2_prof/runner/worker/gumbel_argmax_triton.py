@@ -36,6 +36,7 @@ _PROGRAMS_PER_SM = 4  # split the vocabulary until the grid has about this many 
 _NO_TOKEN = tl.constexpr(2**31 - 1)  # index of a split whose logits are all -inf
 _GREEDY_TEMPERATURE = tl.constexpr(GREEDY_TEMPERATURE)
 _LSE_FLOOR = tl.constexpr(-1e38)  # finite start of a running max: no -inf - -inf in logsumexp
+FUSED_REDUCE = True  # the default of ``gumbel_argmax(fused=...)``: one launch per sampling
 
 
 @triton.jit
@@ -314,14 +315,17 @@ def gumbel_argmax(
     with_lse: bool = False,
     block_size: int = _BLOCK_SIZE,
     split_size: int | None = None,
-    fused: bool = True,
+    fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sampled token ids [B] int64 and, with ``with_lse``, the rows' logsumexp [B] float32.
 
     ``block_size`` and ``split_size`` (a multiple of it) exist so tests can reach every path at
-    small sizes; by default the vocabulary is split to fill the device. ``fused``: one launch
-    (the row's last split reduces it); otherwise a scan launch and a reduce launch.
+    small sizes; by default the vocabulary is split to fill the device. ``fused`` (default
+    ``FUSED_REDUCE``): one launch (the row's last split reduces it); otherwise a scan launch and
+    a reduce launch.
     """
+    if fused is None:
+        fused = FUSED_REDUCE
     num_rows, vocab_size = logits.shape
     device = logits.device
     block_size = min(block_size, max(16, triton.next_power_of_2(vocab_size)))
