@@ -265,3 +265,41 @@ def test_persistent_buffers_refuse_a_step_too_large_or_a_wrong_layout():
     views["seq_lens"] = views["seq_lens"].long()
     with pytest.raises(ValueError, match=r"out\['seq_lens'\] must be a contiguous \[2\]"):
         input_batch_triton.prepare_inputs_triton(*device_args(state, idx, counts), out=views)
+
+
+@pytest.mark.parametrize("prepare", ["ref", "triton"])
+@pytest.mark.parametrize("max_len", [48, 16 * 300])  # 3 block columns; 300 (more than BLOCK_C)
+def test_gathers_the_block_table_rows_in_the_same_launch(prepare, max_len):
+    """With a ``block_table`` buffer in ``out``, input prep also writes the batch's table rows
+    (from a table with a row stride wider than its width), equal to ``index_select`` of the
+    rows in batch order; the other outputs are those of a build without it."""
+    from mrv2_prof.runner.worker.input_buffers import InputBuffers
+
+    fn = prepare_inputs_ref if prepare == "ref" else input_batch_triton.prepare_inputs_triton
+    rng = np.random.default_rng(12)
+    state = State(rng, NUM_SLOTS, max_len=max_len, block_size=16, pad_cols=5)
+    buffers = InputBuffers.allocate(max_len * 4, NUM_SLOTS, state.max_blocks, DEVICE)
+    buffers.block_table.fill_(-7)
+    idx, counts = make_batch(rng, state, ["decode", "prefill", "decode", "boundary"])
+    args = device_args(state, idx, counts)
+    want = prepare_inputs_ref(*args)
+    views = buffers.views(int(counts.sum()), len(idx), block_table=True)
+    got = fn(*args, out=views)
+    table = got.pop("block_table")
+    assert table.data_ptr() == buffers.block_table.data_ptr()
+    assert_same(want, got)
+    _, full_table = state.tables("cpu")
+    assert torch.equal(table.cpu(), full_table[torch.from_numpy(idx).long()])
+    assert (buffers.block_table[len(idx) :] == -7).all()  # rows past the batch untouched
+
+
+def test_block_table_buffer_of_a_wrong_layout_is_refused():
+    from mrv2_prof.runner.worker.input_buffers import InputBuffers
+
+    rng = np.random.default_rng(3)
+    state = State(rng, 4, max_len=16, block_size=4)
+    buffers = InputBuffers.allocate(8, 4, state.max_blocks + 1, DEVICE)  # one column too many
+    idx, counts = make_batch(rng, state, ["decode", "decode"])
+    views = buffers.views(2, 2, block_table=True)
+    with pytest.raises(ValueError, match=r"out\['block_table'\] must be a \[2, 4\]"):
+        input_batch_triton.prepare_inputs_triton(*device_args(state, idx, counts), out=views)

@@ -258,6 +258,50 @@ def test_vocabulary_splits_and_blocks(mode: str):
         torch.testing.assert_close(lse, lse_want, atol=LOGPROB_ATOL, rtol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")  # -inf row
+@pytest.mark.parametrize("mode", ["greedy", "mixed"])
+def test_one_launch_reduction_equals_the_two_launch_form(mode: str):
+    """The row's last split reduces it in the scan's launch: the same tokens and logsumexp as
+    the scan + reduce launches, bit for bit, and every row's counter is back at 0 after it."""
+    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
+
+    rng = np.random.default_rng(13)
+    num_rows, vocab_size = 5, 300
+    logits = random_logits(rng, num_rows, vocab_size)
+    logits[2, :] = float("-inf")  # a row with no token: 0, as torch.argmax
+    params = mode_params(rng, mode, num_rows, vocab_size)
+    # no threshold passed: the reference without top-k / top-p is the one to compare against
+    flags = dict(all_greedy=mode == "greedy", no_top_k=True, no_top_p=True)
+    meta = meta_for(params, rng.integers(0, 100, num_rows), **flags)
+    for split_size in (16, 48, 512):  # 19 splits, 7, one
+        got = gumbel_argmax(logits, meta, with_lse=True, block_size=16, split_size=split_size)
+        want = gumbel_argmax(
+            logits, meta, with_lse=True, block_size=16, split_size=split_size, fused=False
+        )
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), split_size
+        assert got[0][2].item() == 0
+        assert not _workspaces[logits.device].counter.any()
+    assert torch.equal(got[0][[0, 1, 3, 4]], sample(logits, meta).sampled_token_ids[[0, 1, 3, 4]])
+
+
+def test_split_partials_are_not_allocated_per_call():
+    """The partials and counters are one workspace: a batch no larger than an earlier one
+    reuses its buffers."""
+    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
+
+    rng = np.random.default_rng(14)
+    meta = make_meta([0.0] * 4, all_greedy=True, no_top_k=True, no_top_p=True)
+    gumbel_argmax(random_logits(rng, 4, 200), meta, block_size=16, split_size=32)
+    ws = _workspaces[torch.device(DEVICE)]
+    buffers = (ws.partials.data_ptr(), ws.index.data_ptr(), ws.counter.data_ptr())
+    small = make_meta([0.0] * 2, all_greedy=True, no_top_k=True, no_top_p=True)
+    for rows, meta_ in ((4, meta), (2, small), (4, meta)):
+        logits = random_logits(rng, rows, 200)
+        tokens, _ = gumbel_argmax(logits, meta_, block_size=16, split_size=32)
+        assert torch.equal(tokens, logits.argmax(dim=-1))
+        assert (ws.partials.data_ptr(), ws.index.data_ptr(), ws.counter.data_ptr()) == buffers
+
+
 def test_host_flags_and_slots():
     """all_greedy; top-k/top-p set per slot but skipped by the flags; idx_mapping into more slots
     than rows, in any order, with repeated slots at other positions."""
@@ -478,3 +522,24 @@ def test_cuda_graph_capture_replays_without_host_sync():
     static_logits.copy_(new_logits)
     graph.replay()
     assert_same_output(static_out, sample(new_logits, meta))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("num_rows", [1, 3, 64, 256])
+def test_cuda_one_launch_reduction_equals_the_two_launch_form(num_rows: int):
+    """At the real vocabulary, over many launches (the last-split handoff is a cross-program
+    protocol: a missing fence would show as a wrong token or logsumexp on some launch)."""
+    rng = np.random.default_rng(23)
+    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
+    meta = meta_for(params, rng.integers(0, 4096, num_rows))
+    for step in range(20):
+        logits = random_logits(rng, num_rows, VOCAB_1B).to(torch.bfloat16)
+        got = gumbel_argmax(logits, meta, with_lse=step % 2 == 1)
+        want = gumbel_argmax(logits, meta, with_lse=step % 2 == 1, fused=False)
+        assert torch.equal(got[0], want[0]), step
+        if step % 2:
+            assert torch.equal(got[1], want[1]), step
+    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
+
+    assert not _workspaces[logits.device].counter.any()

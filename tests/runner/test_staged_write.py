@@ -98,3 +98,25 @@ def test_staged_write_on_cuda_matches_reference():
             ref[row, start : start + len(vals)] = vals
         t.apply_write()
     np.testing.assert_array_equal(t.gpu.cpu().numpy(), ref)
+
+
+def test_packed_buffers_are_reused_in_turn_and_grow_when_needed():
+    """Applies pack into ``STAGING_DEPTH`` host buffers in turn (no allocation per apply), a
+    larger apply grows them, and every apply lands the values it staged (a numpy oracle)."""
+    from mrv2_prof.runner.worker.staged_write import STAGING_DEPTH
+
+    rng = np.random.default_rng(7)
+    t = StagedWriteTensor((6, 500), torch.int32, torch.device("cpu"))
+    want = np.zeros((6, 500), dtype=np.int32)
+    seen = []
+    for step in range(3 * STAGING_DEPTH):
+        width = 400 if step == STAGING_DEPTH else 3  # one apply larger than the buffers
+        for row in rng.permutation(6)[:2]:
+            vals = rng.integers(0, 1000, width)
+            t.stage_write(int(row), 10, vals)
+            want[row, 10 : 10 + width] = vals
+        t.apply_write()
+        seen.append(tuple(h.data_ptr() for h in t._staging.host))
+        assert np.array_equal(t.gpu.numpy(), want), step
+    assert len(set(seen[:STAGING_DEPTH])) == 1  # the same buffers before the growth
+    assert len(set(seen[STAGING_DEPTH:])) == 1 and seen[-1] != seen[0]  # grown once

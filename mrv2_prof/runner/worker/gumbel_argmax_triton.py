@@ -3,11 +3,19 @@
 A greedy row takes ``argmax(logits)``. The noise is computed in-kernel (``sampler_rng_triton``);
 no softmax, noise or masked copy of the logits is written, and sampling parameters are read per
 row through ``idx_mapping``. The vocabulary of a row is split over several programs when the
-batch alone cannot fill the GPU; a second, tiny kernel reduces the per-split (max, first index)
-pairs in vocabulary order, so ties resolve to the first index of the maximum, as
-``torch.argmax`` does. A top-k / top-p threshold per row (``sampler_triton``) drops
+batch alone cannot fill the GPU; the per-split (max, first index) pairs are reduced in
+vocabulary order, so ties resolve to the first index of the maximum, as ``torch.argmax`` does.
+A top-k / top-p threshold per row (``sampler_triton``) drops
 ``logit / T < threshold`` inside the scan. With ``with_lse`` the row's logsumexp is accumulated
 in the same scan (online, per lane).
+
+The reduction runs in the same launch: each program writes its split's partials, then counts
+itself done on the row's counter (one atomic, acquire-release at GPU scope, after a barrier of
+the program's threads); the program that finds itself the row's last reads every split's
+partials (bypassing L1), writes the token and resets the counter to 0 for the next launch. So a
+step samples with one launch, graph-capturable, with no per-step memset. ``fused=False`` keeps
+the two-launch form (scan, then a tiny reduce kernel), which the tests hold it equal to. The
+partials and the counters live in a per-device workspace reused by every launch on the stream.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import triton.language as tl
 
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, row_key
+from mrv2_prof.runner.worker.triton_launch import Launcher
 
 _BLOCK_SIZE = 1024  # logits per program per loop step
 _MIN_SPLIT_BLOCKS = 2  # a vocabulary split scans at least this many blocks
@@ -27,6 +36,7 @@ _PROGRAMS_PER_SM = 4  # split the vocabulary until the grid has about this many 
 _NO_TOKEN = tl.constexpr(2**31 - 1)  # index of a split whose logits are all -inf
 _GREEDY_TEMPERATURE = tl.constexpr(GREEDY_TEMPERATURE)
 _LSE_FLOOR = tl.constexpr(-1e38)  # finite start of a running max: no -inf - -inf in logsumexp
+FUSED_REDUCE = True  # the default of ``gumbel_argmax(fused=...)``: one launch per sampling
 
 
 @triton.jit
@@ -93,16 +103,22 @@ def _gumbel_argmax_kernel(
     split_idx_ptr,
     split_lse_max_ptr,
     split_lse_sum_ptr,
+    counter_ptr,  # [B] int32, zero between launches (FUSED)
+    sampled_ptr,  # [B] int64 (FUSED)
+    lse_ptr,  # [B] float32 (FUSED and LOGPROBS)
     vocab_size,
     split_size,
     num_splits,
     BLOCK_SIZE: tl.constexpr,
+    BLOCK_SPLITS: tl.constexpr,
     ALL_GREEDY: tl.constexpr,
     HAS_THRESHOLD: tl.constexpr,
     LOGPROBS: tl.constexpr,
     PRECISE: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
-    """Program (row, split): scan ``split_size`` logits of one row; write the split's partials."""
+    """Program (row, split): scan ``split_size`` logits of one row; write the split's partials;
+    with ``FUSED``, the row's last program to finish also reduces the row."""
     row = tl.program_id(0)
     split = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * logits_row_stride
@@ -150,6 +166,24 @@ def _gumbel_argmax_kernel(
     if LOGPROBS:
         tl.store(split_lse_max_ptr + out, lse_max)
         tl.store(split_lse_sum_ptr + out, lse_sum)
+    if FUSED:
+        tl.debug_barrier()  # every thread's partial stores before the release below
+        done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+        if done == num_splits - 1:  # the row's last split: every partial is visible
+            _reduce_row(
+                split_val_ptr,
+                split_idx_ptr,
+                split_lse_max_ptr,
+                split_lse_sum_ptr,
+                sampled_ptr,
+                lse_ptr,
+                row,
+                num_splits,
+                BLOCK_SPLITS,
+                LOGPROBS,
+                ".cg",
+            )
+            tl.store(counter_ptr + row, 0)  # ready for the next launch
 
 
 # Values that change from step to step are not specialised on: a new value must
@@ -167,22 +201,59 @@ def _reduce_splits_kernel(
     LOGPROBS: tl.constexpr,
 ):
     """Per row: the token of the best split (the first on ties) and the row's logsumexp."""
-    row = tl.program_id(0)
+    _reduce_row(
+        split_val_ptr,
+        split_idx_ptr,
+        split_lse_max_ptr,
+        split_lse_sum_ptr,
+        sampled_ptr,
+        lse_ptr,
+        tl.program_id(0),
+        num_splits,
+        BLOCK_SPLITS,
+        LOGPROBS,
+        "",
+    )
+
+
+@triton.jit
+def _reduce_row(
+    split_val_ptr,
+    split_idx_ptr,
+    split_lse_max_ptr,
+    split_lse_sum_ptr,
+    sampled_ptr,
+    lse_ptr,
+    row,
+    num_splits,
+    BLOCK_SPLITS: tl.constexpr,
+    LOGPROBS: tl.constexpr,
+    CACHE: tl.constexpr,
+):
+    """The token of the row's best split (the first on ties) and the row's logsumexp."""
     offs = tl.arange(0, BLOCK_SPLITS)
     mask = offs < num_splits
     base = row * num_splits
-    vals = tl.load(split_val_ptr + base + offs, mask=mask, other=float("-inf"))
-    idxs = tl.load(split_idx_ptr + base + offs, mask=mask, other=_NO_TOKEN)
+    vals = tl.load(
+        split_val_ptr + base + offs, mask=mask, other=float("-inf"), cache_modifier=CACHE
+    )
+    idxs = tl.load(split_idx_ptr + base + offs, mask=mask, other=_NO_TOKEN, cache_modifier=CACHE)
     best = tl.max(vals, axis=0)
     token = tl.min(tl.where(vals == best, idxs, _NO_TOKEN), axis=0)
     token = tl.where(token == _NO_TOKEN, 0, token)  # every logit -inf: torch.argmax gives 0
     tl.store(sampled_ptr + row, token.to(tl.int64))
     if LOGPROBS:
-        maxes = tl.load(split_lse_max_ptr + base + offs, mask=mask, other=_LSE_FLOOR)
-        sums = tl.load(split_lse_sum_ptr + base + offs, mask=mask, other=0.0)
+        maxes = tl.load(
+            split_lse_max_ptr + base + offs, mask=mask, other=_LSE_FLOOR, cache_modifier=CACHE
+        )
+        sums = tl.load(split_lse_sum_ptr + base + offs, mask=mask, other=0.0, cache_modifier=CACHE)
         row_max = tl.max(maxes, axis=0)
         total = tl.sum(sums * tl.exp(maxes - row_max), axis=0)
         tl.store(lse_ptr + row, row_max + tl.log(total))  # every logit -inf: log(0) = -inf
+
+
+_scan = Launcher(_gumbel_argmax_kernel)
+_reduce = Launcher(_reduce_splits_kernel)
 
 
 @functools.lru_cache(maxsize=8)
@@ -192,6 +263,7 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=256)
 def _split_size(num_rows: int, vocab_size: int, block_size: int, device: torch.device) -> int:
     """Logits per split: a multiple of ``block_size``, at least ``_MIN_SPLIT_BLOCKS`` blocks, and
     as many splits as give the grid about ``_PROGRAMS_PER_SM`` programs per SM (rounded to the
@@ -203,6 +275,39 @@ def _split_size(num_rows: int, vocab_size: int, block_size: int, device: torch.d
     return triton.cdiv(num_blocks, num_splits) * block_size
 
 
+class _Workspace:
+    """Per device: the split partials (value | logsumexp max | sum, float32; index, int32) and
+    the rows' counters (int32, zero between launches). It grows, never shrinks, and a grown-out
+    buffer is kept (a captured graph may still read it)."""
+
+    def __init__(self) -> None:
+        self.partials = self.index = self.counter = None
+        self.buffers: tuple = ()
+        self._kept: list[torch.Tensor] = []
+
+    def get(self, device, num_rows: int, num_splits: int):
+        cells = num_rows * num_splits
+        if self.counter is None or self.index.numel() < cells or self.counter.numel() < num_rows:
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    "the sampler's workspace grows during a CUDA graph capture: sample a batch "
+                    "of this size eagerly before capturing"
+                )
+            if self.counter is not None:
+                self._kept += [self.partials, self.index, self.counter]
+            cells = max(cells, 2 * (0 if self.index is None else self.index.numel()))
+            rows = max(num_rows, 2 * (0 if self.counter is None else self.counter.numel()))
+            self.partials = torch.empty(3, cells, dtype=torch.float32, device=device)
+            self.index = torch.empty(cells, dtype=torch.int32, device=device)
+            self.counter = torch.zeros(rows, dtype=torch.int32, device=device)
+            # value | logsumexp max | sum, each read as [B, num_splits]; split once, not per call
+            self.buffers = (*self.partials.unbind(0), self.index, self.counter)
+        return self.buffers
+
+
+_workspaces: dict[torch.device, _Workspace] = {}
+
+
 def gumbel_argmax(
     logits: torch.Tensor,  # [B, V], unit stride along V
     meta: SamplingMetadata,
@@ -210,12 +315,17 @@ def gumbel_argmax(
     with_lse: bool = False,
     block_size: int = _BLOCK_SIZE,
     split_size: int | None = None,
+    fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sampled token ids [B] int64 and, with ``with_lse``, the rows' logsumexp [B] float32.
 
     ``block_size`` and ``split_size`` (a multiple of it) exist so tests can reach every path at
-    small sizes; by default the vocabulary is split to fill the device.
+    small sizes; by default the vocabulary is split to fill the device. ``fused`` (default
+    ``FUSED_REDUCE``): one launch (the row's last split reduces it); otherwise a scan launch and
+    a reduce launch.
     """
+    if fused is None:
+        fused = FUSED_REDUCE
     num_rows, vocab_size = logits.shape
     device = logits.device
     block_size = min(block_size, max(16, triton.next_power_of_2(vocab_size)))
@@ -228,13 +338,16 @@ def gumbel_argmax(
     lse = torch.empty(num_rows, dtype=torch.float32, device=device) if with_lse else None
     if num_rows == 0:
         return sampled, lse
-    split_val = torch.empty(num_rows, num_splits, dtype=torch.float32, device=device)
-    split_idx = torch.empty(num_rows, num_splits, dtype=torch.int32, device=device)
-    split_lse = torch.empty(
-        2 if with_lse else 0, num_rows, num_splits, dtype=torch.float32, device=device
+    ws = _workspaces.get(device)
+    if ws is None:
+        ws = _workspaces[device] = _Workspace()
+    split_val, split_lse_max, split_lse_sum, split_idx, counter = ws.get(
+        device, num_rows, num_splits
     )
-    split_lse_max, split_lse_sum = (split_lse[0], split_lse[1]) if with_lse else (split_val,) * 2
-    _gumbel_argmax_kernel[(num_rows, num_splits)](
+    lse_out = lse if lse is not None else split_val  # unread without LOGPROBS
+    block_splits = max(16, triton.next_power_of_2(num_splits))
+    _scan(
+        (num_rows, num_splits),
         logits,
         logits.stride(0),
         meta.idx_mapping,
@@ -246,26 +359,33 @@ def gumbel_argmax(
         split_idx,
         split_lse_max,
         split_lse_sum,
+        counter,
+        sampled,
+        lse_out,
         vocab_size,
         split_size,
         num_splits,
         BLOCK_SIZE=block_size,
+        BLOCK_SPLITS=block_splits,
         ALL_GREEDY=meta.all_greedy,
         HAS_THRESHOLD=threshold is not None,
         LOGPROBS=with_lse,
         PRECISE=not is_interpreted(),
+        FUSED=fused,
         num_warps=4,
     )
-    _reduce_splits_kernel[(num_rows,)](
-        split_val,
-        split_idx,
-        split_lse_max,
-        split_lse_sum,
-        sampled,
-        lse if lse is not None else split_val,
-        num_splits,
-        BLOCK_SPLITS=max(16, triton.next_power_of_2(num_splits)),
-        LOGPROBS=with_lse,
-        num_warps=1,
-    )
+    if not fused:
+        _reduce(
+            (num_rows,),
+            split_val,
+            split_idx,
+            split_lse_max,
+            split_lse_sum,
+            sampled,
+            lse_out,
+            num_splits,
+            BLOCK_SPLITS=block_splits,
+            LOGPROBS=with_lse,
+            num_warps=1,
+        )
     return sampled, lse

@@ -68,7 +68,8 @@ def prepare_inputs_ref(
 ) -> dict[str, torch.Tensor]:
     """Build the step's inputs; a token at position p < num_prefill_tokens comes from the
     request's known tokens, later positions from the last sampled token (decode). ``out``
-    (``InputBuffers.views``): tensors to write them into, returned in their place."""
+    (``InputBuffers.views``): tensors to write them into, returned in their place; when it has a
+    ``block_table`` [B, max_blocks], the batch's rows of ``block_table`` are gathered into it."""
     device = idx_mapping.device
     num_reqs = idx_mapping.shape[0]
     slots = idx_mapping.long()
@@ -102,6 +103,8 @@ def prepare_inputs_ref(
         return built
     for name, t in built.items():
         out[name].copy_(t)
+    if "block_table" in out:
+        torch.index_select(block_table, 0, idx_mapping, out=out["block_table"])
     return out
 
 

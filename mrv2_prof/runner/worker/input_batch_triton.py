@@ -5,7 +5,9 @@ reference, the CPU path and the oracle in tests): from the persistent request ro
 ``idx_mapping`` (batch position -> slot) and ``num_scheduled_tokens`` it writes ``input_ids``,
 ``positions``, ``query_start_loc``, ``seq_lens``, ``slot_mapping`` and ``logits_indices`` in one
 launch, with no host sync and no output shape that depends on device data (``num_tokens`` is the
-host's count).
+host's count). Given a ``block_table`` output, the same launch gathers the batch's block-table
+rows into it (the gather the attention and the CUDA graphs read), so input prep is one launch.
+The launch goes through the cached launcher (``triton_launch``).
 
 One program per batch position. A program finds its query start by summing the counts of the
 positions before it (at most ``max_num_reqs`` int32 loads, from L2), so the prefix sum needs no
@@ -18,14 +20,18 @@ of a device copy.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.worker.triton_launch import Launcher
 from mrv2_prof.runner.worker.uva import is_uva
 
 BLOCK_T = 256  # tokens a program writes per loop iteration
 BLOCK_R = 256  # counts summed per loop iteration when finding the query start
+BLOCK_C = 256  # block-table columns a program copies per loop iteration
 
 
 @triton.jit
@@ -45,9 +51,14 @@ def _prepare_inputs_kernel(
     seq_lens_ptr,  # [B] int32
     slot_mapping_ptr,  # [T] int64
     logits_indices_ptr,  # [B] int64
+    table_out_ptr,  # [B, max_blocks]: the batch's block-table rows (COPY_TABLE)
+    table_out_row_stride,
+    num_table_cols,
     KV_BLOCK_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    COPY_TABLE: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     b = tl.program_id(0)
 
@@ -73,6 +84,13 @@ def _prepare_inputs_kernel(
 
     prefill_row = prefill_ids_ptr + slot * prefill_row_stride
     table_row = block_table_ptr + slot * block_table_row_stride
+    if COPY_TABLE:
+        out_row = table_out_ptr + b.to(tl.int64) * table_out_row_stride
+        offs_c = tl.arange(0, BLOCK_C)
+        for c in range(0, num_table_cols, BLOCK_C):
+            cols = c + offs_c
+            keep = cols < num_table_cols
+            tl.store(out_row + cols, tl.load(table_row + cols, mask=keep), mask=keep)
     offs_t = tl.arange(0, BLOCK_T)
     for j in range(0, count, BLOCK_T):
         i = j + offs_t
@@ -89,6 +107,46 @@ def _prepare_inputs_kernel(
             block_ids * KV_BLOCK_SIZE + (pos % KV_BLOCK_SIZE).to(tl.int64),
             mask=mask,
         )
+
+
+_prepare = Launcher(_prepare_inputs_kernel)
+
+
+class _Checked:
+    """The arguments of the last call whose layout was checked: tensors by identity (held
+    weakly), the rest by value. A tensor object keeps its device, dtype and strides unless
+    changed in place (``set_``, ``resize_``), which nothing on the step path does."""
+
+    def __init__(self) -> None:
+        self._items: tuple = ()
+
+    def same(self, items: tuple) -> bool:
+        last = self._items
+        if len(last) != len(items):
+            return False
+        for kept, x in zip(last, items, strict=True):
+            if isinstance(kept, weakref.ref):
+                if kept() is not x:
+                    return False
+            elif type(kept) is tuple:  # an out entry: (name, weak tensor)
+                if kept[0] != x[0] or kept[1]() is not x[1]:
+                    return False
+            elif kept != x:
+                return False
+        return True
+
+    def remember(self, items: tuple) -> None:
+        def keep(x):
+            if isinstance(x, torch.Tensor):
+                return weakref.ref(x)
+            if type(x) is tuple:
+                return (x[0], weakref.ref(x[1]))
+            return x
+
+        self._items = tuple(map(keep, items))
+
+
+_LAST_CHECKED = _Checked()
 
 
 def _check_layout(device: torch.device, **tensors: torch.Tensor) -> None:
@@ -118,7 +176,8 @@ def prepare_inputs_triton(
     A token at position p < num_prefill_tokens[slot] comes from ``prefill_token_ids``, later
     positions from ``last_sampled_tokens`` (decode). ``prefill_token_ids`` is only read through
     its data pointer and row stride, so a UVA view of a pinned host table works unchanged.
-    ``out`` (``InputBuffers.views``): the kernel writes into these instead of fresh tensors.
+    ``out`` (``InputBuffers.views``): the kernel writes into these instead of fresh tensors;
+    with a ``block_table`` entry [B, max_blocks] it also gathers the batch's table rows into it.
     """
     device = idx_mapping.device
     num_reqs = idx_mapping.shape[0]
@@ -127,18 +186,27 @@ def prepare_inputs_triton(
             f"num_scheduled_tokens has shape {tuple(num_scheduled_tokens.shape)}, "
             f"expected ({num_reqs},)"
         )
-    if prefill_token_ids.dim() != 2 or block_table.dim() != 2:
-        raise ValueError("prefill_token_ids and block_table must be 2-D [slots, cols]")
-    _check_layout(
-        device,
-        idx_mapping=idx_mapping,
-        num_scheduled_tokens=num_scheduled_tokens,
-        num_computed_tokens=num_computed_tokens,
-        num_prefill_tokens=num_prefill_tokens,
-        prefill_token_ids=prefill_token_ids,
-        last_sampled_tokens=last_sampled_tokens,
-        block_table=block_table,
-    )
+    _check_layout(device, idx_mapping=idx_mapping, num_scheduled_tokens=num_scheduled_tokens)
+    # The persistent tables and the step's buffers are the same objects step after step: they
+    # are checked again only when one of them (or the step's sizes) differs from the last call.
+    checked = (device, num_tokens, num_reqs, num_computed_tokens, num_prefill_tokens)
+    checked += (prefill_token_ids, last_sampled_tokens, block_table, *(out or {}).items())
+    if not _LAST_CHECKED.same(checked):
+        if prefill_token_ids.dim() != 2 or block_table.dim() != 2:
+            raise ValueError("prefill_token_ids and block_table must be 2-D [slots, cols]")
+        _check_layout(
+            device,
+            num_computed_tokens=num_computed_tokens,
+            num_prefill_tokens=num_prefill_tokens,
+            prefill_token_ids=prefill_token_ids,
+            last_sampled_tokens=last_sampled_tokens,
+            block_table=block_table,
+        )
+        if out is not None:
+            _check_out(out, num_tokens, num_reqs, device)
+            if "block_table" in out:
+                _check_table_out(out["block_table"], block_table, num_reqs, device)
+        _LAST_CHECKED.remember(checked)
     if out is None:
         out = {
             "input_ids": torch.empty(num_tokens, dtype=torch.int64, device=device),
@@ -148,15 +216,15 @@ def prepare_inputs_triton(
             "slot_mapping": torch.empty(num_tokens, dtype=torch.int64, device=device),
             "logits_indices": torch.empty(num_reqs, dtype=torch.int64, device=device),
         }
-    else:
-        _check_out(out, num_tokens, num_reqs, device)
     input_ids, positions, slot_mapping = out["input_ids"], out["positions"], out["slot_mapping"]
     query_start_loc, seq_lens = out["query_start_loc"], out["seq_lens"]
     logits_indices = out["logits_indices"]
+    table_out = out.get("block_table")
     if num_reqs == 0:
         query_start_loc.zero_()
     else:
-        _prepare_inputs_kernel[(num_reqs,)](
+        _prepare(
+            (num_reqs,),
             idx_mapping,
             num_scheduled_tokens,
             num_computed_tokens,
@@ -172,9 +240,14 @@ def prepare_inputs_triton(
             seq_lens,
             slot_mapping,
             logits_indices,
+            block_table if table_out is None else table_out,  # unread without COPY_TABLE
+            0 if table_out is None else table_out.stride(0),
+            block_table.shape[1],
             KV_BLOCK_SIZE=block_size,
             BLOCK_T=BLOCK_T,
             BLOCK_R=BLOCK_R,
+            COPY_TABLE=table_out is not None,
+            BLOCK_C=BLOCK_C,
         )
     return out
 
@@ -199,3 +272,17 @@ def _check_out(out: dict[str, torch.Tensor], num_tokens: int, num_reqs: int, dev
                 f"out[{name!r}] must be a contiguous [{want}] {dtype} tensor on {device}, "
                 f"got {tuple(t.shape)} {t.dtype} on {t.device}"
             )
+
+
+def _check_table_out(t: torch.Tensor, table: torch.Tensor, num_reqs: int, device) -> None:
+    want = (num_reqs, table.shape[1])
+    if (
+        t.shape != want
+        or t.dtype != table.dtype
+        or t.device != device
+        or (t.shape[1] > 1 and t.stride(1) != 1)
+    ):
+        raise ValueError(
+            f"out['block_table'] must be a {list(want)} {table.dtype} tensor on {device} with "
+            f"unit column stride, got {tuple(t.shape)} {t.dtype} on {t.device}"
+        )

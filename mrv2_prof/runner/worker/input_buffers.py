@@ -13,9 +13,11 @@ written only after step N's kernels have read theirs. A FULL graph keeps its own
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+_MAX_CACHED_VIEWS = 64  # step sizes whose views are kept (a decode run reuses one or two)
 
 
 @dataclass
@@ -27,6 +29,8 @@ class InputBuffers:
     seq_lens: torch.Tensor  # [R] int32
     logits_indices: torch.Tensor  # [R] int64
     block_table: torch.Tensor  # [R, max_blocks] int32
+    # (num_tokens, num_reqs, block_table) -> the views of a step of those sizes
+    _views: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def allocate(
@@ -53,14 +57,21 @@ class InputBuffers:
     def max_reqs(self) -> int:
         return self.seq_lens.shape[0]
 
-    def views(self, num_tokens: int, num_reqs: int) -> dict[str, torch.Tensor]:
-        """The first rows a step of ``num_tokens`` tokens over ``num_reqs`` requests writes."""
+    def views(
+        self, num_tokens: int, num_reqs: int, block_table: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """The first rows a step of ``num_tokens`` tokens over ``num_reqs`` requests writes;
+        with ``block_table``, also the batch's block-table rows (input prep gathers them)."""
+        key = (num_tokens, num_reqs, block_table)
+        cached = self._views.get(key)
+        if cached is not None:  # the same sizes as an earlier step: the same view objects
+            return dict(cached)
         if num_tokens > self.max_tokens or num_reqs > self.max_reqs:
             raise ValueError(
                 f"a step of {num_tokens} tokens / {num_reqs} requests exceeds the input buffers "
                 f"({self.max_tokens} / {self.max_reqs})"
             )
-        return {
+        views = {
             "input_ids": self.input_ids[:num_tokens],
             "positions": self.positions[:num_tokens],
             "slot_mapping": self.slot_mapping[:num_tokens],
@@ -68,3 +79,9 @@ class InputBuffers:
             "seq_lens": self.seq_lens[:num_reqs],
             "logits_indices": self.logits_indices[:num_reqs],
         }
+        if block_table:
+            views["block_table"] = self.block_table[:num_reqs]
+        if len(self._views) >= _MAX_CACHED_VIEWS:
+            self._views.clear()
+        self._views[key] = views
+        return dict(views)

@@ -1,7 +1,8 @@
 """Which implementation of each per-step op the runner uses: Triton kernels or torch references.
 
 ``runner.kernels: triton`` selects the Triton kernels (input prep, staged-write apply, the
-model's fused per-layer ops with the KV write and paged attention, the Gumbel sampler) on a CUDA
+model's fused per-layer ops with the KV write and paged attention, the Gumbel sampler, the state
+advance after it) on a CUDA
 device; ``torch`` selects the references, which are also the CPU path and the oracles the kernels
 are tested against. When Triton was asked for but cannot be used (no CUDA device, triton not
 importable) the reason is returned so the runner can record it, or refuse it under ``strict``.
@@ -16,6 +17,7 @@ from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKerne
 from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
 from mrv2_prof.runner.worker.sampler import sample
 from mrv2_prof.runner.worker.staged_write import ApplyFn, apply_packed_writes_ref
+from mrv2_prof.runner.worker.step_advance import advance_state_ref
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class KernelSet:
     apply_writes: ApplyFn
     model: ModelKernels  # the decoder's per-layer ops, attention included
     sample: Callable
+    advance_state: Callable = advance_state_ref  # last sampled tokens and computed counts
 
     @property
     def write_kv(self) -> Callable:
@@ -43,6 +46,7 @@ def triton_kernels() -> KernelSet:
     from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
     from mrv2_prof.runner.worker.sampler_triton import sample_triton
     from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
+    from mrv2_prof.runner.worker.step_advance_triton import advance_state_triton
 
     return KernelSet(
         "triton",
@@ -50,6 +54,7 @@ def triton_kernels() -> KernelSet:
         apply_packed_writes_triton,
         triton_model_kernels(),
         sample_triton,
+        advance_state_triton,
     )
 
 

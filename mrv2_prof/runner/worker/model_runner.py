@@ -247,13 +247,18 @@ class ModelRunner:
 
         # Advance device-side state; the next step reads it without a host round trip.
         rs = self.req_states
-        slots = batch.idx_mapping  # int32 indices: no conversion kernel
-        rs.last_sampled_tokens[slots] = out.sampled_token_ids
         advance = batch.num_scheduled_tokens
         if rejection is not None:  # rolled back by the rejected and padded, on the device
             advance = advance - verify.drafts.num_slots + rejection.num_accepted
-        if self.config.staged_writes:
-            rs.num_computed_tokens.gpu.index_add_(0, slots, advance)
+        done = rs.num_computed_tokens.gpu if self.config.staged_writes else None
+        # int32 slot indices: no conversion kernel; one launch with the Triton kernels
+        self.kernels.advance_state(
+            rs.last_sampled_tokens,
+            done,
+            batch.idx_mapping,
+            out.sampled_token_ids,
+            advance if done is not None else None,
+        )
         drafts = None
         if self.drafter is not None:  # k draft steps from each request's new length
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
@@ -317,7 +322,7 @@ class ModelRunner:
         num_logprobs = int(rs.num_logprobs_np[idx].max())
         meta = SamplingMetadata(
             idx_mapping=batch.idx_mapping,
-            positions=batch.seq_lens.long(),
+            positions=batch.seq_lens if verify is None else batch.seq_lens.long(),  # int32 ok
             temperature=rs.temperature,
             top_k=rs.top_k,
             top_p=rs.top_p,
@@ -404,7 +409,7 @@ class ModelRunner:
             rs.last_sampled_tokens,
             self.block_tables.table.gpu,
             self.config.block_size,
-            out=self.inputs.views(num_tokens, num_reqs),
+            out=self.inputs.views(num_tokens, num_reqs, block_table=True),  # + the table rows
         )
         return InputBatch(
             req_ids=req_ids,
@@ -416,6 +421,5 @@ class ModelRunner:
             seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
-            block_table=self.block_tables.gather(idx_mapping, self.inputs.block_table[:num_reqs]),
             **inputs,
         )

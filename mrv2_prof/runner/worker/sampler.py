@@ -31,7 +31,7 @@ class SamplingMetadata:
     """
 
     idx_mapping: torch.Tensor  # [B] int32: batch row -> request slot
-    positions: torch.Tensor  # [B] int64: position of the token being sampled (RNG key)
+    positions: torch.Tensor  # [B] int64 or int32: position of the token being sampled (RNG key)
     temperature: torch.Tensor  # [R] float32, < 1e-5 = greedy
     top_k: torch.Tensor  # [R] int32, 0 = off
     top_p: torch.Tensor  # [R] float32, 1.0 = off

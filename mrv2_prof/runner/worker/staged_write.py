@@ -2,8 +2,13 @@
 
 The base tensor lives on the device. ``stage_write(row, start, values)`` only records the write on
 the CPU; ``apply_write()`` packs every staged write into one contiguous host buffer
-(``rows | starts | lens | offsets | values``), sends it with one non-blocking copy from a fresh
-pinned buffer, and applies it with one scatter. No full CPU→device copy per step, no sync.
+(``rows | starts | lens | offsets | values``), sends it with one non-blocking copy, and applies it
+with one scatter. No full CPU→device copy per step, no sync. The packed buffer is written into
+the next of ``STAGING_DEPTH`` pinned buffers used in turn and copied into one reused device
+buffer (``_Staging``): no pinned or device allocation per apply. The CPU rewrites a pinned buffer
+only ``STAGING_DEPTH`` applies later, when the step that copied from it has completed (at most
+two steps are in flight with async scheduling, and each tensor applies once a step); a buffer
+grown out is dropped, and torch's pinned allocator keeps it until its copy is done.
 
 ``DenseWriteTensor`` is the simpler alternative kept behind ``runner.staged_writes: false``: a
 CPU-resident copy updated in place and sent whole on every apply (V1's approach).
@@ -20,6 +25,35 @@ import torch
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 
 _NUMPY_DTYPES = {torch.int32: np.int32, torch.int64: np.int64}
+STAGING_DEPTH = 3  # pinned buffers used in turn: the steps in flight + the one being written
+
+
+class _Staging:
+    """``STAGING_DEPTH`` pinned host buffers used in turn and one device buffer, grown on
+    demand (CPU device: plain host buffers, read in place)."""
+
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.dtype, self.device = dtype, device
+        self.pin = device.type == "cuda"
+        self.host: list[torch.Tensor] = []
+        self.views: list[np.ndarray] = []
+        self.dev: torch.Tensor | None = None
+        self._next = 0
+
+    def next(self, size: int) -> tuple[np.ndarray, torch.Tensor, torch.Tensor | None]:
+        """(numpy view, host tensor, device buffer) of at least ``size`` elements."""
+        if not self.host or self.host[0].numel() < size:
+            cap = max(size, 2 * (self.host[0].numel() if self.host else 0), 256)
+            self.host = [
+                torch.empty(cap, dtype=self.dtype, pin_memory=self.pin)
+                for _ in range(STAGING_DEPTH)
+            ]
+            self.views = [h.numpy() for h in self.host]
+            if self.device.type != "cpu":
+                self.dev = torch.empty(cap, dtype=self.dtype, device=self.device)
+        i = self._next
+        self._next = (i + 1) % STAGING_DEPTH
+        return self.views[i], self.host[i], self.dev
 
 
 @dataclass(frozen=True)
@@ -64,6 +98,7 @@ class StagedWriteTensor:
         self._spans: dict[int, list[tuple[int, int]]] = {}
         self._apply = apply_fn or apply_packed_writes_ref  # the Triton kernel on the fast path
         self._copies = copies if copies is not None else CopyAudit()
+        self._staging = _Staging(dtype, self.device)
 
     @property
     def dense_bytes(self) -> int:
@@ -96,18 +131,16 @@ class StagedWriteTensor:
         if n == 0:
             return None
         lens = np.fromiter((len(v) for v in self._values), dtype=self._np_dtype, count=n)
-        offsets = np.zeros(n, dtype=self._np_dtype)
-        np.cumsum(lens[:-1], out=offsets[1:])
         total = int(lens.sum())
-        packed = np.concatenate(
-            [
-                np.asarray(self._rows, self._np_dtype),
-                np.asarray(self._starts, self._np_dtype),
-                lens,
-                offsets,
-                *self._values,
-            ]
-        )
+        size = 4 * n + total
+        view, host, dev = self._staging.next(size)
+        packed = view[:size]  # rows | starts | lens | offsets | values, written in place
+        packed[:n] = self._rows
+        packed[n : 2 * n] = self._starts
+        packed[2 * n : 3 * n] = lens
+        packed[3 * n] = 0
+        np.cumsum(lens[:-1], out=packed[3 * n + 1 : 4 * n])
+        np.concatenate(self._values, out=packed[4 * n :])
         stats = WriteStats(
             writes=n,
             rows=len(self._spans),
@@ -116,7 +149,10 @@ class StagedWriteTensor:
             dense_bytes=self.dense_bytes,
         )
         self._rows, self._starts, self._values, self._spans = [], [], [], {}
-        buf = self._copies.to_device(torch.from_numpy(packed), self.device)
+        buf = host[:size]
+        if dev is not None:
+            self._copies.copy_(dev[:size], buf)
+            buf = dev[:size]
         self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 

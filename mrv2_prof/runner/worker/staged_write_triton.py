@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.worker.triton_launch import Launcher
+
 BLOCK = 256  # elements a program copies per loop iteration
 
 
@@ -41,6 +43,9 @@ def _apply_packed_writes_kernel(
         tl.store(dst + j + offs, values.to(base_ptr.dtype.element_ty), mask=mask)
 
 
+_apply = Launcher(_apply_packed_writes_kernel)
+
+
 def apply_packed_writes_triton(base: torch.Tensor, buf: torch.Tensor, n: int, total: int) -> None:
     """Apply ``n`` packed ragged writes to ``base`` [rows, cols] in one launch (none when n = 0).
 
@@ -59,4 +64,4 @@ def apply_packed_writes_triton(base: torch.Tensor, buf: torch.Tensor, n: int, to
         raise ValueError(f"buf holds {buf.numel()} elements, {n} writes need {4 * n + total}")
     if n == 0:
         return
-    _apply_packed_writes_kernel[(n,)](base, base.stride(0), buf, n, BLOCK=BLOCK)
+    _apply((n,), base, base.stride(0), buf, n, BLOCK=BLOCK)

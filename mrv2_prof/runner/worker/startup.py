@@ -18,6 +18,7 @@ import torch
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.spec_decode.draft_graph import capture_draft_graphs
+from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 
@@ -116,7 +117,8 @@ def warm_up(runner: ModelRunner) -> None:
     dummy_run(runner, num_reqs, num_reqs, with_kv_cache=True)
     dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1, 256), 1, True)
     # Input prep and the staged-write apply are not part of a dummy run: call them on
-    # scratch outputs (they read persistent state, write only what they return / scratch).
+    # scratch outputs (they read persistent state, write only the step's input buffers, which
+    # every step rewrites, and scratch), in the variant the steps launch.
     one = torch.ones(1, dtype=torch.int32, device=device)
     rs = runner.req_states
     runner.kernels.prepare_inputs(
@@ -129,6 +131,7 @@ def warm_up(runner: ModelRunner) -> None:
         rs.last_sampled_tokens,
         runner.block_tables.table.gpu,
         c.block_size,
+        out=runner.inputs.views(1, 1, block_table=True),
     )
     scratch = torch.zeros((1, 2), dtype=torch.int32, device=device)
     packed = torch.tensor([0, 0, 1, 0, 7], dtype=torch.int32, device=device)
@@ -136,6 +139,9 @@ def warm_up(runner: ModelRunner) -> None:
     if runner.is_cuda:
         torch.cuda.synchronize(device)
     runner.info.warmup_s = time.perf_counter() - t0
+    for note in triton_launch.notes():  # kernels that launch through the JIT, and why
+        if note not in runner.info.notes:
+            runner.info.notes.append(note)
 
 
 def capture_graphs(runner: ModelRunner) -> None:

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.worker.triton_launch import Launcher
+
 BLOCK = 128
 
 
@@ -23,6 +25,9 @@ def _gather_kernel(src_ptr, idx_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(src_ptr + rows, mask=mask), mask=mask)
 
 
+_gather = Launcher(_gather_kernel)
+
+
 def gather_triton(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``src`` 1-D contiguous (device memory, or pinned host memory read in place)."""
     if src.dim() != 1 or not src.is_contiguous():
@@ -32,5 +37,5 @@ def gather_triton(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     out = torch.empty(idx.shape[0], dtype=src.dtype, device=idx.device)
     n = idx.shape[0]
     if n:
-        _gather_kernel[(triton.cdiv(n, BLOCK),)](src, idx, out, n, BLOCK=BLOCK)
+        _gather((triton.cdiv(n, BLOCK),), src, idx, out, n, BLOCK=BLOCK)
     return out

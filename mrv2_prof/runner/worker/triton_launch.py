@@ -1,0 +1,231 @@
+"""Triton launches without the JIT's per-call binding: compiled kernels cached per specialization.
+
+``kernel[grid](*args)`` (``JITFunction.run``) binds every argument, specialises each one (a
+pointer's dtype and 16-byte alignment, an integer's 1 / divisible-by-16 / 64-bit classes),
+formats a cache-key string, reads several runtime knobs, runs the pre-run hooks and checks the
+kernel's globals on every call: tens of µs of Python per launch, on every launch of a step. A
+``Launcher`` pays that once per specialization: the first call with a new key goes through the
+JIT path, which compiles (or finds) the kernel and returns the ``CompiledKernel``; later calls
+with the same key call its launcher (``CompiledKernel.run``) directly on the current stream.
+
+The key (``Launcher.key``) holds the keyword arguments (constexprs and launch options) and, for
+every runtime argument, what triton specialises it on: a tensor's dtype and whether its data
+pointer is 16-byte aligned (unless the kernel does not specialise that argument on alignment),
+an integer's ``== 1`` / ``% 16 == 0`` (unless not specialised) and its 32/64-bit class. So two
+launches with one key are two launches triton would have compiled once (the test checks this
+against triton's own binder): a cached kernel never runs on arguments it was not compiled for.
+
+Callers pass the runtime arguments positionally and the constexprs and options by keyword, the
+constexprs after the runtime parameters in the kernel's signature (every kernel of the step
+path is written so). The fast path is off, and every call takes the JIT path, under the
+interpreter (``TRITON_INTERPRET=1``), when ``set_fast_launch(False)`` or
+``MRV2_TRITON_FAST_LAUNCH=0`` turns it off, or when this triton's compiled kernel lacks the
+launcher it needs; the reason is recorded once per kernel (``notes()``), never silently.
+Each launcher counts its calls, hits, misses and JIT-path calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+_ENV = "MRV2_TRITON_FAST_LAUNCH"
+_state = {"enabled": os.environ.get(_ENV, "1") != "0"}
+_notes: dict[str, None] = {}  # ordered set: one line per kernel that takes the JIT path
+_launchers: list[Launcher] = []  # every launcher made, for the counts (benchmarks)
+_LAUNCHER_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
+_I32 = range(-(2**31), 2**31)
+
+# per runtime parameter: 0 = specialised, 1 = not on its value, 2 = not on alignment, 3 = neither
+_FULL, _NO_VALUE, _NO_ALIGN, _NONE = 0, 1, 2, 3
+
+
+def set_fast_launch(enabled: bool) -> None:
+    """Turn the cached-kernel path on or off for every launcher (off: the JIT path each call)."""
+    _state["enabled"] = enabled
+
+
+def fast_launch_enabled() -> bool:
+    return _state["enabled"]
+
+
+def notes() -> list[str]:
+    """One line per kernel whose launches took the JIT path, with the reason."""
+    return list(_notes)
+
+
+def launchers() -> list[Launcher]:
+    """Every launcher made so far (one per kernel), with its counters."""
+    return list(_launchers)
+
+
+def _runtime() -> tuple[Callable[[], int], Callable[[int], int], Any]:
+    """The current device, the current raw stream of a device, and triton's runtime knobs."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    active = driver.active
+    return active.get_current_device, active.get_current_stream, knobs.runtime
+
+
+def _param_modes(fn) -> tuple[list[int], list[str]] | str:
+    """Per runtime parameter its specialisation mode, and the constexpr names after them; or
+    why the kernel's signature does not allow the fast path."""
+    params = getattr(fn, "params", None)
+    if params is None:
+        return "the kernel exposes no parameter list"
+    modes, constexprs = [], []
+    for p in params:
+        if p.is_constexpr:
+            constexprs.append(p.name)
+        elif constexprs:
+            return f"runtime parameter {p.name!r} follows a constexpr"
+        else:
+            no_align = p.do_not_specialize_on_alignment
+            modes.append(_NO_VALUE * bool(p.do_not_specialize) + _NO_ALIGN * bool(no_align))
+    return modes, constexprs
+
+
+def _arg_key(a: Any, mode: int) -> Any:
+    """What triton specialises one runtime argument on (or finer)."""
+    if isinstance(a, torch.Tensor):
+        if mode & _NO_ALIGN:
+            return a.dtype
+        return a.dtype, not a.data_ptr() & 15
+    if a is None or isinstance(a, (bool, float)):
+        return a if a is None or isinstance(a, bool) else float
+    if isinstance(a, int):
+        if mode & _NO_VALUE:
+            return a in _I32, a >= 2**63
+        return a == 1, not a & 15, a in _I32, a >= 2**63
+    return type(a), a  # anything else: its value (hashable or the key fails loudly)
+
+
+def _key_function(modes: list[int]) -> Callable[..., tuple]:
+    """``tuple(map(_arg_key, args, modes))`` written out per parameter, with a tensor's and an
+    int's key inline (as triton's own binder is generated): about a third of the calls' cost."""
+    lo, hi, u64 = -(2**31), 2**31, 2**63
+    terms = []
+    for i, m in enumerate(modes):
+        a = f"a{i}"
+        tensor = f"{a}.dtype" if m & _NO_ALIGN else f"({a}.dtype, not {a}.data_ptr() & 15)"
+        value = "" if m & _NO_VALUE else f"{a} == 1, not {a} & 15, "
+        integer = f"({value}{lo} <= {a} < {hi}, {a} >= {u64})"
+        terms.append(
+            f"{tensor} if type({a}) is Tensor else {integer} if type({a}) is int "
+            f"else arg_key({a}, {m})"
+        )
+    args = ", ".join(f"a{i}" for i in range(len(modes)))
+    namespace = {"Tensor": torch.Tensor, "arg_key": _arg_key}
+    exec(f"def key({args}):\n    return ({', '.join(terms)},)\n", namespace)
+    return namespace["key"]
+
+
+class Launcher:
+    """Launches of one ``@triton.jit`` kernel, through its compiled kernel once cached."""
+
+    def __init__(self, fn, name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", repr(fn))
+        self.calls = self.hits = self.misses = self.slow = 0
+        self._cache: dict[tuple, tuple[Any, tuple]] = {}
+        self._runtime: tuple | None = None
+        self.fallback: str | None = None  # why the JIT path is taken, once known
+        self._noted_off = False
+        _launchers.append(self)
+        if type(fn).__name__ == "InterpretedFunction":
+            self._fall_back("the Triton interpreter runs it (TRITON_INTERPRET=1)")
+            return
+        shape = _param_modes(fn)
+        if isinstance(shape, str):
+            self._fall_back(shape)
+            return
+        self._modes, self._constexprs = shape
+        self._key = _key_function(self._modes)
+
+    def _fall_back(self, reason: str) -> None:
+        self.fallback = reason
+        self._note(reason)
+
+    def _note(self, reason: str) -> None:
+        _notes[f"runner.kernels: Triton kernel {self.name} launches through the JIT ({reason})"] = (
+            None
+        )
+
+    def key(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple:
+        """The specialization key of a launch (see the module docstring)."""
+        modes = self._modes
+        if len(args) != len(modes):
+            raise TypeError(
+                f"{self.name}: {len(args)} positional arguments, the kernel has {len(modes)} "
+                "runtime parameters (constexprs and options go by keyword)"
+            )
+        return self._key(*args), tuple(kwargs.items())
+
+    def __call__(self, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.fallback is not None or not _state["enabled"]:
+            if self.fallback is None and not self._noted_off:
+                self._noted_off = True
+                self._note(f"fast launch turned off: {_ENV}=0 or set_fast_launch(False)")
+            self.slow += 1
+            self.fn[grid](*args, **kwargs)
+            return
+        if self._runtime is None:
+            try:
+                self._runtime = _runtime()
+            except (ImportError, AttributeError) as exc:  # a triton without these entry points
+                self._fall_back(f"triton's runtime lacks what the launcher reads: {exc}")
+                self.slow += 1
+                self.fn[grid](*args, **kwargs)
+                return
+        current_device, current_stream, knobs = self._runtime
+        device = current_device()
+        key = (device, *self.key(args, kwargs))
+        entry = self._cache.get(key)
+        if entry is None:
+            self.misses += 1
+            self.slow += 1
+            self._fill(key, grid, args, kwargs)
+            return
+        self.hits += 1
+        kernel, tail = entry
+        stream = current_stream(device)
+        full = (*args, *tail)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        enter = knobs.launch_enter_hook
+        meta = None if enter is None else kernel.launch_metadata(grid, stream, *full)
+        kernel.run(
+            grid[0],
+            g1,
+            g2,
+            stream,
+            kernel.function,
+            kernel.packed_metadata,
+            meta,
+            enter,
+            knobs.launch_exit_hook,
+            *full,
+        )
+
+    def _fill(self, key: tuple, grid, args, kwargs) -> None:
+        """The JIT path (it compiles or finds the kernel, and launches it); cache what it
+        returns with the constexpr values that follow the runtime arguments."""
+        kernel = self.fn[grid](*args, **kwargs)
+        if hasattr(kernel, "result"):  # triton's asynchronous compile mode
+            kernel = kernel.result()
+        missing = [a for a in _LAUNCHER_ATTRS if not hasattr(kernel, a)]
+        if missing:
+            self._fall_back(f"its compiled kernel has no {', '.join(missing)}")
+            return
+        defaults = {p.name: p.default for p in self.fn.params if p.is_constexpr}
+        try:
+            tail = tuple(kwargs[n] if n in kwargs else defaults[n] for n in self._constexprs)
+        except KeyError as exc:
+            self._fall_back(f"constexpr {exc} has no value")
+            return
+        self._cache[key] = (kernel, tail)
