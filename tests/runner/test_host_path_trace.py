@@ -45,8 +45,19 @@ def test_the_recorded_workloads_cover_what_they_claim():
     assert running_when_aborted, "no abort of a request that had begun decoding"
 
 
+@pytest.fixture(params=["loop below 32", "columns always"])
+def columns_from(request, monkeypatch):
+    """The steady decode step by its loop for a few requests (the default threshold), or by
+    its columns at every batch size: both must decide as recorded."""
+    from mrv2_prof.runner.core import steady_decode
+
+    if request.param == "columns always":
+        monkeypatch.setattr(steady_decode, "COLUMNS_FROM", 1)
+    return steady_decode.COLUMNS_FROM
+
+
 @pytest.mark.parametrize("seed", SCHEDULER_SEEDS)
-def test_scheduler_reproduces_the_recorded_run(seed):
+def test_scheduler_reproduces_the_recorded_run(seed, columns_from):
     assert_same_trace(scheduler_trace(seed), RECORDED[f"scheduler-{seed}"])
 
 
@@ -62,13 +73,13 @@ def test_the_wide_workloads_cover_what_they_claim():
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("seed", WIDE_SEEDS)
-def test_wide_batches_reproduce_the_recorded_run(seed, mode):
+def test_wide_batches_reproduce_the_recorded_run(seed, mode, columns_from):
     assert_same_trace(wide_scheduler_trace(seed, mode == "async"), RECORDED[f"wide-{mode}-{seed}"])
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("seed", ENGINE_SEEDS)
-def test_engine_reproduces_the_recorded_run(seed, mode):
+def test_engine_reproduces_the_recorded_run(seed, mode, columns_from):
     assert_same_trace(engine_trace(seed, mode == "async"), RECORDED[f"engine-{mode}-{seed}"])
 
 
