@@ -12,7 +12,7 @@ database file; the probes conform to it and the store never imports the probes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,25 @@ def from_rows(table: str, rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray
     }
 
 
+class FilledColumns(Mapping):
+    """The first ``n`` rows of a set of column arrays, handed over by ``RecordBuffer.swap``:
+    a column is sliced when it is read (on the writer thread), never on the step loop."""
+
+    __slots__ = ("arrays", "n")
+
+    def __init__(self, arrays: dict[str, np.ndarray], n: int) -> None:
+        self.arrays, self.n = arrays, n
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name][: self.n]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+
 class RecordBuffer:
     """Columns of one record type in preallocated arrays; ``n`` rows are valid."""
 
@@ -63,9 +82,10 @@ class RecordBuffer:
         # Arrays to continue in after a swap: one set from the start (np.zeros maps its pages
         # only when written), then the sets given back.
         self._spare = [{name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}]
-        self._empty = {name: np.zeros(0, dtype=col.dtype) for name, col in self.cols.items()}
-        for name, col in self.cols.items():
-            setattr(self, name, col)
+        self._empty = FilledColumns(
+            {name: np.zeros(0, dtype=col.dtype) for name, col in self.cols.items()}, 0
+        )
+        vars(self).update(self.cols)  # each column is an attribute: ``buffer.start_ns[i]``
 
     def reserve(self, k: int = 1) -> int:
         """Index of the next row, making room for ``k`` rows (doubling when full)."""
@@ -83,30 +103,31 @@ class RecordBuffer:
     def fill(self) -> float:
         return self.n / self.capacity
 
-    def swap(self) -> dict[str, np.ndarray]:
-        """The ``n`` valid rows, handed over without a copy: the buffer continues in a spare
-        set of arrays (``give_back``), or fresh ones, of the same capacity. The handed-over
-        arrays are never written again until they are given back."""
+    def swap(self) -> Mapping[str, np.ndarray]:
+        """The ``n`` valid rows, handed over as they are (no copy, no slicing: a
+        ``FilledColumns``): the buffer continues in a spare set of arrays (``give_back``), or
+        fresh ones, of the same capacity. The handed-over arrays are never written again
+        until they are given back."""
         if self.n == 0:  # nothing to hand over: the same empty columns every time
             return self._empty
-        out = {name: col[: self.n] for name, col in self.cols.items()}
+        out = FilledColumns(self.cols, self.n)
         spare = self._spare.pop() if self._spare else None
         if spare is None or len(next(iter(spare.values()))) != self.capacity:
             spare = {name: np.empty(self.capacity, dtype=c.dtype) for name, c in self.cols.items()}
         self.cols = spare
-        for name, col in spare.items():
-            setattr(self, name, col)
+        vars(self).update(spare)
         self.n = 0
         return out
 
-    def give_back(self, handed: dict[str, np.ndarray]) -> None:
+    def give_back(self, handed: Mapping[str, np.ndarray]) -> None:
         """Return arrays ``swap`` handed over, once nothing reads them any more (from any
-        thread): the next swap continues in them instead of allocating."""
-        if handed is self._empty:
+        thread): the next swap continues in them instead of allocating. Arrays of another
+        capacity (the buffer grew since) are dropped."""
+        if not isinstance(handed, FilledColumns) or handed is self._empty:
             return
-        full = {name: col.base if col.base is not None else col for name, col in handed.items()}
-        if len(full) == len(self.cols) and all(c.base is None for c in full.values()):
-            self._spare.append(full)
+        arrays = handed.arrays
+        if len(arrays) == len(self.cols) and all(len(c) == self.capacity for c in arrays.values()):
+            self._spare.append(arrays)
 
     def take(self) -> dict[str, np.ndarray]:
         out = {name: col[: self.n].copy() for name, col in self.cols.items()}

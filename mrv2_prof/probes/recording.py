@@ -18,7 +18,7 @@ string column) means "not measured" and is stored as NULL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter_ns
 
 import numpy as np
@@ -30,6 +30,8 @@ from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
 # Interned ids of the span tracks (after the phase names)
 CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
+# Kinds of ``Handoff.request_events``
+ARRIVED, FIRST_TOKEN, FINISHED = 0, 1, 2
 
 # The columns of a ``steps`` row at the step's end, in the order ``step_end`` takes them.
 STEP_COLUMNS = (
@@ -46,6 +48,9 @@ class Handoff:
     raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
     step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
     captures: list[tuple[str, str, int, float, int]]
+    # what happened to requests since the last swap, in order: (ARRIVED, req, arrival_ns,
+    # prompt_tokens), (FIRST_TOKEN, req, t_ns), (FINISHED, req); interned ids
+    request_events: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class RecordingProbe(Probe):
@@ -83,6 +88,7 @@ class RecordingProbe(Probe):
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
+        self._request_events: list[tuple[int, ...]] = []  # ``Handoff.request_events``
         self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
 
     def _buffer(
@@ -290,12 +296,15 @@ class RecordingProbe(Probe):
         self._spec = (k, num_draft_tokens, accepted)
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
-        self.arrivals[self.intern(req_id)] = (arrival_ns, prompt_tokens)
+        r = self.intern(req_id)
+        self.arrivals[r] = (arrival_ns, prompt_tokens)
+        self._request_events.append((ARRIVED, r, arrival_ns, prompt_tokens))
 
     def token(self, req_id: str, idx: int, t_ns: int, token_id: int) -> None:
         r = self.intern(req_id)
         if idx == 0:
             self.first_token[r] = t_ns
+            self._request_events.append((FIRST_TOKEN, r, t_ns))
         b = self.tokens
         i = b.reserve()
         b.req_id[i] = r
@@ -317,7 +326,9 @@ class RecordingProbe(Probe):
         if 0 in idx:  # first tokens: the time to first token of a request's finish row
             for j, n in enumerate(idx):
                 if n == 0:
-                    self.first_token[self.intern(req_ids[j])] = t_ns
+                    r = self.intern(req_ids[j])
+                    self.first_token[r] = t_ns
+                    self._request_events.append((FIRST_TOKEN, r, t_ns))
 
     def request_finish(
         self,
@@ -330,6 +341,7 @@ class RecordingProbe(Probe):
     ) -> None:
         r = self.intern(req_id)
         arrival_ns, prompt_tokens = self.arrivals.pop(r, (-1, 0))
+        self._request_events.append((FINISHED, r))
         b = self.finished
         i = b.reserve()
         b.req_id[i] = r
@@ -356,7 +368,8 @@ class RecordingProbe(Probe):
         raw = {table: buffer.swap() for table, buffer in self._tables.items()}
         step_tokens, self._step_tokens, self._num_step_tokens = self._step_tokens, [], 0
         captures, self.captures = self.captures, []
-        return Handoff(raw, step_tokens, captures)
+        events, self._request_events = self._request_events, []
+        return Handoff(raw, step_tokens, captures, events)
 
     def give_back(self, handoff: Handoff) -> None:
         """The hand-over's arrays are written to the store: the next swaps reuse them."""
