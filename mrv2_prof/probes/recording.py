@@ -65,6 +65,7 @@ class RecordingProbe(Probe):
         self.phase = -1
         self._parent = [-1] * len(PHASES)
         self._names: dict[str, int] = {}
+        self._dispatch_ids: dict[tuple[str, str, str], tuple[int, int, int]] = {}
         self._name_list: list[str | None] = []
         for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
             self.intern(name)
@@ -134,7 +135,7 @@ class RecordingProbe(Probe):
     ) -> None:
         t = perf_counter_ns()
         b = self.steps
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
         b.cpu_start_ns[i] = self._open[STEP]
         b.cpu_end_ns[i] = t
@@ -147,7 +148,8 @@ class RecordingProbe(Probe):
         b.kv_used_blocks[i] = kv_used_blocks
         b.num_preempted[i] = num_preempted
         b.output_wait_ns[i] = output_wait_ns
-        b.graph_mode[i] = self.intern(graph_mode)
+        mode = self._names.get(graph_mode)
+        b.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
         b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
         self._spec = (0, 0, 0)
         b.n = i + 1
@@ -166,7 +168,15 @@ class RecordingProbe(Probe):
         self._open[phase] = perf_counter_ns()
 
     def end(self, phase: int) -> None:
-        self._span(phase, self._open[phase], perf_counter_ns())
+        t = perf_counter_ns()
+        b = self.spans  # ``_span``, inlined: the hottest hook
+        i = b.n if b.n < b.capacity else b.reserve()
+        b.step[i] = self.step
+        b.track[i] = CPU_TRACK
+        b.name[i] = phase
+        b.start_ns[i] = self._open[phase]
+        b.end_ns[i] = t
+        b.n = i + 1
         self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
@@ -224,9 +234,10 @@ class RecordingProbe(Probe):
         self, tensor: str, rows: int, elements: int, staged_bytes: int, dense_bytes: int
     ) -> None:
         b = self.staged
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
-        b.tensor[i] = self.intern(tensor)
+        name = self._names.get(tensor)
+        b.tensor[i] = self.intern(tensor) if name is None else name
         b.rows[i] = rows
         b.elements[i] = elements
         b.staged_bytes[i] = staged_bytes
@@ -243,14 +254,17 @@ class RecordingProbe(Probe):
         reason: str,
     ) -> None:
         b = self.dispatch
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
+        key = (requested_mode, mode, reason)  # one lookup for the step's three strings
+        ids = self._dispatch_ids.get(key)
+        if ids is None:
+            ids = (self.intern(requested_mode), self.intern(mode), self.intern(reason))
+            self._dispatch_ids[key] = ids
         b.step[i] = self.step
         b.num_tokens[i] = num_tokens
         b.padded_tokens[i] = padded_tokens
-        b.requested_mode[i] = self.intern(requested_mode)
-        b.mode[i] = self.intern(mode)
+        b.requested_mode[i], b.mode[i], b.reason[i] = ids
         b.hit[i] = hit
-        b.reason[i] = self.intern(reason)
         b.n = i + 1
 
     def graph_capture(
@@ -260,11 +274,13 @@ class RecordingProbe(Probe):
 
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         b = self.syncs
-        i = b.reserve()
+        i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
         b.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
-        b.kind[i] = self.intern(kind)
-        b.site[i] = self.intern(site)
+        names = self._names
+        k, w = names.get(kind), names.get(site)
+        b.kind[i] = self.intern(kind) if k is None else k
+        b.site[i] = self.intern(site) if w is None else w
         b.blocked_ns[i] = blocked_ns
         b.n = i + 1
 

@@ -3,7 +3,8 @@
 ``tests/runner/test_host_path_trace.py`` holds the decisions against a recorded run; here, after
 every ``schedule`` and every ``update_from_output`` of the wide randomized workloads, each
 column the steady decode step keeps must equal what it mirrors in the requests and the KV
-cache, and the columnar paths must be the ones taken in most decode steps.
+cache, the token rows the probe gets must be the requests' last tokens, and the columnar
+update must be taken.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def test_the_columns_follow_the_requests_through_every_step(seed, mode, monkeypa
         updated = update(self, *args, **kwargs)
         counts["update"] += 1
         _check_columns(self)
+        ids, indices, tokens = self.token_rows(updated)  # what the probe records
+        assert list(ids) == [r.request_id for r in updated]
+        assert list(indices) == [len(r.output_token_ids) - 1 for r in updated]
+        assert list(tokens) == [r.output_token_ids[-1] for r in updated]
         return updated
 
     def counted(self, *args, **kwargs):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, RequestStatus
@@ -346,6 +347,19 @@ class Scheduler:
             updated.append(request)
         self._steady.note_tokens(note)
         return updated
+
+    def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
+        """What ``updated`` (``update_from_output``'s last return) received: each request's
+        id, the index of its last output token and that token; from the columns after a
+        steady decode step (no Python work per request), else from the requests."""
+        last = self._steady.last_tokens
+        if last is not None and last[0] is updated:
+            return last[1], last[2], last[3]
+        return (
+            [r.request_id for r in updated],
+            [len(r.output_token_ids) - 1 for r in updated],
+            [r.output_token_ids[-1] for r in updated],
+        )
 
     def _take_steady(self, so: SchedulerOutput) -> SteadyBatch | None:
         """The steady decode step of ``so``, if it was one and nothing finished since (its

@@ -101,6 +101,8 @@ class SteadyDecode:
         self.max_model_len = max_model_len
         self.async_scheduling = async_scheduling
         self._cols: DecodeColumns | None = None
+        # the last ``update``'s return value, its ids, output indices and tokens
+        self.last_tokens: tuple[list[Request], list[str], np.ndarray, list[int]] | None = None
 
     def invalidate(self) -> None:
         """The running set or a request's computed tokens changed outside these passes."""
@@ -288,10 +290,11 @@ class SteadyDecode:
             maybe |= np.array(tokens, np.int64) == cols.eos[0]
         elif len(cols.eos):
             maybe |= np.isin(np.array(tokens, np.int64), cols.eos)
-        if not np.count_nonzero(maybe):
-            return list(reqs)
-        for i in np.flatnonzero(maybe).tolist():
-            status = check_stop(reqs[i], tokens[i])
-            if status is not None:
-                finish(reqs[i], status)
-        return list(reqs)
+        updated = list(reqs)
+        self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt) - 1, tokens)
+        if np.count_nonzero(maybe):
+            for i in np.flatnonzero(maybe).tolist():
+                status = check_stop(reqs[i], tokens[i])
+                if status is not None:
+                    finish(reqs[i], status)
+        return updated
