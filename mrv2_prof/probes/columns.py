@@ -73,27 +73,45 @@ class FilledColumns(Mapping):
 
 
 class RecordBuffer:
-    """Columns of one record type in preallocated arrays; ``n`` rows are valid."""
+    """Columns of one record type in preallocated arrays; ``n`` rows are valid.
 
-    def __init__(self, columns: dict[str, Any], capacity: int) -> None:
+    A column with a default (``defaults``) holds it in every row not written: a hook leaves
+    the column alone when its value is the default. Arrays given back are reset to their
+    defaults by ``give_back`` (on the writer thread), never on the step loop."""
+
+    def __init__(
+        self, columns: dict[str, Any], capacity: int, defaults: dict[str, int] | None = None
+    ) -> None:
         self.capacity = capacity
         self.n = 0
-        self.cols = {name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}
+        self._defaults = defaults or {}
+        self._dtypes = dict(columns)
+        self.cols = self._new_arrays(capacity)
         # Arrays to continue in after a swap: one set from the start (np.zeros maps its pages
         # only when written), then the sets given back.
-        self._spare = [{name: np.zeros(capacity, dtype=dt) for name, dt in columns.items()}]
+        self._spare = [self._new_arrays(capacity)]
         self._empty = FilledColumns(
             {name: np.zeros(0, dtype=col.dtype) for name, col in self.cols.items()}, 0
         )
         vars(self).update(self.cols)  # each column is an attribute: ``buffer.start_ns[i]``
+
+    def _new_arrays(self, capacity: int) -> dict[str, np.ndarray]:
+        defaults = self._defaults
+        return {
+            name: np.full(capacity, defaults[name], dtype=dt)
+            if name in defaults
+            else np.zeros(capacity, dtype=dt)
+            for name, dt in self._dtypes.items()
+        }
 
     def reserve(self, k: int = 1) -> int:
         """Index of the next row, making room for ``k`` rows (doubling when full)."""
         n = self.n
         if n + k > self.capacity:
             self.capacity = max(2 * self.capacity, n + k)
+            grown_set = self._new_arrays(self.capacity)
             for name, col in self.cols.items():
-                grown = np.zeros(self.capacity, dtype=col.dtype)
+                grown = grown_set[name]
                 grown[:n] = col[:n]
                 self.cols[name] = grown
                 setattr(self, name, grown)
@@ -113,7 +131,7 @@ class RecordBuffer:
         out = FilledColumns(self.cols, self.n)
         spare = self._spare.pop() if self._spare else None
         if spare is None or len(next(iter(spare.values()))) != self.capacity:
-            spare = {name: np.empty(self.capacity, dtype=c.dtype) for name, c in self.cols.items()}
+            spare = self._new_arrays(self.capacity)
         self.cols = spare
         vars(self).update(spare)
         self.n = 0
@@ -127,6 +145,8 @@ class RecordBuffer:
             return
         arrays = handed.arrays
         if len(arrays) == len(self.cols) and all(len(c) == self.capacity for c in arrays.values()):
+            for name, value in self._defaults.items():
+                arrays[name][: handed.n] = value
             self._spare.append(arrays)
 
     def take(self) -> dict[str, np.ndarray]:

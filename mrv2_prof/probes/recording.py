@@ -30,6 +30,7 @@ from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE)
 # Interned ids of the span tracks (after the phase names)
 CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
+_NO_SPEC = (0, 0, 0)
 # Kinds of ``Handoff.request_events``
 ARRIVED, FIRST_TOKEN, FINISHED = 0, 1, 2
 
@@ -71,8 +72,14 @@ class RecordingProbe(Probe):
             self.intern(name)
         self._tables: dict[str, RecordBuffer] = {}  # store table -> its buffer
         self._strings: dict[str, list[str]] = {}  # store table -> its string columns
-        self.steps = self._buffer("steps", capacity, STEP_COLUMNS)
-        self.spans = self._buffer("spans", 8 * capacity)
+        # defaults: a host span's track, a step's speculative-decoding counts (no drafts)
+        self.steps = self._buffer(
+            "steps",
+            capacity,
+            STEP_COLUMNS,
+            {"spec_k": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0},
+        )
+        self.spans = self._buffer("spans", 8 * capacity, defaults={"track": CPU_TRACK})
         self.staged = self._buffer("staged_writes", 4 * capacity)
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
@@ -84,7 +91,7 @@ class RecordingProbe(Probe):
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)
-        self._spec = (0, 0, 0)  # spec_step's (k, drafted, accepted) until step_end
+        self._spec = _NO_SPEC  # spec_step's (k, drafted, accepted) until step_end
         self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
@@ -93,10 +100,14 @@ class RecordingProbe(Probe):
         self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
 
     def _buffer(
-        self, table: str, capacity: int, names: tuple[str, ...] | None = None
+        self,
+        table: str,
+        capacity: int,
+        names: tuple[str, ...] | None = None,
+        defaults: dict[str, int] | None = None,
     ) -> RecordBuffer:
         """The buffer of ``table``'s columns (``names``, else all but ``run_id``)."""
-        buffer = RecordBuffer(buffer_dtypes(table, names), capacity)
+        buffer = RecordBuffer(buffer_dtypes(table, names), capacity, defaults)
         self._tables[table] = buffer
         types = dtypes(table, buffer.cols)
         self._strings[table] = [name for name, dt in types.items() if dt == STRING]
@@ -150,8 +161,9 @@ class RecordingProbe(Probe):
         b.output_wait_ns[i] = output_wait_ns
         mode = self._names.get(graph_mode)
         b.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
-        b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
-        self._spec = (0, 0, 0)
+        if self._spec is not _NO_SPEC:  # else the columns' defaults
+            b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
+            self._spec = _NO_SPEC
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
         self.phase = self._parent[STEP]
@@ -169,10 +181,9 @@ class RecordingProbe(Probe):
 
     def end(self, phase: int) -> None:
         t = perf_counter_ns()
-        b = self.spans  # ``_span``, inlined: the hottest hook
+        b = self.spans  # ``_span``, inlined: the hottest hook; ``track``: CPU by default
         i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
-        b.track[i] = CPU_TRACK
         b.name[i] = phase
         b.start_ns[i] = self._open[phase]
         b.end_ns[i] = t
@@ -180,10 +191,9 @@ class RecordingProbe(Probe):
         self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
-        b = self.spans
+        b = self.spans  # ``track``: CPU by default
         i = b.n if b.n < b.capacity else b.reserve()
         b.step[i] = self.step
-        b.track[i] = CPU_TRACK
         b.name[i] = phase
         b.start_ns[i] = start_ns
         b.end_ns[i] = end_ns
