@@ -147,22 +147,23 @@ class RecordingProbe(Probe):
         t = perf_counter_ns()
         b = self.steps
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
-        b.cpu_start_ns[i] = self._open[STEP]
-        b.cpu_end_ns[i] = t
-        b.num_reqs[i] = num_reqs
-        b.num_tokens[i] = num_tokens
-        b.num_prefill_tokens[i] = num_prefill_tokens
-        b.num_decode_tokens[i] = num_tokens - num_prefill_tokens
-        b.num_waiting[i] = num_waiting
-        b.num_running[i] = num_running
-        b.kv_used_blocks[i] = kv_used_blocks
-        b.num_preempted[i] = num_preempted
-        b.output_wait_ns[i] = output_wait_ns
+        w = b.w
+        w.step[i] = self.step
+        w.cpu_start_ns[i] = self._open[STEP]
+        w.cpu_end_ns[i] = t
+        w.num_reqs[i] = num_reqs
+        w.num_tokens[i] = num_tokens
+        w.num_prefill_tokens[i] = num_prefill_tokens
+        w.num_decode_tokens[i] = num_tokens - num_prefill_tokens
+        w.num_waiting[i] = num_waiting
+        w.num_running[i] = num_running
+        w.kv_used_blocks[i] = kv_used_blocks
+        w.num_preempted[i] = num_preempted
+        w.output_wait_ns[i] = output_wait_ns
         mode = self._names.get(graph_mode)
-        b.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
+        w.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
         if self._spec is not _NO_SPEC:  # else the columns' defaults
-            b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
+            w.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
             self._spec = _NO_SPEC
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
@@ -183,20 +184,22 @@ class RecordingProbe(Probe):
         t = perf_counter_ns()
         b = self.spans  # ``_span``, inlined: the hottest hook; ``track``: CPU by default
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
-        b.name[i] = phase
-        b.start_ns[i] = self._open[phase]
-        b.end_ns[i] = t
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = phase
+        w.start_ns[i] = self._open[phase]
+        w.end_ns[i] = t
         b.n = i + 1
         self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
         b = self.spans  # ``track``: CPU by default
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
-        b.name[i] = phase
-        b.start_ns[i] = start_ns
-        b.end_ns[i] = end_ns
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = phase
+        w.start_ns[i] = start_ns
+        w.end_ns[i] = end_ns
         b.n = i + 1
 
     def gpu_span(
@@ -245,13 +248,14 @@ class RecordingProbe(Probe):
     ) -> None:
         b = self.staged
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
+        w = b.w
+        w.step[i] = self.step
         name = self._names.get(tensor)
-        b.tensor[i] = self.intern(tensor) if name is None else name
-        b.rows[i] = rows
-        b.elements[i] = elements
-        b.staged_bytes[i] = staged_bytes
-        b.dense_bytes[i] = dense_bytes
+        w.tensor[i] = self.intern(tensor) if name is None else name
+        w.rows[i] = rows
+        w.elements[i] = elements
+        w.staged_bytes[i] = staged_bytes
+        w.dense_bytes[i] = dense_bytes
         b.n = i + 1
 
     def graph_dispatch(
@@ -270,11 +274,12 @@ class RecordingProbe(Probe):
         if ids is None:
             ids = (self.intern(requested_mode), self.intern(mode), self.intern(reason))
             self._dispatch_ids[key] = ids
-        b.step[i] = self.step
-        b.num_tokens[i] = num_tokens
-        b.padded_tokens[i] = padded_tokens
-        b.requested_mode[i], b.mode[i], b.reason[i] = ids
-        b.hit[i] = hit
+        w = b.w
+        w.step[i] = self.step
+        w.num_tokens[i] = num_tokens
+        w.padded_tokens[i] = padded_tokens
+        w.requested_mode[i], w.mode[i], w.reason[i] = ids
+        b.hit[i] = hit  # numpy: takes any truth value
         b.n = i + 1
 
     def graph_capture(
@@ -285,13 +290,14 @@ class RecordingProbe(Probe):
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         b = self.syncs
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
-        b.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
+        w = b.w
+        w.step[i] = self.step
+        w.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
         names = self._names
-        k, w = names.get(kind), names.get(site)
-        b.kind[i] = self.intern(kind) if k is None else k
-        b.site[i] = self.intern(site) if w is None else w
-        b.blocked_ns[i] = blocked_ns
+        k, s = names.get(kind), names.get(site)
+        w.kind[i] = self.intern(kind) if k is None else k
+        w.site[i] = self.intern(site) if s is None else s
+        w.blocked_ns[i] = blocked_ns
         b.n = i + 1
 
     def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
