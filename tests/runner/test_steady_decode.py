@@ -30,9 +30,14 @@ def _check_columns(sched: Scheduler) -> None:
         assert cols.pending[i] == r.num_output_placeholders, rid
         assert cols.capacity[i] == len(kv.req_to_blocks[rid]) * kv.block_size, rid
         assert cols.hashed[i] == len(kv.req_to_block_hashes.get(rid, ())), rid
+        if kv.enable_caching:
+            assert cols.next_full[i] == (cols.hashed[i] + 1) * kv.block_size, rid
         assert cols.limit[i] == min(
             len(r.prompt_token_ids) + r.sampling_params.max_tokens, sched.max_model_len
         )
+    assert cols.below_prompt == sum(
+        r.num_computed_tokens < len(r.prompt_token_ids) for r in cols.reqs
+    )
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

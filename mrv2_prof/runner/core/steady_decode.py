@@ -68,12 +68,20 @@ class DecodeColumns:
         # the length a request finishes at: its max tokens, or the model's limit
         self.limit = np.minimum(self.prompt + self.max_tokens, max_model_len)
         self.has_stop_ids = np.fromiter((bool(p.stop_token_ids) for p in params), bool, n)
+        # the update's one test for "may stop": the length limit, or 0 with stop ids
+        self.stop_at = np.where(self.has_stop_ids, 0, self.limit)
+        self.prompt1 = self.prompt + 1  # a row's last output index is num_tokens - prompt1
+        self.below_prompt = int(np.count_nonzero(self.computed < self.prompt))
         self.logprobs = np.fromiter((p.logprobs > 0 for p in params), bool, n)
         self.any_logprobs = bool(np.count_nonzero(self.logprobs))
         held, hashes = kv.req_to_blocks, kv.req_to_block_hashes
         self.capacity = np.fromiter((len(held[i]) for i in self.ids), np.int64, n)
         self.capacity *= kv.block_size
         self.hashed = np.fromiter((len(hashes.get(i, ())) for i in self.ids), np.int64, n)
+        # the token count at which a row's next block is full and hashed (never: no caching)
+        self.next_full = (self.hashed + 1) * kv.block_size
+        if not kv.enable_caching:
+            self.next_full[:] = np.iinfo(np.int64).max
         # One EOS set for all (the engine's case): a vector test; else every row with one
         # is checked in full.
         eos = {r.eos_token_ids for r in running}
@@ -154,10 +162,10 @@ class SteadyDecode:
             touched &= active
         if np.count_nonzero(touched) > kv.num_free_blocks:
             return None  # someone is preempted
-        if kv.enable_caching:  # a block fills up: its hash goes into the cache
-            # an active row computes up to its last token: min(computed + 1, num_tokens) is it
-            fills = cols.hashed < num_tokens // kv.block_size
-            touched |= fills if active is None else fills & active
+        # a block fills up: its hash goes into the cache (an active row computes up to its
+        # last token: min(computed + 1, num_tokens) is num_tokens)
+        fills = num_tokens >= cols.next_full
+        touched |= fills if active is None else fills & active
         new_blocks: dict[str, list[int]] = {}
         if np.count_nonzero(touched):
             for i in np.flatnonzero(touched).tolist():
@@ -166,12 +174,17 @@ class SteadyDecode:
                 if blocks:
                     new_blocks[rid] = blocks
                 cols.capacity[i] = len(kv.req_to_blocks[rid]) * kv.block_size
-                cols.hashed[i] = len(kv.req_to_block_hashes.get(rid, ()))
+                if kv.enable_caching:
+                    cols.hashed[i] = hashed = len(kv.req_to_block_hashes.get(rid, ()))
+                    cols.next_full[i] = (hashed + 1) * kv.block_size
         if active is None:
             rows, reqs, ids = None, list(cols.reqs), list(cols.ids)
             before = computed.copy()
             computed += 1
-            num_prompt = np.count_nonzero(before < cols.prompt)
+            num_prompt = 0
+            if cols.below_prompt:  # a prompt token left after a prefix hit
+                num_prompt = np.count_nonzero(before < cols.prompt)
+                cols.below_prompt = np.count_nonzero(computed < cols.prompt)
             _set_all(reqs, "num_computed_tokens", computed)
             if self.async_scheduling:  # each reaches num_tokens + placeholders: all sample
                 pending += 1
@@ -182,7 +195,10 @@ class SteadyDecode:
             reqs, ids = list(compress(cols.reqs, mask)), list(compress(cols.ids, mask))
             before = computed[rows]
             computed[rows] += 1
-            num_prompt = np.count_nonzero(before < cols.prompt[rows])
+            num_prompt = 0
+            if cols.below_prompt:
+                num_prompt = np.count_nonzero(before < cols.prompt[rows])
+                cols.below_prompt = np.count_nonzero(computed < cols.prompt)
             _set_all(reqs, "num_computed_tokens", before + 1)
             if self.async_scheduling:
                 pending[rows] += 1
@@ -283,7 +299,7 @@ class SteadyDecode:
         if logprobs is not None and cols.any_logprobs:
             for i in np.flatnonzero(col(cols.logprobs)).tolist():
                 reqs[i].output_logprobs.append(logprobs[i])
-        maybe = (num_tokens >= col(cols.limit)) | col(cols.has_stop_ids)
+        maybe = num_tokens >= col(cols.stop_at)
         if cols.eos is None:
             maybe |= col(cols.has_eos)
         elif len(cols.eos) == 1:
@@ -291,7 +307,7 @@ class SteadyDecode:
         elif len(cols.eos):
             maybe |= np.isin(np.array(tokens, np.int64), cols.eos)
         updated = list(reqs)
-        self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt) - 1, tokens)
+        self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt1), tokens)
         if np.count_nonzero(maybe):
             for i in np.flatnonzero(maybe).tolist():
                 status = check_stop(reqs[i], tokens[i])
