@@ -37,7 +37,7 @@ from mrv2_prof.runner.core.scheduler_output import (
     SchedulerOutput,
 )
 from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
-from mrv2_prof.runner.core.steady_decode import SteadyBatch, SteadyDecode
+from mrv2_prof.runner.core.steady_decode import SteadyDecode
 
 __all__ = ["CachedRequest", "CachedRequestData", "NewRequestData", "Scheduler", "SchedulerOutput"]
 
@@ -66,8 +66,6 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_finishes = 0  # finished or aborted so far
         self._steady = SteadyDecode(kv_cache_manager, max_model_len, async_scheduling)
-        # Steady decode steps whose tokens are still to come (one, two with async scheduling).
-        self._steady_batches: list[tuple[SchedulerOutput, SteadyBatch]] = []
 
     # ---- request lifecycle -------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -180,8 +178,7 @@ class Scheduler:
             out.sampling_req_ids.update(decode_ids)  # each reaches num_tokens + placeholders
             if not new_reqs:
                 out.num_prefill_tokens = steady.num_prompt
-                if steady.cols is not None and decode_ids:  # two at most are in flight
-                    self._steady_batches = [*self._steady_batches[-1:], (out, steady)]
+                self._steady.keep(out, steady)
             updates = [(d.req_id, num_scheduled[d.req_id]) for d in new_reqs]
         else:
             updates = num_scheduled.items()
@@ -295,15 +292,11 @@ class Scheduler:
         the tokens a verify emitted (its accepted drafts, then one), for the rows with drafts."""
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
-            if request is not None:  # positions computed again after a preemption are known
-                known = len(request.prompt_logprobs) - start
-                assert known >= 0, f"{rid}: prompt logprobs from position {start} leave a gap"
-                request.prompt_logprobs.extend(entries[known:])
-        steady = self._take_steady(scheduler_output)
+            if request is not None:
+                request.add_prompt_logprobs(start, entries)
+        steady = self._steady.take(scheduler_output, self.num_finishes)
         if steady is not None:
-            return self._steady.update(
-                steady, sampled_token_ids, logprobs, self._check_stop, self._finish
-            )
+            return self._steady.update(steady, sampled_token_ids, logprobs, self._finish)
         updated, note = [], []  # note: the requests whose token counts the columns follow
         sampling = scheduler_output.sampling_req_ids
         batch = scheduler_output.num_scheduled_tokens
@@ -320,7 +313,7 @@ class Scheduler:
             if drafts is not None:
                 for token in self.spec.accept(request, drafts, spec_token_ids[b]):
                     request.append_output_token(token)
-                    status = self._check_stop(request, token)
+                    status = request.stop_status(token, max_len)
                     if status is not None:
                         self._finish(request, status)
                         break
@@ -341,7 +334,7 @@ class Scheduler:
                 or len(request.all_token_ids) >= max_len
                 or params.stop_token_ids
             ):
-                status = self._check_stop(request, token)
+                status = request.stop_status(token, max_len)
                 if status is not None:
                     self._finish(request, status)
             updated.append(request)
@@ -350,35 +343,5 @@ class Scheduler:
 
     def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
         """What ``updated`` (``update_from_output``'s last return) received: each request's
-        id, the index of its last output token and that token; from the columns after a
-        steady decode step (no Python work per request), else from the requests."""
-        last = self._steady.last_tokens
-        if last is not None and last[0] is updated:
-            return last[1], last[2], last[3]
-        return (
-            [r.request_id for r in updated],
-            [len(r.output_token_ids) - 1 for r in updated],
-            [r.output_token_ids[-1] for r in updated],
-        )
-
-    def _take_steady(self, so: SchedulerOutput) -> SteadyBatch | None:
-        """The steady decode step of ``so``, if it was one and nothing finished since (its
-        requests are all still here): its tokens take the columnar update."""
-        batches = self._steady_batches
-        for i, (out, steady) in enumerate(batches):
-            if out is so:
-                del batches[: i + 1]  # older ones will never be updated
-                return steady if steady.finishes == self.num_finishes else None
-        return None
-
-    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
-        params = request.sampling_params
-        if not params.ignore_eos and token in request.eos_token_ids:
-            return RequestStatus.FINISHED_STOPPED
-        if token in params.stop_token_ids:
-            return RequestStatus.FINISHED_STOPPED
-        if request.num_output_tokens >= params.max_tokens:
-            return RequestStatus.FINISHED_LENGTH
-        if request.num_tokens >= self.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None
+        id, the index of its last output token and that token (``SteadyDecode.token_rows``)."""
+        return self._steady.token_rows(updated)

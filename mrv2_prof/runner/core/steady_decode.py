@@ -20,7 +20,7 @@ async scheduling, output placeholders follow both updates (the general one throu
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter
@@ -111,10 +111,40 @@ class SteadyDecode:
         self._cols: DecodeColumns | None = None
         # the last ``update``'s return value, its ids, output indices and tokens
         self.last_tokens: tuple[list[Request], list[str], np.ndarray, list[int]] | None = None
+        # columnar steps whose tokens are still to come (one, two with async scheduling)
+        self._batches: list[tuple[Any, SteadyBatch]] = []
 
     def invalidate(self) -> None:
         """The running set or a request's computed tokens changed outside these passes."""
         self._cols = None
+
+    def keep(self, so: Any, batch: SteadyBatch) -> None:
+        """``batch`` was scheduled as ``so``, alone (no new request): its tokens may take the
+        columnar update."""
+        if batch.cols is not None and batch.reqs:
+            self._batches = [*self._batches[-1:], (so, batch)]
+
+    def take(self, so: Any, finishes: int) -> SteadyBatch | None:
+        """The kept steady step of ``so``, if nothing finished since it was scheduled
+        (``finishes``: the scheduler's finish count now): its requests are all still here."""
+        batches = self._batches
+        for i, (out, batch) in enumerate(batches):
+            if out is so:
+                del batches[: i + 1]  # older ones will never be updated
+                return batch if batch.finishes == finishes else None
+        return None
+
+    def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
+        """Each of ``updated``'s id, last output index and last token: the columns' own after
+        a columnar update that returned ``updated``, else read from the requests."""
+        last = self.last_tokens
+        if last is not None and last[0] is updated:
+            return last[1], last[2], last[3]
+        return (
+            [r.request_id for r in updated],
+            [len(r.output_token_ids) - 1 for r in updated],
+            [r.output_token_ids[-1] for r in updated],
+        )
 
     def note_tokens(self, req_ids: Iterable[str]) -> None:
         """Requests that got a token outside ``update`` (the general update): their token
@@ -255,12 +285,11 @@ class SteadyDecode:
         batch: SteadyBatch,
         sampled_token_ids: list[int],
         logprobs: list | None,
-        check_stop: Callable[[Request, int], RequestStatus | None],
         finish: Callable[[Request, RequestStatus], None],
     ) -> list[Request]:
         """The tokens of ``batch`` (one per request, batch order), with nothing finished since it
-        was scheduled: appended, placeholders released, stops applied (``check_stop`` only for
-        the requests the vector test says may stop)."""
+        was scheduled: appended, placeholders released, stops applied (``stop_status`` only
+        for the requests the vector test says may stop)."""
         reqs, cols, rows = batch.reqs, batch.cols, batch.rows
         n = len(reqs)
         tokens = sampled_token_ids if len(sampled_token_ids) == n else sampled_token_ids[:n]
@@ -310,7 +339,7 @@ class SteadyDecode:
         self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt1), tokens)
         if np.count_nonzero(maybe):
             for i in np.flatnonzero(maybe).tolist():
-                status = check_stop(reqs[i], tokens[i])
+                status = reqs[i].stop_status(tokens[i], self.max_model_len)
                 if status is not None:
                     finish(reqs[i], status)
         return updated
