@@ -17,6 +17,10 @@ the async-on/off throughput ratio on a host-bound small model.
     the difference of the bookkeeping. On the CPU this is the host-path micro-benchmark.
 (c) hooks: the recording probe's own cost per decode step, the hooks one step calls replayed
     without the engine (the flush timed apart).
+(e) flush: the step loop's part of one hand-off to the store writer, isolated: the probe's
+    buffer swap after ``--flush-steps`` decode steps of each batch (the hooks of part (c), the
+    requests in flight), median over repeated hand-offs with the arrays given back between them
+    as the writer gives them back.
 (d) throughput: the host-bound small preset (``--small-preset``, ``--small-requests`` requests,
     16-32 token prompts, ``--small-tokens`` new tokens) through the harness with
     ``runner.async_scheduling`` on and off, alternating the order each repeat; output tokens/s
@@ -362,6 +366,44 @@ def part_hooks(args) -> list[dict]:
     return results
 
 
+def part_flush(args) -> list[dict]:
+    """The hand-off on the step loop (``probe.swap()``, what the harness's ``flush`` does
+    before the writer thread takes over), after ``--flush-steps`` decode steps per batch."""
+    import time
+
+    from mrv2_prof.probes import api as probes
+    from mrv2_prof.probes.recording import RecordingProbe
+
+    results = []
+    for batch in args.batches:
+        probe = RecordingProbe()
+        ids = [f"req-{i}" for i in range(batch)]
+        for rid in ids:
+            probe.request_arrival(rid, 1, 16)
+        tokens, per_flush, handed, step = list(range(batch)), [], None, 0
+        for _ in range(12):
+            for _ in range(args.flush_steps):
+                probe.step_begin(step)
+                for phase in (probes.SCHEDULE, probes.EXECUTE, probes.UPDATE):
+                    probe.begin(phase)
+                    probe.end(phase)
+                probe.sync("output_wait", "async_output", 1000)
+                probe.step_tokens(ids, [step] * batch, step, tokens)
+                probe.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
+                step += 1
+            t0 = time.perf_counter_ns()
+            handoff = probe.swap()
+            per_flush.append(time.perf_counter_ns() - t0)
+            if handed is not None:  # the writer thread's part, done by now in a run
+                probe.give_back(handed)
+            handed = handoff
+        results.append(
+            {"part": "flush", "batch": batch, "steps": args.flush_steps,
+             "flush_us": statistics.median(per_flush[2:]) / 1e3}
+        )  # fmt: skip
+    return results
+
+
 def part_throughput(args, tmp: Path) -> list[dict]:
     results = []
     for rep in range(args.repeats):
@@ -434,6 +476,15 @@ def markdown(results: list[dict]) -> str:
             + ", ".join(f"batch {r['batch']}: {r['step_us']:.1f}" for r in hooks),
             "",
         ]
+    flush = [r for r in results if r["part"] == "flush"]
+    if flush:
+        lines += [
+            "Flush on the step loop, the hand-off alone (median µs): "
+            + ", ".join(
+                f"batch {r['batch']} x {r['steps']} steps: {r['flush_us']:.1f}" for r in flush
+            ),
+            "",
+        ]
     tput = [r for r in results if r["part"] == "throughput"]
     if tput:
         lines += [
@@ -453,7 +504,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CPU, llama-tiny, small sizes")
     ap.add_argument(
-        "--part", choices=("all", "phases", "engine", "hooks", "throughput"), default="all"
+        "--part",
+        choices=("all", "phases", "engine", "hooks", "flush", "throughput"),
+        default="all",
     )
     ap.add_argument("--preset", default="llama-1b")
     ap.add_argument("--batches", default="1,64,256")
@@ -464,6 +517,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--decode-tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--flush-steps", type=int, default=300, help="flush: steps per hand-off")
     ap.add_argument("--small-preset", default="qwen3-0.6b")
     ap.add_argument("--small-requests", type=int, default=256)
     ap.add_argument("--small-tokens", type=int, default=256)
@@ -484,6 +538,8 @@ def main(argv: list[str] | None = None) -> None:
             results += part_phases(args, tmp)
         if args.part in ("all", "hooks"):
             results += part_hooks(args)
+        if args.part in ("all", "flush"):
+            results += part_flush(args)
         if args.part in ("all", "engine"):
             results += part_engine(args)
         if args.part in ("all", "throughput"):

@@ -170,8 +170,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
 
     def flush() -> None:
         probe.begin(probes.FLUSH)
-        # the buffers' arrays (no copy) and the in-flight requests as of this swap
-        handoff = (probe.swap(), sampler and sampler.swap(), in_flight.snapshot(probe))
+        # the buffers' arrays (no copy, no conversion: made into rows on the writer thread)
+        handoff = (probe.swap(), sampler and sampler.swap())
         if writer is None:
             store.append_batches(run_id, convert(handoff))
         else:
@@ -182,7 +182,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
         batches = probe.decode(handoff[0])
         if handoff[1] is not None:
             batches["host_samples"] = sampler.decode(handoff[1])
-        in_flight.add_to(batches, handoff[2])  # tokens and their request rows: one transaction
+        # tokens and their request rows: one transaction
+        in_flight.add_to(batches, in_flight.follow(handoff[0], probe.name_of))
         return arrow_tables(batches)
 
     try:

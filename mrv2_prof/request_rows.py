@@ -16,15 +16,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mrv2_prof.probes.recording import ARRIVED, FIRST_TOKEN
+
 if TYPE_CHECKING:
-    from mrv2_prof.probes.recording import RecordingProbe
+    from mrv2_prof.probes.recording import Handoff, RecordingProbe
 
 Batches = dict[str, dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
 class InFlight:
-    """The probe's in-flight requests at a buffer swap (copies: the step loop goes on)."""
+    """The probe's in-flight requests as of a buffer swap (``InFlightRows.follow``)."""
 
     arrivals: dict[int, tuple[int, int]]  # req -> (arrival_ns, prompt_tokens)
     first_token: dict[int, int]  # req -> first token t_ns
@@ -36,17 +38,29 @@ class InFlightRows:
 
     def __init__(self) -> None:
         self.tokens_written: dict[str, int] = {}
+        # the requests in flight as of the last hand-over followed, as the probe has them
+        self._arrivals: dict[int, tuple[int, int]] = {}
+        self._first_token: dict[int, int] = {}
 
-    @staticmethod
-    def snapshot(probe: RecordingProbe) -> InFlight:
-        """On the step loop, with the buffer swap: the two small dicts copied (they hold only
-        the requests in flight), so the rows are built on the writer thread."""
-        return InFlight(dict(probe.arrivals), dict(probe.first_token), probe.name_of)
+    def follow(self, handoff: Handoff, name_of: Callable[[int], str | None]) -> InFlight:
+        """On the writer thread: the requests in flight as of ``handoff``'s swap, from the
+        request events it carries (nothing about requests is copied on the step loop)."""
+        arrivals, first = self._arrivals, self._first_token
+        for event in handoff.request_events:
+            kind, rid = event[0], event[1]
+            if kind == ARRIVED:
+                arrivals[rid] = (event[2], event[3])
+            elif kind == FIRST_TOKEN:
+                first[rid] = event[2]
+            else:  # finished
+                arrivals.pop(rid, None)
+                first.pop(rid, None)
+        return InFlight(arrivals, first, name_of)
 
     def add_to(self, batches: Batches, probe: RecordingProbe | InFlight) -> None:
         """Append to ``batches["requests"]`` (the decoded hand-over of one swap) the rows of the
-        requests in flight that arrived or got tokens since the last one (``probe``: the
-        ``snapshot`` taken with that swap, or the probe itself where nothing runs meanwhile)."""
+        requests in flight that arrived or got tokens since the last one (``probe``: what
+        ``follow`` made of that hand-over, or the probe itself where nothing runs meanwhile)."""
         finals = batches.get("requests")
         finished = set(finals["req_id"].tolist()) if finals is not None else set()
         changed: set[str] = set()

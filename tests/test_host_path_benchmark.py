@@ -36,9 +36,12 @@ def test_host_path_quick_runs_every_part(tmp_path):
         assert r["execute"] >= r["prepare"]
     assert {r["batch"] for r in results if r["part"] == "engine"} == {1, 4}
     assert all(r["step_us"] > 0 for r in results if r["part"] == "hooks")
+    flush = [r for r in results if r["part"] == "flush"]
+    assert {r["batch"] for r in flush} == {1, 4} and all(r["flush_us"] > 0 for r in flush)
     tput = [r for r in results if r["part"] == "throughput"]
     assert len(tput) == 2
     for r in tput:
         assert r["ratio"] == r["async_on"] / r["async_off"]
-    for heading in ("Host time per uniform-decode step", "Engine alone", "Async on/off"):
+    headings = ("Host time per uniform-decode step", "Engine alone", "Flush on the step loop")
+    for heading in (*headings, "Async on/off"):
         assert heading in proc.stdout

@@ -12,8 +12,10 @@ graph covers the forward pass only, so every boundary is recorded outside the gr
 replayed step keeps its phase times.
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
-not one per kernel. Events come from a pool allocated at start; a step's events are reused only
-after its last event is known complete. Nothing waits: ``poll()`` asks ``query()`` of the oldest
+not one per kernel; the stream they are recorded on is looked up once per step (torch's
+``Event.record()`` without a stream builds a ``Stream`` object per call). Events come from a
+pool allocated at start; a step's events are reused only after its last event is known
+complete. Nothing waits: ``poll()`` asks ``query()`` of the oldest
 step's last event and resolves whatever is complete; when every slot of the pool is still in
 flight, the next step goes unmeasured (counted in ``dropped``) instead of waiting.
 
@@ -105,6 +107,7 @@ class GpuTimeline:
         self._head = 0  # oldest slot in flight
         self._count = 0  # slots in flight
         self._current: _Slot | None = None  # the step being recorded
+        self._stream = None  # the stream the step's marks are recorded on
         self._skip_step = -1  # a step dropped because the pool was full
         self.dropped = 0
         self.anchors: list[Anchor] = []
@@ -125,7 +128,11 @@ class GpuTimeline:
                 return
             slot.prep_start_ns = prep_start_ns
         slot.host_ns[mark] = perf_counter_ns()
-        slot.events[mark].record()
+        stream = self._stream
+        if stream is None:
+            slot.events[mark].record()
+        else:  # the step's stream, looked up once (``Event.record()`` builds one each call)
+            slot.events[mark].record(stream)
         slot.marks |= 1 << mark
         if mark == G_END:
             slot.enqueue_end_ns = perf_counter_ns()
@@ -142,6 +149,7 @@ class GpuTimeline:
         self._count += 1
         slot.step, slot.marks = step, 0
         self._current = slot
+        self._stream = self._current_stream()
         return slot
 
     # ---- resolution (between steps; query() only) ---------------------------------------------
@@ -215,6 +223,10 @@ class GpuTimeline:
     @staticmethod
     def _new_event():
         return torch.cuda.Event(enable_timing=True)
+
+    @staticmethod
+    def _current_stream():
+        return torch.cuda.current_stream()
 
     @staticmethod
     def _sync_stream() -> None:

@@ -18,7 +18,7 @@ string column) means "not measured" and is stored as NULL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter_ns
 
 import numpy as np
@@ -30,6 +30,9 @@ from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE, DRAFT)
 # Interned ids of the span tracks (after the phase names)
 CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
+_NO_SPEC = (0, 0, 0)
+# Kinds of ``Handoff.request_events``
+ARRIVED, FIRST_TOKEN, FINISHED = 0, 1, 2
 
 # The columns of a ``steps`` row at the step's end, in the order ``step_end`` takes them.
 STEP_COLUMNS = (
@@ -46,6 +49,9 @@ class Handoff:
     raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
     step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
     captures: list[tuple[str, str, int, float, int]]
+    # what happened to requests since the last swap, in order: (ARRIVED, req, arrival_ns,
+    # prompt_tokens), (FIRST_TOKEN, req, t_ns), (FINISHED, req); interned ids
+    request_events: list[tuple[int, ...]] = field(default_factory=list)
 
 
 class RecordingProbe(Probe):
@@ -60,13 +66,20 @@ class RecordingProbe(Probe):
         self.phase = -1
         self._parent = [-1] * len(PHASES)
         self._names: dict[str, int] = {}
+        self._dispatch_ids: dict[tuple[str, str, str], tuple[int, int, int]] = {}
         self._name_list: list[str | None] = []
         for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
             self.intern(name)
         self._tables: dict[str, RecordBuffer] = {}  # store table -> its buffer
         self._strings: dict[str, list[str]] = {}  # store table -> its string columns
-        self.steps = self._buffer("steps", capacity, STEP_COLUMNS)
-        self.spans = self._buffer("spans", 8 * capacity)
+        # defaults: a host span's track, a step's speculative-decoding counts (no drafts)
+        self.steps = self._buffer(
+            "steps",
+            capacity,
+            STEP_COLUMNS,
+            {"spec_k": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0},
+        )
+        self.spans = self._buffer("spans", 8 * capacity, defaults={"track": CPU_TRACK})
         self.staged = self._buffer("staged_writes", 4 * capacity)
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
@@ -78,18 +91,23 @@ class RecordingProbe(Probe):
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)
-        self._spec = (0, 0, 0)  # spec_step's (k, drafted, accepted) until step_end
+        self._spec = _NO_SPEC  # spec_step's (k, drafted, accepted) until step_end
         self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
+        self._request_events: list[tuple[int, ...]] = []  # ``Handoff.request_events``
         self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
 
     def _buffer(
-        self, table: str, capacity: int, names: tuple[str, ...] | None = None
+        self,
+        table: str,
+        capacity: int,
+        names: tuple[str, ...] | None = None,
+        defaults: dict[str, int] | None = None,
     ) -> RecordBuffer:
         """The buffer of ``table``'s columns (``names``, else all but ``run_id``)."""
-        buffer = RecordBuffer(buffer_dtypes(table, names), capacity)
+        buffer = RecordBuffer(buffer_dtypes(table, names), capacity, defaults)
         self._tables[table] = buffer
         types = dtypes(table, buffer.cols)
         self._strings[table] = [name for name, dt in types.items() if dt == STRING]
@@ -128,22 +146,25 @@ class RecordingProbe(Probe):
     ) -> None:
         t = perf_counter_ns()
         b = self.steps
-        i = b.reserve()
-        b.step[i] = self.step
-        b.cpu_start_ns[i] = self._open[STEP]
-        b.cpu_end_ns[i] = t
-        b.num_reqs[i] = num_reqs
-        b.num_tokens[i] = num_tokens
-        b.num_prefill_tokens[i] = num_prefill_tokens
-        b.num_decode_tokens[i] = num_tokens - num_prefill_tokens
-        b.num_waiting[i] = num_waiting
-        b.num_running[i] = num_running
-        b.kv_used_blocks[i] = kv_used_blocks
-        b.num_preempted[i] = num_preempted
-        b.output_wait_ns[i] = output_wait_ns
-        b.graph_mode[i] = self.intern(graph_mode)
-        b.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
-        self._spec = (0, 0, 0)
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        w.cpu_start_ns[i] = self._open[STEP]
+        w.cpu_end_ns[i] = t
+        w.num_reqs[i] = num_reqs
+        w.num_tokens[i] = num_tokens
+        w.num_prefill_tokens[i] = num_prefill_tokens
+        w.num_decode_tokens[i] = num_tokens - num_prefill_tokens
+        w.num_waiting[i] = num_waiting
+        w.num_running[i] = num_running
+        w.kv_used_blocks[i] = kv_used_blocks
+        w.num_preempted[i] = num_preempted
+        w.output_wait_ns[i] = output_wait_ns
+        mode = self._names.get(graph_mode)
+        w.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
+        if self._spec is not _NO_SPEC:  # else the columns' defaults
+            w.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
+            self._spec = _NO_SPEC
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
         self.phase = self._parent[STEP]
@@ -160,17 +181,25 @@ class RecordingProbe(Probe):
         self._open[phase] = perf_counter_ns()
 
     def end(self, phase: int) -> None:
-        self._span(phase, self._open[phase], perf_counter_ns())
+        t = perf_counter_ns()
+        b = self.spans  # ``_span``, inlined: the hottest hook; ``track``: CPU by default
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = phase
+        w.start_ns[i] = self._open[phase]
+        w.end_ns[i] = t
+        b.n = i + 1
         self.phase = self._parent[phase]
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
-        b = self.spans
+        b = self.spans  # ``track``: CPU by default
         i = b.n if b.n < b.capacity else b.reserve()
-        b.step[i] = self.step
-        b.track[i] = CPU_TRACK
-        b.name[i] = phase
-        b.start_ns[i] = start_ns
-        b.end_ns[i] = end_ns
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = phase
+        w.start_ns[i] = start_ns
+        w.end_ns[i] = end_ns
         b.n = i + 1
 
     def gpu_span(
@@ -218,13 +247,15 @@ class RecordingProbe(Probe):
         self, tensor: str, rows: int, elements: int, staged_bytes: int, dense_bytes: int
     ) -> None:
         b = self.staged
-        i = b.reserve()
-        b.step[i] = self.step
-        b.tensor[i] = self.intern(tensor)
-        b.rows[i] = rows
-        b.elements[i] = elements
-        b.staged_bytes[i] = staged_bytes
-        b.dense_bytes[i] = dense_bytes
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        name = self._names.get(tensor)
+        w.tensor[i] = self.intern(tensor) if name is None else name
+        w.rows[i] = rows
+        w.elements[i] = elements
+        w.staged_bytes[i] = staged_bytes
+        w.dense_bytes[i] = dense_bytes
         b.n = i + 1
 
     def graph_dispatch(
@@ -237,14 +268,18 @@ class RecordingProbe(Probe):
         reason: str,
     ) -> None:
         b = self.dispatch
-        i = b.reserve()
-        b.step[i] = self.step
-        b.num_tokens[i] = num_tokens
-        b.padded_tokens[i] = padded_tokens
-        b.requested_mode[i] = self.intern(requested_mode)
-        b.mode[i] = self.intern(mode)
-        b.hit[i] = hit
-        b.reason[i] = self.intern(reason)
+        i = b.n if b.n < b.capacity else b.reserve()
+        key = (requested_mode, mode, reason)  # one lookup for the step's three strings
+        ids = self._dispatch_ids.get(key)
+        if ids is None:
+            ids = (self.intern(requested_mode), self.intern(mode), self.intern(reason))
+            self._dispatch_ids[key] = ids
+        w = b.w
+        w.step[i] = self.step
+        w.num_tokens[i] = num_tokens
+        w.padded_tokens[i] = padded_tokens
+        w.requested_mode[i], w.mode[i], w.reason[i] = ids
+        b.hit[i] = hit  # numpy: takes any truth value
         b.n = i + 1
 
     def graph_capture(
@@ -254,12 +289,15 @@ class RecordingProbe(Probe):
 
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         b = self.syncs
-        i = b.reserve()
-        b.step[i] = self.step
-        b.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
-        b.kind[i] = self.intern(kind)
-        b.site[i] = self.intern(site)
-        b.blocked_ns[i] = blocked_ns
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        w.t_ns[i] = perf_counter_ns() - blocked_ns if t_ns < 0 else t_ns
+        names = self._names
+        k, s = names.get(kind), names.get(site)
+        w.kind[i] = self.intern(kind) if k is None else k
+        w.site[i] = self.intern(site) if s is None else s
+        w.blocked_ns[i] = blocked_ns
         b.n = i + 1
 
     def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
@@ -290,12 +328,15 @@ class RecordingProbe(Probe):
         self._spec = (k, num_draft_tokens, accepted)
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
-        self.arrivals[self.intern(req_id)] = (arrival_ns, prompt_tokens)
+        r = self.intern(req_id)
+        self.arrivals[r] = (arrival_ns, prompt_tokens)
+        self._request_events.append((ARRIVED, r, arrival_ns, prompt_tokens))
 
     def token(self, req_id: str, idx: int, t_ns: int, token_id: int) -> None:
         r = self.intern(req_id)
         if idx == 0:
             self.first_token[r] = t_ns
+            self._request_events.append((FIRST_TOKEN, r, t_ns))
         b = self.tokens
         i = b.reserve()
         b.req_id[i] = r
@@ -317,7 +358,9 @@ class RecordingProbe(Probe):
         if 0 in idx:  # first tokens: the time to first token of a request's finish row
             for j, n in enumerate(idx):
                 if n == 0:
-                    self.first_token[self.intern(req_ids[j])] = t_ns
+                    r = self.intern(req_ids[j])
+                    self.first_token[r] = t_ns
+                    self._request_events.append((FIRST_TOKEN, r, t_ns))
 
     def request_finish(
         self,
@@ -330,6 +373,7 @@ class RecordingProbe(Probe):
     ) -> None:
         r = self.intern(req_id)
         arrival_ns, prompt_tokens = self.arrivals.pop(r, (-1, 0))
+        self._request_events.append((FINISHED, r))
         b = self.finished
         i = b.reserve()
         b.req_id[i] = r
@@ -356,7 +400,8 @@ class RecordingProbe(Probe):
         raw = {table: buffer.swap() for table, buffer in self._tables.items()}
         step_tokens, self._step_tokens, self._num_step_tokens = self._step_tokens, [], 0
         captures, self.captures = self.captures, []
-        return Handoff(raw, step_tokens, captures)
+        events, self._request_events = self._request_events, []
+        return Handoff(raw, step_tokens, captures, events)
 
     def give_back(self, handoff: Handoff) -> None:
         """The hand-over's arrays are written to the store: the next swaps reuse them."""

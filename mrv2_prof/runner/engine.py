@@ -219,12 +219,8 @@ class Engine:
             if updated and out.spec_token_ids is not None:
                 self._record_spec_tokens(updated, before, t_ns)
             elif updated:
-                p.step_tokens(
-                    [r.request_id for r in updated],
-                    [len(r.output_token_ids) - 1 for r in updated],
-                    t_ns,
-                    [r.output_token_ids[-1] for r in updated],
-                )
+                ids, indices, tokens = self.scheduler.token_rows(updated)
+                p.step_tokens(ids, indices, t_ns, tokens)
             for r in finished:
                 self._record_finish(r, t_ns)
             p.step_end(

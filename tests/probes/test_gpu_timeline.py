@@ -59,6 +59,9 @@ def timeline(monkeypatch):
         def _sync_stream(self) -> None:
             pass
 
+        def _current_stream(self):
+            return None  # the fake events record on the fake device
+
     def make(capacity: int = 4, anchor_device_ns: int = 500) -> gt.GpuTimeline:
         t = Fake(lambda *span: spans.append(span), capacity)
         dev.script.append(anchor_device_ns)

@@ -112,6 +112,9 @@ def test_the_timeline_hands_each_span_its_starved_time(monkeypatch):
         def _sync_stream(self) -> None:
             pass
 
+        def _current_stream(self):
+            return None  # the fake events record on the fake device
+
     t = Fake(lambda *span: spans.append(span), capacity=2, with_starved=True)
     t.anchor()
     # marks recorded at host 100, 200, 230, 300 (after the anchor); the device reaches them at

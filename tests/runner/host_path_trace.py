@@ -7,11 +7,14 @@ file was recorded from the code before its host path was vectorised; ``test_host
 asserts the current code reproduces it step for step. Re-record (only when a change of decisions
 is intended) with ``python tests/runner/host_path_trace.py``.
 
-Two kinds of workload: the scheduler alone, fed tokens by a deterministic function of each
-request's tokens so far (many seeds, cheap), and the whole engine on ``llama-tiny`` on the CPU,
-sync and async, with greedy and seeded sampling. Both mix staggered arrivals, shared prefixes
-(prefix-cache hits), a token budget below the prompts (chunked prefill), a KV pool small enough
-to preempt, and aborts at random steps.
+Three kinds of workload: the scheduler alone, fed tokens by a deterministic function of each
+request's tokens so far (many seeds, cheap); the scheduler alone at wide batches (up to 96
+running requests, sync and async, tokens one step late as the engine delivers them, stop
+tokens, priorities), whose steps record the whole ``SchedulerOutput`` (blocks, computed tokens,
+sampling ids); and the whole engine on ``llama-tiny`` on the CPU, sync and async, with greedy
+and seeded sampling. All mix staggered arrivals, shared prefixes (prefix-cache hits), a token
+budget below the prompts (chunked prefill), a KV pool small enough to preempt, and aborts at
+random steps.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 FIXTURE = Path(__file__).with_name("host_path_trace.json")
 SCHEDULER_SEEDS = range(8)
+WIDE_SEEDS = range(10)
 ENGINE_SEEDS = range(3)
 VOCAB = 50
 
@@ -107,6 +111,109 @@ def scheduler_trace(seed: int) -> dict:
     }
 
 
+def _full_step_line(so, updated) -> str:
+    """One step with everything the runner reads of it: scheduled rid:count in batch order |
+    new rid:computed:prompt:tokens:blocks | cached rid:computed:new blocks | sampling ids |
+    preempted | finished | total | rid:token:finish reason."""
+    new = ",".join(
+        f"{d.req_id}:{d.num_computed_tokens}:{d.num_prompt_tokens}:{len(d.token_ids)}:"
+        + "/".join(map(str, d.block_ids))
+        for d in so.scheduled_new_reqs
+    )
+    cached = ",".join(
+        f"{c.req_id}:{c.num_computed_tokens}:" + "/".join(map(str, c.new_block_ids))
+        for c in so.scheduled_cached_reqs
+    )
+    return "|".join(
+        (
+            ",".join(f"{rid}:{n}" for rid, n in so.num_scheduled_tokens.items()),
+            new,
+            cached,
+            _ids(so.sampling_req_ids),
+            _ids(so.preempted_req_ids),
+            _ids(so.finished_req_ids),
+            str(so.total_num_scheduled_tokens),
+            ",".join(f"{r.request_id}:{r.output_token_ids[-1]}:{r.finish_reason}" for r in updated),
+        )
+    )
+
+
+def wide_scheduler_trace(seed: int, async_scheduling: bool) -> dict:
+    """The scheduler alone at wide batches; with ``async_scheduling`` each step's tokens are
+    applied after the next step is scheduled, as the engine does."""
+    from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+    from mrv2_prof.runner.core.request import Request, SamplingParams
+    from mrv2_prof.runner.core.scheduler import Scheduler
+
+    rng = random.Random(1000 + seed)
+    block_size = rng.choice([1, 4, 16])
+    max_model_len = rng.choice([48, 96])
+    num_reqs = rng.randint(40, 120)
+    # from a pool far too small (preemption in decode steps) to one that holds everyone
+    num_blocks = -(-max_model_len // block_size) * (4, 10, 24, 200)[seed % 4]
+    kv = KVCacheManager(num_blocks, block_size, enable_caching=seed % 5 != 4)
+    sched = Scheduler(
+        kv,
+        max_num_seqs=(96, 64, 32)[seed // 4 % 3],
+        max_num_batched_tokens=(512, 128, 24)[seed % 3],
+        max_model_len=max_model_len,
+        async_scheduling=async_scheduling,
+    )
+    prompts = _prompts(rng, num_reqs, max_model_len // 3, VOCAB, block_size)
+    arrivals = [rng.randint(0, 30) for _ in prompts]
+    requests = []
+    steps, aborted = [], []
+    in_flight = None
+    step = 0
+    while step < 5000:
+        for i, prompt in enumerate(prompts):
+            if arrivals[i] == step:
+                params = SamplingParams(
+                    max_tokens=rng.randint(1, max_model_len - len(prompt)),
+                    stop_token_ids=(rng.randrange(VOCAB),) if rng.random() < 0.3 else (),
+                    ignore_eos=rng.random() < 0.5,
+                )
+                r = Request(
+                    f"r{i}",
+                    prompt,
+                    params,
+                    float(i),
+                    priority=rng.choice([0, 0, 0, 1, -1]),
+                    eos_token_ids=(3,),
+                )
+                requests.append(r)
+                sched.add_request(r)
+        if not sched.num_unfinished and in_flight is None and step > max(arrivals):
+            break
+        so = sched.schedule()
+        # a token per scheduled request, from its id and how far it is computed
+        sampled = [
+            zlib.crc32(f"{rid}:{sched.requests[rid].num_computed_tokens}".encode()) % VOCAB
+            for rid in so.num_scheduled_tokens
+        ]
+        if async_scheduling:
+            done, in_flight = in_flight, (so, sampled)
+            if so.is_empty:
+                in_flight = None
+        else:
+            done = (so, sampled)
+        updated = sched.update_from_output(*done) if done is not None else []
+        # the line's checksum: the fixture stays small; a mismatch names the step
+        steps.append(f"{zlib.crc32(_full_step_line(so, updated).encode()):08x}")
+        if rng.random() < 0.03 and sched.requests:
+            aborted.append(rng.choice(sorted(sched.requests)))
+            sched.abort_request(aborted[-1])
+        step += 1
+    kv.check_consistency()
+    return {
+        "preemptions": sched.num_preemptions,
+        "steps": steps,
+        "aborted": aborted,  # the outputs are in the steps' checksums
+        "cached": {r.request_id: r.num_cached_tokens for r in requests},
+        "finish": {r.request_id: r.finish_reason for r in requests},
+    }
+
+
 def engine_trace(seed: int, async_scheduling: bool) -> dict:
     """The whole engine on ``llama-tiny`` (CPU, torch kernels)."""
     from mrv2_prof.runner.config import ModelSpec, RunnerConfig
@@ -165,6 +272,9 @@ def engine_trace(seed: int, async_scheduling: bool) -> dict:
 
 def record() -> dict:
     out = {f"scheduler-{s}": scheduler_trace(s) for s in SCHEDULER_SEEDS}
+    for s in WIDE_SEEDS:
+        for mode in ("sync", "async"):
+            out[f"wide-{mode}-{s}"] = wide_scheduler_trace(s, mode == "async")
     for s in ENGINE_SEEDS:
         for mode in ("sync", "async"):
             out[f"engine-{mode}-{s}"] = engine_trace(s, mode == "async")

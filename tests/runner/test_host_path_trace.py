@@ -1,6 +1,7 @@
 """The host path reproduces a run recorded before it was vectorised: the same scheduler decisions
-in every step and the same tokens, on seeded randomized workloads (the scheduler alone, and the
-engine on ``llama-tiny`` sync and async), with preemption, aborts, chunked prefill and prefix hits.
+in every step and the same tokens, on seeded randomized workloads (the scheduler alone, narrow
+and at wide batches sync and async, and the engine on ``llama-tiny`` sync and async), with
+preemption, aborts, chunked prefill, prefix hits and stop tokens.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from host_path_trace import (
     ENGINE_SEEDS,
     FIXTURE,
     SCHEDULER_SEEDS,
+    WIDE_SEEDS,
     engine_trace,
     scheduler_trace,
+    wide_scheduler_trace,
 )
 
 RECORDED = json.loads(FIXTURE.read_text())
+# the traces whose steps are lines (the wide ones keep each line's checksum)
+LINES = {k: v for k, v in RECORDED.items() if not k.startswith("wide-")}
 
 
 def assert_same_trace(got: dict, want: dict) -> None:
@@ -28,11 +33,11 @@ def assert_same_trace(got: dict, want: dict) -> None:
 
 def test_the_recorded_workloads_cover_what_they_claim():
     """Preemptions, prefix hits, chunked prefills and aborts all occur in the recording."""
-    steps = [s.split("|") for v in RECORDED.values() for s in v["steps"]]
+    steps = [s.split("|") for v in LINES.values() for s in v["steps"]]
     assert any(s[2] for s in steps), "no preemption"
-    assert any(c > 0 for v in RECORDED.values() for c in v["cached"].values()), "no prefix hit"
+    assert any(c > 0 for v in LINES.values() for c in v["cached"].values()), "no prefix hit"
     assert any(int(x.split(":")[1]) > 1 for s in steps for x in s[0].split(",") if x)
-    aborted = [(k, rid) for k, v in RECORDED.items() for rid in v["aborted"]]
+    aborted = [(k, rid) for k, v in LINES.items() for rid in v["aborted"]]
     assert any(k.startswith("engine-async") for k, _ in aborted), "no abort in an async run"
     running_when_aborted = [
         rid for k, rid in aborted if RECORDED[k]["outputs"][rid] and k.startswith("engine")
@@ -40,14 +45,41 @@ def test_the_recorded_workloads_cover_what_they_claim():
     assert running_when_aborted, "no abort of a request that had begun decoding"
 
 
+@pytest.fixture(params=["loop below 32", "columns always"])
+def columns_from(request, monkeypatch):
+    """The steady decode step by its loop for a few requests (the default threshold), or by
+    its columns at every batch size: both must decide as recorded."""
+    from mrv2_prof.runner.core import steady_decode
+
+    if request.param == "columns always":
+        monkeypatch.setattr(steady_decode, "COLUMNS_FROM", 1)
+    return steady_decode.COLUMNS_FROM
+
+
 @pytest.mark.parametrize("seed", SCHEDULER_SEEDS)
-def test_scheduler_reproduces_the_recorded_run(seed):
+def test_scheduler_reproduces_the_recorded_run(seed, columns_from):
     assert_same_trace(scheduler_trace(seed), RECORDED[f"scheduler-{seed}"])
+
+
+def test_the_wide_workloads_cover_what_they_claim():
+    """Wide decode batches, preemptions and stops, in both modes."""
+    for mode in ("sync", "async"):
+        wide = [RECORDED[f"wide-{mode}-{s}"] for s in WIDE_SEEDS]
+        assert sum(t["preemptions"] > 0 for t in wide) >= 3
+        assert any(r == "stop" for t in wide for r in t["finish"].values())
+        assert any(r == "abort" for t in wide for r in t["finish"].values())
+        assert sum(c > 0 for t in wide for c in t["cached"].values()) > 50
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("seed", WIDE_SEEDS)
+def test_wide_batches_reproduce_the_recorded_run(seed, mode, columns_from):
+    assert_same_trace(wide_scheduler_trace(seed, mode == "async"), RECORDED[f"wide-{mode}-{seed}"])
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("seed", ENGINE_SEEDS)
-def test_engine_reproduces_the_recorded_run(seed, mode):
+def test_engine_reproduces_the_recorded_run(seed, mode, columns_from):
     assert_same_trace(engine_trace(seed, mode == "async"), RECORDED[f"engine-{mode}-{seed}"])
 
 

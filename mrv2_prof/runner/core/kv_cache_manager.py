@@ -127,6 +127,19 @@ class KVCacheManager:
             self._cache_full_blocks(request, req_blocks, num_full_blocks)
         return new_blocks
 
+    def append_slot(self, request: Request) -> list[int]:
+        """``allocate_slots(request, 1)`` for a running request whose blocks cover its computed
+        tokens (the steady decode step, which counted the free blocks first): a block when
+        the next token starts one, and the hash of a block it fills."""
+        blocks = self.req_to_blocks[request.request_id]
+        c = request.num_computed_tokens
+        new = self.block_pool.get_new_blocks(1) if c >= len(blocks) * self.block_size else []
+        blocks.extend(new)
+        if self.enable_caching:
+            num_full = min(c + 1, request.num_tokens) // self.block_size
+            self._cache_full_blocks(request, blocks, num_full)
+        return new
+
     def free(self, request: Request) -> None:
         """Release ``request``'s blocks, tail first, so its last blocks are evicted first."""
         blocks = self.req_to_blocks.pop(request.request_id, [])

@@ -109,6 +109,26 @@ class Request:
         if logprobs is not None:
             self.output_logprobs.append(logprobs)
 
+    def add_prompt_logprobs(self, start: int, entries: list) -> None:
+        """Prompt logprobs from position ``start`` on; those already known (positions computed
+        again after a preemption) are kept."""
+        known = len(self.prompt_logprobs) - start
+        assert known >= 0, f"{self.request_id}: prompt logprobs from {start} leave a gap"
+        self.prompt_logprobs.extend(entries[known:])
+
+    def stop_status(self, token: int, max_model_len: int) -> RequestStatus | None:
+        """The finished status ``token`` (just appended) gives the request, if any."""
+        params = self.sampling_params
+        if not params.ignore_eos and token in self.eos_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if token in params.stop_token_ids:
+            return RequestStatus.FINISHED_STOPPED
+        if self.num_output_tokens >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if self.num_tokens >= max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
     @property
     def schedule_key(self) -> tuple[int, float]:
         """Order of service: smaller first. The largest key is preempted first."""

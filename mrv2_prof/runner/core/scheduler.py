@@ -16,84 +16,30 @@ once its placeholders land is not scheduled again.
 
 Speculative decoding (``spec``, core/spec_scheduling.py) adds each verifying request's drafts
 to its step and rolls it back by the rejected count when the tokens come back.
+
+The steady decode step (every running request needs one token) is decided and updated over
+columns of the running requests (core/steady_decode.py), with the general loop's result;
+the step's output types are in core/scheduler_output.py.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Sequence
 
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
-from mrv2_prof.runner.core.request import Request, RequestStatus, SamplingParams
+from mrv2_prof.runner.core.request import Request, RequestStatus
+from mrv2_prof.runner.core.scheduler_output import (
+    CachedRequest,
+    CachedRequestData,
+    NewRequestData,
+    SchedulerOutput,
+)
 from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
+from mrv2_prof.runner.core.steady_decode import SteadyDecode
 
-
-@dataclass
-class NewRequestData:
-    """A request the runner has not seen (or sees again after a preemption)."""
-
-    req_id: str
-    token_ids: list[int]  # every token known now: prompt, plus outputs when resumed
-    sampling_params: SamplingParams
-    block_ids: list[int]
-    num_computed_tokens: int  # prefix-cache hit
-    num_prompt_tokens: int  # of token_ids, the original prompt (the rest: earlier outputs)
-
-
-class CachedRequest(NamedTuple):
-    """One row of ``CachedRequestData``."""
-
-    req_id: str
-    new_block_ids: list[int]
-    num_computed_tokens: int
-
-
-@dataclass
-class CachedRequestData:
-    """The requests already holding a runner slot, as columns (vLLM's ``CachedRequestData``):
-    only their new blocks travel. No object per request: iterating makes ``CachedRequest``
-    rows for readers that want them."""
-
-    req_ids: list[str]
-    num_computed_tokens: list[int]  # before this step
-    new_block_ids: dict[str, list[int]]  # only the requests that got blocks this step
-
-    def __len__(self) -> int:
-        return len(self.req_ids)
-
-    def __iter__(self) -> Iterator[CachedRequest]:
-        blocks = self.new_block_ids
-        for rid, n in zip(self.req_ids, self.num_computed_tokens, strict=True):
-            yield CachedRequest(rid, blocks.get(rid, []), n)
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled_new_reqs: list[NewRequestData]
-    scheduled_cached_reqs: CachedRequestData
-    num_scheduled_tokens: dict[str, int]  # batch order
-    total_num_scheduled_tokens: int
-    finished_req_ids: set[str]  # leave the runner before this step: finished, aborted, preempted
-    preempted_req_ids: set[str] = field(default_factory=set)
-    # Requests whose sampled token this step is a real output (their last known token is in
-    # the step); the others are prefill chunks whose sample is dropped.
-    sampling_req_ids: set[str] = field(default_factory=set)
-    # Tokens of the step that are not a decode (a prompt token), when the scheduler counted
-    # them on its way (the steady decode step); None: count them from the requests.
-    num_prefill_tokens: int | None = None
-    # Speculative decoding: each verifying request's drafts, then PAD_DRAFT slots up to its k.
-    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
-
-    @property
-    def num_reqs(self) -> int:
-        return len(self.num_scheduled_tokens)
-
-    @property
-    def is_empty(self) -> bool:
-        return self.total_num_scheduled_tokens == 0
+__all__ = ["CachedRequest", "CachedRequestData", "NewRequestData", "Scheduler", "SchedulerOutput"]
 
 
 class Scheduler:
@@ -118,6 +64,8 @@ class Scheduler:
         self._finished_ids: set[str] = set()
         self._order = itertools.count()
         self.num_preemptions = 0
+        self.num_finishes = 0  # finished or aborted so far
+        self._steady = SteadyDecode(kv_cache_manager, max_model_len, async_scheduling)
 
     # ---- request lifecycle -------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -154,6 +102,8 @@ class Scheduler:
         return frozenset(self._finished_ids)
 
     def _finish(self, request: Request, status: RequestStatus) -> None:
+        self._steady.invalidate()
+        self.num_finishes += 1
         if request in self.running:
             self.running.remove(request)
         else:
@@ -165,6 +115,7 @@ class Scheduler:
         self._finished_ids.add(request.request_id)
 
     def _preempt(self, request: Request) -> None:
+        self._steady.invalidate()
         self.running.remove(request)
         self.kv.free(request)
         request.num_computed_tokens = 0
@@ -187,21 +138,26 @@ class Scheduler:
         new_blocks: dict[str, list[int]] = {}
         preempted: list[Request] = []
         spec = self.spec
+        steady = None
         if spec is not None:  # drafts change the token counts: the general loop decides
             spec.begin_step(self.running, self.max_model_len)
-        decodes = self._schedule_decodes(budget, new_blocks) if spec is None else None
-        if decodes is not None:  # every running request decodes one token: no preemption
-            batch, decode_ids, decode_computed, num_prompt = decodes
+        else:
+            steady = self._steady.schedule(self.running, budget, self.num_finishes)
+        if steady is not None:  # every running request decodes one token: no preemption
+            decode_ids = steady.ids
             num_scheduled = dict.fromkeys(decode_ids, 1)
             budget -= len(decode_ids)
         else:
+            self._steady.invalidate()  # the general loop changes the running requests
             num_scheduled = self._schedule_running(budget, new_blocks, preempted)
             budget -= sum(num_scheduled.values())
 
         new_reqs = self._schedule_waiting(budget, num_scheduled, preempted)
         budget -= sum(num_scheduled[d.req_id] for d in new_reqs)
 
-        if decodes is None:
+        if steady is not None:
+            decode_computed, new_blocks = steady.computed, steady.new_blocks
+        else:
             new_ids = {d.req_id for d in new_reqs}
             decode_ids = [rid for rid in num_scheduled if rid not in new_ids]
             decode_computed = [self.requests[rid].num_computed_tokens for rid in decode_ids]
@@ -218,16 +174,11 @@ class Scheduler:
             scheduled_spec_decode_tokens=spec_tokens,
         )
         self._finished_ids = set()
-        if decodes is not None:
-            # each reaches num_tokens + placeholders: all of them sample
-            for request in batch:
-                request.num_computed_tokens += 1
-            if self.async_scheduling:
-                for request in batch:
-                    request.num_output_placeholders += 1
-            out.sampling_req_ids.update(decode_ids)
+        if steady is not None:
+            out.sampling_req_ids.update(decode_ids)  # each reaches num_tokens + placeholders
             if not new_reqs:
-                out.num_prefill_tokens = num_prompt
+                out.num_prefill_tokens = steady.num_prompt
+                self._steady.keep(out, steady)
             updates = [(d.req_id, num_scheduled[d.req_id]) for d in new_reqs]
         else:
             updates = num_scheduled.items()
@@ -242,57 +193,6 @@ class Scheduler:
                 if self.async_scheduling:
                     request.num_output_placeholders += n if verify else 1
         return out
-
-    def _schedule_decodes(
-        self, budget: int, new_blocks: dict[str, list[int]]
-    ) -> tuple[list[Request], list[str], list[int], int] | None:
-        """The steady decode step without the general loop: when every running request that
-        has work needs exactly one token, the budget covers them all and the blocks they need
-        are free, the general loop would schedule each for one token in running order with no
-        preemption; this decides the same in one pass. Returns the scheduled requests, their
-        ids and computed tokens (before the step) and how many of their tokens are prompt
-        tokens (a last prompt token after a prefix hit), with their new blocks in ``new_blocks``; or
-        None, having changed nothing, when the general loop must decide."""
-        running = self.running
-        if not running or budget < len(running):
-            return None
-        kv = self.kv
-        block_size, held = kv.block_size, kv.req_to_blocks
-        hashes = kv.req_to_block_hashes if kv.enable_caching else None
-        batch, ids, computed, touched = [], [], [], []
-        num_new_blocks = num_prompt = 0
-        for request in running:
-            c = request.num_computed_tokens
-            num_tokens = len(request.all_token_ids)
-            n = num_tokens + request.num_output_placeholders - c
-            if n != 1:
-                if n <= 0:
-                    continue
-                return None  # a prefill chunk
-            if request.num_output_placeholders and self._finishes_in_flight(request):
-                continue
-            rid = request.request_id
-            if c >= len(held[rid]) * block_size:
-                num_new_blocks += 1
-                touched.append(request)
-            elif (
-                hashes is not None
-                and len(hashes.get(rid, ())) < min(c + 1, num_tokens) // block_size
-            ):
-                touched.append(request)  # a block fills up: its hash goes into the cache
-            batch.append(request)
-            ids.append(rid)
-            computed.append(c)
-            if c < len(request.prompt_token_ids):
-                num_prompt += 1
-        if num_new_blocks > kv.num_free_blocks:
-            return None  # someone is preempted
-        for request in touched:
-            blocks = kv.allocate_slots(request, 1)
-            assert blocks is not None, "counted free blocks"
-            if blocks:
-                new_blocks[request.request_id] = blocks
-        return batch, ids, computed, num_prompt
 
     def _schedule_running(
         self, budget: int, new_blocks: dict[str, list[int]], preempted: list[Request]
@@ -348,6 +248,7 @@ class Scheduler:
             if blocks is None:
                 break
             self.waiting.pop(0)
+            self._steady.invalidate()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_cached
@@ -391,11 +292,12 @@ class Scheduler:
         the tokens a verify emitted (accepted drafts, then one); its logprobs row: one per token."""
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
-            if request is not None:  # positions computed again after a preemption are known
-                known = len(request.prompt_logprobs) - start
-                assert known >= 0, f"{rid}: prompt logprobs from position {start} leave a gap"
-                request.prompt_logprobs.extend(entries[known:])
-        updated = []
+            if request is not None:
+                request.add_prompt_logprobs(start, entries)
+        steady = self._steady.take(scheduler_output, self.num_finishes)
+        if steady is not None:
+            return self._steady.update(steady, sampled_token_ids, logprobs, self._finish)
+        updated, note = [], []  # note: the requests whose token counts the columns follow
         sampling = scheduler_output.sampling_req_ids
         batch = scheduler_output.num_scheduled_tokens
         all_sample = len(sampling) == len(batch)  # the steady decode step: no membership test
@@ -411,7 +313,7 @@ class Scheduler:
             if drafts is not None:
                 for token, lps in self.spec.accept(request, drafts, spec_token_ids[b], logprobs, b):
                     request.append_output_token(token, lps)
-                    status = self._check_stop(request, token)
+                    status = request.stop_status(token, max_len)
                     if status is not None:
                         self._finish(request, status)
                         break
@@ -419,6 +321,7 @@ class Scheduler:
                 continue
             if is_async:
                 request.num_output_placeholders -= 1
+            note.append(rid)
             token = sampled_token_ids[b]
             request.output_token_ids.append(token)
             request.all_token_ids.append(token)
@@ -431,20 +334,14 @@ class Scheduler:
                 or len(request.all_token_ids) >= max_len
                 or params.stop_token_ids
             ):
-                status = self._check_stop(request, token)
+                status = request.stop_status(token, max_len)
                 if status is not None:
                     self._finish(request, status)
             updated.append(request)
+        self._steady.note_tokens(note)
         return updated
 
-    def _check_stop(self, request: Request, token: int) -> RequestStatus | None:
-        params = request.sampling_params
-        if not params.ignore_eos and token in request.eos_token_ids:
-            return RequestStatus.FINISHED_STOPPED
-        if token in params.stop_token_ids:
-            return RequestStatus.FINISHED_STOPPED
-        if request.num_output_tokens >= params.max_tokens:
-            return RequestStatus.FINISHED_LENGTH
-        if request.num_tokens >= self.max_model_len:
-            return RequestStatus.FINISHED_LENGTH
-        return None
+    def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
+        """What ``updated`` (``update_from_output``'s last return) received: each request's
+        id, the index of its last output token and that token (``SteadyDecode.token_rows``)."""
+        return self._steady.token_rows(updated)
