@@ -84,8 +84,10 @@ def _param_modes(fn) -> tuple[list[int], list[str]] | str:
         elif constexprs:
             return f"runtime parameter {p.name!r} follows a constexpr"
         else:
-            no_align = p.do_not_specialize_on_alignment
-            modes.append(_NO_VALUE * bool(p.do_not_specialize) + _NO_ALIGN * bool(no_align))
+            # an older triton without the alignment switch specialises every pointer on it
+            no_align = getattr(p, "do_not_specialize_on_alignment", False)
+            no_value = getattr(p, "do_not_specialize", False)
+            modes.append(_NO_VALUE * bool(no_value) + _NO_ALIGN * bool(no_align))
     return modes, constexprs
 
 
