@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Callable
+from threading import get_ident
 from time import perf_counter_ns
 from typing import Any
 
@@ -67,18 +67,19 @@ def copy_wait_kind(
 
 
 def _on_host(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu"
+    return t.is_cpu  # a bool attribute: no ``torch.device`` object made per call
 
 
 def _copy_kind(src: torch.Tensor, dst: Any, non_blocking: bool) -> str | None:
     if not isinstance(dst, torch.Tensor) or dst is src:
         return None
-    src_host, dst_host = _on_host(src), _on_host(dst)
+    src_host, dst_host = src.is_cpu, dst.is_cpu
     if src_host == dst_host:
         return None
-    host = src if src_host else dst
     contiguous = src.is_contiguous() and dst.is_contiguous()
-    return copy_wait_kind(src_host, dst_host, host.is_pinned(), contiguous, non_blocking)
+    # pinned matters only to a non-blocking contiguous copy; asked last (it asks the driver)
+    pinned = non_blocking and contiguous and (src if src_host else dst).is_pinned()
+    return copy_wait_kind(src_host, dst_host, pinned, contiguous, non_blocking)
 
 
 def _non_blocking_of_to(args: tuple, kwargs: dict) -> bool:
@@ -86,6 +87,11 @@ def _non_blocking_of_to(args: tuple, kwargs: dict) -> bool:
     if "non_blocking" in kwargs:
         return bool(kwargs["non_blocking"])
     return next((a for a in args if isinstance(a, bool)), False)
+
+
+def _dtype_only(args: tuple, kwargs: dict) -> bool:
+    """A ``Tensor.to(dtype)`` call (the common one on the step path): it cannot cross devices."""
+    return not kwargs and len(args) == 1 and type(args[0]) is torch.dtype
 
 
 class HostWaits:
@@ -99,15 +105,16 @@ class HostWaits:
 
     # ---- installing the wrappers ---------------------------------------------------------------
     def __enter__(self) -> HostWaits:
-        self._thread = threading.get_ident()
+        self._thread = get_ident()
         self._wrap(torch.cuda, "synchronize", self._sync_wrapper(DEVICE_SYNC))
         self._wrap(torch.cuda.Stream, "synchronize", self._sync_wrapper(STREAM_SYNC))
         self._wrap(torch.cuda.Event, "synchronize", self._sync_wrapper(EVENT_SYNC))
         for name in ("item", "tolist"):
             self._wrap(torch.Tensor, name, self._read_wrapper)
-        self._wrap(torch.Tensor, "cpu", self._copy_wrapper(lambda a, k: False))
-        self._wrap(torch.Tensor, "cuda", self._copy_wrapper(self._non_blocking_of_cuda))
-        self._wrap(torch.Tensor, "to", self._copy_wrapper(_non_blocking_of_to))
+        self._wrap(torch.Tensor, "cpu", self._copy_wrapper(lambda a, k: False, _stays_cpu))
+        cuda = self._copy_wrapper(self._non_blocking_of_cuda, _stays_cuda)
+        self._wrap(torch.Tensor, "cuda", cuda)
+        self._wrap(torch.Tensor, "to", self._copy_wrapper(_non_blocking_of_to, _stays_to))
         self._wrap(torch.Tensor, "copy_", self._copy_into_wrapper)
         WaitState.catching = True
         return self
@@ -129,34 +136,34 @@ class HostWaits:
         setattr(owner, name, wrapper)
 
     # ---- the wrappers --------------------------------------------------------------------------
+    # The steady step calls these for copies and reads that make no wait (a dtype conversion, a
+    # pinned non-blocking copy, a read of a host tensor): those take the first return, with no
+    # clock read, no closure and no site; the stack is walked only for a wait that is recorded.
     def _passes(self) -> bool:
         """A call not to record: a deliberate wait, one inside a caught call, another thread."""
-        return (
-            WaitState.deliberate > 0
-            or WaitState.inside > 0
-            or threading.get_ident() != self._thread
-        )
+        return WaitState.deliberate > 0 or WaitState.inside > 0 or get_ident() != self._thread
 
-    def _timed(self, kind: str | None, call: Callable[[], Any]) -> Any:
-        if kind is None:
-            return call()
+    def _timed(self, kind: str, call: Callable, *args: Any, **kwargs: Any) -> Any:
         WaitState.inside += 1
         t0 = perf_counter_ns()
         try:
-            return call()
+            return call(*args, **kwargs)
         finally:
             blocked = perf_counter_ns() - t0
             WaitState.inside -= 1
-            self.count += 1
-            site = sync_site(sys._getframe(1), __file__, _COPY_HELPER)
-            self.probe.sync(kind, site, blocked, t0)
+            self._record(kind, blocked, t0)
+
+    def _record(self, kind: str, blocked: int, t0: int) -> None:
+        self.count += 1
+        site = sync_site(sys._getframe(1), __file__, _COPY_HELPER)
+        self.probe.sync(kind, site, blocked, t0)
 
     def _sync_wrapper(self, kind: str) -> Callable[[Callable], Callable]:
         def make(original: Callable) -> Callable:
             def synchronize(*args: Any, **kwargs: Any) -> Any:
                 if self._passes():
                     return original(*args, **kwargs)
-                return self._timed(kind, lambda: original(*args, **kwargs))
+                return self._timed(kind, original, *args, **kwargs)
 
             return synchronize
 
@@ -164,9 +171,9 @@ class HostWaits:
 
     def _read_wrapper(self, original: Callable) -> Callable:
         def read(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            if self._passes() or _on_host(t):
+            if t.is_cpu or self._passes():
                 return original(t, *args, **kwargs)
-            return self._timed(IMPLICIT, lambda: original(t, *args, **kwargs))
+            return self._timed(IMPLICIT, original, t, *args, **kwargs)
 
         return read
 
@@ -176,12 +183,18 @@ class HostWaits:
             return bool(kwargs["non_blocking"])
         return bool(args[1]) if len(args) > 1 else False
 
-    def _copy_wrapper(self, non_blocking_of: Callable[[tuple, dict], bool]) -> Callable:
-        """``cpu``/``cuda``/``to``: the kind is known once the result's device is."""
+    def _copy_wrapper(
+        self,
+        non_blocking_of: Callable[[tuple, dict], bool],
+        stays: Callable[[torch.Tensor, tuple, dict], bool],
+    ) -> Callable:
+        """``cpu``/``cuda``/``to``: the kind is known once the result's device is. ``stays`` tells
+        from the call alone that the result is on the tensor's side (no crossing, nothing to
+        time)."""
 
         def make(original: Callable) -> Callable:
             def convert(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-                if self._passes():
+                if stays(t, args, kwargs) or self._passes():
                     return original(t, *args, **kwargs)
                 WaitState.inside += 1
                 t0 = perf_counter_ns()
@@ -190,11 +203,11 @@ class HostWaits:
                 finally:
                     WaitState.inside -= 1
                 blocked = perf_counter_ns() - t0
+                if out is t:
+                    return out
                 kind = _copy_kind(t, out, non_blocking_of(args, kwargs))
                 if kind is not None:
-                    self.count += 1
-                    site = sync_site(sys._getframe(1), __file__, _COPY_HELPER)
-                    self.probe.sync(kind, site, blocked, t0)
+                    self._record(kind, blocked, t0)
                 return out
 
             return convert
@@ -203,9 +216,23 @@ class HostWaits:
 
     def _copy_into_wrapper(self, original: Callable) -> Callable:
         def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> Any:
-            if self._passes():
-                return original(dst, src, non_blocking)
+            if dst.is_cpu == getattr(src, "is_cpu", dst.is_cpu) or self._passes():
+                return original(dst, src, non_blocking)  # same side: no crossing
             kind = _copy_kind(src, dst, non_blocking)
-            return self._timed(kind, lambda: original(dst, src, non_blocking))
+            if kind is None:
+                return original(dst, src, non_blocking)
+            return self._timed(kind, original, dst, src, non_blocking)
 
         return copy_
+
+
+def _stays_cpu(t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    return t.is_cpu  # ``.cpu()`` of a host tensor
+
+
+def _stays_cuda(t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    return not t.is_cpu  # ``.cuda()`` of a device tensor (device to device is no host wait)
+
+
+def _stays_to(t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    return _dtype_only(args, kwargs)

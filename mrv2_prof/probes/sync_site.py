@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,20 +31,43 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # ..
 _ROOT = os.path.dirname(_PACKAGE_DIR)
 
 
+# What a frame's file is to ``sync_site``, per code object (its file never changes): the
+# normalised path, and the site prefix ("mrv2_prof/..." inside the package, the path for a file
+# outside it that is not a library's, None for torch and the warnings module). The line is read
+# live from each frame, so the cache cannot merge two lines of one function.
+_CODE_FILES: dict[CodeType, tuple[str, str | None, bool]] = {}
+_SKIP_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _code_file(code: CodeType) -> tuple[str, str | None, bool]:
+    """``(path, prefix, in_package)`` of a code object's file, computed once per code object."""
+    known = _CODE_FILES.get(code)
+    if known is None:
+        path = os.path.abspath(code.co_filename)
+        if path.startswith(_PACKAGE_DIR + os.sep):
+            known = (path, os.path.relpath(path, _ROOT), True)
+        else:
+            known = (path, None if _is_library(path) else path, False)
+        _CODE_FILES[code] = known
+    return known
+
+
 def sync_site(frame: FrameType | None, *skip_files: str) -> str:
     """A sync's ``site``: ``path:line`` of the first frame inside ``mrv2_prof`` other than
     ``skip_files`` (the module that noticed the sync, a door such as the copy helper), walking
     outwards from ``frame``; else of the first frame outside torch, the warnings module and
-    ``skip_files``."""
-    skip = {os.path.abspath(f) for f in skip_files}
+    ``skip_files``. Called only for a sync that is recorded."""
+    skip = _SKIP_SETS.get(skip_files)
+    if skip is None:
+        skip = _SKIP_SETS[skip_files] = frozenset(os.path.abspath(f) for f in skip_files)
     fallback = None
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
+        path, prefix, in_package = _code_file(frame.f_code)
         if path not in skip:
-            if path.startswith(_PACKAGE_DIR + os.sep):
-                return f"{os.path.relpath(path, _ROOT)}:{frame.f_lineno}"
-            if fallback is None and not _is_library(path):
-                fallback = f"{path}:{frame.f_lineno}"
+            if in_package:
+                return f"{prefix}:{frame.f_lineno}"
+            if fallback is None and prefix is not None:
+                fallback = f"{prefix}:{frame.f_lineno}"
         frame = frame.f_back
     return fallback or "<unknown>"
 

@@ -195,3 +195,30 @@ def test_planted_waits_in_the_runner_carry_their_step(fake_device, monkeypatch):
 )
 def test_the_copy_rule(src_host, dst_host, pinned, contiguous, non_blocking, kind):
     assert copy_wait_kind(src_host, dst_host, pinned, contiguous, non_blocking) == kind
+
+
+def two_waits(dev: torch.Tensor) -> None:
+    dev.item()
+    torch.cuda.synchronize()
+
+
+def test_the_site_cache_keeps_two_lines_of_one_function_apart(fake_device):
+    """Sites are cached per code object: two waits at different lines of one function are two
+    sites, and the same line met twice is two rows; the finder's implicit sites likewise."""
+    probe = RecordingProbe()
+    dev = torch.zeros(2, device=META)
+    with SyncFinder(probe, debug_mode=False) as finder, HostWaits(probe) as waits:
+        for _ in range(2):
+            two_waits(dev)
+        for _ in range(2):
+            warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=1)  # one line, twice
+        warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=1)  # the next line
+        here = inspect.currentframe().f_lineno
+    first = two_waits.__code__.co_firstlineno
+    assert waits.count == 4 and finder.count == 3
+    got = [(k, site) for _, k, site, _ in rows(probe)]
+    caught = [("implicit", f"{__file__}:{first + 1}"), ("device_sync", f"{__file__}:{first + 2}")]
+    implicit = [("implicit", f"{__file__}:{here - 2}")] * 2 + [
+        ("implicit", f"{__file__}:{here - 1}")
+    ]
+    assert got == caught * 2 + implicit
