@@ -21,6 +21,8 @@ the async-on/off throughput ratio on a host-bound small model.
     buffer swap after ``--flush-steps`` decode steps of each batch (the hooks of part (c), the
     requests in flight), median over repeated hand-offs with the arrays given back between them
     as the writer gives them back.
+(f) syncfinder: the sync finder's and the host-wait catcher's host cost per decode step, the
+    wrapped torch calls of one step replayed alone with them on and off (``host_path_syncs``).
 (d) throughput: the host-bound small preset (``--small-preset``, ``--small-requests`` requests,
     16-32 token prompts, ``--small-tokens`` new tokens) through the harness with
     ``runner.async_scheduling`` on and off, alternating the order each repeat; output tokens/s
@@ -49,6 +51,7 @@ from typing import Any
 
 import duckdb
 from bench_io import write_results
+from host_path_syncs import markdown_syncfinder, part_syncfinder
 
 from mrv2_prof.harness import runner_main
 from mrv2_prof.job import RunJob
@@ -485,6 +488,7 @@ def markdown(results: list[dict]) -> str:
             ),
             "",
         ]
+    lines += markdown_syncfinder(results)
     tput = [r for r in results if r["part"] == "throughput"]
     if tput:
         lines += [
@@ -505,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="CPU, llama-tiny, small sizes")
     ap.add_argument(
         "--part",
-        choices=("all", "phases", "engine", "hooks", "flush", "throughput"),
+        choices=("all", "phases", "engine", "hooks", "flush", "syncfinder", "throughput"),
         default="all",
     )
     ap.add_argument("--preset", default="llama-1b")
@@ -540,6 +544,8 @@ def main(argv: list[str] | None = None) -> None:
             results += part_hooks(args)
         if args.part in ("all", "flush"):
             results += part_flush(args)
+        if args.part in ("all", "syncfinder"):
+            results += part_syncfinder(args)
         if args.part in ("all", "engine"):
             results += part_engine(args)
         if args.part in ("all", "throughput"):

@@ -38,10 +38,16 @@ def test_host_path_quick_runs_every_part(tmp_path):
     assert all(r["step_us"] > 0 for r in results if r["part"] == "hooks")
     flush = [r for r in results if r["part"] == "flush"]
     assert {r["batch"] for r in flush} == {1, 4} and all(r["flush_us"] > 0 for r in flush)
+    syncs = [r for r in results if r["part"] == "syncfinder"]
+    assert {r["batch"] for r in syncs} == {1, 4}
+    for r in syncs:
+        assert r["device"] == "cpu" and r["off_us"] > 0 and r["on_us"] > 0
+        assert r["cost_us"] == r["on_us"] - r["off_us"]
     tput = [r for r in results if r["part"] == "throughput"]
     assert len(tput) == 2
     for r in tput:
         assert r["ratio"] == r["async_on"] / r["async_off"]
-    headings = ("Host time per uniform-decode step", "Engine alone", "Flush on the step loop")
+    headings = ("Host time per uniform-decode step", "Engine alone", "Flush on the step loop",
+                "Sync finder + host-wait catcher")  # fmt: skip
     for heading in (*headings, "Async on/off"):
         assert heading in proc.stdout

@@ -66,14 +66,10 @@ def copy_wait_kind(
     return None if host_pinned and contiguous else PAGEABLE_COPY
 
 
-def _on_host(t: torch.Tensor) -> bool:
-    return t.is_cpu  # a bool attribute: no ``torch.device`` object made per call
-
-
 def _copy_kind(src: torch.Tensor, dst: Any, non_blocking: bool) -> str | None:
     if not isinstance(dst, torch.Tensor) or dst is src:
         return None
-    src_host, dst_host = src.is_cpu, dst.is_cpu
+    src_host, dst_host = src.is_cpu, dst.is_cpu  # bools: no ``torch.device`` made per call
     if src_host == dst_host:
         return None
     contiguous = src.is_contiguous() and dst.is_contiguous()
@@ -87,11 +83,6 @@ def _non_blocking_of_to(args: tuple, kwargs: dict) -> bool:
     if "non_blocking" in kwargs:
         return bool(kwargs["non_blocking"])
     return next((a for a in args if isinstance(a, bool)), False)
-
-
-def _dtype_only(args: tuple, kwargs: dict) -> bool:
-    """A ``Tensor.to(dtype)`` call (the common one on the step path): it cannot cross devices."""
-    return not kwargs and len(args) == 1 and type(args[0]) is torch.dtype
 
 
 class HostWaits:
@@ -235,4 +226,5 @@ def _stays_cuda(t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
 
 
 def _stays_to(t: torch.Tensor, args: tuple, kwargs: dict) -> bool:
-    return _dtype_only(args, kwargs)
+    """``.to(dtype)``, the common call on the step path: it cannot cross devices."""
+    return not kwargs and len(args) == 1 and type(args[0]) is torch.dtype
