@@ -24,6 +24,11 @@ entry point                        kind         when
                                                 side
 =================================  ===========  ================================================
 
+A call that cannot wait (a copy between two tensors on one side, ``.to(dtype)``, ``.cpu()`` of a
+host tensor, a read of a host tensor) returns at once after a few attribute checks: the steady
+step pays one Python call per wrapped call it makes, no clock read, and the stack is walked only
+for a wait that is recorded.
+
 Waits the code means to make (``probes.sync_site.wait_deliberately``: the output wait, the
 clock anchors) pass through unrecorded. A sync torch's debug mode reports inside a caught call
 is the caught call's (the sync finder leaves it), so nothing is counted twice. Waits made below
