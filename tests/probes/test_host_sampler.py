@@ -26,9 +26,9 @@ def busy(seconds: float) -> None:
 
 def test_samples_land_in_the_phase_of_the_planted_sleep_with_its_name():
     probe = RecordingProbe()
+    probe.step_begin(3)  # before the first sample: on a loaded host one can come at once
     sampler = HostSampler(500, probe).start()
     try:
-        probe.step_begin(3)
         probe.begin(api.SCHEDULE)
         busy(0.05)
         probe.end(api.SCHEDULE)
