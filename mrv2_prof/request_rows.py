@@ -19,7 +19,8 @@ import numpy as np
 from mrv2_prof.probes.recording import ARRIVED, FIRST_TOKEN
 
 if TYPE_CHECKING:
-    from mrv2_prof.probes.recording import Handoff, RecordingProbe
+    from mrv2_prof.probes.record_tables import Handoff
+    from mrv2_prof.probes.recording import RecordingProbe
 
 Batches = dict[str, dict[str, np.ndarray]]
 

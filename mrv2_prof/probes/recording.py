@@ -1,38 +1,34 @@
 """The recording probe: every hook into preallocated numpy columns, drained for the store.
 
 ``RecordingProbe`` writes each record into a ``RecordBuffer`` per table; nothing is allocated per
-event except when a buffer is full and doubles. Strings (phase names, tensor names, sync sites,
-graph reasons, request ids) are interned to small integers on the hot path and turned back into
-strings only when the buffers are drained. The phase names are interned first, in ``PHASES``
-order, and the span tracks next, so a phase's id is its index and a span's ``name`` and
-``track`` need no lookup.
+event except when a buffer is full and doubles. The tables, the interned strings and their
+hand-over to the store (``swap``, ``decode``, ``drain``) are ``RecordTables``
+(``probes/record_tables.py``). The phase names are interned first, in ``PHASES`` order, and the
+span tracks next, so a phase's id is its index and a span's ``name`` and ``track`` need no
+lookup.
 
-Each buffer's columns and dtypes come from the store's declaration of its table
-(``store.schema.TABLES``, through ``probes.columns``): ``drain()`` hands over
-``{table: {column: array}}`` in the store's column names and types, every string column decoded.
 Only ``steps`` lists its columns here, the ones a step's row gets when the step ends; the rest of
 that table (device times, overlap, bubbles) is written after the run (``store.step_timeline``).
-Timestamps are ``time.perf_counter_ns()``; ``-1`` in an ``*_ns`` column (and ``None`` in a
-string column) means "not measured" and is stored as NULL.
+Timestamps are ``time.perf_counter_ns()``; ``-1`` in an ``*_ns`` column means "not measured".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 
-import numpy as np
-
 from mrv2_prof.probes.api import DRAFT, FORWARD, PHASES, PREPARE, SAMPLE, SCHEDULE, STEP, Probe
-from mrv2_prof.probes.columns import STRING, RecordBuffer, buffer_dtypes, dtypes, from_rows
+from mrv2_prof.probes.record_tables import (
+    ARRIVED,
+    CPU_TRACK,
+    FINISHED,
+    FIRST_TOKEN,
+    GPU_TRACK,
+    RecordTables,
+)
 
 # GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample", "draft") as PHASES indices
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE, DRAFT)
-# Interned ids of the span tracks (after the phase names)
-CPU_TRACK, GPU_TRACK = len(PHASES), len(PHASES) + 1
 _NO_SPEC = (0, 0, 0)
-# Kinds of ``Handoff.request_events``
-ARRIVED, FIRST_TOKEN, FINISHED = 0, 1, 2
 
 # The columns of a ``steps`` row at the step's end, in the order ``step_end`` takes them.
 STEP_COLUMNS = (
@@ -42,36 +38,19 @@ STEP_COLUMNS = (
 )  # fmt: skip
 
 
-@dataclass
-class Handoff:
-    """One flush's records, still in the probe's arrays (``RecordingProbe.swap``)."""
-
-    raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
-    step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
-    captures: list[tuple[str, str, int, float, int]]
-    # what happened to requests since the last swap, in order: (ARRIVED, req, arrival_ns,
-    # prompt_tokens), (FIRST_TOKEN, req, t_ns), (FINISHED, req); interned ids
-    request_events: list[tuple[int, ...]] = field(default_factory=list)
-
-
-class RecordingProbe(Probe):
+class RecordingProbe(RecordTables, Probe):
     """Records every hook into preallocated buffers; ``drain()`` empties them for the store."""
 
     enabled = True
 
     def __init__(self, capacity: int = 1 << 14) -> None:
+        super().__init__()  # the interned names (PHASES, then the tracks) and the hand-over state
         self.step = -1
         self._open = [0] * len(PHASES)  # start of the open span per phase
         # The innermost open phase (-1: none), read by the host sampler; each phase's parent.
         self.phase = -1
         self._parent = [-1] * len(PHASES)
-        self._names: dict[str, int] = {}
         self._dispatch_ids: dict[tuple[str, str, str], tuple[int, int, int]] = {}
-        self._name_list: list[str | None] = []
-        for name in (*PHASES, "cpu", "gpu"):  # ids: PHASES indices, then CPU_TRACK, GPU_TRACK
-            self.intern(name)
-        self._tables: dict[str, RecordBuffer] = {}  # store table -> its buffer
-        self._strings: dict[str, list[str]] = {}  # store table -> its string columns
         # defaults: a host span's track, a step's speculative-decoding counts (no drafts)
         self.steps = self._buffer(
             "steps",
@@ -84,46 +63,12 @@ class RecordingProbe(Probe):
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
         self.tokens = self._buffer("tokens", 16 * capacity)
-        # ``step_tokens()``'s calls, as given, until the hand-over
-        self._step_tokens: list[tuple[list[str], list[int], int, list[int]]] = []
-        self._num_step_tokens = 0
         self.finished = self._buffer("requests", capacity)
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)
         self._spec = _NO_SPEC  # spec_step's (k, drafted, accepted) until step_end
-        self._buffers = tuple(self._tables.values())
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
-        self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
-        self.first_token: dict[int, int] = {}  # req → first token t_ns
-        self._request_events: list[tuple[int, ...]] = []  # ``Handoff.request_events``
-        self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
-
-    def _buffer(
-        self,
-        table: str,
-        capacity: int,
-        names: tuple[str, ...] | None = None,
-        defaults: dict[str, int] | None = None,
-    ) -> RecordBuffer:
-        """The buffer of ``table``'s columns (``names``, else all but ``run_id``)."""
-        buffer = RecordBuffer(buffer_dtypes(table, names), capacity, defaults)
-        self._tables[table] = buffer
-        types = dtypes(table, buffer.cols)
-        self._strings[table] = [name for name, dt in types.items() if dt == STRING]
-        return buffer
-
-    # ---- interning ------------------------------------------------------------------------------
-    def intern(self, name: str | None) -> int:
-        i = self._names.get(name)  # type: ignore[arg-type]
-        if i is None:
-            i = self._names[name] = len(self._name_list)  # type: ignore[index]
-            self._name_list.append(name)
-        return i
-
-    def name_of(self, name_id: int) -> str | None:
-        """The name interned as ``name_id`` (``intern``'s inverse)."""
-        return self._name_list[name_id]
 
     # ---- steps and spans -----------------------------------------------------------------------
     def step_begin(self, step: int) -> None:
@@ -303,13 +248,8 @@ class RecordingProbe(Probe):
     def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
         b = self.ranks
         i = b.reserve()
-        b.rank[i], b.step[i], b.start_ns[i], b.end_ns[i], b.comm_ns[i] = (
-            rank,
-            step,
-            start_ns,
-            end_ns,
-            comm_ns,
-        )
+        b.rank[i], b.step[i], b.start_ns[i] = rank, step, start_ns
+        b.end_ns[i], b.comm_ns[i] = end_ns, comm_ns
         b.n = i + 1
 
     def spec_step(
@@ -386,59 +326,3 @@ class RecordingProbe(Probe):
         b.finish_reason[i] = self.intern(finish_reason)
         b.cached_tokens[i] = max(cached_tokens, 0)
         b.n = i + 1
-
-    # ---- handing over --------------------------------------------------------------------------
-    @property
-    def fill(self) -> float:
-        """The fullest buffer's fill fraction; flush before it reaches 1 to avoid growing."""
-        step_tokens = self._num_step_tokens / self.tokens.capacity
-        return max(step_tokens, *[b.n / b.capacity for b in self._buffers])
-
-    def swap(self) -> Handoff:
-        """Everything recorded since the last hand-over, as the buffers' own arrays (no copy,
-        no conversion: the step loop's part of a flush); ``decode`` makes store tables of it."""
-        raw = {table: buffer.swap() for table, buffer in self._tables.items()}
-        step_tokens, self._step_tokens, self._num_step_tokens = self._step_tokens, [], 0
-        captures, self.captures = self.captures, []
-        events, self._request_events = self._request_events, []
-        return Handoff(raw, step_tokens, captures, events)
-
-    def give_back(self, handoff: Handoff) -> None:
-        """The hand-over's arrays are written to the store: the next swaps reuse them."""
-        for table, cols in handoff.raw.items():
-            self._tables[table].give_back(cols)
-
-    def decode(self, handoff: Handoff) -> dict[str, dict[str, np.ndarray]]:
-        """A hand-over as store tables, every string column decoded (on the writer thread)."""
-        names = np.array([*self._name_list, None], dtype=object)  # ids only grow: a copy is safe
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for table, cols in handoff.raw.items():
-            cols = dict(cols)
-            if table == "spans":  # host spans have no starved time (NULL)
-                starved = cols["starved_ns"].copy()
-                starved[cols["track"] == CPU_TRACK] = -1
-                cols["starved_ns"] = starved
-            for name in self._strings[table]:
-                cols[name] = names[cols[name]]
-            out[table] = cols
-        if handoff.step_tokens:
-            tokens, steps = out["tokens"], handoff.step_tokens
-            new = {
-                "req_id": np.array([r for s in steps for r in s[0]], dtype=object),
-                "idx": np.array([n for s in steps for n in s[1]], dtype=np.int32),
-                "t_ns": np.repeat([s[2] for s in steps], [len(s[0]) for s in steps]),
-                "token_id": np.array([t for s in steps for t in s[3]], dtype=np.int32),
-            }
-            for name, col in new.items():
-                tokens[name] = np.concatenate([tokens[name], col.astype(tokens[name].dtype)])
-        if handoff.captures:
-            out["graph_captures"] = from_rows("graph_captures", handoff.captures)
-        return out
-
-    def drain(self) -> dict[str, dict[str, np.ndarray]]:
-        """Everything recorded since the last drain, as store tables; the buffers are reset."""
-        return self.decode(self.swap())
-
-    def unfinished(self) -> list[str]:
-        """Requests that arrived and never finished (for the end of an interrupted run)."""
-        return [self._name_list[r] for r in self.arrivals]  # type: ignore[misc]

@@ -7,9 +7,11 @@ nothing in it waits for the GPU. ``wait_output`` is the one defined place where 
 for them. With async scheduling the engine queues step N+1 before it waits for step N, and step
 N's tokens reach step N+1's inputs on the GPU (``last_sampled_tokens``).
 
-Start-up (KV cache, warm-up, CUDA graphs) lives in ``startup.py``; its dummy runs come in
-through ``run_dummy``, which runs the same forward pass and sampler without touching any request
-state or the probe.
+The step's pieces live in modules of their own: the host arrays and the device-side input build
+(``step_inputs.py``), sampling and the verify step's glue (``step_sampling.py``), the state
+advance (``step_advance.py``). Start-up (KV cache, warm-up, CUDA graphs) lives in ``startup.py``;
+its dummy runs come in through ``run_dummy``, which runs the same forward pass and sampler
+without touching any request state or the probe.
 """
 
 from __future__ import annotations
@@ -47,13 +49,11 @@ from mrv2_prof.runner.worker.input_buffers import InputBuffers
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
-from mrv2_prof.runner.worker.sampler import (
-    GREEDY_TEMPERATURE,
-    SamplerOutput,
-    SamplingMetadata,
-)
+from mrv2_prof.runner.worker.sampler import SamplerOutput
+from mrv2_prof.runner.worker.step_advance import advance_step
+from mrv2_prof.runner.worker.step_inputs import StepInputs
+from mrv2_prof.runner.worker.step_sampling import prepare_verify, sample_step
 from mrv2_prof.runner.worker.switches import unsupported_switches
-from mrv2_prof.runner.worker.uva import PinnedRing
 
 
 class ModelRunner:
@@ -130,16 +130,11 @@ class ModelRunner:
             config.max_num_blocks_per_req,
             self.device,
         )
-        # Per-step arrays (idx_mapping | counts) go through a ring of pinned buffers into one
-        # device buffer: no allocation, and the CPU never rewrites a buffer a copy may read.
         n = config.max_num_reqs
-        self._step_ring = PinnedRing(2 * n, torch.int32, pin=self.is_cuda)
-        self._step_dev = torch.zeros(2 * n, dtype=torch.int32, device=self.device)
-        # idx_mapping | counts | computed | query_start_loc on the host, two sets in turn
-        self._host_arrays = [
-            [np.zeros(n + (k == 3), dtype=np.int32) for k in range(4)] for _ in range(2)
-        ]
-        self._host_set = 0
+        self.step_inputs = StepInputs(
+            n, self.device, self.is_cuda, self.copies, self.req_states, self.block_tables,
+            self.inputs, config.block_size,
+        )  # fmt: skip
         self.output = AsyncOutput(n, self.is_cuda, self.copies, self.probe)
         spec = config.spec_decode
         self.verifier = (  # speculative decoding's verify step (spec_decode/verify.py)
@@ -200,12 +195,7 @@ class ModelRunner:
         batch = self._prepare_inputs(so)
         verify = None
         if so.scheduled_spec_decode_tokens:
-            verify = self.verifier.prepare(
-                batch.req_ids, batch.query_start_loc_np, so.scheduled_spec_decode_tokens
-            )
-            self.verifier.apply(batch, verify)
-            if self.drafter is not None:  # the draft's probabilities for a sampled request
-                self.drafter.attach_probs(verify, batch, self.req_states)
+            verify = prepare_verify(self.verifier, self.drafter, batch, so, self.req_states)
         plan = None
         if self._prompt_logprobs:
             plan = plan_prompt_logprobs(
@@ -245,20 +235,11 @@ class ModelRunner:
         out, num_logprobs, rejection = self._sample(batch, logits, verify)
         p.end(probes.SAMPLE)
 
-        # Advance device-side state; the next step reads it without a host round trip.
         rs = self.req_states
-        advance = batch.num_scheduled_tokens
-        if rejection is not None:  # rolled back by the rejected and padded, on the device
-            advance = advance - verify.drafts.num_slots + rejection.num_accepted
-        done = rs.num_computed_tokens.gpu if self.config.staged_writes else None
-        # int32 slot indices: no conversion kernel; one launch with the Triton kernels
-        self.kernels.advance_state(
-            rs.last_sampled_tokens,
-            done,
-            batch.idx_mapping,
-            out.sampled_token_ids,
-            advance if done is not None else None,
-        )
+        advance = advance_step(
+            self.kernels, rs, batch, out.sampled_token_ids, verify, rejection,
+            self.config.staged_writes,
+        )  # fmt: skip
         drafts = None
         if self.drafter is not None:  # k draft steps from each request's new length
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
@@ -314,34 +295,9 @@ class ModelRunner:
     def _sample(
         self, batch: InputBatch, logits: torch.Tensor, verify: VerifyInputs | None = None
     ) -> tuple[SamplerOutput, int, RejectionOutput | None]:
-        """One token per row, with the rows' sampling parameters read through ``idx_mapping``;
-        also the most logprobs any row asked for. A verify step (``verify``) rejection-samples
-        its rows instead: the output's token per request is its last emitted one."""
-        rs = self.req_states
-        idx = batch.idx_mapping_np
-        num_logprobs = int(rs.num_logprobs_np[idx].max())
-        meta = SamplingMetadata(
-            idx_mapping=batch.idx_mapping,
-            positions=batch.seq_lens if verify is None else batch.seq_lens.long(),  # int32 ok
-            temperature=rs.temperature,
-            top_k=rs.top_k,
-            top_p=rs.top_p,
-            seeds=rs.seeds,
-            max_num_logprobs=num_logprobs,
-            # host-side shortcuts, read from the CPU copies of the parameters (no device read)
-            all_greedy=bool((rs.temperature_np[idx] < GREEDY_TEMPERATURE).all()),
-            no_top_k=not bool((rs.top_k_np[idx] > 0).any()),
-            no_top_p=bool((rs.top_p_np[idx] >= 1.0).all()),
-        )
-        if verify is None:
-            return self.kernels.sample(logits, meta), num_logprobs, None
-        meta.positions = meta.positions - verify.drafts.num_slots  # each request's first row
-        rejection = self.verifier.sample(logits, verify, meta)
-        last = Verifier.last_tokens(rejection)
-        if num_logprobs <= 0:
-            return SamplerOutput(last, None, None), 0, rejection
-        ids, lps = Verifier.row_logprobs(logits, verify, rejection, num_logprobs)  # every row
-        return SamplerOutput(last, ids, lps), num_logprobs, rejection
+        """One token per row (``step_sampling.py``), and the most logprobs any row asked for;
+        a verify step (``verify``) rejection-samples its rows instead."""
+        return sample_step(self.kernels, self.verifier, self.req_states, batch, logits, verify)
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states
@@ -368,58 +324,4 @@ class ModelRunner:
                 rs.set_num_computed(slot_of[req_id], n)
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
-        rs = self.req_states
-        req_ids = list(so.num_scheduled_tokens)
-        num_reqs, num_tokens = len(req_ids), so.total_num_scheduled_tokens
-        # The step's host arrays, in the next of two preallocated sets (a batch's arrays live
-        # until its tokens are read, one step later with async scheduling).
-        self._host_set ^= 1
-        idx_np, counts_np, computed_np, qsl_np = (a[:n] for a, n in zip(
-            self._host_arrays[self._host_set], (num_reqs, num_reqs, num_reqs, num_reqs + 1),
-            strict=True,
-        ))  # fmt: skip
-        idx_np[:] = list(map(rs.slot_of.__getitem__, req_ids))
-        cached = so.scheduled_cached_reqs
-        if num_tokens == num_reqs:  # one token each
-            counts_np[:] = 1
-        else:
-            counts_np[:] = list(so.num_scheduled_tokens.values())
-        if len(cached) == num_reqs:  # batch order is the cached requests' order
-            computed_np[:] = cached.num_computed_tokens
-        else:
-            computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
-            computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
-            computed_np[:] = list(map(computed.__getitem__, req_ids))
-        qsl_np[0] = 0
-        np.cumsum(counts_np, out=qsl_np[1:])
-
-        host, view = self._step_ring.next()  # one small transfer
-        view[:num_reqs] = idx_np
-        view[num_reqs : 2 * num_reqs] = counts_np
-        step = self._step_dev[: 2 * num_reqs]
-        self.copies.copy_(step, host[: 2 * num_reqs])
-        idx_mapping, counts = step[:num_reqs], step[num_reqs:]
-        inputs = self.kernels.prepare_inputs(
-            idx_mapping,
-            counts,
-            num_tokens,
-            rs.num_computed_tokens.gpu,
-            rs.num_prefill_tokens.gpu,
-            rs.prefill_token_ids.gpu,
-            rs.last_sampled_tokens,
-            self.block_tables.table.gpu,
-            self.config.block_size,
-            out=self.inputs.views(num_tokens, num_reqs, block_table=True),  # + the table rows
-        )
-        return InputBatch(
-            req_ids=req_ids,
-            num_reqs=num_reqs,
-            num_tokens=num_tokens,
-            idx_mapping_np=idx_np,
-            num_scheduled_tokens_np=counts_np,
-            query_start_loc_np=qsl_np,
-            seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
-            idx_mapping=idx_mapping,
-            num_scheduled_tokens=counts,
-            **inputs,
-        )
+        return self.step_inputs.prepare(so, self.kernels)  # step_inputs.py
