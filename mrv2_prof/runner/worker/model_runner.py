@@ -132,9 +132,15 @@ class ModelRunner:
         )
         n = config.max_num_reqs
         self.step_inputs = StepInputs(
-            n, self.device, self.is_cuda, self.copies, self.req_states, self.block_tables,
-            self.inputs, config.block_size,
-        )  # fmt: skip
+            n,
+            self.device,
+            self.is_cuda,
+            self.copies,
+            self.req_states,
+            self.block_tables,
+            self.inputs,
+            config.block_size,
+        )
         self.output = AsyncOutput(n, self.is_cuda, self.copies, self.probe)
         spec = config.spec_decode
         self.verifier = (  # speculative decoding's verify step (spec_decode/verify.py)
@@ -237,9 +243,14 @@ class ModelRunner:
 
         rs = self.req_states
         advance = advance_step(
-            self.kernels, rs, batch, out.sampled_token_ids, verify, rejection,
+            self.kernels,
+            rs,
+            batch,
+            out.sampled_token_ids,
+            verify,
+            rejection,
             self.config.staged_writes,
-        )  # fmt: skip
+        )
         drafts = None
         if self.drafter is not None:  # k draft steps from each request's new length
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
