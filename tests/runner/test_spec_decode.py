@@ -120,19 +120,35 @@ def test_greedy_tokens_equal_under_dynamic_k_and_prefix_caching(plain_tokens):
     assert spec.possible_ks(8) == [0, 2, 4] and spec.max_k == 4
 
 
-def test_random_accept_reject_abort_preempt_leave_exact_state():
-    """Random requests (some repetitive, some not), random aborts and a tight KV cache: after
-    each step every running request's host ``num_computed_tokens`` equals the device's, and
-    at the end no block or slot is held."""
-    engine = make_engine(ngram(3), num_kv_blocks=16, max_model_len=64, max_num_batched_tokens=24)
-    rng = random.Random(7)
-    vocab = engine.vocab_size
+def repetitive_request(rng: random.Random, n: int, vocab: int):
+    """A random prompt, repetitive 7 times in 10 (a segment repeated), and its params."""
+    seg = [rng.randrange(vocab) for _ in range(rng.randrange(2, 7))]
+    prompt = seg * rng.randrange(1, 4) if rng.random() < 0.7 else seg
+    return prompt, SamplingParams(max_tokens=rng.randrange(1, 25))
+
+
+def assert_host_state_exact(engine) -> None:
+    """Every running request that is decoding has computed all its tokens but the last, and
+    that count equals the device's; a request still in its prompt has computed less."""
+    rs = engine.runner.req_states
+    device = rs.num_computed_tokens.gpu
+    for r in engine.scheduler.running:
+        assert r.num_computed_tokens == r.num_tokens - 1 or r.num_computed_tokens < (
+            r.num_prompt_tokens
+        ), r.request_id
+        if r.request_id in rs.slot_of and r.num_computed_tokens == r.num_tokens - 1:
+            assert int(device[rs.slot_of[r.request_id]]) == r.num_computed_tokens
+
+
+def random_traffic(engine, seed, steps, max_requests, new_request, check) -> None:
+    """Seeded traffic: at each of ``steps`` rounds a new request (``new_request(rng, n, vocab)``
+    gives its prompt and params) one time in two until ``max_requests``, an abort of a live
+    request 8 times in 100, one engine step, then ``check(engine)``; then run to the end."""
+    rng = random.Random(seed)
     live, n = [], 0
-    for _ in range(120):
-        if n < 20 and rng.random() < 0.5:
-            seg = [rng.randrange(vocab) for _ in range(rng.randrange(2, 7))]
-            prompt = seg * rng.randrange(1, 4) if rng.random() < 0.7 else seg
-            params = SamplingParams(max_tokens=rng.randrange(1, 25))
+    for _ in range(steps):
+        if n < max_requests and rng.random() < 0.5:
+            prompt, params = new_request(rng, n, engine.vocab_size)
             engine.add_request(f"q{n}", prompt, params, float(n))
             live.append(f"q{n}")
             n += 1
@@ -141,20 +157,19 @@ def test_random_accept_reject_abort_preempt_leave_exact_state():
         if not engine.has_unfinished_requests():
             continue
         engine.step()
-        rs = engine.runner.req_states
-        device = rs.num_computed_tokens.gpu
-        for r in engine.scheduler.running:
-            assert r.num_computed_tokens == r.num_tokens - 1 or r.num_computed_tokens < (
-                r.num_prompt_tokens
-            ), r.request_id
-            if r.request_id in rs.slot_of and r.num_computed_tokens == r.num_tokens - 1:
-                assert int(device[rs.slot_of[r.request_id]]) == r.num_computed_tokens
-        for rid in list(live):
-            if rid not in engine.scheduler.requests:
-                live.remove(rid)
+        check(engine)
+        live = [rid for rid in live if rid in engine.scheduler.requests]
     while engine.has_unfinished_requests():
         engine.step()
     engine.step()
+
+
+def test_random_accept_reject_abort_preempt_leave_exact_state():
+    """Random requests (some repetitive, some not), random aborts and a tight KV cache: after
+    each step every running request's host ``num_computed_tokens`` equals the device's, and
+    at the end no block or slot is held."""
+    engine = make_engine(ngram(3), num_kv_blocks=16, max_model_len=64, max_num_batched_tokens=24)
+    random_traffic(engine, 7, 120, 20, repetitive_request, assert_host_state_exact)
     assert engine.scheduler.num_preemptions > 0
     assert engine.scheduler.spec.stats.num_drafts > 0
     assert_no_leaks(engine)

@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 import torch
 from test_sampler import chi2_quantile, pearson_chi2
-from test_spec_decode import assert_no_leaks, make_engine, repetitive_prompts, run_greedy
+from test_spec_decode import (
+    assert_no_leaks,
+    make_engine,
+    random_traffic,
+    repetitive_prompts,
+    run_greedy,
+)
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
@@ -253,8 +259,6 @@ def test_random_accept_reject_abort_preempt_leave_exact_state(async_scheduling):
     """Random requests (greedy and sampled), random aborts and a tight KV cache: after each
     step every running request's host ``num_computed_tokens`` equals the device's (sync), and
     at the end no block or slot is held."""
-    import random
-
     engine = make_engine(
         self_draft(3),
         num_kv_blocks=16,
@@ -262,23 +266,14 @@ def test_random_accept_reject_abort_preempt_leave_exact_state(async_scheduling):
         max_num_batched_tokens=24,
         async_scheduling=async_scheduling,
     )
-    rng = random.Random(11)
-    live, n = [], 0
-    for _ in range(100):
-        if n < 16 and rng.random() < 0.5:
-            seg = [rng.randrange(engine.vocab_size) for _ in range(rng.randrange(2, 7))]
-            temperature = rng.choice([0.0, 0.7])
-            params = SamplingParams(
-                max_tokens=rng.randrange(1, 25), temperature=temperature, seed=n
-            )
-            engine.add_request(f"q{n}", seg * rng.randrange(1, 4), params, float(n))
-            live.append(f"q{n}")
-            n += 1
-        if live and rng.random() < 0.08:
-            engine.abort_request(live.pop(rng.randrange(len(live))))
-        if not engine.has_unfinished_requests():
-            continue
-        engine.step()
+
+    def new_request(rng, n, vocab):
+        seg = [rng.randrange(vocab) for _ in range(rng.randrange(2, 7))]
+        temperature = rng.choice([0.0, 0.7])
+        params = SamplingParams(max_tokens=rng.randrange(1, 25), temperature=temperature, seed=n)
+        return seg * rng.randrange(1, 4), params
+
+    def check(engine):
         rs = engine.runner.req_states
         for r in engine.scheduler.running:
             if async_scheduling or r.request_id not in rs.slot_of:
@@ -286,10 +281,8 @@ def test_random_accept_reject_abort_preempt_leave_exact_state(async_scheduling):
             if r.num_computed_tokens == r.num_tokens - 1:
                 device = int(rs.num_computed_tokens.gpu[rs.slot_of[r.request_id]])
                 assert device == r.num_computed_tokens, r.request_id
-        live = [rid for rid in live if rid in engine.scheduler.requests]
-    while engine.has_unfinished_requests():
-        engine.step()
-    engine.step()
+
+    random_traffic(engine, 11, 100, 16, new_request, check)
     assert engine.scheduler.num_preemptions > 0
     assert engine.scheduler.spec.stats.num_drafts > 0
     assert_no_leaks(engine)

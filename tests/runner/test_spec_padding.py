@@ -8,16 +8,17 @@ with captured verify graphs (the fake backend) gives every such step a FULL veri
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from test_cudagraph_verify import VerifyBackend
 from test_spec_decode import (
     MAX_TOKENS,
+    assert_host_state_exact,
     assert_no_leaks,
     make_engine,
     ngram,
+    random_traffic,
     repetitive_prompts,
+    repetitive_request,
 )
 
 from mrv2_prof.runner.config import RunnerConfig
@@ -210,38 +211,9 @@ def test_random_accept_reject_abort_preempt_with_padding_leave_exact_state(async
         async_scheduling=async_scheduling,
         max_num_reqs=32,
     )
-    rng = random.Random(11)
-    vocab = engine.vocab_size
-    live, n = [], 0
-    for _ in range(150):
-        if n < 24 and rng.random() < 0.5:
-            seg = [rng.randrange(vocab) for _ in range(rng.randrange(2, 7))]
-            prompt = seg * rng.randrange(1, 4) if rng.random() < 0.7 else seg
-            params = SamplingParams(max_tokens=rng.randrange(1, 25))
-            engine.add_request(f"q{n}", prompt, params, float(n))
-            live.append(f"q{n}")
-            n += 1
-        if live and rng.random() < 0.08:
-            engine.abort_request(live.pop(rng.randrange(len(live))))
-        if not engine.has_unfinished_requests():
-            continue
-        engine.step()
-        if async_scheduling:
-            continue  # tokens in flight: the host is one step behind by design
-        rs = engine.runner.req_states
-        device = rs.num_computed_tokens.gpu
-        for r in engine.scheduler.running:
-            assert r.num_computed_tokens == r.num_tokens - 1 or r.num_computed_tokens < (
-                r.num_prompt_tokens
-            ), r.request_id
-            if r.request_id in rs.slot_of and r.num_computed_tokens == r.num_tokens - 1:
-                assert int(device[rs.slot_of[r.request_id]]) == r.num_computed_tokens
-        for rid in list(live):
-            if rid not in engine.scheduler.requests:
-                live.remove(rid)
-    while engine.has_unfinished_requests():
-        engine.step()
-    engine.step()
+    # async: tokens in flight, the host is one step behind by design
+    check = (lambda engine: None) if async_scheduling else assert_host_state_exact
+    random_traffic(engine, 11, 150, 24, repetitive_request, check)
     assert engine.scheduler.num_preemptions > 0
     assert padded_steps(queued)
     assert engine.scheduler.spec.stats.num_padded_slots > 0
