@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_runs import BENCHMARKS, run_benchmark
 
 
 def load_benchmark(name: str, monkeypatch):
@@ -24,18 +21,9 @@ def load_benchmark(name: str, monkeypatch):
     return module
 
 
-def run_benchmark(name: str, tmp_path: Path, *args: str) -> dict:
+def smoke_run(name: str, tmp_path: Path, *args: str) -> dict:
     out = tmp_path / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / f"{name}.py"), "--cpu-smoke", "--out", str(out), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_benchmark(f"{name}.py", out, "--cpu-smoke", *args, timeout=300).data
 
 
 def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
@@ -69,7 +57,7 @@ def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
 
 
 def test_decode_roofline_cpu_smoke(tmp_path):
-    data = run_benchmark("decode_roofline", tmp_path)
+    data = smoke_run("decode_roofline", tmp_path)
     rows = data["results"]
     assert [r["batch"] for r in rows] == [1, 4] and data["meta"]["read_bytes_per_s"] > 0
     for r in rows:
@@ -82,7 +70,7 @@ def test_decode_roofline_cpu_smoke(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("padded", [False, True], ids=["generate_batch", "padded"])
 def test_peer_transformers_cpu_smoke(tmp_path, padded):
-    data = run_benchmark("peer_transformers", tmp_path, *(["--hf-padded"] if padded else []))
+    data = smoke_run("peer_transformers", tmp_path, *(["--hf-padded"] if padded else []))
     (row,) = data["results"]
     ours, hf = row["ours"], row["hf"]
     assert row["preset"] == "llama-tiny" and hf["transformers"]

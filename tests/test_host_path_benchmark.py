@@ -3,28 +3,14 @@ and its JSON, with the phases read back from the harness's own spans."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_runs import run_benchmark
 
 
 def test_host_path_quick_runs_every_part(tmp_path):
     out = tmp_path / "host_path.json"
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
     args = ["--quick", "--batches", "1,4", "--repeats", "2", "--small-requests", "4"]
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "host_path.py"), *args, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    run = run_benchmark("host_path.py", out, *args, timeout=600)
+    results = run.results
     phases = [r for r in results if r["part"] == "phases"]
     assert {(r["batch"], r["probes"]) for r in phases} == {
         (b, p) for b in (1, 4) for p in ("default", "off")
@@ -50,4 +36,4 @@ def test_host_path_quick_runs_every_part(tmp_path):
     headings = ("Host time per uniform-decode step", "Engine alone", "Flush on the step loop",
                 "Sync finder + host-wait catcher")  # fmt: skip
     for heading in (*headings, "Async on/off"):
-        assert heading in proc.stdout
+        assert heading in run.stdout

@@ -3,23 +3,13 @@ JSON and the markdown table for benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_runs import run_benchmark
 
 
 def test_the_smoke_run_writes_every_config_and_batch(tmp_path):
     out, md = tmp_path / "spec.json", tmp_path / "spec.md"
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(BENCHMARKS / "spec_decode.py"), "--cpu-smoke", "--out", str(out)]
-    cmd += ["--markdown", str(md), "--configs", "off", "ngram k=2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    args = ["--cpu-smoke", "--markdown", str(md), "--configs", "off", "ngram k=2"]
+    results = run_benchmark("spec_decode.py", out, *args, timeout=300).results
     assert [(r["config"], r["batch"]) for r in results] == [
         ("off", 1), ("off", 2), ("ngram k=2", 1), ("ngram k=2", 2),
     ]  # fmt: skip
@@ -34,12 +24,8 @@ def test_the_smoke_run_writes_every_config_and_batch(tmp_path):
 
 def test_the_smoke_run_of_a_self_draft_reports_the_draft_against_the_step(tmp_path):
     out, md = tmp_path / "spec.json", tmp_path / "spec.md"
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(BENCHMARKS / "spec_decode.py"), "--cpu-smoke", "--out", str(out)]
-    cmd += ["--markdown", str(md), "--configs", "self-draft k=2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    args = ["--cpu-smoke", "--markdown", str(md), "--configs", "self-draft k=2"]
+    results = run_benchmark("spec_decode.py", out, *args, timeout=300).results
     assert [(r["config"], r["batch"]) for r in results] == [
         ("self-draft k=2", 1),
         ("self-draft k=2", 2),

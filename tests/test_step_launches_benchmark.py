@@ -5,27 +5,16 @@ times the JIT path's binding and the cached launcher's key."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.benchmark_runs import BENCHMARKS, run_benchmark
 
 
 def test_step_launches_quick(tmp_path):
     out = tmp_path / "step_launches.json"
-    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "step_launches.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(out.read_text())["results"]
+    results = run_benchmark("step_launches.py", out, "--quick", timeout=600).results
     (inv,) = [r for r in results if r["part"] == "inventory"]
     per_step = inv["per_step"]
     assert per_step["prepare"]["triton _prepare_inputs_kernel"] == 1.0
