@@ -27,8 +27,22 @@ def environment() -> dict[str, Any]:
     return env
 
 
+def _json_keys(obj: Any) -> Any:
+    """``obj`` with every dict key JSON can hold: a tuple key such as ``("full", 64)`` becomes
+    ``"full/64"``."""
+    if isinstance(obj, dict):
+        return {
+            ("/".join(map(str, k)) if isinstance(k, tuple) else k): _json_keys(v)
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_json_keys(v) for v in obj]
+    return obj
+
+
 def write_results(path: str | None, meta: dict[str, Any], results: list[dict[str, Any]]) -> None:
     """``{"meta": environment + meta, "results": results}`` as JSON at ``path`` (if given)."""
     if path:
+        doc = {"meta": {**environment(), **meta}, "results": results}
         with open(path, "w") as f:
-            json.dump({"meta": {**environment(), **meta}, "results": results}, f, indent=2)
+            json.dump(_json_keys(doc), f, indent=2)
