@@ -31,3 +31,29 @@ def test_no_match_no_drafts_and_bounds():
     with pytest.raises(ValueError, match="needs 1 <= min <= max"):
         propose([1, 2], k=2, min_n=3, max_n=2)
     assert propose_batch([[1, 2, 1], [4, 5]], k=2, min_n=1, max_n=2) == [[2, 1], []]
+
+
+@pytest.mark.parametrize("window", [(1, 1), (2, 4), (1, 3), (3, 5)])
+def test_the_incremental_index_agrees_with_the_full_search_as_a_history_grows(window):
+    """``NgramIndex`` against ``propose`` on seeded histories over a small vocabulary (many
+    repeats), asked after every appended token and after several at once, for k 0 to 5."""
+    import numpy as np
+
+    from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
+
+    rng = np.random.default_rng(sum(window))
+    for _ in range(20):
+        history = rng.integers(0, 4, size=int(rng.integers(1, 6))).tolist()
+        index = NgramIndex(*window)
+        while len(history) < 80:
+            k = int(rng.integers(0, 6))
+            assert index.propose(history, k) == propose(history, k, *window), (history, k)
+            history += rng.integers(0, 4, size=int(rng.integers(1, 4))).tolist()
+
+
+def test_an_index_shown_a_shorter_history_starts_again():
+    from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
+
+    index = NgramIndex(1, 2)
+    assert index.propose([1, 2, 3, 1, 2], 2) == [3, 1]
+    assert index.propose([4, 5, 4], 2) == [5, 4]  # not [3, 1] from the old history

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from mrv2_prof.runner.core.request import Request, RequestStatus
 from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.ngram_proposer import propose
+from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
 
 
 @dataclass
@@ -83,6 +83,8 @@ class SpecScheduling:
         self._proposals: dict[str, list[int]] | None = None  # ``draft``'s, until the step ends
         # draft_model: req_id -> (drafts, num_tokens, num_preemptions) when they were drafted
         self._model_drafts: dict[str, tuple[list[int], int, int]] = {}
+        # ngram: req_id -> (the request, its lookup index); a reused id gets a new index
+        self._ngrams: dict[str, tuple[Request, NgramIndex]] = {}
         self.stats = SpecStepStats()
         self.verifies: list[tuple[str, int, int]] = []  # (req_id, drafted, accepted) to report
 
@@ -118,11 +120,18 @@ class SpecScheduling:
         if cfg.method == "draft_model":  # a request not running now drafts again first
             live = {r.request_id for r in running}
             self._model_drafts = {r: d for r, d in self._model_drafts.items() if r in live}
+        elif len(self._ngrams) > len(running):  # finished or preempted: rebuilt if it returns
+            live = {r.request_id for r in running}
+            self._ngrams = {r: i for r, i in self._ngrams.items() if r in live}
 
     def _propose(self, request: Request, k: int) -> list[int]:
         cfg = self.config
         if cfg.method != "draft_model":
-            return propose(request.all_token_ids, k, cfg.ngram_min, cfg.ngram_max)
+            entry = self._ngrams.get(request.request_id)
+            if entry is None or entry[0] is not request:
+                entry = (request, NgramIndex(cfg.ngram_min, cfg.ngram_max))
+                self._ngrams[request.request_id] = entry
+            return entry[1].propose(request.all_token_ids, k)
         entry = self._model_drafts.get(request.request_id)
         if entry is None or entry[1:] != (request.num_tokens, request.num_preemptions):
             return []
