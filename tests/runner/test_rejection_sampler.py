@@ -213,3 +213,25 @@ def test_gpu_triton_equals_the_reference_at_a_real_vocabulary(mode, with_probs):
     want = rejection_sample(logits, drafts, meta)
     got = rejection_sample_triton(logits, drafts, meta)
     assert got.output_token_ids.tolist() == want.output_token_ids.tolist()
+
+
+@pytest.mark.parametrize("mode", ["greedy", "random", "mixed"])
+@pytest.mark.parametrize("with_probs", [False, True], ids=["one-hot", "draft-probs"])
+def test_triton_with_the_runners_host_built_rows_equals_the_reference(mode, with_probs):
+    """The runner hands the kernel each row's request and index (built on the host with the
+    drafts, as ``Verifier.prepare`` does with numpy) instead of deriving them on the device."""
+    import dataclasses
+
+    logits, drafts, meta = random_case(2, 300, with_probs, mode)
+    per_req = np.diff(drafts.cu_rows.cpu().numpy())
+    row_req = np.repeat(np.arange(len(per_req)), per_req)
+    row_j = np.arange(len(row_req)) - drafts.cu_rows.cpu().numpy()[row_req]
+    given = dataclasses.replace(
+        drafts,
+        row_req=torch.from_numpy(row_req).to(DEVICE),
+        row_j=torch.from_numpy(row_j).to(DEVICE),
+    )
+    want = rejection_sample(logits, drafts, meta)
+    got = rejection_sample_triton(logits, given, meta)
+    assert got.output_token_ids.tolist() == want.output_token_ids.tolist()
+    assert got.num_accepted.tolist() == want.num_accepted.tolist()

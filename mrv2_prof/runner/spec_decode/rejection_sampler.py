@@ -61,6 +61,10 @@ class DraftBatch:
     draft_probs: torch.Tensor | None = None  # [B, K, V] float32; None: one-hot drafts
     # [B] int32: k_b <= s_b <= K draft slots (real drafts, then placeholders); None: s_b = k_b
     num_slots: torch.Tensor | None = None
+    # [R] each target row's request and its index in the request's rows (the runner builds them
+    # on the host with the drafts; None: derived from cu_rows on the device)
+    row_req: torch.Tensor | None = None
+    row_j: torch.Tensor | None = None
 
 
 @dataclass

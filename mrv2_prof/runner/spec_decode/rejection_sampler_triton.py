@@ -7,7 +7,11 @@ torch reference and the oracle) in two launches, with nothing read back by the h
   random request, a second scan draws from the residual ``max(p - q, 0)`` by Gumbel-max with the
   row's noise (q: the draft's probabilities, or a one-hot at the draft token). The row's verdict
   (draft accepted?) and the token emitted if the walk stops at it are written per row. Greedy
-  rows skip the second scan.
+  rows skip the second scan. A row finds its request, slot, temperature, seed, position, draft
+  and draft probabilities itself from its request index and its index within the request
+  (``DraftBatch.row_req`` / ``row_j``, which the runner builds on the host with the drafts and
+  sends in the verify's one copy; derived from ``cu_rows`` when absent): no per-row gathers
+  before the launch, and no [R, V] copy of the draft probabilities.
 * ``_walk_kernel``, one program per request: the accepted prefix (drafts while their rows
   accept), then the stop row's token, -1 after; and the accepted count.
 
@@ -29,6 +33,7 @@ from mrv2_prof.runner.spec_decode.rejection_sampler import (
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, log, row_key, uniform
 from mrv2_prof.runner.worker.sampler_triton import top_k_top_p_threshold
+from mrv2_prof.runner.worker.triton_launch import Launcher
 from mrv2_prof.runner.worker.uva import take  # the parameters may be UVA (pinned host)
 
 _BLOCK = 1024  # logits per loop step
@@ -40,17 +45,23 @@ _NO_TOKEN = tl.constexpr(2**31 - 1)
 def _row_kernel(
     logits_ptr,  # [R, V]
     logits_stride,
-    temperature_ptr,  # [R] float32 (per row, gathered through the slots)
-    seed_ptr,  # [R] int64
-    position_ptr,  # [R] int64
-    draft_ptr,  # [R] int64: the row's draft token (0 where none)
-    has_draft_ptr,  # [R] int8
-    q_ptr,  # [R, V] float32 draft probabilities (HAS_Q)
-    q_stride,
+    row_req_ptr,  # [R] int: the row's request b
+    row_j_ptr,  # [R] int: its index j within the request's rows
+    idx_mapping_ptr,  # [B]: request -> slot
+    positions_ptr,  # [B] int: the request's first row's position
+    temperature_ptr,  # [slots] float32 (device, or pinned host read through UVA)
+    seeds_ptr,  # [slots] int64 (the same)
+    num_draft_ptr,  # [B] int: k_b real drafts
+    draft_ids_ptr,  # [B, K] int64
+    draft_ids_stride,
+    q_ptr,  # [B, K, V] float32 draft probabilities (HAS_Q)
+    q_stride_b,
+    q_stride_j,
     threshold_ptr,  # [R] float32 (HAS_THRESHOLD)
     accept_ptr,  # [R] int8: written
     stop_ptr,  # [R] int64: written
     vocab_size,
+    max_k,
     BLOCK: tl.constexpr,
     HAS_Q: tl.constexpr,
     HAS_THRESHOLD: tl.constexpr,
@@ -58,14 +69,19 @@ def _row_kernel(
 ):
     r = tl.program_id(0).to(tl.int64)
     row = logits_ptr + r * logits_stride
-    temperature = tl.load(temperature_ptr + r)
+    b = tl.load(row_req_ptr + r).to(tl.int64)
+    j = tl.load(row_j_ptr + r).to(tl.int64)
+    slot = tl.load(idx_mapping_ptr + b).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
     greedy = temperature < _GREEDY
     divisor = tl.where(greedy, 1.0, temperature)
     threshold = float("-inf")
     if HAS_THRESHOLD:
         threshold = tl.load(threshold_ptr + r)
-    d = tl.load(draft_ptr + r)
-    has_draft = tl.load(has_draft_ptr + r) != 0
+    has_draft = j < tl.load(num_draft_ptr + b).to(tl.int64)
+    jj = tl.minimum(j, max_k - 1)  # the draft slot this row verifies (clamped for the bonus row)
+    d = tl.where(has_draft, tl.load(draft_ids_ptr + b * draft_ids_stride + jj), 0)
+    q_row = q_ptr + b * q_stride_b + jj * q_stride_j
     offs = tl.arange(0, BLOCK)
 
     # Scan 1: running max / sum of exp over kept tokens, the raw argmax, the kept argmax.
@@ -92,12 +108,12 @@ def _row_kernel(
     row_max = tl.max(m, axis=0)
     total = tl.sum(s * tl.exp(tl.where(m == float("-inf"), float("-inf"), m - row_max)), axis=0)
 
-    key = row_key(tl.load(seed_ptr + r), tl.load(position_ptr + r))
+    key = row_key(tl.load(seeds_ptr + slot), tl.load(positions_ptr + b).to(tl.int64) + j)
     x_d = tl.math.div_rn(tl.load(row + d).to(tl.float32), divisor)
     p_d = tl.where(x_d >= threshold, tl.exp(x_d - row_max) / total, 0.0)
     q_d = 1.0
     if HAS_Q:
-        q_d = tl.load(q_ptr + r * q_stride + d)
+        q_d = tl.load(q_row + d)
     u = tl.sum(uniform(key, d + tl.zeros([1], tl.int64)), axis=0)
     accept = tl.where(greedy, d == argmax, u * q_d < p_d) & has_draft
     tl.store(accept_ptr + r, accept.to(tl.int8))
@@ -115,7 +131,7 @@ def _row_kernel(
             x = tl.math.div_rn(raw, divisor)
             p = tl.where(ok & (x >= threshold), tl.exp(x - row_max) / total, 0.0)
             if HAS_Q:
-                q = tl.load(q_ptr + r * q_stride + cols, mask=ok, other=0.0)
+                q = tl.load(q_row + cols, mask=ok, other=0.0)
                 q = tl.where(has_draft, q, 0.0)
             else:
                 q = tl.where((cols == d) & has_draft, 1.0, 0.0)
@@ -175,10 +191,16 @@ def rejection_sample_triton(
     num_rows, vocab_size = logits.shape
     num_reqs, max_k = drafts.draft_token_ids.shape
     device = logits.device
-    request, j, position, slot, has_draft, d = row_params(drafts, meta, num_rows)
-    temperature = take(meta.temperature, slot).contiguous()
+    accept = torch.empty(num_rows, dtype=torch.int8, device=device)
+    stop = torch.empty(num_rows, dtype=torch.int64, device=device)
+    out = torch.empty((num_reqs, 1 + max_k), dtype=torch.int64, device=device)
+    num_accepted = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    if num_reqs == 0:
+        return RejectionOutput(out, num_accepted)
     threshold = None
-    if not (meta.no_top_k and meta.no_top_p):
+    if not (meta.no_top_k and meta.no_top_p):  # per-row parameters for the torch threshold
+        _, _, _, slot, _, _ = row_params(drafts, meta, num_rows)
+        temperature = take(meta.temperature, slot)
         divisor = torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)
         threshold = top_k_top_p_threshold(
             logits,
@@ -186,36 +208,42 @@ def rejection_sample_triton(
             None if meta.no_top_k else take(meta.top_k, slot),
             None if meta.no_top_p else take(meta.top_p, slot),
         )
-    q = None
-    if drafts.draft_probs is not None and max_k:
-        q = drafts.draft_probs[request, j.clamp(max=max_k - 1)].float().contiguous()  # [R, V]
-    accept = torch.empty(num_rows, dtype=torch.int8, device=device)
-    stop = torch.empty(num_rows, dtype=torch.int64, device=device)
-    out = torch.empty((num_reqs, 1 + max_k), dtype=torch.int64, device=device)
-    num_accepted = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    if num_reqs == 0:
-        return RejectionOutput(out, num_accepted)
-    _row_kernel[(num_rows,)](
+    if drafts.row_req is not None:  # the runner's layout, built on the host with the drafts
+        row_req, row_j = drafts.row_req, drafts.row_j
+    else:
+        row_req, row_j, *_ = row_params(drafts, meta, num_rows)
+    q = drafts.draft_probs if drafts.draft_probs is not None and max_k else None
+    if q is not None and (q.dtype != torch.float32 or q.stride(2) != 1):
+        q = q.float().contiguous()
+    draft_ids = drafts.draft_token_ids.contiguous()
+    _row(
+        (num_rows,),
         logits,
         logits.stride(0),
-        temperature,
-        take(meta.seeds, slot).contiguous(),
-        position.contiguous(),
-        d.contiguous(),
-        has_draft.to(torch.int8),
+        row_req,
+        row_j,
+        meta.idx_mapping,
+        meta.positions,
+        meta.temperature,
+        meta.seeds,
+        drafts.num_draft,
+        draft_ids,
+        draft_ids.stride(0),
         q if q is not None else logits,
         q.stride(0) if q is not None else 0,
-        threshold if threshold is not None else temperature,
+        q.stride(1) if q is not None else 0,
+        threshold if threshold is not None else logits,
         accept,
         stop,
         vocab_size,
+        max_k,
         BLOCK=min(_BLOCK, max(16, triton.next_power_of_2(vocab_size))),
         HAS_Q=q is not None,
         HAS_THRESHOLD=threshold is not None,
         PRECISE=not is_interpreted(),
     )
-    draft_ids = drafts.draft_token_ids.contiguous()
-    _walk_kernel[(num_reqs,)](
+    _walk(
+        (num_reqs,),
         drafts.cu_rows,
         drafts.num_draft,
         draft_ids,
@@ -228,3 +256,7 @@ def rejection_sample_triton(
         max_k,
     )
     return RejectionOutput(out, num_accepted)
+
+
+_row = Launcher(_row_kernel)  # cached compiled kernels: no JIT binding on the step loop
+_walk = Launcher(_walk_kernel)

@@ -54,7 +54,8 @@ class VerifyInputs:
 
 def _capacity(max_num_reqs: int, max_k: int) -> int:
     b, d = max_num_reqs, max_num_reqs * max_k
-    return 2 * d + (b + d) + (b + 1) + b + d + b
+    rows = b + d  # at most 1 + K target rows a request
+    return 2 * d + rows + (b + 1) + b + d + b + 2 * rows
 
 
 class Verifier:
@@ -95,9 +96,11 @@ class Verifier:
         if d_total:
             padded[row_req[draft_rows], row_j[draft_rows]] = flat
 
-        parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel(), num_slots)
-        sizes = [d_total, d_total, len(row_req), num_reqs + 1, num_reqs, num_reqs * max_k]
-        sizes.append(num_reqs)
+        num_rows = len(row_req)
+        parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel(), num_slots,
+                 row_req, row_j)  # fmt: skip
+        sizes = [d_total, d_total, num_rows, num_reqs + 1, num_reqs, num_reqs * max_k, num_reqs]
+        sizes += [num_rows, num_rows]
         host, view = self._ring.next()
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         for part, a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
@@ -115,6 +118,8 @@ class Verifier:
                 num_draft=v[4].to(torch.int32),
                 draft_token_ids=v[5].view(num_reqs, max_k),
                 num_slots=v[6].to(torch.int32),
+                row_req=v[7],
+                row_j=v[8],
             ),
             num_draft_np=num_draft,
             cu_rows_np=cu_rows,
