@@ -235,3 +235,23 @@ def test_triton_with_the_runners_host_built_rows_equals_the_reference(mode, with
     got = rejection_sample_triton(logits, given, meta)
     assert got.output_token_ids.tolist() == want.output_token_ids.tolist()
     assert got.num_accepted.tolist() == want.num_accepted.tolist()
+
+
+@pytest.mark.parametrize("num_drafts", [[0, 1, 2], [3], [1, 1, 1, 1, 1], [4, 0, 3, 2, 1, 4, 4]])
+def test_every_part_of_the_verify_copy_starts_16_byte_aligned(num_drafts):
+    """Triton compiles a kernel per pointer alignment: the verify's parts (views of one device
+    buffer) must all start 16-byte aligned whatever the layout, or each new layout compiles."""
+    from mrv2_prof.runner.spec_decode.verify import Verifier
+    from mrv2_prof.runner.worker.copy_audit import CopyAudit
+
+    verifier = Verifier(8, 4, torch.device("cpu"), CopyAudit(), triton=False)
+    req_ids = [f"r{i}" for i in range(len(num_drafts))]
+    spec = {r: list(range(3, 3 + n)) for r, n in zip(req_ids, num_drafts, strict=True) if n}
+    qsl = np.concatenate([[0], np.cumsum([1 + n for n in num_drafts])]).astype(np.int32)
+    inputs = verifier.prepare(req_ids, qsl, spec)
+    d = inputs.drafts
+    for t in (inputs.draft_index, inputs.draft_tokens, inputs.logits_indices,
+              d.draft_token_ids, d.row_req, d.row_j):  # fmt: skip
+        assert t.data_ptr() % 16 == 0
+    assert d.row_req.tolist() == np.repeat(np.arange(len(num_drafts)), qsl[1:] - qsl[:-1]).tolist()
+    assert d.num_draft.tolist() == num_drafts

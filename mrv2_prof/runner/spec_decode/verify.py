@@ -55,7 +55,7 @@ class VerifyInputs:
 def _capacity(max_num_reqs: int, max_k: int) -> int:
     b, d = max_num_reqs, max_num_reqs * max_k
     rows = b + d  # at most 1 + K target rows a request
-    return 2 * d + rows + (b + 1) + b + d + b + 2 * rows
+    return 2 * d + rows + (b + 1) + b + d + b + 2 * rows + 9  # + one pad per part (alignment)
 
 
 class Verifier:
@@ -102,13 +102,16 @@ class Verifier:
         sizes = [d_total, d_total, num_rows, num_reqs + 1, num_reqs, num_reqs * max_k, num_reqs]
         sizes += [num_rows, num_rows]
         host, view = self._ring.next()
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        for part, a, b in zip(parts, offsets[:-1], offsets[1:], strict=True):
-            view[a:b] = part
-        used = int(offsets[-1])
+        # Each part starts 16-byte aligned (an even int64 offset): triton specialises a pointer
+        # on its alignment, so unaligned parts would compile a kernel per layout on the loop.
+        starts = np.zeros(len(sizes), dtype=np.int64)
+        np.cumsum((np.asarray(sizes[:-1]) + 1) // 2 * 2, out=starts[1:])
+        for part, a, n in zip(parts, starts, sizes, strict=True):
+            view[a : a + n] = part
+        used = int(starts[-1] + sizes[-1])
         dev = self._dev[:used]
         self.copies.copy_(dev, host[:used])
-        v = [dev[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        v = [dev[a : a + n] for a, n in zip(starts, sizes, strict=True)]
         return VerifyInputs(
             draft_index=v[0],
             draft_tokens=v[1],
