@@ -1,6 +1,7 @@
 """The fused draft graph's replay path on the CPU: ``DraftGraphs`` with stand-in graphs whose
-replay runs the captured body (the k draft steps over the static buffers, padded to the capture
-size with the scratch row) gives the eager path's greedy tokens and drafts; a batch it cannot
+replay runs the captured body (the catch-up when every request computed q tokens, then the k
+draft steps, over the static buffers, padded to the capture size with the scratch row) gives
+the eager path's greedy tokens and drafts; a batch it cannot
 replay (k not captured, too many requests) says why and drafts eagerly. The CUDA capture itself
 is ``test_spec_decode_draft_model_gpu.py``."""
 
@@ -28,8 +29,9 @@ def with_stand_in_graphs(sizes: list[int], ks: list[int]):
         for size in graphs.sizes:
             for k in graphs.ks:
                 for sampled in (True, False):
-                    body = graphs._body(size, k, sampled)
-                    graphs.graphs[(size, k, sampled)] = SimpleNamespace(replay=body)
+                    for q in graphs.qs[k]:
+                        body = graphs._body(size, k, sampled, q)
+                        graphs.graphs[(size, k, sampled, q)] = SimpleNamespace(replay=body)
         drafter.graphs = graphs
         made.append(drafter)
         return drafter
@@ -47,9 +49,13 @@ def test_replayed_draft_steps_give_the_eager_tokens(monkeypatch):
     drafter = made[0]
     assert drafter.num_eager == 0 and drafter.notes == []
     replays = drafter.graphs.replays
-    assert sum(replays.values()) > 0 and {k for _, k, _ in replays} == {2}
-    assert {size for size, _, _ in replays} <= {1, 2, 3, 8}
-    assert 8 in {size for size, _, _ in replays}  # 4 requests padded up to 8
+    assert sum(replays.values()) > 0 and {k for _, k, _, _ in replays} == {2}
+    assert {size for size, *_ in replays} <= {1, 2, 3, 8}
+    assert 8 in {size for size, *_ in replays}  # 4 requests padded up to 8
+    # decode steps ran their catch-up inside the graph (q = 1), so did verifies where every
+    # request drafted k (q = 1 + k); steps with a prefill chunk or unequal drafts ran it eagerly
+    # first (q = 0); all gave the eager drafts
+    assert {q for *_, q in replays} == {0, 1, 3}
     # the same drafts, so the same verifies
     assert engine.scheduler.spec.stats == eager_engine.scheduler.spec.stats
 

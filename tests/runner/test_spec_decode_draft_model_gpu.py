@@ -46,7 +46,9 @@ def test_greedy_tokens_equal_plain_decoding_and_the_draft_graph_replays(spec, as
     assert graphs is not None and engine.runner.info.draft_capture_s > 0
     assert drafter.num_eager == 0, drafter.notes
     assert sum(graphs.replays.values()) > 0
-    assert {k for _, k, _ in graphs.replays} == {spec.num_speculative_tokens}
+    assert {k for _, k, _, _ in graphs.replays} == {spec.num_speculative_tokens}
+    # the decode steps' catch-up ran inside the draft graph (q = 1)
+    assert any(q == 1 and n > 0 for (*_, q), n in graphs.replays.items()), graphs.replays
     assert sum(engine.runner.graphs.replays.values()) > 0  # the target's graphs too
 
 
@@ -61,5 +63,5 @@ def test_sampled_requests_replay_the_sampled_draft_graph():
     assert engine.kv_cache_manager.num_free_blocks == engine.runner.info.num_kv_blocks
     drafter = engine.runner.drafter
     assert drafter.num_eager == 0
-    assert any(sampled for _, _, sampled in drafter.graphs.replays)
+    assert any(sampled for _, _, sampled, _ in drafter.graphs.replays)
     assert engine.scheduler.spec.stats.num_drafts > 0

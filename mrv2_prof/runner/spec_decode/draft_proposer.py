@@ -66,6 +66,7 @@ class DraftState:
         self.host_lengths = host_lengths  # the torch attention reads the lengths on the host
         self.kv_cache_bytes = sum(t.numel() * t.element_size() for t in self.kv_caches)
         self.probs_bytes = self.probs.numel() * self.probs.element_size()
+        self._qsl: dict[int, torch.Tensor] = {}  # catch_up_uniform's query_start_loc per q
 
     def meta(
         self,
@@ -107,6 +108,33 @@ class DraftState:
             batch.seq_lens_np,
         )
         self.model(batch.input_ids, batch.positions, self.kv_caches, meta)
+
+    def catch_up_uniform(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, q: int
+    ) -> None:
+        """``catch_up`` for a batch whose every request computed ``q`` tokens (``input_ids`` and
+        ``positions`` [B * q], request-major; ``slots`` [B] int64): shapes fixed by B and q, no
+        host array, so it can be captured in the draft graph."""
+        num_reqs = slots.shape[0]
+        token_slot = slots[:, None].expand(num_reqs, q).reshape(-1)
+        seq_lens = (positions.view(num_reqs, q)[:, -1] + 1).to(torch.int32)
+        qsl_np = np.arange(0, q * (num_reqs + 1), q, dtype=np.int32)
+        qsl = self.query_start_loc(q, num_reqs)
+        meta = self.meta(
+            qsl, seq_lens, self.block_ids[slots], token_slot * self.row_len + positions, qsl_np,
+            None,
+        )  # fmt: skip
+        self.model(input_ids, positions, self.kv_caches, meta)
+
+    def query_start_loc(self, q: int, num_reqs: int) -> torch.Tensor:
+        """0, q, 2q, ..., B q on the device (made once per q, then a view)."""
+        t = self._qsl.get(q)
+        if t is None or t.shape[0] < num_reqs + 1:
+            n = self.block_ids.shape[0] + 1
+            t = self._qsl[q] = torch.arange(
+                0, q * n, q, dtype=torch.int32, device=self.block_ids.device
+            )
+        return t[: num_reqs + 1]
 
     def prefill_cached(self, slot: int, token_ids: torch.Tensor) -> None:
         """A new request's prefix-cache hit: the draft over its ``C`` cached tokens [C] (on the

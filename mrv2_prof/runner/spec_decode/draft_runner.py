@@ -83,17 +83,27 @@ class DraftRunner:
         p = self.probe
         p.begin(probes.DRAFT)
         p.gpu_mark(probes.G_DRAFT)  # the device span "draft" runs from here to the step's end
-        self.state.catch_up(batch)
         slots = batch.idx_mapping.long()
         temperature, seeds = take(rs.temperature, batch.idx_mapping), take(rs.seeds, slots)
         sampled = self.sampled(rs, batch)
-        drafts = None
-        if self.graphs is not None:
-            drafts, reason = self.graphs.replay(
-                last_tokens, start.long(), slots, temperature, seeds, k, sampled
-            )
-            if reason is not None and reason not in self.notes:
-                self.notes.append(reason)
+        drafts, graphs = None, self.graphs
+        q = self.uniform_q(batch)
+        if graphs is not None and q and k in graphs.qs and q in graphs.qs[k]:
+            n = batch.num_reqs
+            catch_up = (batch.input_ids[: n * q], batch.positions[: n * q], q)
+            drafts, reason = graphs.replay(
+                last_tokens, start.long(), slots, temperature, seeds, k, sampled, catch_up
+            )  # the catch-up inside the graph
+            if drafts is None:
+                self._note(reason)
+                self.state.catch_up(batch)
+        else:
+            self.state.catch_up(batch)
+            if graphs is not None:
+                drafts, reason = graphs.replay(
+                    last_tokens, start.long(), slots, temperature, seeds, k, sampled
+                )
+                self._note(reason)
         if drafts is None:
             self.num_eager += 1
             drafts = torch.empty((batch.num_reqs, k), dtype=torch.int64, device=self.device)
@@ -104,6 +114,19 @@ class DraftRunner:
             )  # fmt: skip
         p.end(probes.DRAFT)
         return drafts
+
+    @staticmethod
+    def uniform_q(batch: InputBatch) -> int:
+        """q when every request of the batch computes q tokens, else 0 (host arrays only)."""
+        n, t = batch.num_reqs, batch.num_tokens
+        if n == 0 or t % n:
+            return 0
+        q = t // n
+        return q if q == 1 or bool((batch.num_scheduled_tokens_np == q).all()) else 0
+
+    def _note(self, reason: str | None) -> None:
+        if reason is not None and reason not in self.notes:
+            self.notes.append(reason)
 
     def run_dummy(self, batch: InputBatch) -> None:
         """Start-up: the catch-up and the k steps over a dummy batch (compiles the kernels;
