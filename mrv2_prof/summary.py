@@ -81,8 +81,14 @@ def _spec_decode(s: RunSummary) -> str:
         f"{d.num_drafts:,} drafts, {d.num_accepted_tokens:,} of {d.num_draft_tokens:,} tokens "
         f"accepted ({100 * d.acceptance_rate:.1f}%); mean acceptance length "
         f"{d.mean_acceptance_length:.2f}; per position {per_position}; draft {d.draft_ms:,.1f} "
-        f"ms vs verify {d.verify_ms:,.1f} ms ({d.verify_track}): {share} drafting"
+        f"ms ({_track(d.draft_track)}) vs verify {d.verify_ms:,.1f} ms "
+        f"({_track(d.verify_track)}): {share} drafting"
     )
+
+
+def _track(track: str) -> str:
+    """Where a spec-decode time was measured: the device's busy time, or the host's span."""
+    return "gpu busy" if track == "gpu" else track
 
 
 def _perturbed(s: RunSummary) -> str | None:

@@ -33,8 +33,9 @@ def spec_decode(data: RunData) -> Figure:
         row=1, col=2,
     )  # fmt: skip
     fig.add_trace(
-        go.Bar(x=["draft (cpu)", f"verify ({d.verify_track})"], y=[d.draft_ms, d.verify_ms],
-               name="ms", hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"),
+        go.Bar(x=[f"draft ({d.draft_track})", f"verify ({d.verify_track})"],
+               y=[d.draft_ms, d.verify_ms], name="ms",
+               hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"),
         row=1, col=3,
     )  # fmt: skip
     fig.update_xaxes(title_text="draft position", row=1, col=1)
@@ -48,8 +49,10 @@ def spec_decode(data: RunData) -> Figure:
         f"{d.num_drafts:,} drafts, {d.num_accepted_tokens:,} of {d.num_draft_tokens:,} drafted "
         f"tokens accepted ({d.acceptance_rate:.1%}); mean acceptance length "
         f"{d.mean_acceptance_length:.2f} tokens per verify",
-        f"draft time share {share} (draft / (draft + verify); verify: the forward and sample "
-        f"phases of the steps that verified, {d.verify_track} track)",
+        f"draft time share {share} (draft / (draft + verify); draft: the draft phase, "
+        f"{d.draft_track} track; verify: the forward and sample phases of the steps that "
+        f"verified, {d.verify_track} track; on the gpu track busy time, each span less the "
+        "time the device waited in it for the host)",
     ]
     return new_figure(
         fig, "spec_decode", title, notes,

@@ -12,7 +12,11 @@
   catch-up and k steps, the ``draft`` device span), else on the host (the n-gram lookup, or the
   draft model's steps on the CPU); ``verify_ms``: the forward and sample phases of
   the steps that verified drafts, on the device when the run has a GPU timeline (what the verify
-  costs there), else on the host; ``draft_time_share`` = draft / (draft + verify).
+  costs there), else on the host; ``draft_time_share`` = draft / (draft + verify). On the device
+  both are busy time: each span less its ``starved_ns``, the time the device waited inside it
+  for the host to enqueue the rest (``probes/starvation.py``). A host-bound step's draft span is
+  mostly such waiting (92 % of it in a self-draft run on the H200), which is the host's cost,
+  not the draft model's.
 
 Read from ``spec_verifies`` (one row per verify) and the spans; None for a run without drafts.
 """
@@ -24,6 +28,8 @@ from dataclasses import dataclass
 from mrv2_prof.store.db import Store
 
 _NS_PER_MS = 1e6
+# a span's time less what the device waited in it for the host (starved_ns: NULL on the host)
+_BUSY = "sum(s.end_ns - s.start_ns - coalesce(s.starved_ns, 0))::BIGINT"
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ class SpecDecodeSummary:
     accepted_length_counts: list[int]
     draft_ms: float
     verify_ms: float
-    verify_track: str  # gpu | cpu: where verify_ms was measured
+    verify_track: str  # gpu | cpu: where verify_ms was measured (gpu: busy time)
+    draft_track: str  # gpu | cpu: where draft_ms was measured (gpu: busy time)
     draft_time_share: float | None  # None when neither was timed
 
 
@@ -61,15 +68,16 @@ def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
 
     drafts = dict(
         con.execute(
-            "SELECT track, sum(end_ns - start_ns)::BIGINT FROM spans "
-            "WHERE run_id = ? AND name = 'draft' GROUP BY track",
+            f"SELECT s.track, {_BUSY} FROM spans s "
+            "WHERE s.run_id = ? AND s.name = 'draft' GROUP BY s.track",
             [run_id],
         ).fetchall()
     )
-    draft_ns = drafts.get("gpu") or drafts.get("cpu") or 0  # a draft model's device time
+    draft_track = "gpu" if drafts.get("gpu") else "cpu"  # a draft model's device time
+    draft_ns = drafts.get(draft_track) or 0
     verify = dict(
         con.execute(
-            "SELECT s.track, sum(s.end_ns - s.start_ns)::BIGINT FROM spans s "
+            f"SELECT s.track, {_BUSY} FROM spans s "
             "JOIN steps t ON t.run_id = s.run_id AND t.step = s.step "
             "WHERE s.run_id = ? AND t.num_draft_tokens > 0 AND s.name IN ('forward', 'sample') "
             "GROUP BY s.track",
@@ -90,5 +98,6 @@ def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
         draft_ms=draft_ns / _NS_PER_MS,
         verify_ms=verify_ns / _NS_PER_MS,
         verify_track=track,
+        draft_track=draft_track,
         draft_time_share=draft_ns / total if total > 0 else None,
     )
