@@ -115,24 +115,36 @@ def warm_up(runner: ModelRunner) -> None:
     t0 = time.perf_counter()
     num_reqs = min(c.max_num_seqs, 8)
     dummy_run(runner, num_reqs, num_reqs, with_kv_cache=True)
-    dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1, 256), 1, True)
+    prefill = min(c.max_num_batched_tokens, c.max_model_len - 1, 256)
+    dummy_run(runner, prefill, 1, True)
+    # triton specialises an integer on == 1 and on % 16 == 0: a prefill of several requests
+    # and an odd token count (a run's first step, typically) is another variant of each kernel
+    # (the draft model's catch-up too), compiled here rather than inside the first step
+    if c.max_num_seqs > 1 and prefill > 2:
+        dummy_run(runner, prefill - 1 if prefill % 2 == 0 else prefill, 2, True)
     # Input prep and the staged-write apply are not part of a dummy run: call them on
     # scratch outputs (they read persistent state, write only the step's input buffers, which
     # every step rewrites, and scratch), in the variant the steps launch.
-    one = torch.ones(1, dtype=torch.int32, device=device)
     rs = runner.req_states
-    runner.kernels.prepare_inputs(
-        one * 0,
-        one,
-        1,
-        rs.num_computed_tokens.gpu,
-        rs.num_prefill_tokens.gpu,
-        rs.prefill_token_ids.gpu,
-        rs.last_sampled_tokens,
-        runner.block_tables.table.gpu,
-        c.block_size,
-        out=runner.inputs.views(1, 1, block_table=True),
-    )
+    for n, tokens in ((1, 1), (3, 37)):  # one request, and several with an odd token count
+        last = tokens - (n - 1)  # the last request's tokens (the others take one each)
+        if n > 1 and (n > c.max_num_seqs or tokens > c.max_num_batched_tokens
+                      or last >= c.max_model_len):  # fmt: skip
+            continue
+        ones = torch.ones(n, dtype=torch.int32, device=device)
+        ones[-1] = last
+        runner.kernels.prepare_inputs(
+            torch.arange(n, dtype=torch.int32, device=device),
+            ones,
+            tokens,
+            rs.num_computed_tokens.gpu,
+            rs.num_prefill_tokens.gpu,
+            rs.prefill_token_ids.gpu,
+            rs.last_sampled_tokens,
+            runner.block_tables.table.gpu,
+            c.block_size,
+            out=runner.inputs.views(tokens, n, block_table=True),
+        )
     scratch = torch.zeros((1, 2), dtype=torch.int32, device=device)
     packed = torch.tensor([0, 0, 1, 0, 7], dtype=torch.int32, device=device)
     runner.kernels.apply_writes(scratch, packed, 1, 1)
