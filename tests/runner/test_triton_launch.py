@@ -319,3 +319,37 @@ def test_cuda_engine_steps_launch_through_the_cache():
         assert lnch.calls - calls0 >= steps - 2, lnch.name
         assert misses <= 4 and hits >= steps - 6, (lnch.name, misses, hits)
     assert not [n for n in engine.info.notes if "launches through the JIT" in n]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only without CUDA")
+def test_the_warm_up_launches_each_staged_tensors_apply_and_changes_no_state(monkeypatch):
+    """The warm-up compiles the variants a step launches (one staged-write apply per staged
+    tensor: its own dtype and row stride; the state advance with and without the count) and
+    leaves every request slot's device state as it was."""
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+    from mrv2_prof.runner.engine import Engine
+    from mrv2_prof.runner.worker import startup
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
+    from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
+
+    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
+    config = RunnerConfig(device="cpu", max_num_reqs=8, max_num_seqs=4, max_num_batched_tokens=64,
+                          max_model_len=64, num_kv_blocks=16, async_scheduling=False, uva=False,
+                          cudagraph_mode="none")  # fmt: skip
+    runner = Engine(config, ModelSpec(preset="llama-tiny")).runner
+    rs = runner.req_states
+    staged = [t for t in (*vars(rs).values(), runner.block_tables.table)
+              if isinstance(t, StagedWriteTensor)]  # fmt: skip
+    assert len(staged) >= 3  # prefill ids, prefill counts, computed counts, block table
+    for t in staged:  # give every slot a value the warm-up must not touch
+        t.gpu.copy_(torch.arange(t.gpu.numel(), dtype=t.gpu.dtype).view_as(t.gpu) + 7)
+    rs.last_sampled_tokens.copy_(torch.arange(rs.last_sampled_tokens.numel()) + 3)
+    before = [t.gpu.clone() for t in staged] + [rs.last_sampled_tokens.clone()]
+    counts = {lnch.name: lnch.calls for lnch in triton_launch.launchers()}
+    startup.warm_up(runner)
+    after = [t.gpu for t in staged] + [rs.last_sampled_tokens]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    calls = {lnch.name: lnch.calls - counts.get(lnch.name, 0) for lnch in triton_launch.launchers()}
+    assert calls["_apply_packed_writes_kernel"] == len(staged)
+    assert calls["_advance_kernel"] == 4  # 1 and 3 rows, with and without the count

@@ -156,6 +156,17 @@ class StagedWriteTensor:
         self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 
+    def warm_up(self) -> None:
+        """One empty write (row 0, no values) through the apply, on this tensor itself: the
+        kernel variant its steps launch (dtype, row stride) is compiled, nothing is written."""
+        view, host, dev = self._staging.next(4)
+        view[:4] = 0  # row 0, start 0, length 0, offset 0
+        buf = host[:4]
+        if dev is not None:
+            self._copies.copy_(dev[:4], buf)
+            buf = dev[:4]
+        self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, 1, 0)
+
 
 def apply_packed_writes_ref(base: torch.Tensor, buf: torch.Tensor, n: int, total: int) -> None:
     """Torch reference of the apply kernel: scatter ``n`` ragged writes from a packed buffer.

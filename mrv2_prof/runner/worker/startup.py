@@ -21,6 +21,7 @@ from mrv2_prof.runner.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.input_batch import dummy_batch
+from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
 
 if TYPE_CHECKING:
     from mrv2_prof.runner.worker.model_runner import ModelRunner
@@ -122,9 +123,9 @@ def warm_up(runner: ModelRunner) -> None:
     # (the draft model's catch-up too), compiled here rather than inside the first step
     if c.max_num_seqs > 1 and prefill > 2:
         dummy_run(runner, prefill - 1 if prefill % 2 == 0 else prefill, 2, True)
-    # Input prep and the staged-write apply are not part of a dummy run: call them on
-    # scratch outputs (they read persistent state, write only the step's input buffers, which
-    # every step rewrites, and scratch), in the variant the steps launch.
+    # Input prep, the staged-write apply and the state advance are not part of a dummy run:
+    # call them in the variants the steps launch, writing only the step's input buffers (which
+    # every step rewrites), nothing (an empty write) or scratch.
     rs = runner.req_states
     for n, tokens in ((1, 1), (3, 37)):  # one request, and several with an odd token count
         last = tokens - (n - 1)  # the last request's tokens (the others take one each)
@@ -145,9 +146,17 @@ def warm_up(runner: ModelRunner) -> None:
             c.block_size,
             out=runner.inputs.views(tokens, n, block_table=True),
         )
-    scratch = torch.zeros((1, 2), dtype=torch.int32, device=device)
-    packed = torch.tensor([0, 0, 1, 0, 7], dtype=torch.int32, device=device)
-    runner.kernels.apply_writes(scratch, packed, 1, 1)
+    # the staged-write apply on each staged tensor itself (its dtype and row stride: one
+    # variant each), with an empty write; the state advance on scratch rows
+    for tensor in (*vars(rs).values(), runner.block_tables.table):
+        if isinstance(tensor, StagedWriteTensor):
+            tensor.warm_up()
+    for n in (1, 3):
+        last = torch.zeros(n, dtype=torch.int64, device=device)
+        done = torch.zeros(n, dtype=torch.int32, device=device)
+        rows = torch.arange(n, dtype=torch.int32, device=device)
+        runner.kernels.advance_state(last, done, rows, last.clone(), done.clone())
+        runner.kernels.advance_state(last, None, rows, last.clone(), None)
     if runner.is_cuda:
         torch.cuda.synchronize(device)
     runner.info.warmup_s = time.perf_counter() - t0
