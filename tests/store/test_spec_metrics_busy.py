@@ -49,10 +49,14 @@ def _run(path: Path, gpu: bool) -> None:
         store.finish_run("s1", "completed", ended_ns=T0 + 20 * MS)
 
 
-def test_device_times_are_the_spans_less_their_starved_time(tmp_path: Path):
-    _run(tmp_path / "r.duckdb", gpu=True)
+def _summary(tmp_path: Path, gpu: bool):
+    _run(tmp_path / "r.duckdb", gpu)
     with Store.open(tmp_path / "r.duckdb", read_only=True) as store:
-        d = spec_decode_summary(store, "s1")
+        return spec_decode_summary(store, "s1")
+
+
+def test_device_times_are_the_spans_less_their_starved_time(tmp_path: Path):
+    d = _summary(tmp_path, gpu=True)
     # draft: (9 - 6 - 2.5) + (18 - 14 - 3) = 1.5 ms; verify (step 0 only): (4 - 1) + (1 - 0.5)
     assert (d.draft_track, d.verify_track) == ("gpu", "gpu")
     assert d.draft_ms == pytest.approx(1.5) and d.verify_ms == pytest.approx(3.5)
@@ -62,9 +66,7 @@ def test_device_times_are_the_spans_less_their_starved_time(tmp_path: Path):
 
 
 def test_host_times_are_the_host_spans(tmp_path: Path):
-    _run(tmp_path / "r.duckdb", gpu=False)
-    with Store.open(tmp_path / "r.duckdb", read_only=True) as store:
-        d = spec_decode_summary(store, "s1")
+    d = _summary(tmp_path, gpu=False)
     assert (d.draft_track, d.verify_track) == ("cpu", "cpu")
     assert d.draft_ms == pytest.approx(3.0) and d.verify_ms == pytest.approx(2.0)
     assert d.mean_acceptance_length == pytest.approx(2.0)
