@@ -125,3 +125,16 @@ def run_in_process(quickstart_job):
         return job, sent
 
     return run
+
+
+@pytest.fixture(scope="module")
+def base_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database holding one completed base run (``aaa111``, ``tests.report.gate_runs``), made
+    once per module for the CLI tests that run against it."""
+    from mrv2_prof.store import Store
+    from tests.report.gate_runs import add_base
+
+    path = tmp_path_factory.mktemp("base") / "runs.duckdb"
+    with Store.open(path) as store:
+        add_base(store)
+    return path

@@ -27,7 +27,6 @@ from typer.testing import CliRunner
 from mrv2_prof.cli import app
 from mrv2_prof.runner.model import PRESETS
 from mrv2_prof.store import Store
-from tests.report.gate_runs import add_base
 
 runner = CliRunner()
 TINY = "model: {preset: llama-tiny}\n"
@@ -258,14 +257,6 @@ CASES: dict[str, Case] = {
     "report-o-missing-dir": Case(["report", "aaa111", "--db", "{db}", "-o", "{dir}/no/r.html"],
                                  ["cannot write the report", "not found"]),
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def base_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("base") / "runs.duckdb"
-    with Store.open(path) as store:
-        add_base(store)
-    return path
 
 
 def _digest(path: Path) -> str:

@@ -4,12 +4,8 @@ checkpoint, two sources) is one line naming the field, exit 2, the database unch
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from mrv2_prof.store import Store
-from tests.report.gate_runs import add_base
 from tests.test_bad_input_cli import OK, RUN, Case, check_case
 
 SPEC = "runner.spec_decode.method=draft_model"
@@ -43,14 +39,6 @@ CASES = {
         [*RUN, "--set", SPEC], ["runner.spec_decode.draft", "exactly one of", "(found none)"]
     ),
 }
-
-
-@pytest.fixture(scope="module")
-def base_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("base") / "runs.duckdb"
-    with Store.open(path) as store:
-        add_base(store)
-    return path
 
 
 @pytest.mark.parametrize("name", list(CASES))
