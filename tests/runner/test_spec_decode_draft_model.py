@@ -42,6 +42,16 @@ def preset_draft(k: int, **kw) -> SpecDecodeConfig:
     )
 
 
+def draft_alone() -> Engine:
+    """The draft preset run alone, greedy on the CPU: the oracle of its drafts."""
+    cfg = RunnerConfig(
+        device="cpu", max_num_reqs=8, max_num_seqs=8, max_model_len=128, block_size=4,
+        num_kv_blocks=256, kernels="torch", async_scheduling=False, uva=False,
+        cudagraph_mode="none",
+    )  # fmt: skip
+    return Engine(cfg, ModelSpec(preset="llama-tiny-draft", seed=0))
+
+
 @pytest.fixture(scope="module")
 def plain_tokens() -> dict[str, list[int]]:
     return run_greedy(SpecDecodeConfig())[0]
@@ -109,12 +119,7 @@ def test_drafts_are_the_draft_models_own_greedy_continuation():
     first = dict(zip(out.req_ids, out.sampled_token_ids, strict=True))
     drafts = dict(zip(out.req_ids, out.draft_token_ids, strict=True))
 
-    cfg = RunnerConfig(
-        device="cpu", max_num_reqs=8, max_num_seqs=8, max_model_len=128, block_size=4,
-        num_kv_blocks=256, kernels="torch", async_scheduling=False, uva=False,
-        cudagraph_mode="none",
-    )  # fmt: skip
-    alone = Engine(cfg, ModelSpec(preset="llama-tiny-draft", seed=0))
+    alone = draft_alone()
     reqs = {
         rid: alone.add_request(rid, ids + [first[rid]], SamplingParams(max_tokens=k))
         for rid, ids in prompts.items()
@@ -196,12 +201,7 @@ def test_a_prefix_cache_hit_is_computed_by_the_draft_too():
     row = out.req_ids.index("b")
     first, drafts = out.sampled_token_ids[row], out.draft_token_ids[row]
 
-    cfg = RunnerConfig(
-        device="cpu", max_num_reqs=8, max_num_seqs=8, max_model_len=128, block_size=4,
-        num_kv_blocks=256, kernels="torch", async_scheduling=False, uva=False,
-        cudagraph_mode="none",
-    )  # fmt: skip
-    alone = Engine(cfg, ModelSpec(preset="llama-tiny-draft", seed=0))
+    alone = draft_alone()
     r = alone.add_request("b", prompt + [first], SamplingParams(max_tokens=k))
     while alone.has_unfinished_requests():
         alone.step()
