@@ -250,10 +250,8 @@ def test_cuda_fast_launch_hits_and_writes_what_the_jit_writes():
     assert launcher.misses == 1 and launcher.hits == launcher.calls - 1
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only without CUDA")
-def test_the_runner_records_the_jit_path_notes_after_warm_up(monkeypatch):
-    """Forced-in Triton kernels under the interpreter: the run's notes say which kernels took
-    the JIT path and why (no silent fallback)."""
+def interpreted_triton_engine(monkeypatch):
+    """A small CPU engine with the Triton kernels forced in (they run in the interpreter)."""
     import mrv2_prof.runner.worker.model_runner as model_runner
     from mrv2_prof.runner.config import ModelSpec, RunnerConfig
     from mrv2_prof.runner.engine import Engine
@@ -271,7 +269,14 @@ def test_the_runner_records_the_jit_path_notes_after_warm_up(monkeypatch):
         uva=False,
         cudagraph_mode="none",
     )
-    engine = Engine(config, ModelSpec(preset="llama-tiny"))
+    return Engine(config, ModelSpec(preset="llama-tiny"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only without CUDA")
+def test_the_runner_records_the_jit_path_notes_after_warm_up(monkeypatch):
+    """Forced-in Triton kernels under the interpreter: the run's notes say which kernels took
+    the JIT path and why (no silent fallback)."""
+    engine = interpreted_triton_engine(monkeypatch)
     notes = [n for n in engine.info.notes if "launches through the JIT" in n]
     assert any("_prepare_inputs_kernel" in n and "TRITON_INTERPRET=1" in n for n in notes)
     assert any("_gumbel_argmax_kernel" in n for n in notes)
@@ -326,18 +331,10 @@ def test_the_warm_up_launches_each_staged_tensors_apply_and_changes_no_state(mon
     """The warm-up compiles the variants a step launches (one staged-write apply per staged
     tensor: its own dtype and row stride; the state advance with and without the count) and
     leaves every request slot's device state as it was."""
-    import mrv2_prof.runner.worker.model_runner as model_runner
-    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
-    from mrv2_prof.runner.engine import Engine
     from mrv2_prof.runner.worker import startup
-    from mrv2_prof.runner.worker.kernel_set import triton_kernels
     from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
 
-    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
-    config = RunnerConfig(device="cpu", max_num_reqs=8, max_num_seqs=4, max_num_batched_tokens=64,
-                          max_model_len=64, num_kv_blocks=16, async_scheduling=False, uva=False,
-                          cudagraph_mode="none")  # fmt: skip
-    runner = Engine(config, ModelSpec(preset="llama-tiny")).runner
+    runner = interpreted_triton_engine(monkeypatch).runner
     rs = runner.req_states
     staged = [t for t in (*vars(rs).values(), runner.block_tables.table)
               if isinstance(t, StagedWriteTensor)]  # fmt: skip
