@@ -197,9 +197,14 @@ def rejection_sample_triton(
     num_accepted = torch.empty(num_reqs, dtype=torch.int32, device=device)
     if num_reqs == 0:
         return RejectionOutput(out, num_accepted)
+    # per-row request, index and slot on the device: only for a layout the runner did not
+    # build, or for the torch threshold (top-k / top-p); computed once for both
+    derived = None
+    if drafts.row_req is None or not (meta.no_top_k and meta.no_top_p):
+        derived = row_params(drafts, meta, num_rows)
     threshold = None
-    if not (meta.no_top_k and meta.no_top_p):  # per-row parameters for the torch threshold
-        _, _, _, slot, _, _ = row_params(drafts, meta, num_rows)
+    if not (meta.no_top_k and meta.no_top_p):
+        slot = derived[3]
         temperature = take(meta.temperature, slot)
         divisor = torch.where(temperature < GREEDY_TEMPERATURE, 1.0, temperature)
         threshold = top_k_top_p_threshold(
@@ -211,7 +216,7 @@ def rejection_sample_triton(
     if drafts.row_req is not None:  # the runner's layout, built on the host with the drafts
         row_req, row_j = drafts.row_req, drafts.row_j
     else:
-        row_req, row_j, *_ = row_params(drafts, meta, num_rows)
+        row_req, row_j = derived[0], derived[1]
     q = drafts.draft_probs if drafts.draft_probs is not None and max_k else None
     if q is not None and (q.dtype != torch.float32 or q.stride(2) != 1):
         q = q.float().contiguous()
