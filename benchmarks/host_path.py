@@ -178,24 +178,29 @@ def probe_set(name: str) -> dict:
 
 def part_phases(args, tmp: Path) -> list[dict]:
     results = []
-    sets = args.probe_sets.split(",")
-    for name in sets:
+    steps = args.full_step.split(",")
+    if not set(steps) <= {"on", "off"}:
+        raise SystemExit(f"--full-step: {args.full_step!r} is not a list of on / off")
+    sets = [(name, fs) for name in args.probe_sets.split(",") for fs in steps]
+    for name, _ in sets:
         probe_set(name)  # refuse a bad name before any run
     for batch in args.batches:
         for rep in range(args.repeats):
             order = sets if rep % 2 == 0 else sets[::-1]
-            for side in order:
+            for probes, fs in order:
                 runner = {} if args.quick else {"cudagraph_capture_sizes": [batch]}
+                runner["full_step_graph"] = fs == "on"
                 data = scenario(
                     args,
                     preset=args.preset,
                     num_requests=batch,
                     prompt=(16, 32),
                     tokens=args.decode_tokens,
-                    probes=probe_set(side),
+                    probes=probe_set(probes),
                     runner=runner,
                 )
                 run_id, db = run_harness(data, tmp)
+                side = probes if len(steps) == 1 else f"{probes}, full step {fs}"
                 row = {"part": "phases", "batch": batch, "probes": side, "repeat": rep}
                 results.append({**row, **decode_phases(db, run_id, batch)})
                 print(f"  phases batch {batch} probes {side} repeat {rep}: done", flush=True)
@@ -518,6 +523,11 @@ def main(argv: list[str] | None = None) -> None:
         "--probe-sets",
         default="default,off",
         help="phases: probe sets to alternate (default, off, +cuda_events: only that probe on)",
+    )
+    ap.add_argument(
+        "--full-step",
+        default="on",
+        help="phases: runner.full_step_graph values to alternate (on, off or on,off)",
     )
     ap.add_argument("--decode-tokens", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=2)

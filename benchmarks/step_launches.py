@@ -82,6 +82,12 @@ def _tag(runner) -> None:
     runner._queue_step = _tagged(runner._queue_step, "other")
     for name in ("_update_states", "_prepare_inputs"):
         setattr(runner, name, _tagged(getattr(runner, name), "prepare"))
+    runner.step_inputs.host = _tagged(runner.step_inputs.host, "prepare")
+    runner.step_inputs.device = _tagged(runner.step_inputs.device, "prepare")
+    gr = runner.graph_runner
+    if gr is not None and gr.full_step is not None:  # runner.full_step_graph
+        gr.full_step.upload = _tagged(gr.full_step.upload, "prepare")
+        gr.replay_sample = _tagged(gr.replay_sample, "sample")
     runner.req_states.apply_writes = _tagged(runner.req_states.apply_writes, "prepare")
     runner.block_tables.apply_write = _tagged(runner.block_tables.apply_write, "prepare")
     runner._forward = _tagged(runner._forward, "forward")
@@ -124,7 +130,7 @@ def _engine(args, batch: int, cuda: bool) -> Engine:
         async_scheduling=True,
         cudagraph_mode="full" if cuda else "none",
         cudagraph_capture_sizes=(batch,) if cuda else None,
-        num_kv_blocks=None if cuda else 8 * batch + 8,
+        num_kv_blocks=8 * batch + 8,  # fixed: no profiling run against the GPU's other users
     )
     if not cuda:  # the step path's Triton kernels, interpreted, with the model's torch kernels
         import mrv2_prof.runner.worker.model_runner as model_runner
@@ -225,7 +231,8 @@ def _kernel_args(cuda: bool) -> dict[str, tuple]:
             (b,),
             (i32(b), i32(b), i32(r), i32(r), prefill, 512, i64(r), table, 32, i64(b), i64(b))
             + (i32(b + 1), i32(b), i64(b), i64(b), i32(b, 32), 32, 32),
-            dict(KV_BLOCK_SIZE=16, BLOCK_T=256, BLOCK_R=256, COPY_TABLE=True, BLOCK_C=256),
+            dict(KV_BLOCK_SIZE=16, BLOCK_T=256, BLOCK_R=256, COPY_TABLE=True, BLOCK_C=256)
+            | dict(PAD_EMPTY=False),
         ),
         "gumbel_argmax": (
             g._gumbel_argmax_kernel,
@@ -238,8 +245,8 @@ def _kernel_args(cuda: bool) -> dict[str, tuple]:
         "advance_state": (
             sa._advance_kernel,
             (1,),
-            (i64(r), i32(r), i32(b), i64(b), i32(b), b),
-            dict(ADVANCE=True, BLOCK=128),
+            (i64(r), i32(r), i32(b), i64(b), i32(b), i32(b), b),
+            dict(ADVANCE=True, SKIP_EMPTY=False, BLOCK=128),
         ),
     }
 

@@ -57,6 +57,9 @@ def _graphs(s: RunSummary) -> str:
                 f"({s.info.get('unused_capture_s', 0):.1f} s, "
                 f"{format_bytes(s.info.get('unused_graph_bytes', 0))})"
             )
+    sampled_in_graph = s.info.get("sample_graph_replays")
+    if sampled_in_graph is not None:  # runner.full_step_graph
+        text += f"; {sampled_in_graph:,} FULL steps built their inputs and sampled in graphs"
     return text
 
 

@@ -141,6 +141,7 @@ class RunnerConfig:
     staged_writes: bool = True
     uva: bool = True
     cudagraph_mode: CudagraphMode = "full_and_piecewise"
+    full_step_graph: bool = True  # a FULL decode step's input build and sampling in graphs too
     # None: vLLM's default sizes
     cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
     tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)

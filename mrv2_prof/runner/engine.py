@@ -147,8 +147,11 @@ class Engine:
 
     def graph_usage(self) -> dict[str, float | int]:
         """Captured CUDA graph keys against replayed ones (empty when nothing was captured)."""
-        graphs = self.runner.graphs
-        return graphs.usage() if graphs.captures else {}
+        graphs, gr = self.runner.graphs, self.runner.graph_runner
+        usage = graphs.usage() if graphs.captures else {}
+        if gr is not None and gr.full_step is not None:  # FULL steps that sampled in a graph
+            usage["sample_graph_replays"] = gr.sample_replays
+        return usage
 
     def close(self) -> list[str]:
         """Release what the engine started besides this process (a tensor-parallel runner's

@@ -17,6 +17,7 @@ from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor
+from mrv2_prof.runner.worker.step_inputs import HostStep
 
 pytestmark = [
     pytest.mark.gpu,
@@ -61,7 +62,11 @@ def three_ways(engine: Engine, batch):
         model(batch.input_ids, batch.positions, r.kv_caches, meta)[batch.logits_indices]
     )
     d = r.graphs.dispatch(BatchDescriptor.of(batch.num_scheduled_tokens_np))
-    full = r.graph_runner.replay_full(d.key, batch).clone() if d.mode == "full" else None
+    full = None
+    if d.mode == "full":
+        if r.graph_runner.full_step is not None:  # the graph builds the inputs itself
+            r.graph_runner.full_step.upload(d.key, HostStep.of(batch))
+        full = r.graph_runner.replay_full(d.key, batch).clone()
     keys = r.graphs.piecewise_keys
     key = keys[bisect.bisect_left(keys, batch.num_tokens)]
     hidden = r.graph_runner.run_piecewise(key, batch, meta)
@@ -134,11 +139,20 @@ def test_graph_modes_give_the_eager_tokens_fp32(async_scheduling):
     seeded tokens whether steps run eagerly, as FULL graphs or as PIECEWISE graphs."""
     common = dict(kernels="triton", async_scheduling=async_scheduling)
     _, eager = run_drive("cuda", "float32", cudagraph_mode="none", **common)
-    for mode in ("full", "piecewise", "full_and_piecewise"):
-        engine, out = run_drive("cuda", "float32", cudagraph_mode=mode, **common)
+    for mode, full_step in (
+        ("full", True),
+        ("full", False),
+        ("piecewise", True),
+        ("full_and_piecewise", True),
+    ):
+        engine, out = run_drive(
+            "cuda", "float32", cudagraph_mode=mode, full_step_graph=full_step, **common
+        )
         replays = engine.runner.graphs.replays
         assert sum(replays.values()) > 0, mode
         assert {m for m, _ in replays} <= ({"full", "piecewise"} if "_" in mode else {mode})
+        gr = engine.runner.graph_runner
+        assert (gr.full_step is not None) == (full_step and mode != "piecewise")
         assert_same_tokens(out, eager)
 
 

@@ -212,6 +212,10 @@ def test_summary_graph_line(store: Store) -> None:
     info |= {"graph_keys_replayed": 2, "unused_capture_s": 3.5, "unused_graph_bytes": 2**20}
     text = _graphs(dataclasses.replace(s, info=info))
     assert text.endswith("126.0 MiB, 84 never replayed (3.5 s, 1.0 MiB)")
+    text = _graphs(dataclasses.replace(s, info=info | {"sample_graph_replays": 1234}))
+    assert text.endswith(
+        "(3.5 s, 1.0 MiB); 1,234 FULL steps built their inputs and sampled in graphs"
+    )
     s = dataclasses.replace(s, graph_hit_rate=0.0, graph_fallback_reason="mode none requested")
     assert _graphs(dataclasses.replace(s, info={})) == (
         "0% of steps replayed a graph; most fallbacks: mode none requested"

@@ -83,6 +83,7 @@ class AsyncOutput:
         )
         self._ready = [torch.cuda.Event() for _ in range(PINNED_RING_DEPTH)] if is_cuda else []
         self._next = 0
+        self._rows: dict[tuple[int, int], torch.Tensor] = {}  # (ring slot, B) -> its view
 
     def to_host(self, t: torch.Tensor) -> torch.Tensor:
         """A device tensor copied into fresh pinned host memory (read after the step's event)."""
@@ -116,7 +117,10 @@ class AsyncOutput:
         else:
             i = self._next
             self._next = (i + 1) % PINNED_RING_DEPTH
-            pending.sampled = self._host_tokens[i, : batch.num_reqs]
+            rows = self._rows.get((i, batch.num_reqs))
+            if rows is None:  # a view per ring slot and batch size, made once (no slicing)
+                rows = self._rows[(i, batch.num_reqs)] = self._host_tokens[i, : batch.num_reqs]
+            pending.sampled = rows
             self.copies.copy_(pending.sampled, out.sampled_token_ids)
             if out.logprobs is not None:
                 pending.logprob_token_ids = self.to_host(out.logprob_token_ids)

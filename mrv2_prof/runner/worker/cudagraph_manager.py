@@ -8,9 +8,9 @@ Modes:
   uniform decode batch), captured once per capture size. The batch is padded up to the smallest
   captured size: padding tokens get slot -1 (the KV write skips them) and a one-token context.
   Static input buffers are allocated once at the largest size; every graph shares one memory
-  pool and they are captured largest first. Sampling runs after the replay, eagerly: its
-  host-side choices (greedy / top-k-top-p / logprobs) and the rotating pinned parameter buffers
-  of ``runner.uva`` would each need their own graph, for one or two launches.
+  pool and they are captured largest first. With ``runner.full_step_graph`` the graph also builds
+  the step's inputs, and a second graph per size samples plainly and advances the state
+  (``full_step.py``); a step with top-k / top-p or logprobs samples eagerly after the replay.
 * ``piecewise`` — one graph per segment between attention calls (embedding → layer 0's q/k/v;
   layer i's output projection and MLP → layer i+1's q/k/v; the last layer's → the final norm),
   for any batch shape up to the largest capture size in tokens. The KV write and attention run
@@ -134,9 +134,13 @@ class BatchDescriptor:
     uniform_query_len: int | None  # every request schedules this many tokens; None if mixed
 
     @classmethod
-    def of(cls, num_scheduled_tokens: np.ndarray) -> BatchDescriptor:
+    def of(cls, num_scheduled_tokens: np.ndarray, total: int | None = None) -> BatchDescriptor:
+        """The batch of these per-request counts (``total``: their sum, when the caller has it:
+        a total equal to the count of requests is a decode batch, with no numpy call)."""
         n = len(num_scheduled_tokens)
-        total = int(num_scheduled_tokens.sum())
+        if total is not None and total == n and n > 0:  # counts >= 1 each: all ones
+            return cls(n, n, 1)
+        total = int(num_scheduled_tokens.sum()) if total is None else total
         uniform = n > 0 and total == n * int(num_scheduled_tokens[0])
         if uniform:
             uniform = bool((num_scheduled_tokens == num_scheduled_tokens[0]).all())
@@ -206,12 +210,16 @@ class CudaGraphManager:
     verify_keys: dict[int, list[int]] = field(default_factory=dict)  # 1 + k -> sizes, ascending
     captures: list[CaptureRecord] = field(default_factory=list)
     replays: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (batch, needs_hidden, verify, padded) -> its decision: a pure function of them and of what
+    # was captured, so a steady run decides each shape once (cleared by ``capture``)
+    _decided: dict[tuple, Decision] = field(default_factory=dict, repr=False)
 
     def capture(
         self, backend: GraphBackend, on_capture: Callable[[CaptureRecord], None] | None = None
     ) -> float:
         """Capture every planned key, largest first, into one shared pool. Returns seconds."""
         t_start = time.perf_counter()
+        self._decided.clear()
         pool = backend.new_pool()
         jobs = [(FULL, s, 1) for s in self.plan.full_sizes]
         jobs += [(FULL, s, q) for s, q in self.plan.verify_shapes]
@@ -259,6 +267,17 @@ class CudaGraphManager:
         ``needs_hidden``: the step needs every token's hidden state (FULL keeps only logits);
         ``verify``: a speculative verify step (it needs the logits of every draft row);
         ``padded``: its placeholder draft slots (the reason names them)."""
+        key = (batch, needs_hidden, verify, padded)
+        d = self._decided.get(key)
+        if d is None:
+            d = self._decided[key] = self._decide(batch, needs_hidden, verify, padded)
+            if len(self._decided) > 4096:  # the shapes of a long mixed run: keep the newest
+                self._decided.pop(next(iter(self._decided)))
+        return d
+
+    def _decide(
+        self, batch: BatchDescriptor, needs_hidden: bool, verify: bool, padded: int
+    ) -> Decision:
         d = self._dispatch(batch, needs_hidden, verify)
         if not padded:
             return d

@@ -8,6 +8,9 @@ and are captured largest first. Each body runs once outside the graph before its
 (cuBLAS workspaces, autotuning). What the graphs run, the model calls, comes from
 ``cudagraph_bodies.py``.
 
+With a ``FullStep`` each FULL decode graph also builds the step's inputs from its static step
+buffer, and a second graph of the same size samples and advances the state (``full_step.py``).
+
 A FULL verify graph (speculative decoding) is the FULL body over ``size`` requests of
 ``query_len`` tokens each, with its own static ``query_start_loc`` (multiples of ``query_len``);
 its logits cover every token. A FULL replay pads the batch up to the capture size: padding rows
@@ -26,6 +29,7 @@ import torch
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.worker.cudagraph_bodies import PiecewiseBody, full_body
 from mrv2_prof.runner.worker.cudagraph_manager import GraphBackend, GraphPlan
+from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers
 
@@ -49,8 +53,10 @@ class GraphRunner(GraphBackend):
         max_blocks_per_req: int,
         plan: GraphPlan,
         inputs: InputBuffers,
+        full_step: FullStep | None = None,
     ) -> None:
         self.model, self.kv_caches, self.block_size = model, kv_caches, block_size
+        self.full_step = full_step  # FULL decode graphs that build inputs and sample (full_step.py)
         dev = kv_caches[0].device
         self.device = dev
         verify_tokens = [s * q for s, q in plan.verify_shapes]
@@ -83,6 +89,9 @@ class GraphRunner(GraphBackend):
             model, kv_caches, n if plan.piecewise_sizes else 0, self.slot_mapping
         )
         self.full_graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.sample_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # with ``full_step``
+        self.sample_replays = 0
+        self._views: dict[tuple[int, int], torch.Tensor] = {}  # _rows
         self.piece_graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
 
     # ---- GraphBackend ----------------------------------------------------------------------
@@ -116,8 +125,13 @@ class GraphRunner(GraphBackend):
         self.seq_lens[:size].fill_(1)
         self.block_table[:size].zero_()
         meta = self._full_meta(size)
+        fs = self.full_step
+        if fs is not None:
+            fs.clear(size)  # every row padding: the capture writes no KV and advances nothing
 
         def body() -> None:
+            if fs is not None:
+                fs.inputs_body(size)
             full_body(
                 self.model,
                 self.kv_caches,
@@ -128,6 +142,9 @@ class GraphRunner(GraphBackend):
             )
 
         self.full_graphs[size] = _capture(body, pool)
+        if fs is not None:
+            logits = self.logits[:size]
+            self.sample_graphs[size] = _capture(lambda: fs.sample_body(size, logits), pool)
 
     def capture_verify(self, size: int, query_len: int, pool) -> None:
         t = size * query_len
@@ -165,8 +182,12 @@ class GraphRunner(GraphBackend):
 
     # ---- replay ------------------------------------------------------------------------------
     def replay_full(self, size: int, batch: InputBatch) -> torch.Tensor:
-        """Logits [B, V] of a uniform decode batch of B <= size requests."""
+        """Logits [B, V] of a uniform decode batch of B <= size requests (with ``full_step``,
+        whose inputs the graph builds from ``FullStep.upload``)."""
         n = batch.num_reqs
+        if self.full_step is not None:
+            self.full_graphs[size].replay()
+            return self._rows(self.logits, n)
         _put(self.input_ids, batch.input_ids)
         _put(self.positions, batch.positions)
         _put(self.slot_mapping, batch.slot_mapping)
@@ -177,6 +198,20 @@ class GraphRunner(GraphBackend):
             self.seq_lens[n:size].fill_(1)
         self.full_graphs[size].replay()
         return self.logits[:n]
+
+    def replay_sample(self, size: int, n: int) -> torch.Tensor:
+        """The sampled tokens [n] of the last FULL replay of ``size``, the state advanced."""
+        self.sample_graphs[size].replay()
+        self.sample_replays += 1
+        return self._rows(self.full_step.sampled[size], n)
+
+    def _rows(self, t: torch.Tensor, n: int) -> torch.Tensor:
+        """``t[:n]``, a view made once per tensor and ``n`` (a slice costs the step µs)."""
+        key = (id(t), n)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = t[:n]
+        return view
 
     def replay_verify(self, size: int, query_len: int, batch: InputBatch) -> torch.Tensor:
         """Logits [B * query_len, V] of a verify batch of B <= size requests, each with

@@ -108,6 +108,18 @@ def prepare_inputs_ref(
     return out
 
 
+def pad_decode_rows_ref(out: dict[str, torch.Tensor], num_scheduled_tokens: torch.Tensor) -> None:
+    """A FULL decode graph's padding (``prepare_inputs_triton(pad_empty=True)``): each row with
+    no tokens, all after the batch's one-token rows, gets a token at its own row that writes no
+    KV (input 0, position 0, slot -1) and attends to one token (seq_len 1)."""
+    pad = num_scheduled_tokens == 0
+    rows = pad.nonzero().flatten()
+    out["input_ids"][rows] = 0
+    out["positions"][rows] = 0
+    out["slot_mapping"][rows] = -1
+    out["seq_lens"][rows] = 1
+
+
 def dummy_batch(
     num_tokens: int,
     num_reqs: int,

@@ -59,6 +59,7 @@ def _prepare_inputs_kernel(
     BLOCK_R: tl.constexpr,
     COPY_TABLE: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    PAD_EMPTY: tl.constexpr,
 ):
     b = tl.program_id(0)
 
@@ -107,6 +108,13 @@ def _prepare_inputs_kernel(
             block_ids * KV_BLOCK_SIZE + (pos % KV_BLOCK_SIZE).to(tl.int64),
             mask=mask,
         )
+    if PAD_EMPTY:  # noqa: SIM102 (a constexpr, then a runtime branch)
+        # a FULL graph's padding row: one token at row b that writes no KV
+        if count == 0:
+            tl.store(input_ids_ptr + b, tl.zeros((), tl.int64))
+            tl.store(positions_ptr + b, tl.zeros((), tl.int64))
+            tl.store(slot_mapping_ptr + b, tl.full((), -1, tl.int64))
+            tl.store(seq_lens_ptr + b, tl.full((), 1, tl.int32))
 
 
 _prepare = Launcher(_prepare_inputs_kernel)
@@ -170,6 +178,7 @@ def prepare_inputs_triton(
     block_table: torch.Tensor,  # [R, max_blocks] int32, any row stride
     block_size: int,
     out: dict[str, torch.Tensor] | None = None,
+    pad_empty: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Build the step's inputs in one launch; same arguments and results as ``prepare_inputs_ref``.
 
@@ -178,6 +187,8 @@ def prepare_inputs_triton(
     its data pointer and row stride, so a UVA view of a pinned host table works unchanged.
     ``out`` (``InputBuffers.views``): the kernel writes into these instead of fresh tensors;
     with a ``block_table`` entry [B, max_blocks] it also gathers the batch's table rows into it.
+    ``pad_empty`` (a FULL decode graph's padded batch, ``pad_decode_rows_ref``): every row before
+    a row with no tokens has one token, and such a row writes a padding token at its own row.
     """
     device = idx_mapping.device
     num_reqs = idx_mapping.shape[0]
@@ -248,6 +259,7 @@ def prepare_inputs_triton(
             BLOCK_R=BLOCK_R,
             COPY_TABLE=table_out is not None,
             BLOCK_C=BLOCK_C,
+            PAD_EMPTY=pad_empty,
         )
     return out
 

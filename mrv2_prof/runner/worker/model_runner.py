@@ -51,7 +51,7 @@ from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, pla
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
 from mrv2_prof.runner.worker.sampler import SamplerOutput
 from mrv2_prof.runner.worker.step_advance import advance_step
-from mrv2_prof.runner.worker.step_inputs import StepInputs
+from mrv2_prof.runner.worker.step_inputs import HostStep, StepInputs
 from mrv2_prof.runner.worker.step_sampling import prepare_verify, sample_step
 from mrv2_prof.runner.worker.switches import unsupported_switches
 
@@ -198,25 +198,32 @@ class ModelRunner:
             p.end(probes.PREPARE)
             return PendingOutput(None, write_stats)
         assert self.kv_caches is not None, "start_up() before queue_step()"
-        batch = self._prepare_inputs(so)
+        fs = self.graph_runner.full_step if self.graph_runner is not None else None
         verify = None
-        if so.scheduled_spec_decode_tokens:
-            verify = prepare_verify(self.verifier, self.drafter, batch, so, self.req_states)
-        plan = None
-        if self._prompt_logprobs:
-            plan = plan_prompt_logprobs(
-                batch.req_ids,
-                batch.query_start_loc_np,
-                batch.seq_lens_np,
-                self._prompt_logprobs,
+        if fs is not None and not so.scheduled_spec_decode_tokens:  # full_step.py
+            host = self.step_inputs.host(so)
+            plan = self._plan_prompt_logprobs(host)
+            shape = BatchDescriptor.of(host.counts_np, host.num_tokens)
+            d = self.graphs.dispatch(shape, needs_hidden=plan is not None)
+            if d.mode == FULL:  # the graph builds the inputs
+                batch = fs.upload(d.key, host)
+            else:
+                batch = self.step_inputs.device(host, self.kernels)
+            p.end(probes.PREPARE)
+        else:
+            batch = self._prepare_inputs(so)
+            if so.scheduled_spec_decode_tokens:
+                verify = prepare_verify(self.verifier, self.drafter, batch, so, self.req_states)
+            plan = self._plan_prompt_logprobs(batch)
+            p.end(probes.PREPARE)
+            d = self.graphs.dispatch(
+                BatchDescriptor.of(batch.num_scheduled_tokens_np),
+                needs_hidden=plan is not None,
+                verify=verify is not None,
+                padded=verify.num_padded if verify is not None else 0,
             )
-        p.end(probes.PREPARE)
-        d = self.graphs.dispatch(
-            BatchDescriptor.of(batch.num_scheduled_tokens_np),
-            needs_hidden=plan is not None,
-            verify=verify is not None,
-            padded=verify.num_padded if verify is not None else 0,
-        )
+            if fs is not None and d.mode == FULL and d.query_len == 1:  # no draft was laid in
+                batch = fs.upload(d.key, HostStep.of(batch))
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
 
@@ -238,19 +245,25 @@ class ModelRunner:
         p.end(probes.FORWARD)
         p.begin(probes.SAMPLE)
         p.gpu_mark(G_SAMPLE)
-        out, num_logprobs, rejection = self._sample(batch, logits, verify)
-        p.end(probes.SAMPLE)
-
         rs = self.req_states
-        advance = advance_step(
-            self.kernels,
-            rs,
-            batch,
-            out.sampled_token_ids,
-            verify,
-            rejection,
-            self.config.staged_writes,
-        )
+        full_decode = fs is not None and d.mode == FULL and d.query_len == 1
+        if full_decode and fs.plain(batch.idx_mapping_np):
+            # the sample graph: plain sampling and the state advance (full_step.py)
+            out = SamplerOutput(self.graph_runner.replay_sample(d.key, batch.num_reqs), None, None)
+            num_logprobs, rejection, advance = 0, None, batch.num_scheduled_tokens
+            p.end(probes.SAMPLE)
+        else:
+            out, num_logprobs, rejection = self._sample(batch, logits, verify)
+            p.end(probes.SAMPLE)
+            advance = advance_step(
+                self.kernels,
+                rs,
+                batch,
+                out.sampled_token_ids,
+                verify,
+                rejection,
+                self.config.staged_writes,
+            )
         drafts = None
         if self.drafter is not None:  # k draft steps from each request's new length
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
@@ -333,6 +346,16 @@ class ModelRunner:
         if not self.config.staged_writes:  # dense: the CPU copy is re-sent every step
             for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
                 rs.set_num_computed(slot_of[req_id], n)
+
+    def _plan_prompt_logprobs(self, batch):
+        """The prompt logprobs this step computes (``batch``: an InputBatch or its HostStep)."""
+        if not self._prompt_logprobs:
+            return None
+        if isinstance(batch, InputBatch):
+            qsl, seq_lens = batch.query_start_loc_np, batch.seq_lens_np
+        else:
+            qsl, seq_lens = batch.qsl_np, batch.seq_lens_np
+        return plan_prompt_logprobs(batch.req_ids, qsl, seq_lens, self._prompt_logprobs)
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
         return self.step_inputs.prepare(so, self.kernels)  # step_inputs.py

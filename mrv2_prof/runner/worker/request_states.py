@@ -92,6 +92,9 @@ class RequestStates:
         self.top_p = torch.ones(max_num_reqs, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
         self._params_dirty = False
+        self.params_version = 0  # counts the parameter sends (a copy of them knows it is stale)
+        # slots whose request samples other than plainly (top-k, top-p or logprobs)
+        self.special_slots: set[int] = set()
         if uva:
             self._param_rings = {
                 name: PinnedRing(max_num_reqs, getattr(self, name).dtype, pin=True)
@@ -118,12 +121,15 @@ class RequestStates:
         self.top_p_np[slot] = params.top_p
         self.seeds_np[slot] = seed
         self.num_logprobs_np[slot] = params.logprobs
+        if params.top_k > 0 or params.top_p < 1.0 or params.logprobs > 0:
+            self.special_slots.add(slot)
         self._params_dirty = True
         return slot
 
     def remove_request(self, req_id: str) -> int | None:
         slot = self.slot_of.pop(req_id, None)
         if slot is not None:
+            self.special_slots.discard(slot)
             (self._released[-1] if self._released else self._free_slots).append(slot)
         return slot
 
@@ -158,4 +164,5 @@ class RequestStates:
                     else:
                         self.copies.copy_(out, torch.from_numpy(host).pin_memory())
             self._params_dirty = False
+            self.params_version += 1
         return stats

@@ -20,6 +20,7 @@ from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
+from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
 
@@ -173,13 +174,28 @@ def capture_graphs(runner: ModelRunner) -> None:
     if not (plan.full_sizes or plan.piecewise_sizes):
         return
     assert runner.kv_caches is not None, "initialize_kv_cache() before capture_graphs()"
+    c = runner.config
+    full_step = None
+    if c.full_step_graph and plan.full_sizes:  # input build and sampling in the graphs too
+        full_step = FullStep(
+            max(plan.full_sizes),
+            runner.kernels,
+            runner.req_states,
+            runner.block_tables.table.gpu,
+            runner.inputs,
+            c.block_size,
+            c.staged_writes,
+            runner.copies,
+            pin=runner.is_cuda,
+        )
     runner.graph_runner = GraphRunner(
         runner.model,
         runner.kv_caches,
-        runner.config.block_size,
-        runner.config.max_num_blocks_per_req,
+        c.block_size,
+        c.max_num_blocks_per_req,
         plan,
         runner.inputs,
+        full_step,
     )
     p = runner.probe
     info = runner.info

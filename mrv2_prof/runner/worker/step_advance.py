@@ -5,7 +5,8 @@ the next step's input prep reads on the device under async scheduling) and, with
 its ``num_computed_tokens`` advanced by the tokens the step computed for it (rolled back by the
 rejected drafts of a verify step). Nothing goes through the host. ``advance_state_ref`` is the
 torch form, two indexed writes; ``step_advance_triton`` does both in one launch.
-``advance_step`` is the model runner's call of it, with the verify step's roll-back.
+``advance_step`` is the model runner's call of it, with the verify step's roll-back. Given
+``counts``, rows with count 0 (a FULL decode graph's padding) write nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ def advance_state_ref(
     idx_mapping: torch.Tensor,  # [B] int32, distinct slots
     sampled_token_ids: torch.Tensor,  # [B] int64
     advance: torch.Tensor | None,  # [B] int32: tokens computed per request this step
+    counts: torch.Tensor | None = None,  # [B]: a row with count 0 is padding, not written
 ) -> None:
+    if counts is not None:  # a FULL decode graph's padded batch: only its real rows
+        keep = counts != 0
+        idx_mapping, sampled_token_ids = idx_mapping[keep], sampled_token_ids[keep]
+        advance = advance[keep] if advance is not None else None
     last_sampled_tokens[idx_mapping] = sampled_token_ids
     if num_computed_tokens is not None:
         num_computed_tokens.index_add_(0, idx_mapping, advance)

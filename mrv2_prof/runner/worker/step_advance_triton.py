@@ -25,12 +25,16 @@ def _advance_kernel(
     idx_mapping_ptr,  # [B]
     sampled_ptr,  # [B] int64
     advance_ptr,  # [B] (ADVANCE)
+    counts_ptr,  # [B] (SKIP_EMPTY): a row with count 0 is padding and writes nothing
     num_rows,
     ADVANCE: tl.constexpr,
+    SKIP_EMPTY: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = rows < num_rows
+    if SKIP_EMPTY:
+        mask = mask & (tl.load(counts_ptr + rows, mask=mask, other=0) != 0)
     slots = tl.load(idx_mapping_ptr + rows, mask=mask, other=0).to(tl.int64)
     tokens = tl.load(sampled_ptr + rows, mask=mask)
     tl.store(last_sampled_ptr + slots, tokens.to(last_sampled_ptr.dtype.element_ty), mask=mask)
@@ -49,6 +53,7 @@ def advance_state_triton(
     idx_mapping: torch.Tensor,
     sampled_token_ids: torch.Tensor,
     advance: torch.Tensor | None,
+    counts: torch.Tensor | None = None,
 ) -> None:
     """``advance_state_ref`` in one launch (none for an empty batch)."""
     num_rows = idx_mapping.shape[0]
@@ -60,6 +65,8 @@ def advance_state_triton(
         raise ValueError("num_computed_tokens and advance go together")
     if advance is not None and advance.shape != (num_rows,):
         raise ValueError(f"advance has shape {tuple(advance.shape)}, expected ({num_rows},)")
+    if counts is not None and counts.shape != (num_rows,):
+        raise ValueError(f"counts has shape {tuple(counts.shape)}, expected ({num_rows},)")
     if num_rows == 0:
         return
     # rows are read at unit stride (a verify step's last tokens may be a strided view)
@@ -74,7 +81,9 @@ def advance_state_triton(
         idx_mapping,
         sampled_token_ids,
         advance if with_advance else idx_mapping,
+        counts.contiguous() if counts is not None else idx_mapping,  # unread without SKIP_EMPTY
         num_rows,
         ADVANCE=with_advance,
+        SKIP_EMPTY=counts is not None,
         BLOCK=BLOCK,
     )

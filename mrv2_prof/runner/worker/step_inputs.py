@@ -11,6 +11,8 @@ persistent ``InputBuffers``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -44,14 +46,15 @@ class StepInputs:
             [np.zeros(n + (k == 3), dtype=np.int32) for k in range(4)] for _ in range(2)
         ]
         self._host_set = 0
+        self._arange = np.arange(n + 1, dtype=np.int32)
         self.copies = copies
         self.req_states = req_states
         self.block_tables = block_tables
         self.inputs = inputs
         self.block_size = block_size
 
-    def prepare(self, so: SchedulerOutput, kernels: KernelSet) -> InputBatch:
-        """The step's ``InputBatch``; ``kernels`` builds its device part."""
+    def host(self, so: SchedulerOutput) -> HostStep:
+        """The step's host arrays, in the next of the two sets."""
         rs = self.req_states
         req_ids = list(so.num_scheduled_tokens)
         num_reqs, num_tokens = len(req_ids), so.total_num_scheduled_tokens
@@ -72,14 +75,27 @@ class StepInputs:
             computed = {d.req_id: d.num_computed_tokens for d in so.scheduled_new_reqs}
             computed.update(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
             computed_np[:] = list(map(computed.__getitem__, req_ids))
-        qsl_np[0] = 0
-        np.cumsum(counts_np, out=qsl_np[1:])
+        if num_tokens == num_reqs:  # 0, 1, ..., B and computed + 1 (no reduction on the path)
+            qsl_np[:] = self._arange[: num_reqs + 1]
+            np.add(computed_np, 1, out=computed_np)  # in place: the sequence lengths
+        else:
+            qsl_np[0] = 0
+            np.cumsum(counts_np, out=qsl_np[1:])
+            np.add(computed_np, counts_np, out=computed_np)
+        return HostStep(req_ids, num_reqs, num_tokens, idx_np, counts_np, qsl_np, computed_np)
 
-        host, view = self._step_ring.next()  # one small transfer
-        view[:num_reqs] = idx_np
-        view[num_reqs : 2 * num_reqs] = counts_np
+    def prepare(self, so: SchedulerOutput, kernels: KernelSet) -> InputBatch:
+        """The step's ``InputBatch``; ``kernels`` builds its device part."""
+        return self.device(self.host(so), kernels)
+
+    def device(self, host: HostStep, kernels: KernelSet) -> InputBatch:
+        """The device part of a step from its host arrays: one small copy, one input build."""
+        rs, num_reqs, num_tokens = self.req_states, host.num_reqs, host.num_tokens
+        buf, view = self._step_ring.next()  # one small transfer
+        view[:num_reqs] = host.idx_np
+        view[num_reqs : 2 * num_reqs] = host.counts_np
         step = self._step_dev[: 2 * num_reqs]
-        self.copies.copy_(step, host[: 2 * num_reqs])
+        self.copies.copy_(step, buf[: 2 * num_reqs])
         idx_mapping, counts = step[:num_reqs], step[num_reqs:]
         inputs = kernels.prepare_inputs(
             idx_mapping,
@@ -93,14 +109,42 @@ class StepInputs:
             self.block_size,
             out=self.inputs.views(num_tokens, num_reqs, block_table=True),  # + the table rows
         )
+        return host.batch(idx_mapping, counts, inputs)
+
+
+@dataclass
+class HostStep:
+    """A step's host arrays (``seq_lens_np`` = computed + scheduled, per row)."""
+
+    req_ids: list[str]
+    num_reqs: int
+    num_tokens: int
+    idx_np: np.ndarray
+    counts_np: np.ndarray
+    qsl_np: np.ndarray
+    seq_lens_np: np.ndarray
+
+    @classmethod
+    def of(cls, batch: InputBatch) -> HostStep:
+        """The host arrays of a built batch."""
+        b = batch
+        return cls(
+            b.req_ids, b.num_reqs, b.num_tokens, b.idx_mapping_np, b.num_scheduled_tokens_np,
+            b.query_start_loc_np, b.seq_lens_np,
+        )  # fmt: skip
+
+    def batch(
+        self, idx_mapping: torch.Tensor, counts: torch.Tensor, inputs: dict[str, torch.Tensor]
+    ) -> InputBatch:
+        """The ``InputBatch`` over the step's device tensors."""
         return InputBatch(
-            req_ids=req_ids,
-            num_reqs=num_reqs,
-            num_tokens=num_tokens,
-            idx_mapping_np=idx_np,
-            num_scheduled_tokens_np=counts_np,
-            query_start_loc_np=qsl_np,
-            seq_lens_np=np.add(computed_np, counts_np, out=computed_np),  # in place
+            req_ids=self.req_ids,
+            num_reqs=self.num_reqs,
+            num_tokens=self.num_tokens,
+            idx_mapping_np=self.idx_np,
+            num_scheduled_tokens_np=self.counts_np,
+            query_start_loc_np=self.qsl_np,
+            seq_lens_np=self.seq_lens_np,
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
             **inputs,
