@@ -199,6 +199,7 @@ class Engine:
                 if rid in requests:
                     before[rid] = requests[rid].num_output_tokens
         p.begin(probes.UPDATE)
+        finishes = self.scheduler.num_finishes
         updated = (
             self.scheduler.update_from_output(
                 done[0],
@@ -213,7 +214,10 @@ class Engine:
         p.end(probes.UPDATE)
         if spec is not None and out.draft_token_ids is not None:  # the draft model's proposals
             spec.take_model_drafts(out.req_ids, out.draft_token_ids, updated)
-        finished = [r for r in updated if r.is_finished]
+        # only a step in which a request finished has any to look for
+        finished = (
+            [r for r in updated if r.is_finished] if self.scheduler.num_finishes != finishes else []
+        )
         if spec is not None:
             verifies = spec.take_verifies()
             p.spec_step(spec.k, spec.num_drafted, verifies)  # real drafts, not placeholders

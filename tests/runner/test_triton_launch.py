@@ -303,6 +303,7 @@ def test_cuda_engine_steps_launch_through_the_cache():
         kernels="triton",
         cudagraph_mode="full_and_piecewise",
         cudagraph_capture_sizes=(1, 2, 4),
+        full_step_graph=False,  # the step path's kernels launched each step, around the graph
     )
     engine = Engine(config, ModelSpec(preset="llama-tiny"))
     step_path = {"_prepare_inputs_kernel", "_gumbel_argmax_kernel", "_advance_kernel"}

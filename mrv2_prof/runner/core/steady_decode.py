@@ -86,6 +86,7 @@ class DecodeColumns:
         # is checked in full.
         eos = {r.eos_token_ids for r in running}
         self.eos = np.array(next(iter(eos)), np.int64) if len(eos) == 1 else None
+        self.eos_list = self.eos.tolist() if self.eos is not None else []
         self.has_eos = np.fromiter((bool(r.eos_token_ids) for r in running), bool, n)
 
 
@@ -331,9 +332,11 @@ class SteadyDecode:
         maybe = num_tokens >= col(cols.stop_at)
         if cols.eos is None:
             maybe |= col(cols.has_eos)
-        elif len(cols.eos) == 1:
-            maybe |= np.array(tokens, np.int64) == cols.eos[0]
-        elif len(cols.eos):
+        elif len(cols.eos) <= 4:  # a few EOS ids (llama-3 has 3): one compare each, no isin
+            sampled = np.array(tokens, np.int64)
+            for e in cols.eos_list:
+                maybe |= sampled == e
+        else:
             maybe |= np.isin(np.array(tokens, np.int64), cols.eos)
         updated = list(reqs)
         self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt1), tokens)

@@ -84,6 +84,8 @@ class AsyncOutput:
         self._ready = [torch.cuda.Event() for _ in range(PINNED_RING_DEPTH)] if is_cuda else []
         self._next = 0
         self._rows: dict[tuple[int, int], torch.Tensor] = {}  # (ring slot, B) -> its view
+        # the runner's stream, looked up once (``Event.record()`` looks it up on every call)
+        self._stream = torch.cuda.current_stream() if is_cuda else None
 
     def to_host(self, t: torch.Tensor) -> torch.Tensor:
         """A device tensor copied into fresh pinned host memory (read after the step's event)."""
@@ -130,7 +132,7 @@ class AsyncOutput:
             pending.prompt_plan = prompt[0]
             pending.prompt_ids, pending.prompt_lps = (self.to_host(t) for t in prompt[1])
         if pending.ready is not None:
-            pending.ready.record()  # after every copy above
+            pending.ready.record(self._stream)  # after every copy above
         return pending
 
     def wait(self, pending: PendingOutput) -> ModelRunnerOutput:
