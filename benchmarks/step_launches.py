@@ -130,7 +130,7 @@ def _engine(args, batch: int, cuda: bool) -> Engine:
         async_scheduling=True,
         cudagraph_mode="full" if cuda else "none",
         cudagraph_capture_sizes=(batch,) if cuda else None,
-        num_kv_blocks=8 * batch + 8,  # fixed: no profiling run against the GPU's other users
+        num_kv_blocks=40 + 8 * batch,  # fixed (one 512-token request and more): no profiling run
     )
     if not cuda:  # the step path's Triton kernels, interpreted, with the model's torch kernels
         import mrv2_prof.runner.worker.model_runner as model_runner
