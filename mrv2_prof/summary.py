@@ -59,7 +59,11 @@ def _graphs(s: RunSummary) -> str:
             )
     sampled_in_graph = s.info.get("sample_graph_replays")
     if sampled_in_graph is not None:  # runner.full_step_graph
-        text += f"; {sampled_in_graph:,} FULL steps built their inputs and sampled in graphs"
+        steps = "step" if sampled_in_graph == 1 else "steps"
+        text += (
+            f"; {sampled_in_graph:,} FULL decode {steps} sampled in a graph (every FULL decode "
+            "step builds its inputs in its graph)"
+        )
     return text
 
 

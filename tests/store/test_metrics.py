@@ -214,8 +214,11 @@ def test_summary_graph_line(store: Store) -> None:
     assert text.endswith("126.0 MiB, 84 never replayed (3.5 s, 1.0 MiB)")
     text = _graphs(dataclasses.replace(s, info=info | {"sample_graph_replays": 1234}))
     assert text.endswith(
-        "(3.5 s, 1.0 MiB); 1,234 FULL steps built their inputs and sampled in graphs"
+        "(3.5 s, 1.0 MiB); 1,234 FULL decode steps sampled in a graph (every FULL decode step "
+        "builds its inputs in its graph)"
     )
+    text = _graphs(dataclasses.replace(s, info=info | {"sample_graph_replays": 1}))
+    assert "; 1 FULL decode step sampled in a graph" in text
     s = dataclasses.replace(s, graph_hit_rate=0.0, graph_fallback_reason="mode none requested")
     assert _graphs(dataclasses.replace(s, info={})) == (
         "0% of steps replayed a graph; most fallbacks: mode none requested"
