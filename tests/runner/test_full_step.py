@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_triton_launch import interpreted_triton_engine
 
 from mrv2_prof.runner.worker.input_batch import pad_decode_rows_ref, prepare_inputs_ref
 from mrv2_prof.runner.worker.step_advance import advance_state_ref
@@ -105,32 +106,21 @@ class _EagerGraph:
 
 def _engine(monkeypatch, graphs: bool, full_step: bool, async_scheduling: bool):
     import mrv2_prof.runner.worker.model_runner as model_runner
-    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
-    from mrv2_prof.runner.engine import Engine
     from mrv2_prof.runner.worker import cudagraph_runner
     from mrv2_prof.runner.worker.cudagraph_manager import GraphPlan
-    from mrv2_prof.runner.worker.kernel_set import triton_kernels
 
-    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
     if graphs:
         plan = GraphPlan("full", full_sizes=(1, 2, 4))
         monkeypatch.setattr(model_runner, "plan_graphs", lambda *a: plan)
         monkeypatch.setattr(cudagraph_runner, "_capture", lambda body, pool: _EagerGraph(body))
         for name, value in (("new_pool", None), ("memory_reserved", 0), ("synchronize", None)):
             monkeypatch.setattr(cudagraph_runner.GraphRunner, name, lambda self, v=value: v)
-    config = RunnerConfig(
-        device="cpu",
-        max_num_reqs=8,
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=64,
+    return interpreted_triton_engine(
+        monkeypatch,
         num_kv_blocks=24,
         async_scheduling=async_scheduling,
-        uva=False,
-        cudagraph_mode="none",
         full_step_graph=full_step,
     )
-    return Engine(config, ModelSpec(preset="llama-tiny"))
 
 
 def _run(engine) -> dict[str, list[int]]:

@@ -9,6 +9,7 @@ against triton's binder for the CUDA backend, built without a device.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from types import SimpleNamespace
 
@@ -250,8 +251,9 @@ def test_cuda_fast_launch_hits_and_writes_what_the_jit_writes():
     assert launcher.misses == 1 and launcher.hits == launcher.calls - 1
 
 
-def interpreted_triton_engine(monkeypatch):
-    """A small CPU engine with the Triton kernels forced in (they run in the interpreter)."""
+def interpreted_triton_engine(monkeypatch, **overrides):
+    """A small CPU engine with the Triton kernels forced in (they run in the interpreter);
+    ``overrides``: runner settings that differ from these."""
     import mrv2_prof.runner.worker.model_runner as model_runner
     from mrv2_prof.runner.config import ModelSpec, RunnerConfig
     from mrv2_prof.runner.engine import Engine
@@ -269,6 +271,7 @@ def interpreted_triton_engine(monkeypatch):
         uva=False,
         cudagraph_mode="none",
     )
+    config = dataclasses.replace(config, **overrides)
     return Engine(config, ModelSpec(preset="llama-tiny"))
 
 
