@@ -7,9 +7,11 @@ reaches it, so the ``G_PREPARE`` event is the moment the GPU started on the step
 previous one, whichever came later) and ``G_END`` the moment it finished. Phase spans are
 ``prepare`` = G_PREPARE→G_FORWARD, ``forward`` = G_FORWARD→G_SAMPLE and ``sample`` =
 G_SAMPLE→G_END; a step that runs a draft model (speculative decoding) also marks ``G_DRAFT``
-between them, and its ``sample`` ends there and ``draft`` = G_DRAFT→G_END follows. A FULL CUDA
-graph covers the forward pass only, so every boundary is recorded outside the graph and a
-replayed step keeps its phase times.
+between them, and its ``sample`` ends there and ``draft`` = G_DRAFT→G_END follows. Every
+boundary is recorded outside the CUDA graphs, so a replayed step keeps its phase times. A FULL
+decode step with ``runner.full_step_graph`` builds its inputs inside its forward graph, so its
+``forward`` holds the input build and its ``prepare`` only the staged writes and the step's copy;
+its ``sample`` is the sample graph (sampling and the state advance) and the copy out.
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
 not one per kernel; the stream they are recorded on is looked up once per step (torch's
