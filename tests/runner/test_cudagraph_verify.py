@@ -76,12 +76,14 @@ def test_verify_graphs_are_captured_and_replayed_by_shape():
     too_many = manager.dispatch(BatchDescriptor.of(np.full(9, 4)), verify=True)
     assert (too_many.mode, too_many.reason) == ("none", "num_tokens 36 > largest capture size 32")
     manager.verify_keys[4] = [1, 2]  # as if only two sizes fit
+    manager.forget_decisions()
     over = manager.dispatch(BatchDescriptor.of(np.full(3, 4)), verify=True)
     assert (over.mode, over.reason) == ("piecewise", "verify k=3: 3 requests > largest FULL size 2")
     hidden = manager.dispatch(BatchDescriptor.of(np.full(3, 2)), needs_hidden=True, verify=True)
     assert hidden.mode == "piecewise" and hidden.reason == "prompt logprobs need every hidden state"
     plain = manager.dispatch(BatchDescriptor.of(np.ones(3, dtype=np.int64)))  # a decode step
     assert (plain.mode, plain.key, plain.query_len) == ("full", 4, 1)
+    assert manager.dispatch(BatchDescriptor.of(np.ones(3, dtype=np.int64), 3)) is plain  # memoised
 
 
 def test_padded_verify_reasons_count_the_placeholder_slots():

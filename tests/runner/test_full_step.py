@@ -110,7 +110,7 @@ def _engine(monkeypatch, graphs: bool, full_step: bool, async_scheduling: bool):
     from mrv2_prof.runner.worker.cudagraph_manager import GraphPlan
 
     if graphs:
-        plan = GraphPlan("full", full_sizes=(1, 2, 4))
+        plan = GraphPlan("full", full_sizes=(1, 4))
         monkeypatch.setattr(model_runner, "plan_graphs", lambda *a: plan)
         monkeypatch.setattr(cudagraph_runner, "_capture", lambda body, pool: _EagerGraph(body))
         for name, value in (("new_pool", None), ("memory_reserved", 0), ("synchronize", None)):
@@ -127,10 +127,10 @@ def _run(engine) -> dict[str, list[int]]:
     from mrv2_prof.runner.core.request import SamplingParams
 
     params = [  # greedy, sampled, top-k (eager sampling after the graph), different lengths
-        SamplingParams(max_tokens=9),
-        SamplingParams(max_tokens=6, temperature=0.8, seed=11),
-        SamplingParams(max_tokens=4, temperature=1.0, seed=12),
-        SamplingParams(max_tokens=3, temperature=0.9, top_k=5, seed=13),
+        SamplingParams(max_tokens=6),
+        SamplingParams(max_tokens=4, temperature=0.8, seed=11),
+        SamplingParams(max_tokens=3, temperature=1.0, seed=12),
+        SamplingParams(max_tokens=2, temperature=0.9, top_k=5, seed=13),
     ]
     requests = [
         engine.add_request(f"r{i}", list(range(3 + i, 12 + 2 * i)), p) for i, p in enumerate(params)
@@ -146,7 +146,7 @@ def test_full_step_path_gives_the_tokens_of_the_eager_engine(monkeypatch, async_
     monkeypatch.undo()
     engine = _engine(monkeypatch, True, True, async_scheduling)
     fs = engine.runner.graph_runner.full_step
-    assert fs is not None and sorted(engine.runner.graph_runner.sample_graphs) == [1, 2, 4]
+    assert fs is not None and sorted(engine.runner.graph_runner.sample_graphs) == [1, 4]
     replays = []
     sample = engine.runner.graph_runner.replay_sample
     engine.runner.graph_runner.replay_sample = lambda size, n: (
@@ -154,7 +154,7 @@ def test_full_step_path_gives_the_tokens_of_the_eager_engine(monkeypatch, async_
     )
     got = _run(engine)
     assert got == eager
-    assert {len(t) for t in got.values()} == {9, 6, 4, 3}
+    assert {len(t) for t in got.values()} == {6, 4, 3, 2}
     # the sample graph ran with padding (3 requests in the size-4 graph, once the top-k request
     # is out) and was skipped while the top-k request ran (its steps sample eagerly)
     assert (4, 3) in replays

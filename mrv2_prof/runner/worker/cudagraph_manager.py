@@ -219,7 +219,7 @@ class CudaGraphManager:
     ) -> float:
         """Capture every planned key, largest first, into one shared pool. Returns seconds."""
         t_start = time.perf_counter()
-        self._decided.clear()
+        self.forget_decisions()
         pool = backend.new_pool()
         jobs = [(FULL, s, 1) for s in self.plan.full_sizes]
         jobs += [(FULL, s, q) for s, q in self.plan.verify_shapes]
@@ -250,6 +250,11 @@ class CudaGraphManager:
             if on_capture is not None:
                 on_capture(record)
         return time.perf_counter() - t_start
+
+    def forget_decisions(self) -> None:
+        """Drop the memoised dispatch decisions: for a caller that changes the captured keys
+        other than through ``capture`` (which forgets them itself)."""
+        self._decided.clear()
 
     def verify_capacity(self) -> dict[int, int]:
         """k -> the most requests a captured FULL verify graph of query length 1 + k holds."""
