@@ -135,7 +135,7 @@ class FullStep:
         the static step buffer; the batch over the input buffers the inputs graph writes."""
         n = host.num_reqs
         buf, view = self._ring.next()
-        view[:n] = host.idx_np
+        view[:n] = host.idx_mapping_np
         view[n:size] = 0
         view[size : size + n] = 1
         view[size + n : 2 * size] = 0

@@ -203,7 +203,7 @@ class ModelRunner:
         if fs is not None and not so.scheduled_spec_decode_tokens:  # full_step.py
             host = self.step_inputs.host(so)
             plan = self._plan_prompt_logprobs(host)
-            shape = BatchDescriptor.of(host.counts_np, host.num_tokens)
+            shape = BatchDescriptor.of(host.num_scheduled_tokens_np, host.num_tokens)
             d = self.graphs.dispatch(shape, needs_hidden=plan is not None)
             if d.mode == FULL:  # the graph builds the inputs
                 batch = fs.upload(d.key, host)
@@ -222,8 +222,9 @@ class ModelRunner:
                 verify=verify is not None,
                 padded=verify.num_padded if verify is not None else 0,
             )
-            if fs is not None and d.mode == FULL and d.query_len == 1:  # no draft was laid in
-                batch = fs.upload(d.key, HostStep.of(batch))
+            # a step with drafts never dispatches to a FULL decode graph, which would read the
+            # full step's buffer, not these inputs
+            assert fs is None or d.mode != FULL or d.query_len > 1, d
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
 
@@ -347,15 +348,13 @@ class ModelRunner:
             for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
                 rs.set_num_computed(slot_of[req_id], n)
 
-    def _plan_prompt_logprobs(self, batch):
-        """The prompt logprobs this step computes (``batch``: an InputBatch or its HostStep)."""
+    def _plan_prompt_logprobs(self, batch: InputBatch | HostStep):
+        """The prompt logprobs this step computes (None: none), from its host arrays."""
         if not self._prompt_logprobs:
             return None
-        if isinstance(batch, InputBatch):
-            qsl, seq_lens = batch.query_start_loc_np, batch.seq_lens_np
-        else:
-            qsl, seq_lens = batch.qsl_np, batch.seq_lens_np
-        return plan_prompt_logprobs(batch.req_ids, qsl, seq_lens, self._prompt_logprobs)
+        return plan_prompt_logprobs(
+            batch.req_ids, batch.query_start_loc_np, batch.seq_lens_np, self._prompt_logprobs
+        )
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
         return self.step_inputs.prepare(so, self.kernels)  # step_inputs.py

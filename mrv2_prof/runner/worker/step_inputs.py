@@ -11,7 +11,7 @@ persistent ``InputBuffers``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -92,8 +92,8 @@ class StepInputs:
         """The device part of a step from its host arrays: one small copy, one input build."""
         rs, num_reqs, num_tokens = self.req_states, host.num_reqs, host.num_tokens
         buf, view = self._step_ring.next()  # one small transfer
-        view[:num_reqs] = host.idx_np
-        view[num_reqs : 2 * num_reqs] = host.counts_np
+        view[:num_reqs] = host.idx_mapping_np
+        view[num_reqs : 2 * num_reqs] = host.num_scheduled_tokens_np
         step = self._step_dev[: 2 * num_reqs]
         self.copies.copy_(step, buf[: 2 * num_reqs])
         idx_mapping, counts = step[:num_reqs], step[num_reqs:]
@@ -119,19 +119,15 @@ class HostStep:
     req_ids: list[str]
     num_reqs: int
     num_tokens: int
-    idx_np: np.ndarray
-    counts_np: np.ndarray
-    qsl_np: np.ndarray
+    idx_mapping_np: np.ndarray  # the InputBatch's names: either serves a host-side reader
+    num_scheduled_tokens_np: np.ndarray
+    query_start_loc_np: np.ndarray
     seq_lens_np: np.ndarray
 
     @classmethod
     def of(cls, batch: InputBatch) -> HostStep:
         """The host arrays of a built batch."""
-        b = batch
-        return cls(
-            b.req_ids, b.num_reqs, b.num_tokens, b.idx_mapping_np, b.num_scheduled_tokens_np,
-            b.query_start_loc_np, b.seq_lens_np,
-        )  # fmt: skip
+        return cls(**{f.name: getattr(batch, f.name) for f in fields(cls)})
 
     def batch(
         self, idx_mapping: torch.Tensor, counts: torch.Tensor, inputs: dict[str, torch.Tensor]
@@ -141,9 +137,9 @@ class HostStep:
             req_ids=self.req_ids,
             num_reqs=self.num_reqs,
             num_tokens=self.num_tokens,
-            idx_mapping_np=self.idx_np,
-            num_scheduled_tokens_np=self.counts_np,
-            query_start_loc_np=self.qsl_np,
+            idx_mapping_np=self.idx_mapping_np,
+            num_scheduled_tokens_np=self.num_scheduled_tokens_np,
+            query_start_loc_np=self.query_start_loc_np,
             seq_lens_np=self.seq_lens_np,
             idx_mapping=idx_mapping,
             num_scheduled_tokens=counts,
