@@ -329,20 +329,29 @@ def part_engine(args) -> list[dict]:
 
 def part_hooks(args) -> list[dict]:
     """The recording probe's own cost per decode step: the hooks one step of ``batch`` decodes
-    calls (as the engine and runner call them), replayed, median of many steps."""
+    calls (as the engine and runner call them, with what they pass: the output indices a
+    numpy column from the columnar decode step, no first token), replayed, median of many
+    steps. The probe is a default run's: NVTX ranges on, no tool attached."""
     import time
+
+    import numpy as np
 
     from mrv2_prof.probes import api as probes
     from mrv2_prof.probes.recording import RecordingProbe
+    from mrv2_prof.runner.core.steady_decode import COLUMNS_FROM
 
+    try:
+        from mrv2_prof.probes.nvtx_ranges import NvtxRecordingProbe as DefaultProbe
+    except ImportError:  # no nvtx package: a default run records without it
+        DefaultProbe = RecordingProbe
     results = []
     for batch in args.batches:
-        probe = RecordingProbe()
+        probe = DefaultProbe()
         ids = [f"req-{i}" for i in range(batch)]
         tokens = list(range(batch))
         per_step = []
         for step in range(2000):
-            idx = [step] * batch
+            idx = np.full(batch, step + 1) if batch >= COLUMNS_FROM else [step + 1] * batch
             t0 = time.perf_counter_ns()
             p = probe
             p.step_begin(step)
@@ -361,7 +370,7 @@ def part_hooks(args) -> list[dict]:
             p.sync("output_wait", "async_output", 1000)
             p.begin(probes.UPDATE)
             p.end(probes.UPDATE)
-            p.step_tokens(ids, idx, t0, tokens)
+            p.step_tokens(ids, idx, t0, tokens, False)
             p.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
             per_step.append(time.perf_counter_ns() - t0)
             if probe.fill > 0.5:

@@ -13,6 +13,8 @@ Timestamps are ``time.perf_counter_ns()``; ``-1`` for a time (and ``None`` for a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # re-exported for the runner (the copy audit's sites, the output wait)
 from mrv2_prof.probes.sync_site import host_waits_active as host_waits_active
 from mrv2_prof.probes.sync_site import sync_site as sync_site
@@ -129,9 +131,16 @@ class Probe:
         pass
 
     def step_tokens(
-        self, req_ids: list[str], idx: list[int], t_ns: int, token_ids: list[int]
+        self,
+        req_ids: list[str],
+        idx: Sequence[int],
+        t_ns: int,
+        token_ids: list[int],
+        first_tokens: bool = True,
     ) -> None:
-        """One step's tokens at once (``token`` for each j); the lists are not modified later."""
+        """One step's tokens at once (``token`` for each j); the lists are not modified later.
+        ``first_tokens`` False: the caller knows no ``idx`` is 0 (no request got its first
+        token this step), so a recorder need not look."""
         for j, req_id in enumerate(req_ids):
             self.token(req_id, idx[j], t_ns, token_ids[j])
 

@@ -226,8 +226,8 @@ class Engine:
             if updated and out.spec_token_ids is not None:
                 self._record_spec_tokens(updated, before, t_ns)
             elif updated:
-                ids, indices, tokens = self.scheduler.token_rows(updated)
-                p.step_tokens(ids, indices, t_ns, tokens)
+                ids, indices, tokens, first = self.scheduler.token_rows(updated)
+                p.step_tokens(ids, indices, t_ns, tokens, first)
             for r in finished:
                 self._record_finish(r, t_ns)
             p.step_end(

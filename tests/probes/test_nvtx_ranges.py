@@ -119,6 +119,9 @@ def test_without_a_tool_attached_nothing_is_emitted_and_records_are_unchanged():
     real = get_domain()  # no nsys here: the nvtx package's dummy domain
     quiet = NvtxRecordingProbe(real)
     assert not quiet.active
+    # the hooks are the recording probe's own: no frame of this class on the step loop
+    for hook in ("step_begin", "begin", "end"):
+        assert getattr(quiet, hook).__func__ is getattr(RecordingProbe, hook), hook
     plain = RecordingProbe()
     run_engine(quiet)
     run_engine(plain)

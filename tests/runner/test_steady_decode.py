@@ -44,7 +44,7 @@ def _check_columns(sched: Scheduler) -> None:
 @pytest.mark.parametrize("seed", [0, 3, 5, 7])
 def test_the_columns_follow_the_requests_through_every_step(seed, mode, monkeypatch):
     monkeypatch.setattr(steady_decode, "COLUMNS_FROM", 1)
-    counts = {"schedule": 0, "columnar update": 0, "update": 0}
+    counts = {"schedule": 0, "columnar update": 0, "update": 0, "no first token": 0}
     schedule, update = Scheduler.schedule, Scheduler.update_from_output
     columnar = steady_decode.SteadyDecode.update
 
@@ -58,9 +58,11 @@ def test_the_columns_follow_the_requests_through_every_step(seed, mode, monkeypa
         updated = update(self, *args, **kwargs)
         counts["update"] += 1
         _check_columns(self)
-        ids, indices, tokens = self.token_rows(updated)  # what the probe records
+        ids, indices, tokens, first = self.token_rows(updated)  # what the probe records
         assert list(ids) == [r.request_id for r in updated]
         assert list(indices) == [len(r.output_token_ids) - 1 for r in updated]
+        assert first or 0 not in list(indices)  # "no first token" is never wrong
+        counts["no first token"] += not first
         assert list(tokens) == [r.output_token_ids[-1] for r in updated]
         return updated
 
@@ -73,6 +75,7 @@ def test_the_columns_follow_the_requests_through_every_step(seed, mode, monkeypa
     monkeypatch.setattr(steady_decode.SteadyDecode, "update", counted)
     wide_scheduler_trace(seed, mode == "async")
     assert counts["update"] > 40
+    assert counts["no first token"] > 0  # the columnar steps spare the probe its scan
     assert counts["columnar update"] >= 10  # steady steps took the columnar update
 
 

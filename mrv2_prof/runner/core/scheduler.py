@@ -341,7 +341,10 @@ class Scheduler:
         self._steady.note_tokens(note)
         return updated
 
-    def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
+    def token_rows(
+        self, updated: list[Request]
+    ) -> tuple[list[str], Sequence[int], list[int], bool]:
         """What ``updated`` (``update_from_output``'s last return) received: each request's
-        id, the index of its last output token and that token (``SteadyDecode.token_rows``)."""
+        id, the index of its last output token and that token, and whether any may be a first
+        token (``SteadyDecode.token_rows``)."""
         return self._steady.token_rows(updated)

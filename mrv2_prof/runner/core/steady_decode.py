@@ -111,7 +111,7 @@ class SteadyDecode:
         self.async_scheduling = async_scheduling
         self._cols: DecodeColumns | None = None
         # the last ``update``'s return value, its ids, output indices and tokens
-        self.last_tokens: tuple[list[Request], list[str], np.ndarray, list[int]] | None = None
+        self.last_tokens: tuple[list[Request], list[str], np.ndarray, list[int], bool] | None = None
         # columnar steps whose tokens are still to come (one, two with async scheduling)
         self._batches: list[tuple[Any, SteadyBatch]] = []
 
@@ -135,16 +135,21 @@ class SteadyDecode:
                 return batch if batch.finishes == finishes else None
         return None
 
-    def token_rows(self, updated: list[Request]) -> tuple[list[str], Sequence[int], list[int]]:
-        """Each of ``updated``'s id, last output index and last token: the columns' own after
-        a columnar update that returned ``updated``, else read from the requests."""
+    def token_rows(
+        self, updated: list[Request]
+    ) -> tuple[list[str], Sequence[int], list[int], bool]:
+        """Each of ``updated``'s id, last output index and last token, and whether any index
+        may be 0 (a first token): the columns' own after a columnar update that returned
+        ``updated``, else read from the requests. A columnar step gives a request its first
+        token only where it computed a prompt token (its last one, after a prefix hit)."""
         last = self.last_tokens
         if last is not None and last[0] is updated:
-            return last[1], last[2], last[3]
+            return last[1], last[2], last[3], last[4]
         return (
             [r.request_id for r in updated],
             [len(r.output_token_ids) - 1 for r in updated],
             [r.output_token_ids[-1] for r in updated],
+            True,
         )
 
     def note_tokens(self, req_ids: Iterable[str]) -> None:
@@ -339,7 +344,8 @@ class SteadyDecode:
         else:
             maybe |= np.isin(np.array(tokens, np.int64), cols.eos)
         updated = list(reqs)
-        self.last_tokens = (updated, batch.ids, num_tokens - col(cols.prompt1), tokens)
+        idx = num_tokens - col(cols.prompt1)
+        self.last_tokens = (updated, batch.ids, idx, tokens, batch.num_prompt > 0)
         if np.count_nonzero(maybe):
             for i in np.flatnonzero(maybe).tolist():
                 status = reqs[i].stop_status(tokens[i], self.max_model_len)
