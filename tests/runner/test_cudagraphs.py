@@ -65,7 +65,7 @@ def three_ways(engine: Engine, batch):
     full = None
     if d.mode == "full":
         if r.graph_runner.full_step is not None:  # the graph builds the inputs itself
-            r.graph_runner.full_step.upload(d.key, HostStep.of(batch))
+            r.graph_runner.full_step.upload(d.key, HostStep.of(batch), [])
         full = r.graph_runner.replay_full(d.key, batch).clone()
     keys = r.graphs.piecewise_keys
     key = keys[bisect.bisect_left(keys, batch.num_tokens)]

@@ -118,6 +118,7 @@ def _engine(monkeypatch, graphs: bool, full_step: bool, async_scheduling: bool):
     return interpreted_triton_engine(
         monkeypatch,
         num_kv_blocks=24,
+        block_size=4,  # decode steps cross into new KV blocks: the graph writes the table
         async_scheduling=async_scheduling,
         full_step_graph=full_step,
     )
@@ -158,6 +159,7 @@ def test_full_step_path_gives_the_tokens_of_the_eager_engine(monkeypatch, async_
     # the sample graph ran with padding (3 requests in the size-4 graph, once the top-k request
     # is out) and was skipped while the top-k request ran (its steps sample eagerly)
     assert (4, 3) in replays
+    assert fs.steps_with_appends > 0  # block-table entries written by the inputs graph
     full_4 = engine.runner.graphs.replays.get(("full", 4), 0)
     assert full_4 > sum(1 for size, _ in replays if size == 4)
 
@@ -200,4 +202,5 @@ def test_cuda_full_step_graphs_give_the_tokens_of_plain_full_graphs(async_schedu
             assert sum(engine.runner.graphs.replays.values()) > 20
             assert gr.sample_replays > 20
             assert fs.params_seen > 0  # the parameter copies followed the arrivals
+            assert fs.steps_with_appends > 0  # new KV blocks entered by the inputs graph
     assert outs[0] == outs[1]

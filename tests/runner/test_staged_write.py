@@ -120,3 +120,27 @@ def test_packed_buffers_are_reused_in_turn_and_grow_when_needed():
         assert np.array_equal(t.gpu.numpy(), want), step
     assert len(set(seen[:STAGING_DEPTH])) == 1  # the same buffers before the growth
     assert len(set(seen[STAGING_DEPTH:])) == 1 and seen[-1] != seen[0]  # grown once
+
+
+def test_single_element_writes_are_taken_out_as_triples_with_their_stats():
+    """``take_singles``: one-element writes leave as (row, col, value) triples, counted as
+    3 values each and the count; anything else (a longer write, too many) stays staged and
+    applies as before."""
+    t = StagedWriteTensor((4, 8), torch.int32, torch.device("cpu"))
+    assert t.take_singles(4) == ([], None)  # nothing staged
+    t.stage_write(2, 5, [41])
+    t.stage_write(0, 0, np.array([7]))
+    triples, stats = t.take_singles(4)
+    assert triples == [2, 5, 41, 0, 0, 7]
+    assert (stats.writes, stats.rows, stats.elements) == (2, 2, 2)
+    assert stats.staged_bytes == 4 * (1 + 3 * 2) and stats.dense_bytes == 4 * 4 * 8
+    assert t.apply_write() is None  # taken: nothing left to apply
+    t.stage_write(1, 0, [1, 2])  # a longer write
+    assert t.take_singles(4) is None
+    t.apply_write()
+    for row in range(3):
+        t.stage_write(row, 7, [9])
+    assert t.take_singles(2) is None  # more than the limit: they stay staged
+    t.apply_write()
+    assert t.gpu[:, 7].tolist() == [9, 9, 9, 0] and t.gpu[1, :2].tolist() == [1, 2]
+    assert t.gpu[2, 5] == 0  # the taken write was not applied here

@@ -197,3 +197,70 @@ def test_cuda_apply_does_not_sync():
         staged_write_triton.apply_packed_writes_triton(base, buf, 256, total)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+# ---- the full step's in-graph form: n | (row, col, value) x n, n read on the device ----------
+
+
+def appends_buffer(triples, cap, dtype=torch.int32):
+    """n | triples, padded with garbage up to ``cap`` triples (what lies past n is never read)."""
+    flat = [len(triples)] + [x for t in triples for x in t]
+    flat += [10**6] * (1 + 3 * cap - len(flat))
+    return torch.tensor(flat, dtype=dtype, device=DEVICE)
+
+
+@pytest.mark.parametrize("n, cap", [(0, 4), (1, 1), (5, 8), (130, 200)])
+def test_appends_match_the_reference_and_a_numpy_oracle(n, cap):
+    """Single-element writes at distinct cells; the count in the buffer bounds them (the
+    garbage after it would write out of bounds if read)."""
+    from mrv2_prof.runner.worker.staged_write import apply_appends_ref
+
+    rng = np.random.default_rng(n)
+    base = random_base(rng, 256, 64, torch.int32)
+    cells = rng.choice(256 * 64, size=n, replace=False)
+    triples = [(int(c // 64), int(c % 64), int(rng.integers(0, 10**5))) for c in cells]
+    buf = appends_buffer(triples, cap)
+    want = base.cpu().numpy().copy()
+    for r, c, v in triples:
+        want[r, c] = v
+    ref, got = base.clone(), base.clone()
+    apply_appends_ref(ref, buf, cap)
+    staged_write_triton.apply_appends_triton(got, buf, cap)
+    np.testing.assert_array_equal(ref.cpu().numpy(), want)
+    assert_equal(got, ref)
+
+
+def test_appends_never_write_past_the_capacity():
+    """A count above ``cap`` (a stale buffer) writes only ``cap`` entries, like the reference."""
+    from mrv2_prof.runner.worker.staged_write import apply_appends_ref
+
+    triples = [(0, i, 100 + i) for i in range(6)]
+    buf = appends_buffer(triples, 6)
+    ref, got = (torch.zeros(2, 8, dtype=torch.int32, device=DEVICE) for _ in range(2))
+    apply_appends_ref(ref, buf, 3)
+    staged_write_triton.apply_appends_triton(got, buf, 3)
+    assert ref[0].tolist() == [100, 101, 102, 0, 0, 0, 0, 0]
+    assert_equal(got, ref)
+
+
+@pytest.mark.gpu
+def test_cuda_appends_in_a_graph_write_each_replays_entries():
+    """Captured once, replayed with new entries and counts in the static buffer: each replay
+    writes its own step's entries (a [1024, 256] block table, 512 rows of capacity)."""
+    _needs_cuda()
+    rng = np.random.default_rng(9)
+    table = torch.zeros(1024, 256, dtype=torch.int32, device="cuda")
+    buf = torch.zeros(1 + 3 * 512, dtype=torch.int32, device="cuda")
+    staged_write_triton.apply_appends_triton(table, buf, 512)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        staged_write_triton.apply_appends_triton(table, buf, 512)
+    want = np.zeros((1024, 256), dtype=np.int32)
+    for n in (3, 512, 0, 77):
+        cells = rng.choice(1024 * 256, size=n, replace=False)
+        triples = [(int(c // 256), int(c % 256), int(rng.integers(1, 10**6))) for c in cells]
+        buf.copy_(appends_buffer(triples, 512).cuda())
+        graph.replay()
+        for r, c, v in triples:
+            want[r, c] = v
+        np.testing.assert_array_equal(table.cpu().numpy(), want)

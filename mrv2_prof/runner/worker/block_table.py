@@ -9,7 +9,12 @@ import numpy as np
 import torch
 
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
-from mrv2_prof.runner.worker.staged_write import ApplyFn, WriteStats, make_write_tensor
+from mrv2_prof.runner.worker.staged_write import (
+    ApplyFn,
+    StagedWriteTensor,
+    WriteStats,
+    make_write_tensor,
+)
 
 
 class BlockTables:
@@ -38,6 +43,14 @@ class BlockTables:
 
     def apply_write(self) -> WriteStats | None:
         return self.table.apply_write()
+
+    def take_appends(self, limit: int) -> tuple[list[int], WriteStats | None] | None:
+        """This step's writes as ``row, column, block`` triples for the full step's graph to
+        apply (``StagedWriteTensor.take_singles``); None: not that form (dense tables, a new
+        row, more than ``limit``), apply them with ``apply_write``."""
+        if not isinstance(self.table, StagedWriteTensor):
+            return None
+        return self.table.take_singles(limit)
 
     def gather(
         self, idx_mapping: torch.Tensor, out: torch.Tensor | None = None

@@ -3,21 +3,26 @@
 With ``runner.full_step_graph`` (the default) a uniform decode step that a FULL graph holds
 does not build its inputs, sample or advance the request state with launches of its own:
 
-* **inputs graph** (``inputs_body``): the input-prep kernel, reading the step's ``idx_mapping``
-  and per-row counts from one static buffer (``step_dev``, padded to the capture size: a padding
-  row has count 0 and slot 0), then the FULL forward pass into the static logits. A padding row
-  writes a token of its own that writes no KV (``pad_empty``), so the replay needs no fill.
+* **inputs graph** (``inputs_body``): the step's new block-table entries (``apply_appends``:
+  ``n | (slot, column, block) x n`` from the same static buffer, n read on the device), then
+  the input-prep kernel, reading the step's ``idx_mapping`` and per-row counts from one static
+  buffer (``step_dev``, padded to the capture size: a padding row has count 0 and slot 0), then
+  the FULL forward pass into the static logits. A padding row writes a token of its own that
+  writes no KV (``pad_empty``), so the replay needs no fill. A step whose block-table writes
+  are not single entries (a new request's row) applies them with the staged-write launch first.
 * **sample graph** (``sample_body``): the Gumbel-max scan over the static logits (plain
   sampling: temperature and seed per request, greedy rows by temperature, no top-k / top-p, no
   logprobs) and the state advance, which skips the padding rows. It runs only when every row of
   the step samples plainly; any other step replays the inputs graph and samples eagerly.
 
-The host then makes one pinned copy of the padded ``idx_mapping | counts`` and launches one or two
-graphs, where the eager step made three kernel launches and the copy. The sampler reads its own
-device copies of ``temperature`` and ``seeds``, refreshed when the request states' parameters
-change (their UVA buffers rotate, a graph keeps pointers). What the probe sees: the device
-``forward`` span of such a step also holds the input build (its ``prepare`` span holds the staged
-writes and the step's copy), and ``sample`` holds the sampler and the state advance as before.
+The host then makes one pinned copy of the padded ``idx_mapping | counts`` and the block-table
+entries and launches one or two graphs, where the eager step made three kernel launches and the
+copy, and a fourth launch and copy when a request crossed into a new KV block. The sampler
+reads its own device copies of ``temperature`` and ``seeds``, refreshed when the request
+states' parameters change (their UVA buffers rotate, a graph keeps pointers). What the probe
+sees: the device ``forward`` span of such a step also holds the input build and the new
+block-table entries (its ``prepare`` span holds the other staged writes and the step's copy),
+and ``sample`` holds the sampler and the state advance as before.
 """
 
 from __future__ import annotations
@@ -55,8 +60,15 @@ class FullStep:
         dev = rs.last_sampled_tokens.device
         self.kernels, self.rs, self.table, self.inputs = kernels, rs, table, inputs
         self.block_size, self.staged_writes, self.copies = block_size, staged_writes, copies
-        self.step_dev = torch.zeros(2 * max_size, dtype=torch.int32, device=dev)
-        self._ring = PinnedRing(2 * max_size, torch.int32, pin=pin)
+        # idx_mapping [size] | counts [size] | ... | at APPENDS (16-byte aligned, the same for
+        # every size): n | (slot, column, block) x n, n <= size
+        self.appends_at = -(-2 * max_size // 4) * 4
+        length = self.appends_at + 1 + 3 * max_size
+        self.step_dev = torch.zeros(length, dtype=torch.int32, device=dev)
+        self._ring = PinnedRing(length, torch.int32, pin=pin)
+        self.appends = self.step_dev[self.appends_at :]
+        self.steps_with_appends = 0  # FULL steps whose block-table entries the graph wrote
+        kernels.apply_appends(table, self.appends, max_size)  # compiled here, not in a capture
         # views made once per shape (a torch slice costs the step microseconds): per (size, n)
         # the device buffer's first 2 x size, idx[:n] and counts[:n]; per (ring buffer, size)
         # the host buffer's first 2 x size
@@ -77,6 +89,7 @@ class FullStep:
         """Input prep over ``size`` rows of the static step buffer, into the input buffers."""
         idx, counts = self._step(size)
         rs = self.rs
+        self.kernels.apply_appends(self.table, self.appends, size)
         self.kernels.prepare_inputs(
             idx,
             counts,
@@ -120,7 +133,7 @@ class FullStep:
 
     def clear(self, size: int) -> None:
         """Every row of ``size`` padding: what a body sees before and during its capture."""
-        self.step_dev[: 2 * size].zero_()
+        self.step_dev.zero_()
 
     # ---- the step (host side) --------------------------------------------------------------
     def plain(self, idx_np: np.ndarray) -> bool:
@@ -130,22 +143,29 @@ class FullStep:
             return True
         return not any(int(s) in rs.special_slots for s in idx_np)
 
-    def upload(self, size: int, host: HostStep) -> InputBatch:
-        """Copy the padded ``idx_mapping | counts`` of a step of ``n <= size`` one-token rows into
-        the static step buffer; the batch over the input buffers the inputs graph writes."""
+    def upload(self, size: int, host: HostStep, appends: list[int]) -> InputBatch:
+        """Copy the padded ``idx_mapping | counts`` of a step of ``n <= size`` one-token rows and
+        its block-table ``appends`` (``slot, column, block`` triples, at most ``size``) into the
+        static step buffer; the batch over the input buffers the inputs graph writes."""
         n = host.num_reqs
         buf, view = self._ring.next()
         view[:n] = host.idx_mapping_np
         view[n:size] = 0
         view[size : size + n] = 1
         view[size + n : 2 * size] = 0
+        at = self.appends_at
+        view[at] = len(appends) // 3
+        if appends:
+            view[at + 1 : at + 1 + len(appends)] = appends
+            self.steps_with_appends += 1
+        length = at + 1 + 3 * size
         src = self._host_views.get((id(buf), size))
         if src is None:
-            src = self._host_views[(id(buf), size)] = buf[: 2 * size]
+            src = self._host_views[(id(buf), size)] = buf[:length]
         views = self._dev_views.get((size, n))
         if views is None:
             idx, counts = self._step(size)
-            views = self._dev_views[(size, n)] = (self.step_dev[: 2 * size], idx[:n], counts[:n])
+            views = self._dev_views[(size, n)] = (self.step_dev[:length], idx[:n], counts[:n])
         self.copies.copy_(views[0], src)
         rs = self.rs
         if rs.params_version != self.params_seen:  # new requests: the sampler's copies

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKernels
 from mrv2_prof.runner.worker.input_batch import prepare_inputs_ref
 from mrv2_prof.runner.worker.sampler import sample
-from mrv2_prof.runner.worker.staged_write import ApplyFn, apply_packed_writes_ref
+from mrv2_prof.runner.worker.staged_write import (
+    ApplyFn,
+    apply_appends_ref,
+    apply_packed_writes_ref,
+)
 from mrv2_prof.runner.worker.step_advance import advance_state_ref
 
 
@@ -28,6 +32,7 @@ class KernelSet:
     model: ModelKernels  # the decoder's per-layer ops, attention included
     sample: Callable
     advance_state: Callable = advance_state_ref  # last sampled tokens and computed counts
+    apply_appends: Callable = apply_appends_ref  # single-element writes, count on the device
 
     @property
     def write_kv(self) -> Callable:
@@ -45,7 +50,10 @@ def triton_kernels() -> KernelSet:
     from mrv2_prof.runner.model.model_kernels import triton_model_kernels
     from mrv2_prof.runner.worker.input_batch_triton import prepare_inputs_triton
     from mrv2_prof.runner.worker.sampler_triton import sample_triton
-    from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
+    from mrv2_prof.runner.worker.staged_write_triton import (
+        apply_appends_triton,
+        apply_packed_writes_triton,
+    )
     from mrv2_prof.runner.worker.step_advance_triton import advance_state_triton
 
     return KernelSet(
@@ -55,6 +63,7 @@ def triton_kernels() -> KernelSet:
         triton_model_kernels(),
         sample_triton,
         advance_state_triton,
+        apply_appends_triton,
     )
 
 

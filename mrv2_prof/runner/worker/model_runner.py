@@ -189,24 +189,28 @@ class ModelRunner:
         if not so.is_empty:
             p.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
         write_stats = self.req_states.apply_writes()
-        bt = self.block_tables.apply_write()
-        if bt is not None:
-            write_stats["block_table"] = bt
-        for name, ws in write_stats.items():
-            p.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
+        fs = self.graph_runner.full_step if self.graph_runner is not None else None
+        if so.is_empty or fs is None or so.scheduled_spec_decode_tokens:
+            self._apply_block_table(write_stats)
         if so.is_empty:
             p.end(probes.PREPARE)
             return PendingOutput(None, write_stats)
         assert self.kv_caches is not None, "start_up() before queue_step()"
-        fs = self.graph_runner.full_step if self.graph_runner is not None else None
         verify = None
         if fs is not None and not so.scheduled_spec_decode_tokens:  # full_step.py
             host = self.step_inputs.host(so)
             plan = self._plan_prompt_logprobs(host)
             shape = BatchDescriptor.of(host.num_scheduled_tokens_np, host.num_tokens)
             d = self.graphs.dispatch(shape, needs_hidden=plan is not None)
+            taken = self.block_tables.take_appends(d.key) if d.mode == FULL else None
+            if taken is None:  # not single entries, or no FULL graph: the staged-write launch
+                self._apply_block_table(write_stats)
+            else:  # the inputs graph writes the new entries
+                if taken[1] is not None:
+                    write_stats["block_table"] = taken[1]
+                self._record_writes(write_stats)
             if d.mode == FULL:  # the graph builds the inputs
-                batch = fs.upload(d.key, host)
+                batch = fs.upload(d.key, host, taken[0] if taken is not None else [])
             else:
                 batch = self.step_inputs.device(host, self.kernels)
             p.end(probes.PREPARE)
@@ -323,6 +327,18 @@ class ModelRunner:
         """One token per row (``step_sampling.py``), and the most logprobs any row asked for;
         a verify step (``verify``) rejection-samples its rows instead."""
         return sample_step(self.kernels, self.verifier, self.req_states, batch, logits, verify)
+
+    def _apply_block_table(self, write_stats: dict) -> None:
+        """The block tables' staged writes (one copy and launch), then the step's write stats
+        to the probe."""
+        bt = self.block_tables.apply_write()
+        if bt is not None:
+            write_stats["block_table"] = bt
+        self._record_writes(write_stats)
+
+    def _record_writes(self, write_stats: dict) -> None:
+        for name, ws in write_stats.items():
+            self.probe.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
 
     def _update_states(self, so: SchedulerOutput) -> None:
         rs = self.req_states

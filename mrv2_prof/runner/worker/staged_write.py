@@ -156,6 +156,23 @@ class StagedWriteTensor:
         self._apply(self.gpu.view(self.num_rows, self.num_cols), buf, n, total)
         return stats
 
+    def take_singles(self, limit: int) -> tuple[list[int], WriteStats | None] | None:
+        """The staged writes taken out for a caller that applies them itself (the full step's
+        graph, ``apply_appends``): ``row, column, value`` of each, interleaved, when every write
+        is one element and there are at most ``limit``; else None, and they stay staged. The
+        stats count the writes as that packed form (three values each and the count)."""
+        n = len(self._rows)
+        if n == 0:
+            return [], None
+        if n > limit or any(len(v) != 1 for v in self._values):
+            return None
+        triples: list[int] = []
+        for row, start, vals in zip(self._rows, self._starts, self._values, strict=True):
+            triples += (row, start, int(vals[0]))
+        stats = WriteStats(n, len(self._spans), n, (1 + 3 * n) * self._itemsize, self.dense_bytes)
+        self._rows, self._starts, self._values, self._spans = [], [], [], {}
+        return triples, stats
+
     def warm_up(self) -> None:
         """One empty write (row 0, no values) through the apply, on this tensor itself: the
         kernel variant its steps launch (dtype, row stride) is compiled, nothing is written."""
@@ -182,6 +199,15 @@ def apply_packed_writes_ref(base: torch.Tensor, buf: torch.Tensor, n: int, total
     within = torch.arange(total, device=buf.device) - offsets.long()[write_id]
     flat = rows.long()[write_id] * base.shape[1] + starts.long()[write_id] + within
     base.view(-1).index_copy_(0, flat, values.to(base.dtype))
+
+
+def apply_appends_ref(base: torch.Tensor, buf: torch.Tensor, cap: int) -> None:
+    """Torch reference of the in-graph apply: ``buf`` = n | (row, column, value) x n, with
+    n <= ``cap`` read from the buffer (a graph replays with the count of its step); each
+    writes ``base[row, column] = value``. The reference reads n on the host (CPU and tests)."""
+    n = min(int(buf[0]), cap)
+    triples = buf[1 : 1 + 3 * n].view(n, 3).long()
+    base[triples[:, 0], triples[:, 1]] = triples[:, 2].to(base.dtype)
 
 
 class DenseWriteTensor:

@@ -6,6 +6,10 @@ buffer ``rows[n] | starts[n] | lens[n] | offsets[n] | values[total]`` into ``bas
 per write, each copying its run of values in ``BLOCK`` chunks, so a write may be empty, a single
 element, or a whole row. Writes never overlap (``StagedWriteTensor.stage_write`` refuses that),
 so programs need no ordering.
+
+``apply_appends_triton`` (torch reference ``staged_write.apply_appends_ref``) is the full step's
+form of single-element writes: ``n | (row, column, value) x n`` in a static buffer, ``n`` read on
+the device, so a captured graph applies each replay's own writes (``full_step.py``).
 """
 
 from __future__ import annotations
@@ -65,3 +69,39 @@ def apply_packed_writes_triton(base: torch.Tensor, buf: torch.Tensor, n: int, to
     if n == 0:
         return
     _apply((n,), base, base.stride(0), buf, n, BLOCK=BLOCK)
+
+
+APPEND_BLOCK = 128  # single-element writes per program
+
+
+@triton.jit(do_not_specialize=["cap"])
+def _apply_appends_kernel(
+    base_ptr,  # [rows, cols], unit column stride
+    base_row_stride,
+    buf_ptr,  # n | (row, col, value) x n, n <= cap
+    cap,
+    BLOCK: tl.constexpr,
+):
+    n = tl.minimum(tl.load(buf_ptr), cap)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    t = buf_ptr + 1 + 3 * offs
+    row = tl.load(t, mask=mask, other=0).to(tl.int64)
+    col = tl.load(t + 1, mask=mask, other=0).to(tl.int64)
+    value = tl.load(t + 2, mask=mask, other=0)
+    tl.store(base_ptr + row * base_row_stride + col, value.to(base_ptr.dtype.element_ty), mask=mask)
+
+
+_apply_appends = Launcher(_apply_appends_kernel)
+
+
+def apply_appends_triton(base: torch.Tensor, buf: torch.Tensor, cap: int) -> None:
+    """Apply up to ``cap`` single-element writes from ``buf`` = n | (row, col, value) x n, with
+    n read on the device (one launch, ``cdiv(cap, APPEND_BLOCK)`` programs; none when cap = 0)."""
+    if base.dim() != 2 or (base.shape[1] > 1 and base.stride(1) != 1):
+        raise ValueError(f"base must be 2-D with unit column stride, got {tuple(base.stride())}")
+    if buf.dim() != 1 or not buf.is_contiguous() or buf.numel() < 1 + 3 * cap:
+        raise ValueError(f"buf must be 1-D, contiguous, of at least {1 + 3 * cap} elements")
+    if cap > 0:
+        _apply_appends((triton.cdiv(cap, APPEND_BLOCK),), base, base.stride(0), buf, cap,
+                       BLOCK=APPEND_BLOCK)  # fmt: skip
