@@ -1,6 +1,7 @@
-"""Every shipped scenario runs on a CPU machine with two overrides and nothing else: the device
-and the tiny model (the GPU-only switches become recorded notes, ``num_kv_blocks: auto`` sizes
-the cache for the CPU)."""
+"""Every shipped scenario runs on a CPU machine with two overrides, the device and the tiny model
+(the GPU-only switches become recorded notes, ``num_kv_blocks: auto`` sizes the cache for the
+CPU), and here a third, fewer requests: the file, its downgrades and its run end to end are what
+is checked, in a share of the CI's time its full traffic would take."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+NUM_REQUESTS = 6
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 
 
@@ -19,7 +21,8 @@ def test_a_shipped_scenario_runs_on_cpu_with_two_overrides(scenario, tmp_path):
     db = tmp_path / "runs.duckdb"
     proc = subprocess.run(
         [sys.executable, "-m", "mrv2_prof", "run", str(scenario), "--headless", "--db", str(db),
-         "--set", "runner.device=cpu", "--set", "model.preset=llama-tiny"],
+         "--set", "runner.device=cpu", "--set", "model.preset=llama-tiny",
+         "--set", f"workload.num_requests={NUM_REQUESTS}"],
         capture_output=True,
         text=True,
         timeout=600,
