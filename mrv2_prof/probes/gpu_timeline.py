@@ -9,8 +9,9 @@ previous one, whichever came later) and ``G_END`` the moment it finished. Phase 
 G_SAMPLE→G_END; a step that runs a draft model (speculative decoding) also marks ``G_DRAFT``
 between them, and its ``sample`` ends there and ``draft`` = G_DRAFT→G_END follows. Every
 boundary is recorded outside the CUDA graphs, so a replayed step keeps its phase times. A FULL
-decode step with ``runner.full_step_graph`` builds its inputs inside its forward graph, so its
-``forward`` holds the input build and its ``prepare`` only the staged writes and the step's copy;
+decode step with ``runner.full_step_graph`` builds its inputs and writes its new block-table
+entries inside its forward graph, so its ``forward`` holds both and its ``prepare`` only the
+other staged writes and the step's copy;
 its ``sample`` is the sample graph (sampling and the state advance) and the copy out.
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,

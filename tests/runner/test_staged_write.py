@@ -30,7 +30,8 @@ def test_matches_dense_reference_after_random_writes(cls, dtype):
     ref = np.zeros((rows, cols), dtype=np.int64)
     for _ in range(30):
         for row, start, vals in random_writes(rng, rows, cols, int(rng.integers(0, 8))):
-            t.stage_write(row, start, vals)
+            # arrays and plain lists (the scheduler's block ids), mixed in one apply
+            t.stage_write(row, start, vals.tolist() if row % 2 else vals)
             ref[row, start : start + len(vals)] = vals
         t.apply_write()
         np.testing.assert_array_equal(t.gpu.numpy(), ref)

@@ -94,7 +94,7 @@ class StagedWriteTensor:
         self._itemsize = self.gpu.element_size()
         self._rows: list[int] = []
         self._starts: list[int] = []
-        self._values: list[np.ndarray] = []
+        self._values: list[np.ndarray | list[int]] = []
         self._spans: dict[int, list[tuple[int, int]]] = {}
         self._apply = apply_fn or apply_packed_writes_ref  # the Triton kernel on the fast path
         self._copies = copies if copies is not None else CopyAudit()
@@ -105,8 +105,12 @@ class StagedWriteTensor:
         return self.gpu.numel() * self._itemsize
 
     def stage_write(self, row: int, start: int, values: Sequence[int] | np.ndarray | int) -> None:
-        """Record ``self[row, start:start+len(values)] = values`` for the next ``apply_write``."""
-        vals = np.asarray(values, dtype=self._np_dtype).reshape(-1)
+        """Record ``self[row, start:start+len(values)] = values`` for the next ``apply_write``.
+        A list of ints (the scheduler's block ids) is kept as it is: the packing converts it."""
+        if type(values) is list:
+            vals = values
+        else:
+            vals = np.asarray(values, dtype=self._np_dtype).reshape(-1)
         end = start + len(vals)
         if not 0 <= row < self.num_rows or start < 0 or end > self.num_cols:
             raise IndexError(
