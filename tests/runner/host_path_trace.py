@@ -185,7 +185,8 @@ def wide_scheduler_trace(seed: int, async_scheduling: bool) -> dict:
                 sched.add_request(r)
         if not sched.num_unfinished and in_flight is None and step > max(arrivals):
             break
-        so = sched.schedule()
+        so = sched.schedule(settle_later=True)  # as the engine schedules and settles
+        sched.settle()
         # a token per scheduled request, from its id and how far it is computed
         sampled = [
             zlib.crc32(f"{rid}:{sched.requests[rid].num_computed_tokens}".encode()) % VOCAB

@@ -100,8 +100,9 @@ def test_the_prompt_tokens_the_scheduler_counts_are_the_engines_count(mode, monk
     counted = []
     schedule = Scheduler.schedule
 
-    def checked(self):
-        so = schedule(self)
+    def checked(self, settle_later=False):
+        so = schedule(self, settle_later)
+        self.settle()  # the requests as the step leaves them
         if so.num_prefill_tokens is not None:
             reqs = self.requests
             want = sum(

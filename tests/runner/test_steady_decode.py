@@ -48,8 +48,9 @@ def test_the_columns_follow_the_requests_through_every_step(seed, mode, monkeypa
     schedule, update = Scheduler.schedule, Scheduler.update_from_output
     columnar = steady_decode.SteadyDecode.update
 
-    def checked_schedule(self):
-        out = schedule(self)
+    def checked_schedule(self, settle_later=False):
+        out = schedule(self, settle_later)
+        self.settle()  # the engine's settle once the step is queued (the trace defers it)
         counts["schedule"] += 1
         _check_columns(self)
         return out
@@ -97,3 +98,33 @@ def test_a_few_requests_take_the_loop_and_many_the_columns():
         updated = sched.update_from_output(so, list(range(n)))
         assert [r.output_token_ids for r in updated] == [[7, i] for i in range(n)]
         assert all(r.num_computed_tokens == 4 for r in updated)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_deferred_write_back_waits_for_settle_and_nothing_reads_past_it(async_scheduling):
+    """``schedule(settle_later=True)`` on the columns leaves the requests' counters as they were
+    until ``settle`` (the engine settles once the step is queued); the next update settles
+    first, so the tokens land on the counters the step set."""
+    from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
+    from mrv2_prof.runner.core.request import Request, SamplingParams
+
+    sched = Scheduler(KVCacheManager(512, 4), 64, 4096, 256, async_scheduling=async_scheduling)
+    reqs = [Request(f"r{i}", [1, 2, 3], SamplingParams(max_tokens=50)) for i in range(40)]
+    for r in reqs:
+        sched.add_request(r)
+    so = sched.schedule()  # the prompts: the general loop
+    sched.update_from_output(so, [7] * 40)
+    placeholders = [r.num_output_placeholders for r in reqs]
+    so = sched.schedule(settle_later=True)  # one token each, on the columns
+    assert sched._steady._cols is not None
+    assert [r.num_computed_tokens for r in reqs] == [3] * 40  # not yet written back
+    assert [r.num_output_placeholders for r in reqs] == placeholders
+    sched.settle()
+    assert [r.num_computed_tokens for r in reqs] == [4] * 40
+    assert [r.num_output_placeholders for r in reqs] == [p + async_scheduling for p in placeholders]
+    if async_scheduling:  # the engine's order: the next step scheduled, then this one's tokens
+        after = sched.schedule(settle_later=True)
+        assert after.num_scheduled_tokens == dict.fromkeys((r.request_id for r in reqs), 1)
+    updated = sched.update_from_output(so, list(range(40)))  # settles before it reads
+    assert [r.num_computed_tokens for r in updated] == [4 + async_scheduling] * 40
+    assert [r.output_token_ids for r in updated] == [[7, i] for i in range(40)]

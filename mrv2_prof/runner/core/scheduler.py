@@ -92,8 +92,15 @@ class Scheduler:
         request = self.requests.get(request_id)
         if request is None:
             return False
+        self.settle()
         self._finish(request, RequestStatus.FINISHED_ABORTED)
         return True
+
+    def settle(self) -> None:
+        """Write back what a steady decode step left in its columns (the requests' computed
+        counts and placeholders): the engine calls it once the step is queued, where the host
+        works while the device runs. Everything that reads the requests settles first."""
+        self._steady.settle()
 
     @property
     def finished_ids_to_send(self) -> frozenset[str]:
@@ -133,7 +140,11 @@ class Scheduler:
         return len(self.requests)
 
     # ---- one step ----------------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, settle_later: bool = False) -> SchedulerOutput:
+        """The next step. ``settle_later``: a steady decode step's write-back into its requests
+        waits for ``settle`` (the engine's, once the step is queued); until then only the
+        returned output may be read."""
+        self._steady.settle()
         budget = self.max_num_batched_tokens
         new_blocks: dict[str, list[int]] = {}
         preempted: list[Request] = []
@@ -143,6 +154,8 @@ class Scheduler:
             spec.begin_step(self.running, self.max_model_len)
         else:
             steady = self._steady.schedule(self.running, budget, self.num_finishes)
+        if steady is not None and not settle_later:
+            self._steady.settle()
         if steady is not None:  # every running request decodes one token: no preemption
             decode_ids = steady.ids
             num_scheduled = dict.fromkeys(decode_ids, 1)
@@ -290,6 +303,7 @@ class Scheduler:
         With async scheduling this is the step before the one just scheduled: a request that
         finished or was aborted since has its token discarded. ``spec_token_ids``: per batch row
         the tokens a verify emitted (accepted drafts, then one); its logprobs row: one per token."""
+        self._steady.settle()
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
             if request is not None:

@@ -114,6 +114,16 @@ class SteadyDecode:
         self.last_tokens: tuple[list[Request], list[str], np.ndarray, list[int], bool] | None = None
         # columnar steps whose tokens are still to come (one, two with async scheduling)
         self._batches: list[tuple[Any, SteadyBatch]] = []
+        # a columnar schedule's counters for its requests, written back by ``settle``
+        self._write_backs: list[tuple[list[Request], str, list[int]]] = []
+
+    def settle(self) -> None:
+        """Write the last columnar schedule's counters back into its requests (``schedule``
+        leaves them for after the step is queued: nothing reads them before)."""
+        if self._write_backs:
+            for reqs, name, values in self._write_backs:
+                _consume(map(setattr, reqs, repeat(name), values))
+            self._write_backs = []
 
     def invalidate(self) -> None:
         """The running set or a request's computed tokens changed outside these passes."""
@@ -221,10 +231,11 @@ class SteadyDecode:
             if cols.below_prompt:  # a prompt token left after a prefix hit
                 num_prompt = np.count_nonzero(before < cols.prompt)
                 cols.below_prompt = np.count_nonzero(computed < cols.prompt)
-            _set_all(reqs, "num_computed_tokens", computed)
+            later = self._write_backs  # for ``settle``, once the step is queued
+            later.append((reqs, "num_computed_tokens", computed.tolist()))
             if self.async_scheduling:  # each reaches num_tokens + placeholders: all sample
                 pending += 1
-                _set_all(reqs, "num_output_placeholders", pending)
+                later.append((reqs, "num_output_placeholders", pending.tolist()))
         else:
             mask = active.tolist()
             rows = np.flatnonzero(active)
@@ -235,10 +246,11 @@ class SteadyDecode:
             if cols.below_prompt:
                 num_prompt = np.count_nonzero(before < cols.prompt[rows])
                 cols.below_prompt = np.count_nonzero(computed < cols.prompt)
-            _set_all(reqs, "num_computed_tokens", before + 1)
+            later = self._write_backs  # for ``settle``, once the step is queued
+            later.append((reqs, "num_computed_tokens", (before + 1).tolist()))
             if self.async_scheduling:
                 pending[rows] += 1
-                _set_all(reqs, "num_output_placeholders", pending[rows])
+                later.append((reqs, "num_output_placeholders", pending[rows].tolist()))
         return SteadyBatch(reqs, ids, before, num_prompt, new_blocks, cols, rows, finishes)
 
     def _schedule_few(self, running: list[Request], finishes: int) -> SteadyBatch | None:
