@@ -375,3 +375,20 @@ def test_random_interleaving_keeps_invariants(seed: int, enable_caching: bool):
     assert manager.num_free_blocks == NUM_BLOCKS
     assert all(block.ref_cnt == 0 for block in manager.block_pool.blocks)
     assert manager.req_to_blocks == {} and manager.req_to_block_hashes == {}
+
+
+def test_one_new_block_is_the_head_of_the_free_queue_like_a_list_of_one():
+    """``get_new_block`` hands out what ``get_new_blocks(1)`` would: the free queue's head,
+    its cached hash evicted, held once; an empty pool refuses."""
+    a, b = BlockPool(3, enable_caching=True), BlockPool(3, enable_caching=True)
+    h = hash_block_tokens(None, [1, 2])
+    for pool in (a, b):
+        pool.touch([0])
+        pool.cache_block(0, h)
+        pool.free_blocks([0])  # block 0 cached and free, at the queue's tail
+    assert [a.get_new_block() for _ in range(3)] == b.get_new_blocks(3) == [1, 2, 0]
+    for pool in (a, b):
+        assert pool.get_cached_block(h) is None and pool.blocks[0].ref_cnt == 1
+        pool.check_consistency()
+    with pytest.raises(ValueError):
+        a.get_new_block()

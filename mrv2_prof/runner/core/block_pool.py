@@ -81,6 +81,17 @@ class BlockPool:
             block_ids.append(block_id)
         return block_ids
 
+    def get_new_block(self) -> int:
+        """``get_new_blocks(1)[0]`` without the list (a decode step's one new block)."""
+        if not self._free:
+            raise ValueError("cannot get 1 block, only 0 free")
+        block_id, _ = self._free.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.block_hash is not None:
+            self._evict(block)
+        block.ref_cnt = 1
+        return block_id
+
     def touch(self, block_ids: Iterable[int]) -> None:
         """Add a holder to each block; a free (cached) block leaves the free queue."""
         for block_id in block_ids:

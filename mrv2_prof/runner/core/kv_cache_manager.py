@@ -131,13 +131,17 @@ class KVCacheManager:
         """``allocate_slots(request, 1)`` for a running request whose blocks cover its computed
         tokens (the steady decode step, which counted the free blocks first): a block when
         the next token starts one, and the hash of a block it fills."""
-        blocks = self.req_to_blocks[request.request_id]
-        c = request.num_computed_tokens
-        new = self.block_pool.get_new_blocks(1) if c >= len(blocks) * self.block_size else []
-        blocks.extend(new)
+        rid, c, size = request.request_id, request.num_computed_tokens, self.block_size
+        blocks = self.req_to_blocks[rid]
+        new = []
+        if c >= len(blocks) * size:
+            new.append(self.block_pool.get_new_block())
+            blocks.append(new[0])
         if self.enable_caching:
-            num_full = min(c + 1, request.num_tokens) // self.block_size
-            self._cache_full_blocks(request, blocks, num_full)
+            num_full = min(c + 1, len(request.all_token_ids)) // size
+            hashes = self.req_to_block_hashes.get(rid)
+            if hashes is None or len(hashes) < num_full:
+                self._cache_full_blocks(request, blocks, num_full)
         return new
 
     def free(self, request: Request) -> None:
@@ -156,12 +160,15 @@ class KVCacheManager:
 
     def _cache_full_blocks(self, request: Request, blocks: list[int], num_full_blocks: int) -> None:
         hashes = self.req_to_block_hashes.setdefault(request.request_id, [])
+        if len(hashes) >= num_full_blocks:
+            return
+        pool, size, tokens = self.block_pool, self.block_size, request.all_token_ids
+        block_hash = hashes[-1] if hashes else None
         for i in range(len(hashes), num_full_blocks):
-            parent = hashes[-1] if hashes else None
-            block_hash = hash_block_tokens(parent, self._block_tokens(request, i))
+            block_hash = hash_block_tokens(block_hash, tokens[i * size : (i + 1) * size])
             hashes.append(block_hash)
-            if self.block_pool.blocks[blocks[i]].block_hash != block_hash:
-                self.block_pool.cache_block(blocks[i], block_hash)
+            if pool.blocks[blocks[i]].block_hash != block_hash:
+                pool.cache_block(blocks[i], block_hash)
 
     def check_consistency(self) -> None:
         """Raise AssertionError if the pool is inconsistent or disagrees with the holdings."""
