@@ -70,8 +70,8 @@ class FullStep:
         self.steps_with_appends = 0  # FULL steps whose block-table entries the graph wrote
         kernels.apply_appends(table, self.appends, max_size)  # compiled here, not in a capture
         # views made once per shape (a torch slice costs the step microseconds): per (size, n)
-        # the device buffer's first 2 x size, idx[:n] and counts[:n]; per (ring buffer, size)
-        # the host buffer's first 2 x size
+        # the device buffer up to the end of size's entries, idx[:n] and counts[:n]; per (ring
+        # buffer, size) the host buffer's same span
         self._dev_views: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
         self._host_views: dict[tuple[int, int], torch.Tensor] = {}
         n = rs.max_num_reqs
