@@ -139,9 +139,7 @@ class KVCacheManager:
             blocks.append(new[0])
         if self.enable_caching:
             num_full = min(c + 1, len(request.all_token_ids)) // size
-            hashes = self.req_to_block_hashes.get(rid)
-            if hashes is None or len(hashes) < num_full:
-                self._cache_full_blocks(request, blocks, num_full)
+            self._cache_full_blocks(request, blocks, num_full)
         return new
 
     def free(self, request: Request) -> None:

@@ -115,14 +115,14 @@ class SteadyDecode:
         # columnar steps whose tokens are still to come (one, two with async scheduling)
         self._batches: list[tuple[Any, SteadyBatch]] = []
         # a columnar schedule's counters for its requests, written back by ``settle``
-        self._write_backs: list[tuple[list[Request], str, list[int]]] = []
+        self._write_backs: list[tuple[list[Request], str, np.ndarray]] = []
 
     def settle(self) -> None:
         """Write the last columnar schedule's counters back into its requests (``schedule``
         leaves them for after the step is queued: nothing reads them before)."""
         if self._write_backs:
             for reqs, name, values in self._write_backs:
-                _consume(map(setattr, reqs, repeat(name), values))
+                _set_all(reqs, name, values)
             self._write_backs = []
 
     def invalidate(self) -> None:
@@ -232,10 +232,10 @@ class SteadyDecode:
                 num_prompt = np.count_nonzero(before < cols.prompt)
                 cols.below_prompt = np.count_nonzero(computed < cols.prompt)
             later = self._write_backs  # for ``settle``, once the step is queued
-            later.append((reqs, "num_computed_tokens", computed.tolist()))
+            later.append((reqs, "num_computed_tokens", computed.copy()))  # columns move on
             if self.async_scheduling:  # each reaches num_tokens + placeholders: all sample
                 pending += 1
-                later.append((reqs, "num_output_placeholders", pending.tolist()))
+                later.append((reqs, "num_output_placeholders", pending.copy()))
         else:
             mask = active.tolist()
             rows = np.flatnonzero(active)
@@ -247,10 +247,10 @@ class SteadyDecode:
                 num_prompt = np.count_nonzero(before < cols.prompt[rows])
                 cols.below_prompt = np.count_nonzero(computed < cols.prompt)
             later = self._write_backs  # for ``settle``, once the step is queued
-            later.append((reqs, "num_computed_tokens", (before + 1).tolist()))
+            later.append((reqs, "num_computed_tokens", before + 1))  # new arrays, not views
             if self.async_scheduling:
                 pending[rows] += 1
-                later.append((reqs, "num_output_placeholders", pending[rows].tolist()))
+                later.append((reqs, "num_output_placeholders", pending[rows]))
         return SteadyBatch(reqs, ids, before, num_prompt, new_blocks, cols, rows, finishes)
 
     def _schedule_few(self, running: list[Request], finishes: int) -> SteadyBatch | None:
