@@ -72,23 +72,16 @@ class BlockPool:
         """Take ``num_blocks`` from the free queue head with ref count 1, evicting their hashes."""
         if num_blocks > len(self._free):
             raise ValueError(f"cannot get {num_blocks} blocks, only {len(self._free)} free")
-        block_ids = []
-        for _ in range(num_blocks):
-            block_id, _ = self._free.popitem(last=False)
-            block = self.blocks[block_id]
-            self._evict(block)
-            block.ref_cnt = 1
-            block_ids.append(block_id)
-        return block_ids
+        return [self.get_new_block() for _ in range(num_blocks)]
 
     def get_new_block(self) -> int:
-        """``get_new_blocks(1)[0]`` without the list (a decode step's one new block)."""
+        """One block from the free queue head with ref count 1, its hash evicted (a decode
+        step's one new block, without a list)."""
         if not self._free:
             raise ValueError("cannot get 1 block, only 0 free")
         block_id, _ = self._free.popitem(last=False)
         block = self.blocks[block_id]
-        if block.block_hash is not None:
-            self._evict(block)
+        self._evict(block)
         block.ref_cnt = 1
         return block_id
 
