@@ -190,14 +190,15 @@ class ModelRunner:
             p.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
         write_stats = self.req_states.apply_writes()
         fs = self.graph_runner.full_step if self.graph_runner is not None else None
-        if so.is_empty or fs is None or so.scheduled_spec_decode_tokens:
+        full_step = fs is not None and not so.scheduled_spec_decode_tokens  # full_step.py
+        if so.is_empty or not full_step:
             self._apply_block_table(write_stats)
         if so.is_empty:
             p.end(probes.PREPARE)
             return PendingOutput(None, write_stats)
         assert self.kv_caches is not None, "start_up() before queue_step()"
         verify = None
-        if fs is not None and not so.scheduled_spec_decode_tokens:  # full_step.py
+        if full_step:
             host = self.step_inputs.host(so)
             plan = self._plan_prompt_logprobs(host)
             shape = BatchDescriptor.of(host.num_scheduled_tokens_np, host.num_tokens)
