@@ -165,6 +165,29 @@ def tokens_per_s(db: Path, run_id: str) -> float:
         con.close()
 
 
+def step_breakdown(db: Path, run_id: str) -> dict[str, Any]:
+    """Median ms over the run's decode steps (no prefill token) at its largest batch: the step
+    interval (one step's start to the next one's), the device step (its first device mark to
+    its last), the device's busy part of it (less ``starved_ns``), the idle gap before it
+    (``bubble_ns``), host prep and the output wait; and how many such steps there were."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        row = con.execute(
+            "WITH s AS (SELECT *, lead(cpu_start_ns) OVER (ORDER BY step) - cpu_start_ns AS dt "
+            "FROM steps WHERE run_id = ?) "
+            "SELECT median(dt) / 1e6, median(gpu_end_ns - gpu_start_ns) / 1e6, "
+            "median(gpu_end_ns - gpu_start_ns - coalesce(starved_ns, 0)) / 1e6, "
+            "median(bubble_ns) / 1e6, median(host_prep_ns) / 1e6, "
+            "median(output_wait_ns) / 1e6, count(*) FROM s "
+            "WHERE num_prefill_tokens = 0 AND num_reqs = (SELECT max(num_reqs) FROM s)",
+            [run_id],
+        ).fetchone()
+    finally:
+        con.close()
+    keys = ("interval", "gpu_step", "gpu_busy", "bubble", "host_prep", "output_wait")
+    return {**dict(zip(keys, row[:6], strict=True)), "steps": row[6]}
+
+
 def probe_set(name: str) -> dict:
     """``default``, ``off``, or ``+NAME``: every probe off but ``NAME`` (its cost alone)."""
     if name in PROBE_SETS:
@@ -328,13 +351,17 @@ def part_engine(args) -> list[dict]:
 
 
 def part_hooks(args) -> list[dict]:
-    """The recording probe's own cost per decode step: the hooks one step of ``batch`` decodes
-    calls (as the engine and runner call them, with what they pass: the output indices a
-    numpy column from the columnar decode step, no first token), replayed, median of many
-    steps. The probe is a default run's: NVTX ranges on, no tool attached."""
+    """The probes' own cost per decode step: the hooks one step of ``batch`` decodes calls (as
+    the engine, the runner and the output wait call them, with what they pass: the output
+    indices a numpy column from the columnar decode step, no first token), replayed, median of
+    many steps. The probe is a default run's: NVTX ranges on, no tool attached. On CUDA also
+    with the GPU timeline of a default run attached (``cuda_events``): the step's four marks
+    (an event record each) and the resolution of the finished step (``poll``) as the harness
+    calls it after each step."""
     import time
 
     import numpy as np
+    import torch
 
     from mrv2_prof.probes import api as probes
     from mrv2_prof.probes.recording import RecordingProbe
@@ -344,42 +371,60 @@ def part_hooks(args) -> list[dict]:
         from mrv2_prof.probes.nvtx_ranges import NvtxRecordingProbe as DefaultProbe
     except ImportError:  # no nvtx package: a default run records without it
         DefaultProbe = RecordingProbe
+    sides = ["hooks"] + (["timeline"] if torch.cuda.is_available() and not args.quick else [])
     results = []
     for batch in args.batches:
-        probe = DefaultProbe()
-        ids = [f"req-{i}" for i in range(batch)]
-        tokens = list(range(batch))
-        per_step = []
-        for step in range(2000):
-            idx = np.full(batch, step + 1) if batch >= COLUMNS_FROM else [step + 1] * batch
-            t0 = time.perf_counter_ns()
-            p = probe
-            p.step_begin(step)
-            p.begin(probes.SCHEDULE)
-            p.end(probes.SCHEDULE)
-            p.begin(probes.EXECUTE)
-            p.begin(probes.PREPARE)
-            p.staged_write("block_table", 3, 3, 12, 4096)
-            p.end(probes.PREPARE)
-            p.graph_dispatch(batch, batch, "full", "full", True, "captured")
-            p.begin(probes.FORWARD)
-            p.end(probes.FORWARD)
-            p.begin(probes.SAMPLE)
-            p.end(probes.SAMPLE)
-            p.end(probes.EXECUTE)
-            p.sync("output_wait", "async_output", 1000)
-            p.begin(probes.UPDATE)
-            p.end(probes.UPDATE)
-            p.step_tokens(ids, idx, t0, tokens, False)
-            p.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
-            per_step.append(time.perf_counter_ns() - t0)
-            if probe.fill > 0.5:
-                t1 = time.perf_counter_ns()
-                probe.swap()
-                per_step[-1] -= time.perf_counter_ns() - t1  # the flush is timed apart
-        results.append(
-            {"part": "hooks", "batch": batch, "step_us": statistics.median(per_step[100:]) / 1e3}
-        )
+        row: dict[str, Any] = {"part": "hooks", "batch": batch}
+        for side in sides:
+            probe = DefaultProbe()
+            timeline = None
+            if side == "timeline":
+                from mrv2_prof.probes.gpu_timeline import GpuTimeline
+
+                timeline = GpuTimeline(probe.gpu_span, with_starved=True)
+                timeline.anchor()
+                probe.timeline = timeline
+            ids = [f"req-{i}" for i in range(batch)]
+            tokens = list(range(batch))
+            per_step = []
+            for step in range(2000):
+                idx = np.full(batch, step + 1) if batch >= COLUMNS_FROM else [step + 1] * batch
+                t0 = time.perf_counter_ns()
+                p = probe
+                p.step_begin(step)  # engine
+                p.begin(probes.SCHEDULE)
+                p.switch(probes.SCHEDULE, probes.EXECUTE)
+                p.begin(probes.PREPARE)  # runner
+                p.gpu_mark(probes.G_PREPARE)
+                p.staged_write("block_table", 3, 3, 12, 4096)
+                p.switch(probes.PREPARE, probes.FORWARD)
+                p.graph_dispatch(batch, batch, "full", "full", True, "captured")
+                p.gpu_mark(probes.G_FORWARD)
+                p.switch(probes.FORWARD, probes.SAMPLE)
+                p.gpu_mark(probes.G_SAMPLE)
+                p.end(probes.SAMPLE)
+                p.gpu_mark(probes.G_END)
+                p.end(probes.EXECUTE)
+                p.begin(probes.OUTPUT_WAIT)  # the output wait
+                p.end(probes.OUTPUT_WAIT)
+                p.sync("output_wait", "async_output", 1000)
+                p.begin(probes.UPDATE)  # engine
+                p.end(probes.UPDATE)
+                p.step_tokens(ids, idx, t0, tokens, False)
+                p.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
+                if timeline is not None:  # the harness, after the step
+                    timeline.poll()
+                per_step.append(time.perf_counter_ns() - t0)
+                if probe.fill > 0.5:
+                    t1 = time.perf_counter_ns()
+                    probe.swap()
+                    per_step[-1] -= time.perf_counter_ns() - t1  # the flush is timed apart
+            row["step_us" if side == "hooks" else "timeline_us"] = (
+                statistics.median(per_step[100:]) / 1e3
+            )
+            if timeline is not None:
+                timeline.finish()
+        results.append(row)
     return results
 
 
@@ -437,6 +482,7 @@ def part_throughput(args, tmp: Path) -> list[dict]:
             )
             run_id, db = run_harness(data, tmp)
             row[f"async_{side}"] = tokens_per_s(db, run_id)
+            row[f"steps_{side}"] = step_breakdown(db, run_id)
         row["ratio"] = row["async_on"] / row["async_off"]
         results.append(row)
         print(f"  throughput repeat {rep}: ratio {row['ratio']:.2f}", flush=True)
@@ -493,6 +539,13 @@ def markdown(results: list[dict]) -> str:
             + ", ".join(f"batch {r['batch']}: {r['step_us']:.1f}" for r in hooks),
             "",
         ]
+        if any("timeline_us" in r for r in hooks):
+            lines += [
+                "The same with the GPU timeline (four event records, the finished step "
+                "resolved): "
+                + ", ".join(f"batch {r['batch']}: {_f(r.get('timeline_us'))}" for r in hooks),
+                "",
+            ]
     flush = [r for r in results if r["part"] == "flush"]
     if flush:
         lines += [
@@ -515,6 +568,19 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {r['repeat']} | {_f(r['async_on'])} | {_f(r['async_off'])} | {r['ratio']:.2f} |"
             )
+        keys = ("interval", "gpu_step", "gpu_busy", "bubble", "host_prep", "output_wait")
+        lines += [
+            "",
+            "Its decode steps at the full batch (median ms; interval: step start to the next):",
+            "",
+            "| repeat | async | steps | " + " | ".join(keys) + " |",
+            "| ---: | --- | ---: |" + " ---: |" * len(keys),
+        ]
+        for r in tput:
+            for side in ("on", "off"):
+                b = r[f"steps_{side}"]
+                cells = " | ".join("" if b[k] is None else f"{b[k]:.3f}" for k in keys)
+                lines.append(f"| {r['repeat']} | {side} | {b['steps']} | {cells} |")
     return "\n".join(lines)
 
 

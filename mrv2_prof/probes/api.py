@@ -69,6 +69,11 @@ class Probe:
     def end(self, phase: int) -> None:
         pass
 
+    def switch(self, ending: int, beginning: int) -> None:
+        """``end(ending)`` then ``begin(beginning)`` at one instant: the two spans share the
+        timestamp (one call and one clock read where one phase follows another directly)."""
+        pass
+
     def staged_write(
         self, tensor: str, rows: int, elements: int, staged_bytes: int, dense_bytes: int
     ) -> None:

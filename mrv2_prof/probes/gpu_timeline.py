@@ -16,7 +16,8 @@ its ``sample`` is the sample graph (sampling and the state advance) and the copy
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
 not one per kernel; the stream they are recorded on is looked up once per step (torch's
-``Event.record()`` without a stream builds a ``Stream`` object per call). Events come from a
+``Event.record()`` without a stream builds a ``Stream`` object per call), and a torch event is
+recorded through its class's C method, without ``Event.record``'s Python frame. Events come from a
 pool allocated at start; a step's events are reused only after its last event is known
 complete. Nothing waits: ``poll()`` asks ``query()`` of the oldest
 step's last event and resolves whatever is complete; when every slot of the pool is still in
@@ -115,6 +116,7 @@ class GpuTimeline:
         self.dropped = 0
         self.anchors: list[Anchor] = []
         self._ref = self._new_event()
+        self._record = _event_record(self._ref)
         self._ref_ns = -1
         self._prev_gpu: tuple[int, int] | None = None  # (start, end) of the last resolved step
         self._prev_starved: list[tuple[int, int]] = []  # its starved windows
@@ -135,7 +137,7 @@ class GpuTimeline:
         if stream is None:
             slot.events[mark].record()
         else:  # the step's stream, looked up once (``Event.record()`` builds one each call)
-            slot.events[mark].record(stream)
+            self._record(slot.events[mark], stream)
         slot.marks |= 1 << mark
         if mark == G_END:
             slot.enqueue_end_ns = perf_counter_ns()
@@ -276,3 +278,12 @@ class GpuTimeline:
             "steps_measured": self.live.steps,
             "steps_dropped": self.dropped,
         }
+
+
+def _event_record(event) -> Callable:
+    """The record call of ``event``'s class, unbound (``record(event, stream)``): for a torch
+    event its C method, since ``torch.cuda.Event.record`` adds a Python frame that only
+    defaults the stream."""
+    base = getattr(torch._C, "_CudaEventBase", None)
+    record = getattr(base, "record", None) if base is not None and isinstance(event, base) else None
+    return record if record is not None else type(event).record

@@ -79,7 +79,7 @@ class NvtxRecordingProbe(RecordingProbe):
         # the hooks are the recording probe's own (no extra frame per hook on the step loop).
         self.active = all(a is not None for a in self._attrs)
         if not self.active:
-            for name in ("step_begin", "_step_recorded", "begin", "end"):
+            for name in ("step_begin", "_step_recorded", "begin", "end", "switch"):
                 setattr(self, name, getattr(super(), name))
 
     def mark_run_start(self, run_id: str) -> int:
@@ -119,6 +119,11 @@ class NvtxRecordingProbe(RecordingProbe):
     def end(self, phase: int) -> None:
         self._pop()
         super().end(phase)
+
+    def switch(self, ending: int, beginning: int) -> None:
+        self._pop()
+        super().switch(ending, beginning)
+        self._push(beginning)
 
 
 def batch_shape(num_reqs: int, num_tokens: int, num_prefill_tokens: int, graph_mode: str) -> str:

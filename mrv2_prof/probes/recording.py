@@ -112,14 +112,21 @@ class RecordingProbe(RecordTables, Probe):
             w.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
             self._spec = _NO_SPEC
         b.n = i + 1
-        self._span(STEP, self._open[STEP], t)
+        b = self.spans  # ``_span(STEP, ...)``, inlined
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = STEP
+        w.start_ns[i] = self._open[STEP]
+        w.end_ns[i] = t
+        b.n = i + 1
         self.phase = self._parent[STEP]
-        self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
+        if self._step_recorded is not None:
+            self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
 
-    def _step_recorded(
-        self, num_reqs: int, num_tokens: int, num_prefill_tokens: int, graph_mode: str
-    ) -> None:
-        """After a step's row: for subclasses that emit the step elsewhere too."""
+    # After a step's row, ``(num_reqs, num_tokens, num_prefill_tokens, graph_mode)``: a
+    # subclass that emits the step elsewhere too sets it (None: no call on the step loop).
+    _step_recorded = None
 
     def begin(self, phase: int) -> None:
         self._parent[phase] = self.phase
@@ -137,6 +144,20 @@ class RecordingProbe(RecordTables, Probe):
         w.end_ns[i] = t
         b.n = i + 1
         self.phase = self._parent[phase]
+
+    def switch(self, ending: int, beginning: int) -> None:
+        t = perf_counter_ns()
+        b = self.spans  # ``end(ending)``, inlined
+        i = b.n if b.n < b.capacity else b.reserve()
+        w = b.w
+        w.step[i] = self.step
+        w.name[i] = ending
+        w.start_ns[i] = self._open[ending]
+        w.end_ns[i] = t
+        b.n = i + 1
+        self._parent[beginning] = self._parent[ending]  # ``begin(beginning)``, at the same t
+        self.phase = beginning
+        self._open[beginning] = t
 
     def _span(self, phase: int, start_ns: int, end_ns: int) -> None:
         b = self.spans  # ``track``: CPU by default

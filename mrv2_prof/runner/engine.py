@@ -176,17 +176,15 @@ class Engine:
             p.end(probes.DRAFT)
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule(settle_later=True)  # settled once the step is queued
-        p.end(probes.SCHEDULE)
-        num_prefill = 0
-        if p.enabled:
-            num_prefill = so.num_prefill_tokens
-            if num_prefill is None:  # it reads the requests
-                self.scheduler.settle()
-                num_prefill = self._num_prefill_tokens(so)
-        p.begin(probes.EXECUTE)
+        p.switch(probes.SCHEDULE, probes.EXECUTE)
         pending = self.runner.queue_step(so)
         p.end(probes.EXECUTE)
         self.scheduler.settle()  # the requests' counters, while the device runs the step
+        num_prefill = 0
+        if p.enabled:
+            num_prefill = so.num_prefill_tokens
+            if num_prefill is None:  # it reads the (settled) requests
+                num_prefill = self._num_prefill_tokens(so)
         if not self.config.async_scheduling:
             done = (so, pending)
         else:  # wait for the step before this one; this one runs meanwhile

@@ -25,6 +25,7 @@ HOOKS = (
     "step_end",
     "begin",
     "end",
+    "switch",
     "staged_write",
     "graph_dispatch",
     "graph_capture",
@@ -827,6 +828,30 @@ def test_the_open_phase_is_the_innermost_and_returns_to_its_parent():
     assert p.phase == api.STEP
     p.step_end(1, 1, 0, 0, 1, 1, 0, 0, "none")
     assert p.phase == -1
+
+
+def test_switch_ends_one_phase_and_begins_the_next_at_one_instant():
+    p = RecordingProbe()
+    p.step_begin(3)
+    p.begin(api.EXECUTE)
+    p.begin(api.PREPARE)
+    p.switch(api.PREPARE, api.FORWARD)
+    assert p.phase == api.FORWARD
+    p.switch(api.FORWARD, api.SAMPLE)
+    p.end(api.SAMPLE)
+    assert p.phase == api.EXECUTE  # the switched-to phase returns to the first one's parent
+    p.end(api.EXECUTE)
+    assert p.phase == api.STEP
+    p.step_end(1, 1, 0, 0, 1, 1, 0, 0, "none")
+    spans = p.drain()["spans"]
+    rows = zip(spans["name"], spans["start_ns"], spans["end_ns"], strict=True)
+    got = {n: (a, b) for n, a, b in rows}
+    assert list(spans["name"]) == ["prepare", "forward", "sample", "execute", "step"]
+    assert set(spans["step"]) == {3}
+    assert got["prepare"][1] == got["forward"][0]  # one timestamp for both
+    assert got["forward"][1] == got["sample"][0]
+    assert got["execute"][0] <= got["prepare"][0] <= got["prepare"][1] <= got["forward"][1]
+    assert got["sample"][1] <= got["execute"][1] <= got["step"][1]
 
 
 def test_given_back_arrays_are_reused_by_the_next_swap_and_empty_tables_hand_over_nothing():

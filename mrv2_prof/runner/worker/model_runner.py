@@ -214,7 +214,7 @@ class ModelRunner:
                 batch = fs.upload(d.key, host, taken[0] if taken is not None else [])
             else:
                 batch = self.step_inputs.device(host, self.kernels)
-            p.end(probes.PREPARE)
+            p.switch(probes.PREPARE, probes.FORWARD)  # dispatched already: the graph follows
         else:
             batch = self._prepare_inputs(so)
             if so.scheduled_spec_decode_tokens:
@@ -230,10 +230,10 @@ class ModelRunner:
             # a step with drafts never dispatches to a FULL decode graph, which would read the
             # full step's buffer, not these inputs
             assert fs is None or d.mode != FULL or d.query_len > 1, d
+            p.begin(probes.FORWARD)
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
 
-        p.begin(probes.FORWARD)
         p.gpu_mark(G_FORWARD)
         hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key, d.query_len)
         if d.hit:
@@ -248,8 +248,7 @@ class ModelRunner:
                 self.model.compute_logits, hidden, rows, targets, plan.num_top
             )
             prompt = (plan, prompt_out)
-        p.end(probes.FORWARD)
-        p.begin(probes.SAMPLE)
+        p.switch(probes.FORWARD, probes.SAMPLE)
         p.gpu_mark(G_SAMPLE)
         rs = self.req_states
         full_decode = fs is not None and d.mode == FULL and d.query_len == 1
