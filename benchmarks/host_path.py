@@ -16,7 +16,8 @@ the async-on/off throughput ratio on a host-bound small model.
     compute on the CPU, launches on a GPU) and the rest, the bookkeeping; the probe's cost is
     the difference of the bookkeeping. On the CPU this is the host-path micro-benchmark.
 (c) hooks: the recording probe's own cost per decode step, the hooks one step calls replayed
-    without the engine (the flush timed apart).
+    without the engine (the flush timed apart); on CUDA also with the GPU timeline, its event
+    records and resolution, the device idle and busy.
 (e) flush: the step loop's part of one hand-off to the store writer, isolated: the probe's
     buffer swap after ``--flush-steps`` decode steps of each batch (the hooks of part (c), the
     requests in flight), median over repeated hand-offs with the arrays given back between them
@@ -356,8 +357,10 @@ def part_hooks(args) -> list[dict]:
     indices a numpy column from the columnar decode step, no first token), replayed, median of
     many steps. The probe is a default run's: NVTX ranges on, no tool attached. On CUDA also
     with the GPU timeline of a default run attached (``cuda_events``): the step's four marks
-    (an event record each) and the resolution of the finished step (``poll``) as the harness
-    calls it after each step."""
+    (an event record each) and the resolution of the finished steps, where the output wait
+    (``before_wait``) and the harness (``backstop``) call it; the device idle (every wait finds
+    the output ready: a host-bound run) and busy (a 1 ms device step; the time spent while it
+    still ran is not the loop's)."""
     import time
 
     import numpy as np
@@ -371,25 +374,28 @@ def part_hooks(args) -> list[dict]:
         from mrv2_prof.probes.nvtx_ranges import NvtxRecordingProbe as DefaultProbe
     except ImportError:  # no nvtx package: a default run records without it
         DefaultProbe = RecordingProbe
-    sides = ["hooks"] + (["timeline"] if torch.cuda.is_available() and not args.quick else [])
+    cuda = torch.cuda.is_available() and not args.quick
+    sides = ["hooks"] + (["timeline_idle", "timeline_busy"] if cuda else [])
     results = []
     for batch in args.batches:
         row: dict[str, Any] = {"part": "hooks", "batch": batch}
         for side in sides:
             probe = DefaultProbe()
-            timeline = None
-            if side == "timeline":
+            timeline = ready = None
+            if side != "hooks":
                 from mrv2_prof.probes.gpu_timeline import GpuTimeline
 
                 timeline = GpuTimeline(probe.gpu_span, with_starved=True)
                 timeline.anchor()
                 probe.timeline = timeline
+                ready = torch.cuda.Event()
             ids = [f"req-{i}" for i in range(batch)]
             tokens = list(range(batch))
             per_step = []
             for step in range(2000):
                 idx = np.full(batch, step + 1) if batch >= COLUMNS_FROM else [step + 1] * batch
                 t0 = time.perf_counter_ns()
+                skip = 0  # ns of this step that are not the probes' (device work, the wait)
                 p = probe
                 p.step_begin(step)  # engine
                 p.begin(probes.SCHEDULE)
@@ -400,12 +406,30 @@ def part_hooks(args) -> list[dict]:
                 p.switch(probes.PREPARE, probes.FORWARD)
                 p.graph_dispatch(batch, batch, "full", "full", True, "captured")
                 p.gpu_mark(probes.G_FORWARD)
+                if side == "timeline_busy":  # a device step of about 1 ms (not timed)
+                    t1 = time.perf_counter_ns()
+                    torch.cuda._sleep(2_000_000)
+                    skip += time.perf_counter_ns() - t1
                 p.switch(probes.FORWARD, probes.SAMPLE)
                 p.gpu_mark(probes.G_SAMPLE)
                 p.end(probes.SAMPLE)
                 p.gpu_mark(probes.G_END)
+                if ready is not None:  # the step's output event (not timed)
+                    t1 = time.perf_counter_ns()
+                    ready.record()
+                    skip += time.perf_counter_ns() - t1
                 p.end(probes.EXECUTE)
-                p.begin(probes.OUTPUT_WAIT)  # the output wait
+                if ready is not None:  # the output wait: the probe's turn first, then the wait
+                    t1 = time.perf_counter_ns()
+                    p.before_wait(ready)
+                    t2 = time.perf_counter_ns()
+                    # its work while the device still ran cost the loop nothing (the query is
+                    # the benchmark's own); a device done meanwhile: all of it counted
+                    skip += time.perf_counter_ns() - (t2 if ready.query() else t1)
+                    t1 = time.perf_counter_ns()
+                    ready.synchronize()
+                    skip += time.perf_counter_ns() - t1
+                p.begin(probes.OUTPUT_WAIT)
                 p.end(probes.OUTPUT_WAIT)
                 p.sync("output_wait", "async_output", 1000)
                 p.begin(probes.UPDATE)  # engine
@@ -413,13 +437,13 @@ def part_hooks(args) -> list[dict]:
                 p.step_tokens(ids, idx, t0, tokens, False)
                 p.step_end(batch, batch, 0, 0, batch, 100, 0, 1000, "full")
                 if timeline is not None:  # the harness, after the step
-                    timeline.poll()
-                per_step.append(time.perf_counter_ns() - t0)
+                    timeline.backstop()
+                per_step.append(time.perf_counter_ns() - t0 - skip)
                 if probe.fill > 0.5:
                     t1 = time.perf_counter_ns()
                     probe.swap()
                     per_step[-1] -= time.perf_counter_ns() - t1  # the flush is timed apart
-            row["step_us" if side == "hooks" else "timeline_us"] = (
+            row[f"{side}_us" if side != "hooks" else "step_us"] = (
                 statistics.median(per_step[100:]) / 1e3
             )
             if timeline is not None:
@@ -539,11 +563,16 @@ def markdown(results: list[dict]) -> str:
             + ", ".join(f"batch {r['batch']}: {r['step_us']:.1f}" for r in hooks),
             "",
         ]
-        if any("timeline_us" in r for r in hooks):
+        if any("timeline_idle_us" in r for r in hooks):
             lines += [
-                "The same with the GPU timeline (four event records, the finished step "
-                "resolved): "
-                + ", ".join(f"batch {r['batch']}: {_f(r.get('timeline_us'))}" for r in hooks),
+                "The same with the GPU timeline (four event records, the steps resolved), on the "
+                "step loop, the device idle (each wait finds the output ready: the backstop "
+                "resolves) / busy (a 1 ms device step: the output wait resolves): "
+                + ", ".join(
+                    f"batch {r['batch']}: {_f(r.get('timeline_idle_us'))} / "
+                    f"{_f(r.get('timeline_busy_us'))}"
+                    for r in hooks
+                ),
                 "",
             ]
     flush = [r for r in results if r["part"] == "flush"]

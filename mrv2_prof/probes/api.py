@@ -103,6 +103,12 @@ class Probe:
         pass
 
     # GPU timeline: the runner marks each step's boundaries on its stream (``gpu_timeline``).
+    def before_wait(self, ready: object) -> None:
+        """The runner is about to block until ``ready`` (a CUDA event) completes: a probe may do
+        its deferred work first, where the host would otherwise wait (the GPU timeline resolves
+        finished steps; ``ready.query()`` says whether the wait would block)."""
+        pass
+
     def gpu_mark(self, mark: int) -> None:
         pass
 

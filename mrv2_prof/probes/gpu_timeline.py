@@ -15,12 +15,17 @@ other staged writes and the step's copy;
 its ``sample`` is the sample graph (sampling and the state advance) and the copy out.
 
 Costs: an event record is a few µs of host time (2.6–12 µs measured on an H200), so four per step,
-not one per kernel; the stream they are recorded on is looked up once per step (torch's
-``Event.record()`` without a stream builds a ``Stream`` object per call), and a torch event is
-recorded through its class's C method, without ``Event.record``'s Python frame. Events come from a
-pool allocated at start; a step's events are reused only after its last event is known
-complete. Nothing waits: ``poll()`` asks ``query()`` of the oldest
-step's last event and resolves whatever is complete; when every slot of the pool is still in
+not one per kernel. The stream they are recorded on is looked up once per step, and its
+``Stream`` object is built again only when the raw stream changed (torch's ``Event.record()``
+without a stream builds one per call). A torch event is recorded and read through its class's C
+methods, without ``torch.cuda.Event``'s Python frames. Events come from a pool allocated at
+start; a step's events are reused only after its last event is known complete. Nothing waits:
+``poll()`` asks ``query()`` of the oldest step's last event and resolves whatever is complete.
+The runner's output wait calls it first (``poll_while``, through the probe's ``before_wait``)
+when the device is still busy, so the resolution (a few event reads and the overlap
+arithmetic, tens of µs a step on the H200's host) runs where the host would wait. After a step,
+``backstop`` resolves one step, only when more than two are in flight (a host-bound run, whose
+waits never block). When every slot of the pool is still in
 flight, the next step goes unmeasured (counted in ``dropped``) instead of waiting.
 
 Clock: CUDA events give device time relative to each other (``elapsed_time``, float32 ms, about
@@ -59,6 +64,7 @@ GPU_PHASES = ("prepare", "forward", "sample", "draft")  # between consecutive re
 _ALL_MARKS = (1 << 4) - 1  # every step records these four; G_DRAFT is optional
 _ORDER = (G_PREPARE, G_FORWARD, G_SAMPLE, G_END)  # the marks in stream order, no draft
 _ORDER_DRAFT = (G_PREPARE, G_FORWARD, G_SAMPLE, G_DRAFT, G_END)
+BACKLOG = 2  # steps in flight with async scheduling: the one waited for and the one queued
 ANCHOR_TRIES, TIGHT_ANCHOR_NS = 5, 20_000  # an anchor's record call should take < 20 µs
 REBASE_AFTER_NS = 1_000_000_000  # float32 ms: ~0.12 µs resolution up to 2 s
 
@@ -112,11 +118,12 @@ class GpuTimeline:
         self._count = 0  # slots in flight
         self._current: _Slot | None = None  # the step being recorded
         self._stream = None  # the stream the step's marks are recorded on
+        self._raw_stream = self._stream_obj = None  # ``_current_stream``'s cache
         self._skip_step = -1  # a step dropped because the pool was full
         self.dropped = 0
         self.anchors: list[Anchor] = []
         self._ref = self._new_event()
-        self._record = _event_record(self._ref)
+        self._record, self._elapsed = _event_calls(self._ref)
         self._ref_ns = -1
         self._prev_gpu: tuple[int, int] | None = None  # (start, end) of the last resolved step
         self._prev_starved: list[tuple[int, int]] = []  # its starved windows
@@ -158,10 +165,28 @@ class GpuTimeline:
         return slot
 
     # ---- resolution (between steps; query() only) ---------------------------------------------
-    def poll(self) -> int:
-        """Resolve every complete step, oldest first; returns how many."""
+    @property
+    def in_flight(self) -> int:
+        """Steps recorded and not resolved yet."""
+        return self._count
+
+    def poll_while(self, ready) -> int:
+        """Before the host blocks until ``ready`` (an event) completes: resolve what is complete
+        while the device is still busy, so that the resolution costs the step loop nothing;
+        when ``ready`` is complete already (the host is behind the device) nothing is done
+        here and ``poll`` resolves later (``backstop``). Returns the steps resolved."""
+        return 0 if ready.query() else self.poll()
+
+    def backstop(self) -> int:
+        """After a step: resolve one step when more than ``BACKLOG`` are in flight (no wait of
+        the step loop gave ``poll_while`` its chance), so that a host-bound run resolves one
+        step per step instead of a pool at once."""
+        return self.poll(1) if self._count > BACKLOG else 0
+
+    def poll(self, limit: int | None = None) -> int:
+        """Resolve every complete step (at most ``limit``), oldest first; returns how many."""
         done = 0
-        while self._count:
+        while self._count and done != limit:
             slot = self._slots[self._head]
             if slot is self._current or not slot.events[G_END].query():
                 break
@@ -177,8 +202,9 @@ class GpuTimeline:
         ref, ref_ns = self._ref, self._ref_ns
         t = slot.times
         order = _ORDER_DRAFT if slot.marks & (1 << G_DRAFT) else _ORDER
+        elapsed, events = self._elapsed, slot.events
         for m in order:
-            t[m] = ref_ns + round(ref.elapsed_time(slot.events[m]) * 1e6)
+            t[m] = ref_ns + round(elapsed(ref, events[m]) * 1e6)
         tt = [t[m] for m in order]
         starved = starved_from_marks([slot.host_ns[m] for m in order], tt)
         for i in range(len(order) - 1):  # phase i: prepare, forward, sample[, draft]
@@ -229,9 +255,13 @@ class GpuTimeline:
     def _new_event():
         return torch.cuda.Event(enable_timing=True)
 
-    @staticmethod
-    def _current_stream():
-        return torch.cuda.current_stream()
+    def _current_stream(self):
+        """The current stream, as a ``torch.cuda.Stream`` built again only when the raw stream
+        changed (building one per step cost about 8 µs of host time on the H200's host)."""
+        raw = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        if raw != self._raw_stream:
+            self._raw_stream, self._stream_obj = raw, torch.cuda.current_stream()
+        return self._stream_obj
 
     @staticmethod
     def _sync_stream() -> None:
@@ -280,10 +310,13 @@ class GpuTimeline:
         }
 
 
-def _event_record(event) -> Callable:
-    """The record call of ``event``'s class, unbound (``record(event, stream)``): for a torch
-    event its C method, since ``torch.cuda.Event.record`` adds a Python frame that only
-    defaults the stream."""
+def _event_calls(event) -> tuple[Callable, Callable]:
+    """``record(event, stream)`` and ``elapsed_time(start, end)`` of ``event``'s class,
+    unbound: for a torch event its C methods, since ``torch.cuda.Event``'s own add a Python
+    frame each (``record``'s only defaults the stream)."""
     base = getattr(torch._C, "_CudaEventBase", None)
-    record = getattr(base, "record", None) if base is not None and isinstance(event, base) else None
-    return record if record is not None else type(event).record
+    if base is not None and isinstance(event, base):
+        record, elapsed = getattr(base, "record", None), getattr(base, "elapsed_time", None)
+        if record is not None and elapsed is not None:
+            return record, elapsed
+    return type(event).record, type(event).elapsed_time

@@ -189,6 +189,11 @@ class RecordingProbe(RecordTables, Probe):
         if t is not None:
             t.mark(self.step, mark, self._open[SCHEDULE])
 
+    def before_wait(self, ready: object) -> None:
+        t = self.timeline
+        if t is not None:
+            t.poll_while(ready)
+
     def copy(
         self,
         direction: str,

@@ -4,8 +4,9 @@
 (``cuda_events``), the copy audit (``copy_audit``), the sync finder (``sync_finder``) and the
 kernel trace window (``kernel_trace``). A probe asked for that the run cannot record (a CPU run
 has no CUDA events, syncs or kernels) becomes a note on the run, never a silent skip. The
-harness calls ``after_step`` after every engine step (resolve finished GPU steps, drive the
-kernel trace window), ``at_idle`` while it waits for arrivals (re-anchor the GPU clock) and
+harness calls ``after_step`` after every engine step (the backstop of the GPU timeline's
+resolution, which runs in the runner's output wait while the device is busy; drive the kernel
+trace window), ``at_idle`` while it waits for arrivals (re-anchor the GPU clock) and
 ``finish`` at the end (resolve everything, take the last anchor, collect the facts to store).
 """
 
@@ -71,8 +72,8 @@ class ProbeSession:
                     self.kernel_trace.stop()
 
     def after_step(self, step: int) -> None:
-        if self.timeline is not None:
-            self.timeline.poll()
+        if self.timeline is not None:  # resolved in the output wait; this is the backstop
+            self.timeline.backstop()
         if self.kernel_trace is not None:
             self.kernel_trace.after_step(step, self.probe)
 

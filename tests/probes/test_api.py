@@ -31,6 +31,7 @@ HOOKS = (
     "graph_capture",
     "sync",
     "rank_step",
+    "before_wait",
     "gpu_mark",
     "copy",
     "request_arrival",

@@ -95,6 +95,28 @@ def test_spans_are_mapped_from_the_anchor_and_resolved_only_when_complete(timeli
     ]
 
 
+def test_the_output_wait_resolves_only_while_the_device_is_busy_and_the_backstop_one_step(
+    timeline,
+):
+    make, dev, spans = timeline
+    t = make(capacity=8)
+    run_step(t, dev, 0, [600, 700, 800, 900])
+    run_step(t, dev, 1, [1_000, 1_100, 1_200, 1_300])
+    ready = FakeEvent(dev)  # step 1's output, waited for next
+    ready.t = 1_300
+    dev.done_until = 1_300  # the device is done: the wait would not block
+    assert t.poll_while(ready) == 0 and spans == [] and t.in_flight == 2
+    assert t.backstop() == 0  # two in flight (async scheduling's steady state)
+    run_step(t, dev, 2, [1_400, 1_500, 1_600, 1_700])
+    assert t.backstop() == 1 and [s[0] for s in spans] == [0, 0, 0]  # one step, not the pool
+    assert t.in_flight == 2
+    ready.t = 1_700  # step 2's output: still running on the device
+    assert t.poll_while(ready) == 1 and [s[0] for s in spans[3:]] == [1, 1, 1]
+    dev.done_until = 1_700
+    assert t.poll_while(ready) == 0 and t.in_flight == 1  # done: left to the backstop
+    assert t.poll(limit=1) == 1 and t.poll() == 0 and t.in_flight == 0
+
+
 def test_events_are_reused_only_after_their_step_resolved_and_a_full_pool_drops_a_step(timeline):
     make, dev, spans = timeline
     t = make(capacity=2)

@@ -140,6 +140,8 @@ class AsyncOutput:
         batch = pending.batch
         if batch is None:
             return ModelRunnerOutput([], [], write_stats=pending.write_stats)
+        if pending.ready is not None:  # the probe's deferred work while the device runs
+            self.probe.before_wait(pending.ready)
         self.probe.begin(probes.OUTPUT_WAIT)
         t0 = time.perf_counter_ns()
         if pending.ready is not None:  # the one wait the runner is designed to make
