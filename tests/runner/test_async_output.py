@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mrv2_prof.probes.api import PHASES
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.worker.async_output import OUTPUT_WAIT_SITE, AsyncOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
@@ -46,6 +47,37 @@ def test_an_empty_step_waits_for_nothing():
     result = output.wait(PendingOutput(None, stats))
     assert (result.req_ids, result.sampled_token_ids, result.write_stats) == ([], [], stats)
     assert len(probe.drain()["syncs"]["kind"]) == 0
+
+
+def test_the_probe_gets_its_turn_before_the_wait_and_the_gpu_timeline_resolves_there():
+    calls = []
+
+    class Ready:  # the step's output event, still running on the device
+        def query(self):
+            calls.append("query")
+            return False
+
+        def synchronize(self):
+            calls.append("synchronize")
+
+    class Timeline:  # what the recording probe hands the turn to
+        def poll_while(self, ready):
+            calls.append("poll_while")
+            return 0 if ready.query() else 1
+
+    class Probe(RecordingProbe):
+        def begin(self, phase):
+            calls.append(f"begin {PHASES[phase]}")
+            super().begin(phase)
+
+    probe = Probe()
+    probe.timeline = Timeline()
+    output = AsyncOutput(4, False, CopyAudit(probe), probe)
+    pending = output.queue(batch_of(2, torch.device("cpu")), tokens([3, 4]), {})
+    pending.ready = Ready()
+    assert output.wait(pending).sampled_token_ids == [3, 4]
+    # the timeline's work is outside the timed wait, which then blocks on the event
+    assert calls == ["poll_while", "query", "begin output_wait", "synchronize"]
 
 
 @pytest.mark.gpu
