@@ -112,14 +112,7 @@ class RecordingProbe(RecordTables, Probe):
             w.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
             self._spec = _NO_SPEC
         b.n = i + 1
-        b = self.spans  # ``_span(STEP, ...)``, inlined
-        i = b.n if b.n < b.capacity else b.reserve()
-        w = b.w
-        w.step[i] = self.step
-        w.name[i] = STEP
-        w.start_ns[i] = self._open[STEP]
-        w.end_ns[i] = t
-        b.n = i + 1
+        self._span(STEP, self._open[STEP], t)
         self.phase = self._parent[STEP]
         if self._step_recorded is not None:
             self._step_recorded(num_reqs, num_tokens, num_prefill_tokens, graph_mode)
