@@ -59,6 +59,10 @@ from mrv2_prof.job import RunJob
 from mrv2_prof.scenario import Scenario, scenario_yaml
 
 PHASES = ("schedule", "execute", "prepare", "forward", "sample", "update", "step")
+# step_breakdown's figures, in the order its query selects them
+BREAKDOWN = ("interval", "gpu_step", "gpu_busy", "bubble", "host_prep", "output_wait")
+# part_engine's figures per side
+ENGINE_KEYS = ("host", "bookkeeping", "schedule", "queue", "device", "update")
 PROBE_SETS = {
     "default": {},
     "off": {"nvtx": False, "cuda_events": False, "sync_finder": False, "copy_audit": False,
@@ -185,8 +189,7 @@ def step_breakdown(db: Path, run_id: str) -> dict[str, Any]:
         ).fetchone()
     finally:
         con.close()
-    keys = ("interval", "gpu_step", "gpu_busy", "bubble", "host_prep", "output_wait")
-    return {**dict(zip(keys, row[:6], strict=True)), "steps": row[6]}
+    return {**dict(zip(BREAKDOWN, row[:6], strict=True)), "steps": row[6]}
 
 
 def probe_set(name: str) -> dict:
@@ -286,7 +289,7 @@ def part_engine(args) -> list[dict]:
     from mrv2_prof.runner.engine import Engine
 
     sides = ("none", "recording")
-    keys = ("host", "bookkeeping", "schedule", "queue", "device", "update")
+    keys = ENGINE_KEYS
     results = []
     for batch in args.batches:
         data = scenario(
@@ -541,7 +544,7 @@ def markdown(results: list[dict]) -> str:
         lines.append("")
     eng = [r for r in results if r["part"] == "engine"]
     if eng:
-        keys = ("host", "bookkeeping", "schedule", "queue", "device", "update")
+        keys = ENGINE_KEYS
         lines += [
             "Engine alone, per uniform-decode step (median µs; host less the output wait;"
             " device = time inside the input prep, model and sampler calls;"
@@ -601,7 +604,7 @@ def markdown(results: list[dict]) -> str:
             lines.append(
                 f"| {r['repeat']} | {_f(r['async_on'])} | {_f(r['async_off'])} | {r['ratio']:.2f} |"
             )
-        keys = ("interval", "gpu_step", "gpu_busy", "bubble", "host_prep", "output_wait")
+        keys = BREAKDOWN
         lines += [
             "",
             "Its decode steps at the full batch (median ms; interval: step start to the next):",
