@@ -360,8 +360,10 @@ def part_hooks(args) -> list[dict]:
     indices a numpy column from the columnar decode step, no first token), replayed, median of
     many steps. The probe is a default run's: NVTX ranges on, no tool attached. On CUDA also
     with the GPU timeline of a default run attached (``cuda_events``): the step's four marks
-    (an event record each) and the resolution of the finished steps, where the output wait
-    (``before_wait``) and the harness (``backstop``) call it; the device idle (every wait finds
+    (an event record each; the last one is the output's ready event, which a run without the
+    timeline records anyway: ``output_event_us`` times that bare record, to be taken off) and
+    the resolution of the finished steps, where the output wait (``before_wait``) and the
+    harness (``backstop``) call it; the device idle (every wait finds
     the output ready: a host-bound run) and busy (a 1 ms device step; the time spent while it
     still ran is not the loop's)."""
     import time
@@ -419,8 +421,10 @@ def part_hooks(args) -> list[dict]:
                 p.switch(probes.FORWARD, probes.SAMPLE)
                 p.gpu_mark(probes.G_SAMPLE)
                 p.end(probes.SAMPLE)
-                p.gpu_mark(probes.G_END)
-                if ready is not None:  # the step's output event (not timed)
+                end = p.gpu_mark(probes.G_END)  # the output's queue marks it after its copies
+                if end is not None:  # the output waits on the timeline's end event
+                    ready = end
+                elif ready is not None:  # the output's own event (not timed)
                     t1 = time.perf_counter_ns()
                     ready.record()
                     skip += time.perf_counter_ns() - t1
@@ -454,6 +458,14 @@ def part_hooks(args) -> list[dict]:
             )
             if timeline is not None:
                 timeline.finish()
+        if cuda:  # what a run without the probes records a step anyway: its output event
+            own, times = torch.cuda.Event(), []
+            for _ in range(2000):
+                t1 = time.perf_counter_ns()
+                own.record()
+                times.append(time.perf_counter_ns() - t1)
+            torch.cuda.synchronize()
+            row["output_event_us"] = statistics.median(times[100:]) / 1e3
         if not warm_up:
             results.append(row)
     return results
@@ -580,6 +592,11 @@ def markdown(results: list[dict]) -> str:
                     f"{_f(r.get('timeline_busy_us'))}"
                     for r in hooks
                 ),
+                "",
+                "The last of the four records is the output's ready event, which a run without "
+                "probes records too (a bare `record()`, median µs): "
+                + ", ".join(f"batch {r['batch']}: {_f(r.get('output_event_us'))}" for r in hooks)
+                + ". The probes' cost is the figures above less that.",
                 "",
             ]
     flush = [r for r in results if r["part"] == "flush"]

@@ -109,8 +109,11 @@ class Probe:
         finished steps; ``ready.query()`` says whether the wait would block)."""
         pass
 
-    def gpu_mark(self, mark: int) -> None:
-        pass
+    def gpu_mark(self, mark: int) -> object | None:
+        """A step boundary on the runner's stream (``G_*``). Returns the CUDA event the probe
+        recorded for it, or None: the runner's output uses the ``G_END`` event as its own
+        ready event (the same point of the stream), so that mark costs no record of its own."""
+        return None
 
     # Copy audit: ``runner.worker.copy_audit.CopyAudit`` reports each host<->device copy when
     # ``audits_copies`` is set (it times nothing otherwise).

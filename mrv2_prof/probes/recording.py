@@ -177,10 +177,9 @@ class RecordingProbe(RecordTables, Probe):
         b.starved_ns[i] = starved_ns
         b.n = i + 1
 
-    def gpu_mark(self, mark: int) -> None:
+    def gpu_mark(self, mark: int) -> object | None:
         t = self.timeline
-        if t is not None:
-            t.mark(self.step, mark, self._open[SCHEDULE])
+        return None if t is None else t.mark(self.step, mark, self._open[SCHEDULE])
 
     def before_wait(self, ready: object) -> None:
         t = self.timeline

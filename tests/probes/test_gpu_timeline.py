@@ -123,9 +123,8 @@ def test_events_are_reused_only_after_their_step_resolved_and_a_full_pool_drops_
     run_step(t, dev, 0, [600, 700, 800, 900])
     run_step(t, dev, 1, [1_000, 1_100, 1_200, 1_300])
     records = dev.records
-    t.mark(2, G_PREPARE, -1)  # both slots in flight, nothing complete: no wait, step 2 dropped
-    for m in MARKS[1:]:
-        t.mark(2, m, -1)
+    # both slots in flight, nothing complete: no wait, step 2 dropped and no event handed out
+    assert [t.mark(2, m, -1) for m in MARKS] == [None] * 4
     assert t.dropped == 1 and dev.records == records
     dev.done_until = 900
     run_step(t, dev, 3, [1_400, 1_500, 1_600, 1_700])  # step 0 resolves, its slot is reused
@@ -204,3 +203,16 @@ def test_on_the_gpu_a_known_sleep_is_measured_and_the_clock_drift_is_small():
     ratio = np.median(by_phase[1]) / np.median(by_phase[0])
     assert 1.6 < ratio < 2.4  # twice the cycles, twice the time
     assert abs(t.anchors[-1].drift_ns) < 50_000
+
+
+def test_a_mark_hands_out_its_event_and_the_end_event_is_the_steps_completion(timeline):
+    make, dev, spans = timeline
+    t = make()
+    dev.script.extend([600, 700, 800, 900])
+    events = [t.mark(0, m, -1) for m in MARKS]
+    assert len({id(e) for e in events}) == 4 and [e.t for e in events] == [600, 700, 800, 900]
+    end = events[-1]  # the runner's output waits on it
+    dev.done_until = 899
+    assert not end.query() and t.poll() == 0
+    dev.done_until = 900
+    assert end.query() and t.poll() == 1 and spans[-1] == (0, 2, 1_000_300, 1_000_400)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mrv2_prof.probes.api import PHASES
+from mrv2_prof.probes.api import G_END, PHASES
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.runner.worker.async_output import OUTPUT_WAIT_SITE, AsyncOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
@@ -61,6 +61,9 @@ def test_the_probe_gets_its_turn_before_the_wait_and_the_gpu_timeline_resolves_t
             calls.append("synchronize")
 
     class Timeline:  # what the recording probe hands the turn to
+        def mark(self, step, mark, prep_start_ns):
+            return None  # no event of its own: the output records its own ready event
+
         def poll_while(self, ready):
             calls.append("poll_while")
             return 0 if ready.query() else 1
@@ -94,3 +97,46 @@ def test_steps_in_flight_keep_their_own_pinned_buffers():
     assert len({p.sampled.data_ptr() for p in pendings}) == PINNED_RING_DEPTH
     got = [output.wait(p).sampled_token_ids for p in pendings]
     assert got == [[k, k + 1] for k in range(0, 2 * PINNED_RING_DEPTH, 2)]
+
+
+class _Event:  # a CUDA event stand-in: counts its records, always complete
+    def __init__(self):
+        self.records = 0
+
+    def record(self, stream=None):
+        self.records += 1
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+def _cuda_like_output(probe):
+    """The CUDA branch of ``queue`` on the CPU: the ring's events are stand-ins."""
+    output = AsyncOutput(4, False, CopyAudit(probe), probe)
+    output.is_cuda, output._stream = True, None
+    output._ready = [_Event() for _ in range(PINNED_RING_DEPTH)]
+    return output
+
+
+@pytest.mark.parametrize("probe_event", [True, False])
+def test_the_output_waits_on_the_probes_end_mark_instead_of_recording_its_own(probe_event):
+    marks, mine = [], _Event()
+
+    class Probe(RecordingProbe):
+        def gpu_mark(self, mark):
+            marks.append(mark)
+            return mine if probe_event else None
+
+    probe = Probe()
+    output = _cuda_like_output(probe)
+    pending = output.queue(batch_of(2, torch.device("cpu")), tokens([5, 6]), {})
+    assert marks == [G_END]  # the step's last mark is the output's, after its copies
+    ring = output._ready[0]
+    if probe_event:  # one record a step: the probe's
+        assert pending.ready is mine and ring.records == 0
+    else:  # no probe event (probes off, or a step the timeline does not measure)
+        assert pending.ready is ring and ring.records == 1
+    assert output.wait(pending).sampled_token_ids == [5, 6]

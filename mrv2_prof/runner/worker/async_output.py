@@ -131,8 +131,14 @@ class AsyncOutput:
         if prompt is not None:
             pending.prompt_plan = prompt[0]
             pending.prompt_ids, pending.prompt_lps = (self.to_host(t) for t in prompt[1])
+        # The step's last device mark, after every copy above. The ready event marks the same
+        # point of the stream: the probe's event, when it recorded one, is waited on instead.
+        end = self.probe.gpu_mark(probes.G_END)
         if pending.ready is not None:
-            pending.ready.record(self._stream)  # after every copy above
+            if end is not None:
+                pending.ready = end
+            else:
+                pending.ready.record(self._stream)
         return pending
 
     def wait(self, pending: PendingOutput) -> ModelRunnerOutput:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from mrv2_prof.probes import api as probes
-from mrv2_prof.probes.api import G_END, G_FORWARD, G_PREPARE, G_SAMPLE, Probe
+from mrv2_prof.probes.api import G_FORWARD, G_PREPARE, G_SAMPLE, Probe
 from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
@@ -275,11 +275,8 @@ class ModelRunner:
             drafts = self.drafter.run(batch, rs, out.sampled_token_ids, start)
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
         rows = verify.cu_rows_np if verify is not None else None
-        pending = self.output.queue(
-            batch, out, write_stats, per_row, prompt, rejection, rows, drafts
-        )
-        p.gpu_mark(G_END)
-        return pending
+        # queue() marks G_END after the copies and waits on the probe's event for it
+        return self.output.queue(batch, out, write_stats, per_row, prompt, rejection, rows, drafts)
 
     def wait_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """The designed sync point: wait for a queued step's sampled tokens (and logprobs)."""
