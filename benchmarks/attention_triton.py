@@ -7,6 +7,10 @@ attention TFLOP/s (prefill). The batches and the reference come from the kernel'
 
     python benchmarks/attention_triton.py --out attention.json
     python benchmarks/attention_triton.py --sweep   # also every tile shape, to tune pick_tiles
+
+A decode batch (no more tokens than requests) runs the decode kernel by default; the sweep's
+rows force the general kernel with each tile shape (``tiles=``), the first of them its decode
+tiles (16x64 w4 s3), which decode batches took before the decode kernel.
 """
 
 from __future__ import annotations
@@ -41,6 +45,13 @@ SWEEP_TILES = [
     AttentionTiles(64, 32),
     AttentionTiles(128, 64, num_warps=8),
     AttentionTiles(64, 64, num_stages=2),
+    # decode at short contexts: fewer stages, more programs per SM
+    AttentionTiles(16, 64, num_stages=2),
+    AttentionTiles(16, 64, num_warps=2, num_stages=2),
+    AttentionTiles(16, 32, num_stages=2),
+    AttentionTiles(16, 32, num_warps=2, num_stages=2),
+    AttentionTiles(16, 128, num_stages=2),
+    AttentionTiles(16, 64, num_stages=1),
 ]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -69,7 +80,8 @@ def bench_case(name: str, batch: Batch, sweep: bool, skip_ref: bool) -> list[dic
     meta, n = batch.meta, batch.meta.num_tokens
     args = (batch.query, batch.key, batch.value, batch.kv_cache, meta, batch.scale)
     ref_us = None if skip_ref else time_us(lambda: paged_attention_ref(*args))
-    default = pick_tiles(n, meta.num_reqs, batch.query.dtype)
+    decode = n <= meta.num_reqs  # the default takes the decode kernel (attention_decode_triton)
+    default = None if decode else pick_tiles(n, meta.num_reqs, batch.query.dtype)
     kv_bytes, flops = work(batch)
     rows = []
     for tiles in [default] + ([t for t in SWEEP_TILES if t != default] if sweep else []):
@@ -79,7 +91,9 @@ def bench_case(name: str, batch: Batch, sweep: bool, skip_ref: bool) -> list[dic
                 "case": name,
                 "num_reqs": meta.num_reqs,
                 "num_tokens": n,
-                "tiles": f"{tiles.block_m}x{tiles.block_n} w{tiles.num_warps} s{tiles.num_stages}",
+                "tiles": "decode kernel"
+                if tiles is None
+                else f"{tiles.block_m}x{tiles.block_n} w{tiles.num_warps} s{tiles.num_stages}",
                 "default_tiles": tiles == default,
                 "kernel_us": us,
                 "reference_us": ref_us,

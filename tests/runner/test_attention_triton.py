@@ -219,6 +219,36 @@ def test_decode_only_batch():
         assert_close_verbose(attend(batch, tiles), reference(batch), *TOL[torch.float32])
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "kvh{}-G{}-d{}-bs{}".format(*s))
+def test_decode_batches_take_the_decode_kernel_and_match_the_reference(shape, monkeypatch):
+    """No more tokens than requests: padded like a CUDA-graph batch (empty requests, -1 slots),
+    and one with a two-token request beside an empty one (the count still fits), a query that
+    is a view and a wider block-table stride. The decode kernel runs, and only it."""
+    kvh, group, head_dim, block_size = shape
+    calls = []
+    decode = attention_triton.paged_decode_triton
+    monkeypatch.setattr(
+        attention_triton, "paged_decode_triton", lambda *a, **k: calls.append(1) or decode(*a, **k)
+    )
+    bs = block_size
+    cases = [
+        ([(c, 1) for c in (0, 1, bs - 1, bs, 2 * bs + 3, 70)], 2, 0),  # 6 + 2 empty requests
+        ([(bs + 1, 2), (5, 1), (0, 1)], 1, 0),  # 4 tokens, 4 requests: one has two tokens
+        ([(9, 1), (40, 1)], 2, 2),  # -1 slots past the last request's token
+    ]
+    for seed, (reqs, pad_reqs, pad_tokens) in enumerate(cases):
+        batch = make_batch(
+            reqs, kvh, group, head_dim, bs, device=DEVICE, seed=seed, pad_reqs=pad_reqs,
+            pad_tokens=pad_tokens, strided=seed == 1,
+        )  # fmt: skip
+        assert batch.meta.num_tokens <= batch.meta.num_reqs
+        assert_close_verbose(attend(batch), reference(batch), *TOL[torch.float32])
+    assert len(calls) == len(cases)
+    mixed = make_batch(mixed_reqs(bs), kvh, group, head_dim, bs, device=DEVICE)
+    assert_close_verbose(attend(mixed), reference(mixed), *TOL[torch.float32])
+    assert len(calls) == len(cases)  # more tokens than requests: the general kernel
+
+
 def test_write_kv_skips_padding_slots():
     gen = torch.Generator().manual_seed(7)
     num_blocks, block_size, kvh, d, T = 6, 8, 3, 64, 12
@@ -322,6 +352,7 @@ def decode_reqs(num: int, max_ctx: int, seed: int) -> list[tuple[int, int]]:
 
 GPU_BATCHES = {
     "decode256-ctx2k": lambda: decode_reqs(256, 2048, seed=1),
+    "decode256-ctx200": lambda: decode_reqs(256, 200, seed=3),
     "mixed-prefill2k": lambda: [(0, 2048), (700, 300), (16, 1)] + decode_reqs(61, 2048, seed=2),
 }
 

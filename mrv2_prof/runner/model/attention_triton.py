@@ -35,7 +35,9 @@ which covers ``cdiv(q_len_i, BLOCK_Q)`` blocks, so ``num_tokens // BLOCK_Q + num
 (host ints) per kv head cover every batch. A program finds its request by a binary search of
 ``query_start_loc`` and exits early when it is past its request's last token.
 
-Tile sizes are chosen from host ints only: decode-heavy batches (on average <= 4 query tokens a
+Decode batches (no more tokens than requests, a host-int test) go to a kernel of their own,
+``attention_decode_triton.py``: one program per request and kv head, no search. Here, tile sizes
+are chosen from host ints only: decode-heavy batches (on average <= 4 query tokens a
 request) take 16 rows, so a decode wastes few rows; prefill-heavy batches take 64 rows (one
 Hopper warp-group MMA) for better tensor-core use; float32 takes small tiles. Not done: splitting
 one request's context over several programs (split-KV / flash-decoding), which would help a few
@@ -51,6 +53,7 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref
+from mrv2_prof.runner.model.attention_decode_triton import paged_decode_triton
 
 LOG2_E = 1.4426950408889634
 
@@ -260,7 +263,10 @@ def paged_attention_triton(
 ) -> torch.Tensor:  # [T, h, d]
     """Causal attention of each request's chunk over its cached context plus the chunk itself.
 
-    ``tiles`` overrides the launch shape (benchmarks, tests); by default ``pick_tiles`` chooses.
+    By default a batch with no more tokens than requests (a decode step) goes to the decode
+    kernel (``attention_decode_triton.py``) and any other to this module's, with the tiles of
+    ``pick_tiles``; ``tiles`` forces this module's kernel with that launch shape (benchmarks,
+    tests).
     """
     if kv_cache is None:
         return paged_attention_ref(query, key, value, kv_cache, meta, scale)
@@ -282,6 +288,9 @@ def paged_attention_triton(
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
+    if tiles is None and num_tokens <= meta.num_reqs:  # a decode batch (attention_decode_triton)
+        small = query.dtype == torch.float32  # CUDA-core dots: small tiles, as FLOAT32_TILES
+        return paged_decode_triton(query, kv_cache, meta, scale, out, block_n=16 if small else 64)
     group = num_heads // num_kv_heads
     tiles = tiles or pick_tiles(num_tokens, meta.num_reqs, query.dtype)
     block_m = max(tiles.block_m, triton.next_power_of_2(group))
