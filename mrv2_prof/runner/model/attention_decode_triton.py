@@ -29,6 +29,50 @@ LOG2_E = 1.4426950408889634
 DECODE_ROWS = 16  # tl.dot's smallest M: the G query heads of a kv head, padded
 
 
+@triton.jit
+def attend_keys(
+    q,  # [BLOCK_M, HEAD_DIM] the program's query rows
+    q_pos,  # [BLOCK_M] int32: each row's position; it sees keys at positions <= its own
+    kv_end,  # keys to walk: [0, kv_end), the last row's own included
+    block_row,  # the request's block-table row
+    k_cache_ptr,
+    v_cache_ptr,
+    head_off,  # the kv head's offset in a cache slot
+    cache_stride_block,
+    cache_stride_slot,
+    qk_scale,  # softmax scale * log2(e)
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """Causal attention of ``q``'s rows over a request's cached keys, gathered per slot through
+    its block-table row ``BLOCK_N`` at a time, with an online softmax in float32 (``exp2``, the
+    scale folded in): the rows' float32 outputs. Both attention kernels walk their keys here."""
+    dims = tl.arange(0, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for n_start in range(0, kv_end, BLOCK_N):
+        k_pos = n_start + tl.arange(0, BLOCK_N)
+        k_ok = k_pos < kv_end
+        block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
+        kv_off = block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
+        k = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
+        qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
+        qk = tl.where(k_pos[None, :] <= q_pos[:, None], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key 0 is visible to every row
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
+        v = v.to(q.dtype)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc / l_i[:, None]
+
+
 @triton.jit(do_not_specialize=["num_reqs"])
 def _paged_decode_kernel(
     out_ptr,  # [T, h, d]
@@ -70,33 +114,12 @@ def _paged_decode_kernel(
         tok = (q_start + t).to(tl.int64)
         q_off = tok * query_stride_t + head[:, None] * query_stride_h + dims[None, :]
         q = tl.load(query_ptr + q_off, mask=row_ok[:, None], other=0.0)
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        num_keys = ctx_len + t + 1  # the keys this token may see
-        for n_start in range(0, num_keys, BLOCK_N):
-            k_pos = n_start + tl.arange(0, BLOCK_N)
-            k_ok = k_pos < num_keys
-            block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-            kv_off = (
-                block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
-            )
-            k = tl.load(
-                k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0
-            )
-            qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
-            qk = tl.where(k_ok[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key 0 is always visible
-            alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(
-                v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0
-            )
-            v = v.to(q.dtype)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
-            m_i = m_new
-        out = acc / l_i[:, None]
+        q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)  # every row: the same token
+        out = attend_keys(
+            q, q_pos, ctx_len + t + 1, block_row, k_cache_ptr, v_cache_ptr, head_off,
+            cache_stride_block, cache_stride_slot, qk_scale,
+            BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
+        )  # fmt: skip
         o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
 

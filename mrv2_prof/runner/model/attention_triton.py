@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref
-from mrv2_prof.runner.model.attention_decode_triton import paged_decode_triton
+from mrv2_prof.runner.model.attention_decode_triton import attend_keys, paged_decode_triton
 
 LOG2_E = 1.4426950408889634
 
@@ -223,30 +223,13 @@ def _paged_attention_kernel(
     q_off = (q_start + tok)[:, None] * query_stride_t + head[:, None] * query_stride_h
     q = tl.load(query_ptr + q_off + dims[None, :], mask=row_ok[:, None], other=0.0)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     kv_end = ctx_len + tl.minimum(q_block_start + BLOCK_Q, q_len)  # keys the last row may see
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    head_off = kv_head * cache_stride_head
-    for n_start in range(0, kv_end, BLOCK_N):
-        k_pos = n_start + tl.arange(0, BLOCK_N)
-        k_ok = k_pos < kv_end
-        block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-        kv_off = block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
-        k = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
-        qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
-        qk = tl.where(k_pos[None, :] <= q_pos[:, None], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key 0 is visible to every row
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
-        v = v.to(q.dtype)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
-        m_i = m_new
-
-    out = acc / l_i[:, None]
+    out = attend_keys(
+        q, q_pos, kv_end, block_row, k_cache_ptr, v_cache_ptr, kv_head * cache_stride_head,
+        cache_stride_block, cache_stride_slot, qk_scale,
+        BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
+    )  # fmt: skip
     o_off = (q_start + tok)[:, None] * out_stride_t + head[:, None] * out_stride_h
     tl.store(out_ptr + o_off + dims[None, :], out.to(out_ptr.dtype.element_ty), row_ok[:, None])
 
