@@ -29,6 +29,7 @@ from test_attention_triton import Batch, make_batch  # noqa: E402
 
 from mrv2_prof.runner.model import PRESETS  # noqa: E402
 from mrv2_prof.runner.model.attention import paged_attention_ref  # noqa: E402
+from mrv2_prof.runner.model.attention_decode_triton import is_decode_batch  # noqa: E402
 from mrv2_prof.runner.model.attention_triton import (  # noqa: E402
     DECODE_TILES,
     PREFILL_TILES,
@@ -80,7 +81,7 @@ def bench_case(name: str, batch: Batch, sweep: bool, skip_ref: bool) -> list[dic
     meta, n = batch.meta, batch.meta.num_tokens
     args = (batch.query, batch.key, batch.value, batch.kv_cache, meta, batch.scale)
     ref_us = None if skip_ref else time_us(lambda: paged_attention_ref(*args))
-    decode = n <= meta.num_reqs  # the default takes the decode kernel (attention_decode_triton)
+    decode = is_decode_batch(n, meta.num_reqs)  # the default takes the decode kernel
     default = None if decode else pick_tiles(n, meta.num_reqs, batch.query.dtype)
     kv_bytes, flops = work(batch)
     rows = []

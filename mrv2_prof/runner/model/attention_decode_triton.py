@@ -30,6 +30,12 @@ LOG2_E = 1.4426950408889634
 DECODE_ROWS = 16  # tl.dot's smallest M: the G query heads of a kv head, padded
 
 
+def is_decode_batch(num_tokens: int, num_reqs: int) -> bool:
+    """Whether ``paged_attention_triton`` hands a batch to this kernel: no more query tokens
+    than requests (host ints only, so the same for every batch of a CUDA-graph key)."""
+    return num_tokens <= num_reqs
+
+
 @triton.jit
 def attend_keys(
     q,  # [BLOCK_M, HEAD_DIM] the program's query rows

@@ -53,9 +53,12 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref
-from mrv2_prof.runner.model.attention_decode_triton import attend_keys, paged_decode_triton
-
-LOG2_E = 1.4426950408889634
+from mrv2_prof.runner.model.attention_decode_triton import (
+    LOG2_E,
+    attend_keys,
+    is_decode_batch,
+    paged_decode_triton,
+)
 
 
 @dataclass(frozen=True)
@@ -271,9 +274,10 @@ def paged_attention_triton(
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
-    if tiles is None and num_tokens <= meta.num_reqs:  # a decode batch (attention_decode_triton)
-        small = query.dtype == torch.float32  # CUDA-core dots: small tiles, as FLOAT32_TILES
-        return paged_decode_triton(query, kv_cache, meta, scale, out, block_n=16 if small else 64)
+    if tiles is None and is_decode_batch(num_tokens, meta.num_reqs):
+        # CUDA-core dots in float32 take small key tiles (FLOAT32_TILES), tensor cores 64 keys
+        keys = (FLOAT32_TILES if query.dtype == torch.float32 else DECODE_TILES).block_n
+        return paged_decode_triton(query, kv_cache, meta, scale, out, block_n=keys)
     group = num_heads // num_kv_heads
     tiles = tiles or pick_tiles(num_tokens, meta.num_reqs, query.dtype)
     block_m = max(tiles.block_m, triton.next_power_of_2(group))
