@@ -89,6 +89,17 @@ def screen_lines(app: BrowserApp) -> list[str]:
     return svg_text(app.export_screenshot()).splitlines()
 
 
+async def lines_showing(app: BrowserApp, pilot, prefixes: list[str]) -> list[str]:
+    """The screen's lines once a line starts with each of ``prefixes`` (a loaded 2-core machine
+    can paint a table's rows after ``settle``); the last lines read after 5 s otherwise."""
+    for _ in range(100):
+        lines = screen_lines(app)
+        if all(any(x.startswith(p) for x in lines) for p in prefixes):
+            break
+        await pilot.pause(0.05)
+    return lines
+
+
 @pytest.mark.asyncio
 async def test_the_run_list_at_80x24_cuts_no_number_and_shows_the_whole_label(long_db):
     app = BrowserApp(long_db)
@@ -123,9 +134,10 @@ async def test_the_comparison_at_80x24_keeps_every_verdict_whole(long_db):
         screen = app.screen
         assert isinstance(screen, CompareScreen) and screen.loaded
         table = screen.query_one("#compare-table", DataTable)
-        lines = screen_lines(app)
+        on_screen = list(table.rows)[:8]  # the rows on screen at 80x24
+        lines = await lines_showing(app, pilot, [f" {k.value} " for k in on_screen])
         verdicts = 0
-        for row_key in list(table.rows)[:8]:  # the rows on screen at 80x24
+        for row_key in on_screen:
             verdict = str(table.get_cell(row_key, "verdict"))
             pct = str(table.get_cell(row_key, "pct"))
             (line,) = [x for x in lines if x.startswith(f" {row_key.value} ")]
