@@ -5,7 +5,8 @@ failed, 2 bad input (scenario, overrides, trace, checkpoint, database; no run ro
 130 interrupted with Ctrl-C. ``--help`` is laid out by ``cli.help_text``.
 
 One module per group of commands: ``run`` (a scenario, live), ``stored`` (runs, show),
-``compare``, ``gate`` and ``views`` (report, export, tui, nsys import); they are
+``compare``, ``gate``, ``views`` (report, export, tui, nsys import) and ``fetch`` (a shipped
+real model); they are
 registered here, in the order ``--help`` lists them.
 """
 
@@ -22,6 +23,7 @@ except ImportError:  # pragma: no cover - older typer on the real click
 
 from mrv2_prof.cli.baseline import baseline_app
 from mrv2_prof.cli.compare import compare
+from mrv2_prof.cli.fetch import fetch
 from mrv2_prof.cli.gate import gate
 from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.run import run
@@ -43,7 +45,7 @@ def main() -> None:
     """mrv2-prof: what each MRV2 mechanism buys on your GPU and workload."""
 
 
-for _command in (run, runs, show, compare, gate, report, export, tui):
+for _command in (run, runs, show, compare, gate, report, export, tui, fetch):
     app.command(cls=Command)(_command)
 app.add_typer(nsys_app, name="nsys")
 app.add_typer(baseline_app, name="baseline")

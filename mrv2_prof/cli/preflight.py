@@ -149,6 +149,12 @@ def preflight(scenario: Scenario) -> Scenario:
     config = scenario.runner_config()
     _probe_checks(scenario, config)
     spec = scenario.model_spec()
+    from mrv2_prof.runner.model.shipped import SHIPPED
+
+    if spec.preset in SHIPPED:  # a shipped real model: fetched on first use
+        from mrv2_prof.cli.fetch import ensure_shipped
+
+        ensure_shipped(spec.preset)
     args = model_args_for(spec)
     try:
         config = config.for_model(args.max_position_embeddings)
