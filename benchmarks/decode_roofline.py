@@ -44,6 +44,7 @@ from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.shipped import SHIPPED
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
@@ -300,7 +301,13 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeatable")
+    ap.add_argument(
+        "--preset",
+        action="append",
+        choices=sorted(PRESETS) + sorted(SHIPPED),
+        help="repeatable; a shipped real model (smollm2-135m) is dequantized to bf16 at load, so "
+        "its step reads bf16 weights like a preset's",
+    )
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)

@@ -36,7 +36,9 @@ from bench_io import write_results
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.model.loader import model_args_for
 from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,19 @@ def ours_side(preset: str, w: Workloads, device: str, dtype: str, graphs: str) -
 
 # ---- Hugging Face transformers ------------------------------------------------------------------
 def build_hf(preset: str, device: torch.device, dtype: torch.dtype):
-    """The preset's architecture as a transformers model, random weights drawn on ``device``."""
+    """The preset's architecture as a transformers model, random weights drawn on ``device``; a
+    shipped real model is the same GGUF file, loaded (and dequantized) by transformers."""
     import transformers
+
+    if preset in SHIPPED:
+        path = require_shipped(preset)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=dtype
+        )
+        model = model.to(device=device).eval().requires_grad_(False)
+        gen = model.generation_config
+        gen.eos_token_id, gen.pad_token_id, gen.do_sample = None, 0, False
+        return model
 
     cfg = {**PRESETS[preset].to_hf_config(), "eos_token_id": None, "pad_token_id": 0}
     hf_config = transformers.AutoConfig.for_model(**cfg)
@@ -323,7 +336,7 @@ def hf_side(
     model = build_hf(preset, device, dtype)
     sync(device)
     out = {"transformers": transformers.__version__, "startup_s": time.perf_counter() - t0}
-    vocab = PRESETS[preset].vocab_size
+    vocab = model_args_for(ModelSpec(preset=preset)).vocab_size
     decode, batch = w.prompts(vocab)
     d = hf_decode(model, decode, w, compile_=device.type == "cuda")
     b = hf_batch(model, batch, w.prompts(vocab, offset=1)[1], w, padded)
@@ -381,7 +394,12 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeatable")
+    ap.add_argument(
+        "--preset",
+        action="append",
+        choices=sorted(PRESETS) + sorted(SHIPPED),
+        help="repeatable; a shipped real model (smollm2-135m): both sides load its GGUF",
+    )
     ap.add_argument("--quick", action="store_true", help="128 decode tokens, 16 x 64 batch, 1 rep")
     ap.add_argument("--cpu-smoke", action="store_true", help="llama-tiny on the CPU, tiny sizes")
     ap.add_argument("--reps", type=int, default=None, help="timed decode calls per side")
