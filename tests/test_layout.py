@@ -98,6 +98,38 @@ def test_store_and_report_import_neither_torch_nor_the_runner(folder):
     assert bad == []
 
 
+def _module_level_imports(path: Path) -> set[str]:
+    """Names imported by the module's own top-level statements (not inside functions)."""
+    names = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.add(node.module or "")
+    return names
+
+
+def test_text_imports_no_torch_and_the_runner_only_inside_functions():
+    """text/ (the tokenizer and chat templates) loads in the parent before any model: no torch
+    anywhere, the runner's model tables only inside ``tokenizer_for``."""
+    torch = [
+        f"{m} imports {n}"
+        for m, names in IMPORTS.items()
+        if _in(m, "text")
+        for n in names
+        if n.split(".")[0] in ("torch", "triton")
+    ]
+    runner = [
+        f"{m} imports {n} at module level"
+        for m, path in MODULES.items()
+        if _in(m, "text")
+        for n in _module_level_imports(path)
+        if n.startswith("mrv2_prof.runner")
+    ]
+    assert torch + runner == []
+    assert any(_in(m, "text") for m in MODULES)
+
+
 def test_views_never_import_the_runner():
     bad = [
         f"{m} imports {n}"
