@@ -88,6 +88,21 @@ def make_hf_checkpoint() -> Callable[..., Path]:
 
 
 @pytest.fixture
+def make_gguf_checkpoint() -> Callable[..., Path]:
+    """A function that writes a Hugging Face checkpoint directory (``make_hf_checkpoint``'s) as
+    a GGUF file, as llama.cpp's converter does, in a folder of its own beside it; returns the
+    file. Keywords: ``tests/runner/gguf_checkpoint.py``'s ``write_gguf``."""
+    from tests.runner.gguf_checkpoint import write_gguf
+
+    def make(hf_dir: Path, name: str | None = None, **kwargs: Any) -> Path:
+        folder = hf_dir.parent / f"gguf-{name or hf_dir.name}"
+        folder.mkdir(exist_ok=True)
+        return write_gguf(hf_dir, folder / f"{name or hf_dir.name}.gguf", **kwargs)
+
+    return make
+
+
+@pytest.fixture
 def quickstart_job(tmp_path):
     """A ``RunJob`` of the shipped quickstart with ``--set`` overrides, writing to tmp_path."""
     from mrv2_prof.job import RunJob

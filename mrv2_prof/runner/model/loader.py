@@ -1,4 +1,5 @@
-"""Builds the model from a preset (random weights by seed) or a local Hugging Face directory.
+"""Builds the model from a preset (random weights by seed), a local Hugging Face directory or a
+GGUF file (a shipped model's, ``model.preset: smollm2-135m``, or ``model.path: x.gguf``).
 
 Corresponds to MRV2's model loading step. The model is built on the ``meta`` device, so no memory
 is spent on weights that are overwritten. A preset's weights are then allocated on the target
@@ -6,7 +7,9 @@ device in the target dtype and drawn there (no host copy, no float32 copy); chec
 are read straight onto the device and assigned by name. Only local directories are read: there
 are no hub downloads. The per-layer ops are a ``ModelKernels`` bundle (torch references or fused
 Triton kernels); the merged QKV and gate/up weights are concatenated from the checkpoint's
-tensors as they are loaded (``merged_linear.py``).
+tensors as they are loaded (``merged_linear.py``). A GGUF file's header is read and checked
+first (``gguf_file.py``, ``gguf_model.py``), then each tensor's bytes are copied to the device and
+dequantized there to the run's dtype (``gguf_dequant.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from safetensors import safe_open
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, token_ids
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
+from mrv2_prof.runner.model.gguf_dequant import dequantize
+from mrv2_prof.runner.model.gguf_file import TensorInfo, read_header
+from mrv2_prof.runner.model.gguf_model import checked_tensors, model_args, unpermute_qk
 from mrv2_prof.runner.model.model_kernels import (
     TORCH_MODEL_KERNELS,
     Attend,
@@ -31,8 +37,9 @@ from mrv2_prof.runner.model.model_kernels import (
 )
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.safetensors_header import check_tensors
+from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 
-__all__ = ["CheckpointError", "load_model", "load_preset", "load_hf_checkpoint"]
+__all__ = ["CheckpointError", "load_gguf", "load_model", "load_preset", "load_hf_checkpoint"]
 
 INIT_STD = 0.02
 MAX_CONFIG_BYTES = 16 << 20  # config.json, generation_config.json
@@ -53,20 +60,39 @@ def load_model(
     its kernel set's); ``write_kv``/``attend`` replace its attention ops.
     """
     kernels = (kernels or TORCH_MODEL_KERNELS).with_attention(write_kv, attend)
-    if spec.preset is not None:
+    if spec.preset in SHIPPED:
+        model = load_gguf(require_shipped(spec.preset), device, dtype, kernels=kernels)
+    elif spec.preset is not None:
         model = load_preset(spec.preset, spec.seed, device, dtype, kernels=kernels)
+    elif is_gguf(spec.path):
+        model = load_gguf(spec.path, device, dtype, kernels=kernels)
     else:
         model = load_hf_checkpoint(spec.path, device, dtype, kernels=kernels)
     return model.eval().requires_grad_(False), model.args
 
 
+def preset_names() -> list[str]:
+    """Every name ``model.preset`` takes: the random-weight presets, then the shipped models."""
+    return sorted(PRESETS) + sorted(SHIPPED)
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``model.path`` names a GGUF file (``*.gguf``, or any file: not a directory)."""
+    return Path(path).suffix.lower() == ".gguf" or Path(path).is_file()
+
+
 def model_args_for(spec: ModelSpec) -> ModelArgs:
-    """The architecture ``spec`` names, read without loading weights (for checks before a run)."""
+    """The architecture ``spec`` names, read without loading weights (for checks before a run):
+    a checkpoint's config and tensor headers are checked as the loader will read them."""
+    if spec.preset in SHIPPED:
+        return _checked_gguf(require_shipped(spec.preset))[0]
     if spec.preset is not None:
         if spec.preset not in PRESETS:
             name = repr(spec.preset)[:60]
-            raise ConfigError(f"model.preset: {name} is not one of {sorted(PRESETS)}")
+            raise ConfigError(f"model.preset: {name} is not one of {preset_names()}")
         return PRESETS[spec.preset]
+    if is_gguf(spec.path):
+        return _checked_gguf(spec.path)[0]
     directory = Path(spec.path)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: checkpoint directory does not exist")
@@ -135,6 +161,43 @@ def load_hf_checkpoint(
     model.load_state_dict(state, strict=True, assign=True)
     model.init_buffers()
     return model
+
+
+def load_gguf(
+    path: str | Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    kernels: ModelKernels = TORCH_MODEL_KERNELS,
+) -> LlamaForCausalLM:
+    """A Llama/Qwen2/Qwen3 model from a GGUF file: its header checked, then every tensor's bytes
+    read in file order, copied to ``device`` and dequantized there to ``dtype`` (a ``llama``
+    file's q/k rows put back in Hugging Face's order)."""
+    args, tensors = _checked_gguf(path)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(args, kernels)
+    state: dict[str, torch.Tensor] = {}
+    try:
+        with Path(path).open("rb") as f:
+            for name, info in sorted(tensors.items(), key=lambda item: item[1].offset):
+                raw = torch.empty(info.nbytes, dtype=torch.uint8)
+                f.seek(info.offset)
+                if f.readinto(raw.numpy()) != info.nbytes:
+                    raise CheckpointError(f"{path}: tensor {info.name!r} is cut short")
+                values = dequantize(raw.to(device), info.qtype, info.shape, dtype)
+                state[name] = unpermute_qk(name, values, args)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    model.load_state_dict(state, strict=True, assign=True)
+    model.init_buffers()
+    return model
+
+
+def _checked_gguf(path: str | Path) -> tuple[ModelArgs, dict[str, TensorInfo]]:
+    """The model a GGUF file holds and its tensor for each state-dict name, all checked."""
+    header = read_header(path)
+    args = model_args(header)
+    return args, checked_tensors(header, expected_tensors(args))
 
 
 def read_model_args(directory: Path) -> ModelArgs:

@@ -1,12 +1,12 @@
 """The draft model of ``spec_decode.method: draft_model`` (vLLM's draft-model proposer's model).
 
 Three sources, exactly one given (``SpecDecodeConfig``): ``draft_preset`` (a preset with random
-weights by the run's seed), ``draft_path`` (a local checkpoint directory, read by the target's
-loader) or ``draft_target_layers: N`` (self-speculation: the target's first N decoder layers
-with its embedding, final norm and LM head; the modules are the target's own, so no weight is
-copied). ``draft_args_for`` gives the draft's architecture without loading weights (preflight);
-``draft_problem`` is the check between the two models: the same vocabulary, and N in
-``[1, num_layers - 1]``.
+weights by the run's seed, or a shipped real model), ``draft_path`` (a local checkpoint directory
+or GGUF file, read by the target's loader) or ``draft_target_layers: N`` (self-speculation: the
+target's first N decoder layers with its embedding, final norm and LM head; the modules are the
+target's own, so no weight is copied). ``draft_args_for`` gives the draft's architecture without
+loading weights (preflight); ``draft_problem`` is the check between the two models: the same
+vocabulary, and N in ``[1, num_layers - 1]``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
-from mrv2_prof.runner.model.loader import load_model, model_args_for
+from mrv2_prof.runner.model.loader import load_model, model_args_for, preset_names
 from mrv2_prof.runner.model.model_kernels import ModelKernels
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
@@ -32,14 +32,16 @@ def draft_args_for(spec: SpecDecodeConfig, target: ModelArgs) -> ModelArgs:
     from mrv2_prof.runner.config import invalid
 
     if spec.draft_preset is not None:
-        if spec.draft_preset not in PRESETS:
+        if spec.draft_preset in PRESETS:
+            return PRESETS[spec.draft_preset]
+        if spec.draft_preset not in preset_names():
             name = repr(spec.draft_preset)[:60]
-            raise invalid("spec_decode.draft.preset", f"{name} is not one of {sorted(PRESETS)}")
-        return PRESETS[spec.draft_preset]
-    try:
-        return model_args_for(ModelSpec(preset=None, path=spec.draft_path))
+            raise invalid("spec_decode.draft.preset", f"{name} is not one of {preset_names()}")
+    field = "preset" if spec.draft_preset is not None else "path"
+    try:  # a shipped model's GGUF or a checkpoint path, read as model.preset / model.path are
+        return model_args_for(ModelSpec(preset=spec.draft_preset, path=spec.draft_path))
     except (ConfigError, CheckpointError) as exc:
-        raise invalid("spec_decode.draft.path", str(exc)) from None
+        raise invalid(f"spec_decode.draft.{field}", str(exc)) from None
 
 
 def draft_problem(
