@@ -55,6 +55,7 @@ def drive(
                 logprobs=w.logprobs,
                 prompt_logprobs=w.prompt_logprobs,
                 ignore_eos=w.ignore_eos,
+                stop_token_ids=w.stop_token_ids,
             )
             arrival_s = (t0 + round(w.arrival_s * 1e9)) / 1e9
             engine.add_request(w.req_id, list(w.prompt_token_ids), params, arrival_time=arrival_s)

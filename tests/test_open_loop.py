@@ -48,6 +48,7 @@ def _request(req_id: str, arrival_s: float) -> SimpleNamespace:
         logprobs=0,
         prompt_logprobs=0,
         ignore_eos=False,
+        stop_token_ids=(),
         abort_after_tokens=None,
     )
 

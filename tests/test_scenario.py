@@ -111,7 +111,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert r.cudagraph_mode == "full_and_piecewise" and r.cudagraph_capture_sizes == "auto"
     w = s.workload
     assert w.num_requests is None and w.arrival.pattern == "burst" and w.abort_fraction == 0
-    assert w.ignore_eos and not w.as_fast_as_possible and w.trace is None
+    assert w.ignore_eos is None and not w.as_fast_as_possible and w.trace is None
     assert s.probes.nvtx and s.probes.nvml_hz == 10 and s.store.db == "runs.duckdb"
     assert s.probes.cuda_events and not (s.probes.sync_finder or s.probes.copy_audit)
     assert expand_matrix(s) == [("x", s)]

@@ -144,7 +144,7 @@ def preflight(scenario: Scenario) -> Scenario:
     ``max_position_embeddings`` (what the runner will use, and what the run stores)."""
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model.loader import model_args_for
-    from mrv2_prof.workload import build_workload
+    from mrv2_prof.workload import build_workload, model_tokenizer
 
     config = scenario.runner_config()
     _probe_checks(scenario, config)
@@ -170,6 +170,8 @@ def preflight(scenario: Scenario) -> Scenario:
         vocab_size=args.vocab_size,
         max_model_len=config.max_model_len,
         source=scenario.source,
+        tokenizer=model_tokenizer(spec, scenario.workload, scenario.source),
+        model=spec,
     )
     if scenario.runner.max_model_len == config.max_model_len:
         return scenario

@@ -1,5 +1,6 @@
 """The scenario's ``workload:`` section: arrivals, length distributions, sampling, shared
-prefixes, aborts, or a JSONL trace instead (``mrv2_prof.workload`` draws the requests)."""
+prefixes, aborts, or a JSONL trace or a ShareGPT dataset instead (``mrv2_prof.workload`` draws
+the requests)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ class FixedLen(Section):
         return self
 
 
+DEFAULT_OUTPUT_LEN = FixedLen(dist="fixed", value=32)  # synthetic traffic without output_len
+
+
 class UniformLen(_Bounded):
     dist: Literal["uniform"]
     min: PosInt
@@ -105,6 +109,38 @@ class Sampling(Section):
     logprobs: Annotated[int, Field(ge=0)] = 0
     prompt_logprobs: Annotated[int, Field(ge=0)] | None = None
     seed: Seed | None = None
+    # Tokens that end a request with finish_reason 'stop' (vLLM's stop_token_ids: they stop it
+    # even with ignore_eos); checked against the model's vocabulary before the run.
+    stop_token_ids: Annotated[tuple[Annotated[int, Field(ge=0)], ...], FROM_YAML] = ()
+
+
+def _input_path(v: Path, info: ValidationInfo, what: str) -> Path:
+    """``v`` resolved against the scenario's directory; a missing or non-regular file is a
+    ValueError naming it."""
+    base = (info.context or {}).get("base_dir")
+    if not v.is_absolute() and base is not None:
+        v = Path(base) / v
+    if not v.exists() and not v.is_symlink():
+        raise ValueError(f"{what} not found: {v}")
+    try:
+        check_regular_file(v, what)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return v
+
+
+class Dataset(Section):
+    """A ShareGPT-format JSON file, as ``vllm bench serve --dataset-name sharegpt`` reads it
+    (resolved against the scenario's directory); ``chat``: each prompt is sent as a user message
+    through the model's chat template instead of as plain text."""
+
+    path: Annotated[Path, FROM_YAML]
+    chat: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, v: Path, info: ValidationInfo) -> Path:
+        return _input_path(v, info, "dataset file")
 
 
 class SharedPrefix(Section):
@@ -122,25 +158,31 @@ class SharedPrefix(Section):
 
 
 class WorkloadSection(Section):
-    """Synthetic traffic, or a ``trace`` file (JSONL, resolved against the scenario's directory).
+    """Synthetic traffic, a ``trace`` file (JSONL, resolved against the scenario's directory) or
+    a ShareGPT ``dataset``.
 
-    ``num_requests`` unset means 16 synthetic requests, or every line of a trace. When ``trace``
-    is set, the synthetic keys (arrival, lengths, shared_prefix, abort_fraction) are ignored.
+    ``num_requests`` unset means 16 synthetic requests, or every line of a trace, or every entry
+    of a dataset that passes its length filters. When ``trace`` is set, the synthetic keys
+    (arrival, lengths, shared_prefix, abort_fraction) are ignored; a dataset takes ``arrival``,
+    ``abort_fraction`` and, when the scenario gives it, ``output_len``. ``ignore_eos`` unset
+    means true on a random-weight preset and false on a real model.
     """
 
     num_requests: PosInt | None = None
     arrival: Arrival = Arrival()
     prompt_len: LengthDist = UniformLen(dist="uniform", min=16, max=96)
-    output_len: LengthDist = FixedLen(dist="fixed", value=32)
+    # None: fixed 32 for synthetic traffic; with a dataset, each reply's own length
+    output_len: LengthDist | None = None
     sampling: Sampling = Sampling()
     shared_prefix: SharedPrefix | None = None
     # Repetitive prompts: each prompt's own tokens (after any shared prefix) are one random
     # segment of this many tokens, repeated (what an n-gram drafter finds matches in).
     repeated_segment_len: PosInt | None = None
     abort_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
-    ignore_eos: bool = True
+    ignore_eos: bool | None = None
     as_fast_as_possible: bool = False
     trace: Annotated[Path | None, FROM_YAML] = None
+    dataset: Dataset | None = None
 
     @model_validator(mode="after")
     def _bounded(self) -> WorkloadSection:
@@ -150,8 +192,11 @@ class WorkloadSection(Section):
         n = self.num_requests
         if n is not None and n > MAX_NUM_REQUESTS:
             raise FieldError("num_requests", over(MAX_NUM_REQUESTS, n, NUM_REQUESTS_REASON))
+        if self.trace is not None and self.dataset is not None:
+            raise FieldError("dataset", "give at most one of 'trace' or 'dataset'")
         rate = self.arrival.rate
-        if self.trace is None and not self.as_fast_as_possible and rate is not None:
+        counted = self.dataset is None or n is not None  # a dataset's count: known once read
+        if self.trace is None and counted and not self.as_fast_as_possible and rate is not None:
             n = DEFAULT_NUM_REQUESTS if n is None else n
             last_s = (n - 1) / rate  # the last arrival (poisson: its expectation)
             if last_s > MAX_ARRIVAL_S:
@@ -165,15 +210,4 @@ class WorkloadSection(Section):
     @field_validator("trace")
     @classmethod
     def _trace_exists(cls, v: Path | None, info: ValidationInfo) -> Path | None:
-        if v is None:
-            return v
-        base = (info.context or {}).get("base_dir")
-        if not v.is_absolute() and base is not None:
-            v = Path(base) / v
-        if not v.exists() and not v.is_symlink():
-            raise ValueError(f"trace file not found: {v}")
-        try:
-            check_regular_file(v, "trace file")
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
-        return v
+        return None if v is None else _input_path(v, info, "trace file")

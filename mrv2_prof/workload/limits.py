@@ -45,8 +45,12 @@ def check_section(
         problem = vocab_problem(getattr(section.sampling, key), vocab_size)
         if problem is not None:
             raise ScenarioError(source, f"workload.sampling.{key}", problem)
-    if section.trace is not None:
-        return  # a trace's lines are checked as they are read
+    bad = next((t for t in section.sampling.stop_token_ids if t >= vocab_size), None)
+    if bad is not None:
+        problem = f"token id {bad} outside the vocabulary [0, {vocab_size})"
+        raise ScenarioError(source, "workload.sampling.stop_token_ids", problem)
+    if section.trace is not None or section.dataset is not None:
+        return  # a trace's lines are checked as they are read, a dataset's entries once drawn
     n = section.num_requests if section.num_requests is not None else DEFAULT_NUM_REQUESTS
     prompt = _max_len(section.prompt_len, max_model_len - 1)
     prefix_tokens = 0

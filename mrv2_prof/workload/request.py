@@ -1,5 +1,5 @@
-"""One request of a workload, and what synthetic traffic and traces share: the seeded random
-stream of each aspect and the sampling settings of the section."""
+"""One request of a workload, and what synthetic traffic, traces and datasets share: the seeded
+random stream of each aspect and the sampling settings of the section."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mrv2_prof.scenario import WorkloadSection
 
 # Each random aspect draws from its own stream keyed by (seed, aspect): changing one
 # distribution leaves the others as they were. The numbers are part of what a seed means.
-ARRIVALS, PROMPT_LEN, OUTPUT_LEN, TOKENS, PREFIX, ABORTS, TRACE_TOKENS = range(7)
+ARRIVALS, PROMPT_LEN, OUTPUT_LEN, TOKENS, PREFIX, ABORTS, TRACE_TOKENS, DATASET = range(8)
 SAMPLING_KEYS = (
     "temperature",
     "top_k",
@@ -21,6 +21,7 @@ SAMPLING_KEYS = (
     "prompt_logprobs",
     "seed",
     "ignore_eos",
+    "stop_token_ids",
 )
 
 
@@ -40,6 +41,8 @@ class WorkloadRequest:
     # None: runs to completion; k >= 1: the client aborts once k output tokens were emitted;
     # 0: aborted at arrival, before being scheduled.
     abort_after_tokens: int | None
+    # End the request with finish_reason 'stop' (vLLM's stop_token_ids), even with ignore_eos.
+    stop_token_ids: tuple[int, ...] = ()
 
 
 def rng(seed: int, *key: int) -> np.random.Generator:
@@ -47,9 +50,13 @@ def rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng([seed % 2**64, *key])
 
 
-def sampling_of(section: WorkloadSection) -> dict[str, Any]:
-    """The section's sampling settings, as ``WorkloadRequest`` fields."""
+def sampling_of(section: WorkloadSection, random_weights: bool = True) -> dict[str, Any]:
+    """The section's sampling settings, as ``WorkloadRequest`` fields. ``ignore_eos`` unset is
+    true on a model of ``random_weights`` (its EOS is noise) and false on a real model."""
     s = section.sampling
+    ignore_eos = section.ignore_eos
+    if ignore_eos is None:
+        ignore_eos = random_weights
     return {
         "temperature": s.temperature,
         "top_k": s.top_k,
@@ -57,5 +64,6 @@ def sampling_of(section: WorkloadSection) -> dict[str, Any]:
         "logprobs": s.logprobs,
         "prompt_logprobs": s.prompt_logprobs,
         "seed": s.seed,
-        "ignore_eos": section.ignore_eos,
+        "ignore_eos": ignore_eos,
+        "stop_token_ids": s.stop_token_ids,
     }

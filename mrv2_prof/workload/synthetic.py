@@ -1,5 +1,6 @@
 """Seeded synthetic traffic: arrivals (burst, constant, poisson), prompt and output lengths from
-their distributions, prompts (with shared prefixes), and the requests the client aborts."""
+their distributions, prompts (with shared prefixes), and the requests the client aborts; a
+dataset's requests take their arrivals, drawn output lengths and aborts from here too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from mrv2_prof.scenario import (
     UniformLen,
     WorkloadSection,
 )
-from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS
+from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_LEN
 from mrv2_prof.workload.request import (
     ABORTS,
     ARRIVALS,
@@ -30,15 +31,20 @@ from mrv2_prof.workload.request import (
 
 
 def synthetic(
-    section: WorkloadSection, seed: int, vocab_size: int, max_model_len: int
+    section: WorkloadSection,
+    seed: int,
+    vocab_size: int,
+    max_model_len: int,
+    random_weights: bool = True,
 ) -> list[WorkloadRequest]:
     """The section's requests in id order; lengths are cut to fit ``max_model_len``."""
     n = section.num_requests if section.num_requests is not None else DEFAULT_NUM_REQUESTS
-    arrivals = _arrivals(section.arrival, n, rng(seed, ARRIVALS))
-    output_lens = _lengths(section.output_len, n, rng(seed, OUTPUT_LEN), max_model_len)
+    arrivals = draw_arrivals(section.arrival, n, rng(seed, ARRIVALS))
+    output_len = section.output_len or DEFAULT_OUTPUT_LEN
+    output_lens = draw_lengths(output_len, n, rng(seed, OUTPUT_LEN), max_model_len)
     output_lens = np.minimum(output_lens, max_model_len - 1)
     fits = max_model_len - output_lens  # room left for the prompt, >= 1
-    prompt_lens = _lengths(section.prompt_len, n, rng(seed, PROMPT_LEN), max_model_len)
+    prompt_lens = draw_lengths(section.prompt_len, n, rng(seed, PROMPT_LEN), max_model_len)
     prompts = _prompts(
         prompt_lens,
         fits,
@@ -48,8 +54,8 @@ def synthetic(
         rng(seed, PREFIX),
         section.repeated_segment_len,
     )
-    aborts = _aborts(section.abort_fraction, output_lens, rng(seed, ABORTS))
-    sampling = sampling_of(section)
+    aborts = draw_aborts(section.abort_fraction, output_lens, rng(seed, ABORTS))
+    sampling = sampling_of(section, random_weights)
     return [
         WorkloadRequest(
             req_id=f"req-{i}",
@@ -63,7 +69,7 @@ def synthetic(
     ]
 
 
-def _arrivals(arrival: Arrival, n: int, rng: np.random.Generator) -> np.ndarray:
+def draw_arrivals(arrival: Arrival, n: int, rng: np.random.Generator) -> np.ndarray:
     if arrival.pattern == "burst":
         return np.zeros(n)
     assert arrival.rate is not None  # the scenario requires it for these patterns
@@ -73,7 +79,7 @@ def _arrivals(arrival: Arrival, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(gaps_s)])
 
 
-def _lengths(dist: LengthDist, n: int, rng: np.random.Generator, cap: int) -> np.ndarray:
+def draw_lengths(dist: LengthDist, n: int, rng: np.random.Generator, cap: int) -> np.ndarray:
     """``n`` lengths of ``dist``; values above ``cap`` (max_model_len) are cut to it, since the
     model fit would cut them anyway, to keep unbounded tails in int64."""
     if isinstance(dist, FixedLen):
@@ -118,7 +124,9 @@ def _prompts(
     return out
 
 
-def _aborts(fraction: float, max_tokens: np.ndarray, rng: np.random.Generator) -> dict[int, int]:
+def draw_aborts(
+    fraction: float, max_tokens: np.ndarray, rng: np.random.Generator
+) -> dict[int, int]:
     """``round(fraction * n)`` requests, each aborted after a uniform [0, max_tokens - 1]."""
     count = round(fraction * len(max_tokens))
     if count == 0:
