@@ -39,6 +39,7 @@ from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.request_rows import InFlightRows
+from mrv2_prof.request_texts import RequestTexts
 from mrv2_prof.run_environment import finish_environment, run_environment
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 
@@ -166,6 +167,7 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
     writer: BackgroundWriter | None = None
 
     in_flight = InFlightRows()
+    texts: RequestTexts | None = None  # the requests' text columns (None: no tokenizer)
     sampler: HostSampler | None = None
 
     def flush() -> None:
@@ -184,6 +186,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             batches["host_samples"] = sampler.decode(handoff[1])
         # tokens and their request rows: one transaction
         in_flight.add_to(batches, in_flight.follow(handoff[0], probe.name_of))
+        if texts is not None:  # decoded here, on the writer thread, never on the step loop
+            texts.add_to(batches)
         return arrow_tables(batches)
 
     try:
@@ -191,18 +195,22 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             outcome.status = "aborted"
             return outcome
         from mrv2_prof.runner.engine import Engine
-        from mrv2_prof.workload import build_workload
+        from mrv2_prof.workload import build_workload, model_tokenizer
 
         t0 = time.perf_counter()
         engine = Engine(scenario.runner_config(), scenario.model_spec(), probe)
         info = engine.info
+        tokenizer = model_tokenizer(scenario.model_spec(), scenario.workload, scenario.source)
         requests = build_workload(
             scenario.workload,
             seed=scenario.seed,
             vocab_size=engine.vocab_size,
             max_model_len=engine.config.max_model_len,
             source=scenario.source,
+            tokenizer=tokenizer,
+            model=scenario.model_spec(),
         )
+        texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
         notes = unavailable_probe_notes(scenario.probes.model_dump())
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         if nvtx_anchor_ns is not None:
@@ -216,6 +224,11 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
         )
         environment = run_environment(info.device)
         ran = engine_as_run(job.scenario, job.db_path, engine, nvtx_anchor_ns is not None)
+        if ran.get("workload", {}).get("ignore_eos") is None:  # the default as it ran
+            from mrv2_prof.workload import TextModel
+
+            random_weights = TextModel.of(tokenizer, scenario.model_spec()).random_weights
+            ran["workload"]["ignore_eos"] = random_weights
         store.update_run(
             run_id,
             device=info.device,
@@ -264,6 +277,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             flush()
             if writer is not None:
                 writer.close()  # everything drained is written before the run row is finished
+            if texts is not None and texts.note():
+                outcome.facts.setdefault("notes", []).append(texts.note())
             if session is not None:
                 store_probe_results(store, run_id, session, outcome.facts)
             outcome.facts.update(engine.graph_usage() if engine is not None else {})

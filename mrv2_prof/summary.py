@@ -20,8 +20,10 @@ from mrv2_prof.store import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.store.rank_steps import rank_line
+from mrv2_prof.store.request_list import first_answers
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
+from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
 from mrv2_prof.views.staged_writes import staged_writes_text
 
@@ -207,10 +209,35 @@ def summary_tables(
 
 
 def render_summary(store: Store, run_id: str, shown_notes: tuple[str, ...] = ()) -> Group:
-    """Findings first, then the summary tables; ``shown_notes`` as in ``summary_tables``."""
+    """Findings first, then the summary tables (``shown_notes`` as in ``summary_tables``), then
+    a few answers when the run decoded its requests' text."""
     s = run_summary(store, run_id)
     facts = finding_facts(store, run_id, include_perturbed=s.includes_perturbed)
-    return summary_tables(s, findings(s, facts), shown_notes, facts)
+    tables = summary_tables(s, findings(s, facts), shown_notes, facts)
+    answers = answers_table(store, run_id)
+    return tables if answers is None else Group(tables, answers)
+
+
+ANSWERS, ANSWER_CHARS = 3, 120  # requests shown; characters of each text (two lines at 80)
+
+
+def answers_table(store: Store, run_id: str) -> Table | None:
+    """The first few answered requests: the prompt's last user message (or its end) and the
+    output, each shortened to about two lines; None when the run has no decoded text."""
+    rows, total = first_answers(store, run_id, ANSWERS)
+    if not rows:
+        return None
+    t = Table.grid(padding=(0, 1), expand=True)
+    t.title = f"answers (the first {len(rows)} of {total:,} requests with an output)"
+    t.title_justify, t.title_style = "left", "bold"
+    t.add_column(no_wrap=True)
+    t.add_column(style="dim", no_wrap=True)
+    t.add_column(ratio=1)
+    for r in rows:
+        question = asked(r.prompt_text, ANSWER_CHARS) if r.prompt_text else "-"
+        t.add_row(Text(plain(r.req_id, 24)), "asked", Text(question))
+        t.add_row("", "answer", Text(head(r.output_text or "", ANSWER_CHARS)))
+    return t
 
 
 _METRIC_COLUMNS = (

@@ -37,6 +37,12 @@ STEP_COLUMNS = (
     "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
     "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
 )  # fmt: skip
+# The columns of a ``requests`` row the probe records; its text columns are decoded from the
+# token ids on the writer thread (request_texts.py), never here.
+REQUEST_COLUMNS = (
+    "req_id", "arrival_ns", "first_token_ns", "finish_ns", "prompt_tokens", "output_tokens",
+    "num_preemptions", "finish_reason", "cached_tokens",
+)  # fmt: skip
 
 
 class RecordingProbe(RecordTables, Probe):
@@ -64,7 +70,7 @@ class RecordingProbe(RecordTables, Probe):
         self.dispatch = self._buffer("graph_dispatch", capacity)
         self.syncs = self._buffer("syncs", capacity)
         self.tokens = self._buffer("tokens", 16 * capacity)
-        self.finished = self._buffer("requests", capacity)
+        self.finished = self._buffer("requests", capacity, REQUEST_COLUMNS)
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)

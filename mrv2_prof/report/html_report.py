@@ -21,6 +21,7 @@ from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
+from mrv2_prof.report.request_sample import requests_html
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.spec_figures import spec_decode
@@ -83,7 +84,7 @@ pre{background:#f6f6f6;padding:.8em;overflow:auto}.note{color:#8a6d00}
 .not-measured{padding:1.5em;background:#fafafa;border:1px dashed #bbb;color:#555}
 section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
 ol#findings li{margin:.3em 0}td.ran-as{color:#8a6d00}.where{color:#777}
-.sev-2{color:#a01010}.sev-1{color:#8a6d00}
+.sev-2{color:#a01010}.sev-1{color:#8a6d00}td.text{max-width:36em;overflow-wrap:anywhere}
 """
 _BOOT = """
 document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
@@ -228,7 +229,7 @@ def render_run_report(
     body = [
         f"<h1>mrv2-prof report: {html.escape(data.label)} ({html.escape(run_id)})</h1>",
         findings_html(findings(summary, facts)),
-        _table(_summary_rows(summary, facts)), notes,
+        _table(_summary_rows(summary, facts)), notes, requests_html(store, run_id),
         _guide([f.fig_id if isinstance(f, NotMeasured) else f.layout.meta["id"] for f in figs]),
         *(_section(f) for f in figs),
         "<h2>Scenario</h2>",

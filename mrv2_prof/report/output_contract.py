@@ -8,10 +8,11 @@ a fallback such as ``runner.device: auto`` landing on the CPU) fails the stage u
 ``seed``, ``model`` and ``workload`` equal; else the stage is skipped and says why): the same
 requests; per request the same finish reason (stop, length, abort) and, for a greedy workload
 (temperature 0), the same token sequence. The first difference is named by request (in arrival
-order) and output position. Top-k logprobs are not stored with the tokens, and prefix-cache hits
-against misses need a paired run: both are reported as not checked. Leaks: a run stores, at its
-end, the request slots and KV blocks still held (``info.leaks``); with every request finished
-both must be 0.
+order) and output position; when the runs stored decoded text, the lines under it show the
+request's prompt and both outputs about the first character where they differ. Top-k logprobs
+are not stored with the tokens, and prefix-cache hits against misses need a paired run: both
+are reported as not checked. Leaks: a run stores, at its end, the request slots and KV blocks
+still held (``info.leaks``); with every request finished both must be 0.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from typing import Any
 from mrv2_prof import limited_yaml
 from mrv2_prof.report.run_sides import RunFacts
 from mrv2_prof.store import Store
+from mrv2_prof.views.request_text import around, asked, first_difference
 from mrv2_prof.views.safe_text import plain
 
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+DETAIL = "  "  # a line that belongs to the failure line above it
+TEXT_CHARS = 100  # of each output shown about the first difference
+PROMPT_CHARS = 80
 
 
 @dataclass
@@ -85,6 +90,36 @@ def _tokens(store: Store, run_id: str) -> dict[str, list[int | None]]:
     return out
 
 
+def _texts(store: Store, run_id: str, req: str) -> tuple[str | None, str | None]:
+    row = store.connection.execute(
+        "SELECT prompt_text, output_text FROM requests WHERE run_id = ? AND req_id = ?",
+        [run_id, req],
+    ).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
+def _text_lines(store_a: Store, a: RunFacts, store_b: Store, b: RunFacts, req: str) -> list[str]:
+    """The differing request's prompt and both outputs about their first differing character
+    (nothing when neither run stored text)."""
+    prompt, x = _texts(store_a, a.run_id, req)
+    prompt_b, y = _texts(store_b, b.run_id, req)
+    if x is None and y is None:
+        return []
+    pos = first_difference(x, y) if x is not None and y is not None else 0
+
+    def shown(text: str | None) -> str:
+        return "no text stored" if text is None else f'"{around(text, pos, TEXT_CHARS)}"'
+
+    where = f" from character {pos}" if pos else ""
+    lines = []
+    prompt = prompt if prompt is not None else prompt_b
+    if prompt:
+        lines.append(f'{DETAIL}prompt: "{asked(prompt, PROMPT_CHARS)}"')
+    lines.append(f"{DETAIL}baseline output{where}: {shown(x)}")
+    lines.append(f"{DETAIL}candidate output{where}: {shown(y)} (run {b.run_id})")
+    return lines
+
+
 def _leaks(facts: RunFacts) -> tuple[bool, str]:
     leaks = facts.info.get("leaks")
     if not isinstance(leaks, dict):
@@ -126,7 +161,8 @@ def _compare_runs(
         if ra[req][0] != rb[req][0]:
             return FAIL, [
                 f"{FAIL} output contract: request {req!r}: finish reason {ra[req][0]} in the "
-                f"baseline, {rb[req][0]} in the candidate (run {b.run_id})"
+                f"baseline, {rb[req][0]} in the candidate (run {b.run_id})",
+                *_text_lines(store_a, a, store_b, b, req),
             ]
     checked = [f"finish reasons: {len(order)} requests identical (run {b.run_id})"]
     if not greedy:
@@ -143,6 +179,7 @@ def _compare_runs(
                 return FAIL, [
                     f"{FAIL} output contract: request {req!r} position {pos}: baseline {want}, "
                     f"candidate {got} (run {b.run_id})",
+                    *_text_lines(store_a, a, store_b, b, req),
                     *checked,
                 ]
     total = sum(len(s) for s in ta.values())
@@ -169,7 +206,7 @@ def contract_stage(
         status, lines = _compare_runs(store_a, baseline, store_b, facts, greedy)
         leaked, line = _leaks(facts)
         statuses.append(FAIL if leaked else status)
-        failures = [x for x in [*lines, line] if x.startswith(FAIL)]
+        failures = [x for x in [*lines, line] if x.startswith((FAIL, DETAIL))]
         result.lines = failures + result.lines + [x for x in [*lines, line] if x not in failures]
     if FAIL in statuses:
         result.status = FAIL

@@ -12,6 +12,8 @@ Tracks (``pid``/``tid``):
   slice per step (from ``steps.gpu_start_ns``/``gpu_end_ns``, widened to hold the step's spans).
 * 2/2… one track per CUDA stream of the kernel trace (kernel names are CUDA's).
 * 2/100 NVML counters: ``gpu_util``, ``mem_used_bytes``, ``power_w``, ``sm_clock_mhz``.
+* 3/1… ``requests``: a slice per request from arrival to finish on lanes, with its counts,
+  latencies and decoded prompt and output text (``request_track``).
 
 Counters are ``C`` events whose series is ``value``. Flows use the JSON flow v2 form that
 Perfetto's JSON importer (and chrome://tracing) read: the step's CPU ``execute`` slice carries
@@ -36,6 +38,7 @@ import duckdb
 from mrv2_prof import __version__
 from mrv2_prof.probes.nvtx_ranges import DOMAIN, RUN_START_MARK
 from mrv2_prof.report.chrome_trace import Event, Slice, laminar, metadata, write_trace
+from mrv2_prof.report.request_track import REQUEST_PID, request_lanes, request_slices
 from mrv2_prof.report.trace_tracks import (
     COUNTER_TID,
     CPU_PID,
@@ -193,6 +196,7 @@ def _availability(q: TrackQuery) -> dict[str, Any]:
                 f"SELECT DISTINCT rank FROM rank_steps WHERE run_id = $run AND {w} ORDER BY 1"
             )
         ],
+        "request_lanes": request_lanes(q),
     }
 
 
@@ -274,6 +278,12 @@ def _events(
         yield metadata(RANK_PID + rank, PHASE_TID, "process_name", name=f"rank {rank}")
         yield metadata(RANK_PID + rank, PHASE_TID, "process_sort_index", sort_index=RANK_PID + rank)
         yield metadata(RANK_PID + rank, PHASE_TID, "thread_name", name="steps (tensor parallel)")
+    lanes = has["request_lanes"]
+    if lanes:
+        yield metadata(REQUEST_PID, 1, "process_name", name="requests")
+        yield metadata(REQUEST_PID, 1, "process_sort_index", sort_index=REQUEST_PID)
+        for lane in range(max(lanes) + 1):
+            yield metadata(REQUEST_PID, 1 + lane, "thread_name", name=f"lane {lane}")
 
     cpu: Iterator[Slice] = cpu_slices(q)
     if anchor_ns is not None:
@@ -290,6 +300,8 @@ def _events(
         yield from counters(q, GPU_PID, "t_ns", "gpu_samples", GPU_COUNTERS, q.time_filter())
     for rank in has["ranks"]:
         yield from laminar(rank_slices(q, rank))
+    if lanes:  # a lane's requests never overlap: no clipping needed
+        yield from (s.to_event() for s in request_slices(q, lanes))
 
 
 def _anchor_event(run_id: str, anchor_ns: int) -> Event:

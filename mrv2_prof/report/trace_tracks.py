@@ -62,13 +62,18 @@ class TrackQuery:
         """``t_ns`` inside the window: from the first to the last stored time of its steps."""
         if not self.window:
             return "TRUE"
+        first, last = self.time_bounds()
+        return f"t_ns BETWEEN {first} AND {last}"
+
+    def time_bounds(self) -> tuple[str, str]:
+        """SQL of the window's first and last stored time (its steps' and their spans')."""
         w = "run_id = $run AND step BETWEEN $lo AND $hi"
         bounds = (
             f"SELECT start_ns AS lo, end_ns AS hi FROM spans WHERE {w} UNION ALL SELECT "
             f"least(cpu_start_ns, gpu_start_ns), greatest(cpu_end_ns, gpu_end_ns) "
             f"FROM steps WHERE {w}"
         )
-        return f"t_ns BETWEEN (SELECT min(lo) FROM ({bounds})) AND (SELECT max(hi) FROM ({bounds}))"
+        return f"(SELECT min(lo) FROM ({bounds}))", f"(SELECT max(hi) FROM ({bounds}))"
 
 
 def _flow_steps(q: TrackQuery) -> str:

@@ -10,9 +10,9 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
-# those marked v4, version 4 those marked v5; a writable
+# those marked v4, version 4 those marked v5, version 5 those marked v6; a writable
 # open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
 # (``store.opening``).
 
@@ -124,6 +124,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_preemptions", "INTEGER"),
         ("finish_reason", "VARCHAR"),  # stop | length | abort, NULL while unfinished
         ("cached_tokens", "INTEGER"),  # prefix-cache hit tokens at first scheduling
+        # v6: decoded from the token ids on the writer thread (request_texts.py); NULL when the
+        # model has no tokenizer. The prompt with special tokens kept (the chat template as the
+        # model saw it), from the request's first row on; the output with them skipped (as
+        # vLLM), once it finished (NULL while in flight and for a request never finished)
+        ("prompt_text", "VARCHAR"),
+        ("output_text", "VARCHAR"),
     ],
     "tokens": [
         ("run_id", "VARCHAR"),

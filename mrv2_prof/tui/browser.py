@@ -19,9 +19,9 @@ from mrv2_prof.views.safe_text import plain
 KEYS = [
     ("enter", "open the run under the cursor: summary and step timeline"),
     ("c", "mark the run as A; c on another run compares the two side by side"),
-    ("s / t", "in a run: its summary / its step timeline"),
+    ("s / t / r", "in a run: its summary / its step timeline / its requests"),
     ("o", "in a step timeline: the slowest steps first (again: step order)"),
-    ("click a header", "in a step timeline: sort by that column (again: the other way)"),
+    ("click a header", "in a step timeline or the requests: sort by it (again: the other way)"),
     ("/", "in a step timeline: filter, e.g. host>2, mode=none, syncs>0 or host_bound"),
     ("g", "in a step timeline: go to a step number"),
     ("] / [", "in a long step timeline: the next / previous page of steps"),

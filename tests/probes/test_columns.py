@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mrv2_prof.probes.columns import dtypes, from_rows
-from mrv2_prof.probes.recording import STEP_COLUMNS, RecordingProbe
+from mrv2_prof.probes.recording import REQUEST_COLUMNS, STEP_COLUMNS, RecordingProbe
 from mrv2_prof.store import schema
 
 NUMPY = {"BIGINT": np.int64, "INTEGER": np.int32, "DOUBLE": np.float64, "BOOLEAN": np.bool_}
@@ -17,7 +17,8 @@ def test_every_buffer_holds_its_tables_columns_in_the_declared_types():
     drained = p.drain()
     for table, cols in drained.items():
         declared = dict(schema.TABLES[table])
-        want = STEP_COLUMNS if table == "steps" else [n for n in declared if n != "run_id"]
+        chosen = {"steps": STEP_COLUMNS, "requests": REQUEST_COLUMNS}
+        want = chosen.get(table, [n for n in declared if n != "run_id"])
         assert list(cols) == list(want), table
         buffer = p._tables[table]
         for name, values in cols.items():
@@ -27,6 +28,9 @@ def test_every_buffer_holds_its_tables_columns_in_the_declared_types():
                 assert values.dtype == NUMPY[declared[name]], (table, name)
                 assert buffer.cols[name].dtype == values.dtype, (table, name)
     assert set(STEP_COLUMNS) < set(dict(schema.TABLES["steps"]))
+    # the requests' text columns are decoded on the writer thread, never recorded by the probe
+    requests = [n for n in dict(schema.TABLES["requests"]) if n != "run_id"]
+    assert list(REQUEST_COLUMNS) == [n for n in requests if not n.endswith("_text")]
 
 
 def test_a_column_declared_once_is_recorded_drained_and_created(monkeypatch):

@@ -170,6 +170,8 @@ def validate(doc: dict) -> None:
             assert ph in ("C", "i"), f"unexpected phase {ph}"
         if e.get("cat") == "cuda_kernel":
             assert ph == "X" and name  # documented extra: CUDA's kernel names
+        elif e.get("cat") == "request":  # documented extra: a request's slice, on its lane
+            assert ph == "X" and name == f"request {e['args']['req_id']}", e
         elif ph == "C":
             assert name in COUNTER_NAMES and set(e["args"]) == {"value"}, e
         elif ph == "i":
@@ -389,7 +391,7 @@ def test_quickstart_cpu_run_has_no_gpu_track(run_in_process, tmp_path: Path) -> 
         )
     doc = export_doc(db, run_id)
     validate(doc)
-    assert {e["pid"] for e in doc["traceEvents"]} == {1}
+    assert {e["pid"] for e in doc["traceEvents"]} == {1, 3}  # the CPU track and the requests
     assert doc["otherData"]["gpu_timeline"] is False
     assert any(n.startswith("no GPU timeline") for n in doc["otherData"]["notes"])
     recovered = {e["args"]["step"]: span_ns(doc, e) for e in x_events(doc, 1, "step")}

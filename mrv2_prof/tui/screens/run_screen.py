@@ -1,4 +1,5 @@
-"""One run: its summary (the findings and tables ``mrv2-prof show`` prints) and its step table.
+"""One run: its summary (the findings and tables ``mrv2-prof show`` prints), its step table and
+its requests (``widgets/request_view.py``: each request's prompt, output and token times).
 
 The step table is a scrollable table, one row per engine step: graph mode, tokens, host time,
 overlap, the GPU bubble before it and its kind, and how many sync points it had. ``o`` shows
@@ -36,6 +37,7 @@ from mrv2_prof.tui.run_queries import (
     parse_step_filter,
     step_position,
 )
+from mrv2_prof.tui.widgets.request_view import RequestView
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_percent, one_line
 from mrv2_prof.views.safe_text import markup_safe, plain
 
@@ -85,6 +87,7 @@ class RunScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("s", "show_tab('summary')", "Summary"),
         Binding("t", "show_tab('steps')", "Steps"),
+        Binding("r", "show_tab('requests')", "Requests"),
         Binding("o", "slowest_first", "Slowest", show=False),
         Binding("slash", "ask('filter')", "Filter", show=False),
         Binding("g", "ask('jump')", "Go to step", show=False),
@@ -134,6 +137,8 @@ class RunScreen(Screen[None]):
                 yield DataTable(id="steps-table", cursor_type="row", zebra_stripes=True)
                 yield Input(id="steps-input")
                 yield Static("", id="steps-note", markup=False)
+            with TabPane("requests", id="requests"):
+                yield RequestView(self.db_path, self.run_id, id="requests-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -267,5 +272,5 @@ class RunScreen(Screen[None]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """Whichever way a tab was chosen, its content takes the keys (scrolling, cursor)."""
-        target = "#steps-table" if event.pane.id == "steps" else "#summary-scroll"
-        self.query_one(target).focus()
+        targets = {"steps": "#steps-table", "requests": "#requests-table"}
+        self.query_one(targets.get(event.pane.id or "", "#summary-scroll")).focus()
