@@ -44,8 +44,8 @@ from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
-from mrv2_prof.runner.model.shipped import SHIPPED
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
+from mrv2_prof.runner.model.shipped import SHIPPED
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 SKIP_STEPS = 2  # steady steps that still overlap the last prefill
