@@ -140,3 +140,15 @@ def patch(path: Path, position: int, fmt: str, value: Any) -> None:
     with path.open("r+b") as f:
         f.seek(position)
         f.write(struct.pack("<" + fmt, value))
+
+
+def hf_checkpoint_maker():
+    """The tests' ``make_hf_checkpoint`` function for module-scoped fixtures, loaded from
+    tests/conftest.py by path (``from conftest import`` finds whichever conftest came first)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("mrv2_tests_root_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_hf_checkpoint.__wrapped__()

@@ -38,11 +38,11 @@ QUANTIZED = {  # every type the writer can make, on the llama fixture's matrices
 
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory) -> dict[str, Path]:
-    from conftest import make_hf_checkpoint
+    from tests.runner.gguf_checkpoint import hf_checkpoint_maker
     from test_qwen3 import make_qwen3_checkpoint
 
     tmp = tmp_path_factory.mktemp("hf")
-    make = make_hf_checkpoint.__wrapped__()
+    make = hf_checkpoint_maker()
     return {
         "llama": make(tmp, "llama", False, 2, eos_token_id=None),
         "llama-tied-mha": make(tmp, "llama", True, 4),
