@@ -80,19 +80,7 @@ def write_gguf(
         if isinstance(cfg.get(key), int):
             keys[f"tokenizer.ggml.{key}"] = cfg[key]
     keys.update(metadata)
-    for key, value in keys.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_array(key, value)
+    add_metadata(writer, keys)
     if token_list:
         writer.add_token_list([f"<t{i}>" for i in range(cfg["vocab_size"])])
     for hf_name, value in state.items():
@@ -152,3 +140,23 @@ def hf_checkpoint_maker():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make_hf_checkpoint.__wrapped__()
+
+
+def add_metadata(writer: gguf.GGUFWriter, keys: dict[str, Any]) -> None:
+    """Each key with the GGUF type its Python value implies (None: the key left out; ints as
+    uint32, floats as float32, token scores as a float array)."""
+    for key, value in keys.items():
+        if value is None:
+            continue
+        if key == "tokenizer.ggml.scores":
+            writer.add_array(key, [float(v) for v in value])
+        elif isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_array(key, value)

@@ -44,8 +44,9 @@ MIXED = {  # a type of each kind the writer can make, on the llama fixture's ten
 def hf_dirs(tmp_path_factory) -> dict[str, Path]:
     """Hugging Face checkpoints of each architecture (llama untied, qwen2 tied, qwen3 with a
     head_dim that is not hidden / heads), made once for the module."""
-    from tests.runner.gguf_checkpoint import hf_checkpoint_maker
     from test_qwen3 import make_qwen3_checkpoint
+
+    from tests.runner.gguf_checkpoint import hf_checkpoint_maker
 
     tmp = tmp_path_factory.mktemp("hf")
     make = hf_checkpoint_maker()

@@ -38,8 +38,9 @@ QUANTIZED = {  # every type the writer can make, on the llama fixture's matrices
 
 @pytest.fixture(scope="module")
 def hf_dirs(tmp_path_factory) -> dict[str, Path]:
-    from tests.runner.gguf_checkpoint import hf_checkpoint_maker
     from test_qwen3 import make_qwen3_checkpoint
+
+    from tests.runner.gguf_checkpoint import hf_checkpoint_maker
 
     tmp = tmp_path_factory.mktemp("hf")
     make = hf_checkpoint_maker()

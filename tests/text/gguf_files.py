@@ -12,25 +12,13 @@ def write_gguf(path: Path, keys: dict[str, Any], *, arch: str = "llama", big_end
     out); transformers also wants the model's config keys (``LLAMA_CONFIG``) to load one."""
     import gguf
 
+    from tests.runner.gguf_checkpoint import add_metadata
+
     endian = gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE
     keys = dict(keys)
     arch = keys.pop("general.architecture", arch)
     writer = gguf.GGUFWriter(str(path), arch, endianess=endian)
-    for key, value in keys.items():
-        if value is None:  # a key left out
-            continue
-        if key == "tokenizer.ggml.scores":
-            writer.add_array(key, [float(v) for v in value])
-        elif isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_array(key, value)
+    add_metadata(writer, keys)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
