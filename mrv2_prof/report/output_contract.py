@@ -23,6 +23,7 @@ from typing import Any
 from mrv2_prof import limited_yaml
 from mrv2_prof.report.run_sides import RunFacts
 from mrv2_prof.store import Store
+from mrv2_prof.store.request_list import request_texts
 from mrv2_prof.views.request_text import around, asked, first_difference
 from mrv2_prof.views.safe_text import plain
 
@@ -90,19 +91,11 @@ def _tokens(store: Store, run_id: str) -> dict[str, list[int | None]]:
     return out
 
 
-def _texts(store: Store, run_id: str, req: str) -> tuple[str | None, str | None]:
-    row = store.connection.execute(
-        "SELECT prompt_text, output_text FROM requests WHERE run_id = ? AND req_id = ?",
-        [run_id, req],
-    ).fetchone()
-    return (row[0], row[1]) if row else (None, None)
-
-
 def _text_lines(store_a: Store, a: RunFacts, store_b: Store, b: RunFacts, req: str) -> list[str]:
     """The differing request's prompt and both outputs about their first differing character
     (nothing when neither run stored text)."""
-    prompt, x = _texts(store_a, a.run_id, req)
-    prompt_b, y = _texts(store_b, b.run_id, req)
+    prompt, x = request_texts(store_a, a.run_id, req)
+    prompt_b, y = request_texts(store_b, b.run_id, req)
     if x is None and y is None:
         return []
     pos = first_difference(x, y) if x is not None and y is not None else 0

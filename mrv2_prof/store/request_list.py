@@ -119,6 +119,15 @@ def first_answers(store: Store, run_id: str, n: int = 3) -> tuple[list[RequestRo
     return rows, int(total)
 
 
+def request_texts(store: Store, run_id: str, req_id: str) -> tuple[str | None, str | None]:
+    """One request's decoded prompt and output (None where not stored, or no such request)."""
+    row = store.connection.execute(
+        "SELECT prompt_text, output_text FROM requests WHERE run_id = ? AND req_id = ?",
+        [run_id, req_id],
+    ).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
 def token_times(store: Store, run_id: str, req_id: str) -> list[tuple[int, int | None, int]]:
     """``(idx, t_ns, token_id)`` of each output token of one request, in output order."""
     return [
