@@ -308,6 +308,7 @@ def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) 
         "num_graphs": info.num_graphs,
         "draft_kv_cache_bytes": info.draft_kv_cache_bytes,  # spec_decode draft_model
         "draft_capture_s": info.draft_capture_s,
+        "spec_drafts_on": info.spec_drafts_on,  # spec_decode: where drafts are made and kept
         "startup_s": startup_s,
         "num_requests": num_requests,
         "notes": list(info.notes) + notes,

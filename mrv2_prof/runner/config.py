@@ -275,4 +275,5 @@ class RuntimeInfo:
     peak_activation_bytes: int = 0
     draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
     draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
+    spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)
     notes: list[str] = field(default_factory=list)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.adaptive_k import AdaptiveK
 from mrv2_prof.runner.core.kv_cache_manager import KVCacheManager
 from mrv2_prof.runner.core.request import Request, SamplingParams
 from mrv2_prof.runner.core.scheduler import Scheduler, SchedulerOutput
@@ -64,11 +65,20 @@ class Engine:
                     config.spec_decode,
                     config.async_scheduling,
                     self.runner.graphs.verify_capacity(),
+                    on_device=self.runner.device_drafts is not None,
                 )
                 if config.spec_decode.enabled
                 else None
             ),
         )
+        # dynamic k that never loses (core/adaptive_k.py): the ks a step may take are those
+        # with FULL verify graphs, else every k up to the most the config allows
+        spec = config.spec_decode
+        self.adaptive = AdaptiveK(spec.max_k) if spec.is_adaptive else None
+        self._adaptive_ks = sorted(self.runner.graphs.verify_capacity()) or list(
+            range(1, spec.max_k + 1)
+        )
+        self._timed: tuple[int, int, int] | None = None  # (batch, k, start ns) of a decode step
         # Async: the step queued last, whose tokens the host has not read yet.
         self._in_flight: tuple[SchedulerOutput, PendingOutput] | None = None
         self.vocab_size = self.runner.model_args.vocab_size
@@ -172,10 +182,18 @@ class Engine:
         spec = self.scheduler.spec
         if spec is not None:
             p.begin(probes.DRAFT)
+            if self.adaptive is not None:
+                self._adapt_k(spec, t0)
             spec.draft(self.scheduler.running, self.config.max_model_len)
             p.end(probes.DRAFT)
         p.begin(probes.SCHEDULE)
         so = self.scheduler.schedule(settle_later=True)  # settled once the step is queued
+        if self.adaptive is not None:  # a decode-only step is timed to the next one's start
+            decode = not so.scheduled_new_reqs and so.num_reqs > 0
+            reserved = spec.num_reserved
+            k = reserved // so.num_reqs if decode else -1
+            if decode and so.total_num_scheduled_tokens == so.num_reqs * (1 + k):
+                self._timed = (so.num_reqs, k, t0)
         p.switch(probes.SCHEDULE, probes.EXECUTE)
         pending = self.runner.queue_step(so)
         p.end(probes.EXECUTE)
@@ -207,6 +225,7 @@ class Engine:
                 out.logprobs,
                 out.prompt_logprobs,
                 out.spec_token_ids,
+                out.spec_num_drafts,
             )
             if done is not None
             else []
@@ -219,8 +238,23 @@ class Engine:
             [r for r in updated if r.is_finished] if self.scheduler.num_finishes != finishes else []
         )
         if spec is not None:
+            reclaimed, outcomes = spec.num_reclaimed, spec.outcomes
             verifies = spec.take_verifies()
-            p.spec_step(spec.k, spec.num_drafted, verifies)  # real drafts, not placeholders
+            adaptive = self.adaptive
+            if adaptive is not None:
+                adaptive.observe_verifies(outcomes)
+            # real drafts, not placeholders (known only with the tokens when on the device)
+            drafted = sum(v[1] for v in verifies) if spec.on_device else spec.num_drafted
+            p.spec_step(
+                spec.k,
+                drafted,
+                verifies,
+                reserved=spec.num_reserved,
+                reclaimed=reclaimed,
+                sat_out=spec.num_sat_out,
+                expected_tokens=adaptive.expected_tokens if adaptive is not None else None,
+                cost_ratio=adaptive.cost_ratio if adaptive is not None else None,
+            )
         if p.enabled:
             t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
             if updated and out.spec_token_ids is not None:
@@ -252,6 +286,18 @@ class Engine:
         )
         self.step_index += 1
         return result
+
+    def _adapt_k(self, spec: SpecScheduling, t0: int) -> None:
+        """Dynamic k's decision for the step about to be drafted (core/adaptive_k.py), after
+        the time of the decode step before it."""
+        adaptive = self.adaptive
+        if self._timed is not None:
+            batch, k, start = self._timed
+            adaptive.observe_time(batch, k, t0 - start)
+            self._timed = None
+        running = len(self.scheduler.running)
+        table_k = spec.config.k_for(running)
+        spec.max_k = adaptive.choose(running, table_k, self._adaptive_ks)
 
     def _record_spec_tokens(
         self, updated: list[Request], before: dict[str, int], t_ns: int

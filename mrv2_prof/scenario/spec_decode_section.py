@@ -39,6 +39,9 @@ class SpecDecodeSection(Section):
         ]
         | None
     ) = None
+    # where drafts are made and kept: device (auto) or the host's token history
+    draft_on: Literal["auto", "device", "host"] = "auto"
+    adaptive: bool | None = None  # measured acceptance and step times may turn k to 0
     ngram: NgramSection = NgramSection()
     draft: DraftSection = DraftSection()
 
@@ -65,4 +68,6 @@ class SpecDecodeSection(Section):
             "draft_preset": self.draft.preset,
             "draft_path": self.draft.path,
             "draft_target_layers": self.draft.target_layers,
+            "draft_on": self.draft_on,
+            "adaptive": self.adaptive,
         }

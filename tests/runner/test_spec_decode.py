@@ -78,11 +78,14 @@ def ngram(k: int, **kw) -> SpecDecodeConfig:
     return SpecDecodeConfig(method="ngram", num_speculative_tokens=k, **kw)
 
 
+@pytest.mark.parametrize("draft_on", ["device", "host"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_greedy_tokens_equal_plain_decoding(plain_tokens, k, async_scheduling):
+def test_greedy_tokens_equal_plain_decoding(plain_tokens, k, async_scheduling, draft_on):
     tokens, engine = run_greedy(
-        ngram(k), async_scheduling=async_scheduling, max_num_reqs=16 if async_scheduling else 8
+        ngram(k, draft_on=draft_on),
+        async_scheduling=async_scheduling,
+        max_num_reqs=16 if async_scheduling else 8,
     )
     assert tokens == plain_tokens
     stats = engine.scheduler.spec.stats
@@ -95,23 +98,30 @@ def test_greedy_tokens_equal_plain_decoding(plain_tokens, k, async_scheduling):
     assert sum(per_pos) == stats.num_accepted_tokens
 
 
+@pytest.mark.parametrize("draft_on", ["device", "host"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_greedy_tokens_equal_with_chunked_prefill_and_preemption(plain_tokens, async_scheduling):
-    # 7 tokens a step chunk every prompt; 24 blocks of 4 cannot hold the four requests' 30-40
-    # tokens each at once, so requests are preempted and recomputed.
+def test_greedy_tokens_equal_with_chunked_prefill_and_preemption(
+    plain_tokens, async_scheduling, draft_on
+):
+    # 7 tokens a step chunk every prompt; 16 blocks of 4 cannot hold the four requests' 37-46
+    # tokens each at once, so requests are preempted and recomputed (their slots reused).
     tokens, engine = run_greedy(
-        ngram(3),
+        ngram(3, draft_on=draft_on),
         async_scheduling=async_scheduling,
         max_num_batched_tokens=7,
-        num_kv_blocks=32,
+        num_kv_blocks=16,
+        max_model_len=64,
     )
     assert tokens == plain_tokens
     assert engine.scheduler.num_preemptions > 0
     assert engine.scheduler.spec.stats.num_accepted_tokens > 0
+    assert engine.held_resources() == {"request_slots": 0, "slots_to_release": 0, "kv_blocks": 0}
 
 
-def test_greedy_tokens_equal_under_dynamic_k_and_prefix_caching(plain_tokens):
-    spec = ngram(4, dynamic_k=((2, 4), (4, 2)))  # 4 running requests: k = 2
+@pytest.mark.parametrize("draft_on", ["device", "host"])
+def test_greedy_tokens_equal_under_dynamic_k_and_prefix_caching(plain_tokens, draft_on):
+    # 4 running requests: k = 2 (the table alone: adaptive k is tested below)
+    spec = ngram(4, dynamic_k=((2, 4), (4, 2)), draft_on=draft_on, adaptive=False)
     tokens, engine = run_greedy(spec, enable_prefix_caching=True)
     assert tokens == plain_tokens
     stats = engine.scheduler.spec.stats
@@ -229,9 +239,107 @@ def test_sampled_tokens_follow_the_target_distribution():
     assert pearson_chi2(observed, expected) < chi2_quantile(0.999, len(observed) - 1)
 
 
-def test_greedy_tokens_equal_with_dense_writes(plain_tokens):
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_greedy_tokens_equal_with_dense_writes(plain_tokens, async_scheduling):
     """``staged_writes: false``: the host's rolled-back ``num_computed_tokens`` is sent every
-    step instead of the device advancing it."""
-    tokens, engine = run_greedy(ngram(2), staged_writes=False)
+    step instead of the device advancing it. Under async scheduling the host's count runs
+    ahead of the device's with drafts on the device, so the drafts go to the host: a note."""
+    tokens, engine = run_greedy(
+        ngram(2), staged_writes=False, async_scheduling=async_scheduling, max_num_reqs=16
+    )
     assert tokens == plain_tokens
     assert engine.scheduler.spec.stats.num_accepted_tokens > 0
+    on = "host" if async_scheduling else "device"
+    assert engine.runner.info.spec_drafts_on == on
+    assert any("drafts on the host" in n for n in engine.runner.info.notes) == async_scheduling
+
+
+def long_run(spec: SpecDecodeConfig, async_scheduling: bool, max_tokens: int = 64):
+    """The repetitive prompts to ``max_tokens`` (EOS ignored): the outputs, the engine steps
+    it took and the requests that sat out, summed over the steps."""
+    engine = make_engine(spec, async_scheduling=async_scheduling, max_num_reqs=16)
+    prompts = repetitive_prompts(engine.vocab_size)
+    reqs = {
+        rid: engine.add_request(rid, ids, SamplingParams(max_tokens=max_tokens), float(i))
+        for i, (rid, ids) in enumerate(prompts.items())
+    }
+    steps = sat_out = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        steps += 1
+        sat_out += engine.scheduler.spec.num_sat_out if engine.scheduler.spec else 0
+    engine.step()
+    assert_no_leaks(engine)
+    return {rid: r.output_token_ids for rid, r in reqs.items()}, steps, sat_out, engine
+
+
+def test_async_device_drafts_never_sit_out_and_take_fewer_steps():
+    """Under async scheduling, drafts on the device: no request sits out a step, the tokens
+    are plain decoding's, and the run takes fewer engine steps than plain decoding (these
+    random-weight outputs fall into cycles the n-gram lookup predicts). Drafts on the host sit
+    out every other step: more steps than plain decoding."""
+    plain, plain_steps, _, _ = long_run(SpecDecodeConfig(), True)
+    tokens, steps, sat_out, engine = long_run(ngram(3), True)
+    assert tokens == plain
+    assert sat_out == 0
+    stats = engine.scheduler.spec.stats
+    assert stats.num_accepted_tokens > 0.5 * stats.num_drafts  # drafts are mostly right
+    assert steps < plain_steps
+    host_tokens, host_steps, host_sat_out, _ = long_run(ngram(3, draft_on="host"), True)
+    assert host_tokens == plain
+    assert host_sat_out > 0 and host_steps > plain_steps
+
+
+def test_async_device_drafts_draft_what_the_host_index_drafts():
+    """The device's n-gram drafts are the host index's: the same verifies (drafted, accepted)
+    in sync mode, where the host drafts from the same complete histories."""
+    _, _, _, device = long_run(ngram(3), False)
+    _, _, _, host = long_run(ngram(3, draft_on="host"), False)
+    d, h = device.scheduler.spec.stats, host.scheduler.spec.stats
+    assert d.accepted_lengths == h.accepted_lengths
+    assert (d.num_draft_tokens, d.num_accepted_tokens) == (
+        h.num_draft_tokens,
+        h.num_accepted_tokens,
+    )
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_random_traffic_with_device_drafts_returns_every_slot_and_block(async_scheduling):
+    """Random prompts, aborts and a tight KV cache with drafts on the device: every reserved
+    slot rolled back is counted, the device's computed count never exceeds the host's
+    (optimistic under async: equal in sync) and nothing is held at the end."""
+    engine = make_engine(
+        ngram(3), num_kv_blocks=16, max_model_len=64, max_num_batched_tokens=24,
+        async_scheduling=async_scheduling, max_num_reqs=32,
+    )  # fmt: skip
+    reserved = reclaimed = 0
+    spec = engine.scheduler.spec
+    take = spec.take_verifies
+
+    def counting():  # the engine takes the step's verifies (and resets the count) each step
+        nonlocal reclaimed
+        reclaimed += spec.num_reclaimed
+        return take()
+
+    spec.take_verifies = counting
+
+    def check(engine):
+        nonlocal reserved
+        reserved += spec.num_reserved
+        rs = engine.runner.req_states
+        for r in engine.scheduler.running:
+            slot = rs.slot_of.get(r.request_id)
+            if slot is not None and r.num_computed_tokens >= r.num_prompt_tokens:
+                device = int(rs.num_computed_tokens.gpu[slot])
+                if async_scheduling:
+                    assert device <= r.num_computed_tokens, r.request_id
+                else:
+                    assert device == r.num_computed_tokens == r.num_tokens - 1, r.request_id
+            assert spec.num_sat_out == 0
+
+    random_traffic(engine, 7, 120, 20, repetitive_request, check)
+    assert engine.scheduler.num_preemptions > 0
+    assert 0 < reclaimed <= reserved
+    assert engine.scheduler.spec.stats.num_accepted_tokens > 0
+    assert_no_leaks(engine)
+    assert engine.held_resources() == {"request_slots": 0, "slots_to_release": 0, "kv_blocks": 0}

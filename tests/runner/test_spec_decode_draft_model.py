@@ -52,6 +52,13 @@ def draft_alone() -> Engine:
     return Engine(cfg, ModelSpec(preset="llama-tiny-draft", seed=0))
 
 
+def device_drafts_of(engine: Engine, req_id: str, k: int) -> list[int]:
+    """The drafts the device keeps for ``req_id``'s next verify (all ``k`` of them)."""
+    dd, slot = engine.runner.device_drafts, engine.runner.req_states.slot_of[req_id]
+    assert int(dd.num[slot]) == k
+    return dd.tokens[slot, :k].tolist()
+
+
 @pytest.fixture(scope="module")
 def plain_tokens() -> dict[str, list[int]]:
     return run_greedy(SpecDecodeConfig())[0]
@@ -106,18 +113,24 @@ def test_dynamic_k_prefix_caching_and_dense_writes(plain_tokens):
     assert tokens == plain_tokens
 
 
-def test_drafts_are_the_draft_models_own_greedy_continuation():
-    """The drafts that come back with a prefill's first token equal what the draft model
+@pytest.mark.parametrize("draft_on", ["device", "host"])
+def test_drafts_are_the_draft_models_own_greedy_continuation(draft_on):
+    """The drafts a prefill's first token gets (copied back to the host with it, or kept in
+    the request slot's device buffer for its next verify) equal what the draft model
     (llama-tiny-draft, seed 0) decodes greedily on its own from the prompt and that token."""
     k = 4
-    engine = make_engine(preset_draft(k))
+    engine = make_engine(preset_draft(k, draft_on=draft_on))
     prompts = repetitive_prompts(engine.vocab_size)
     for i, (rid, ids) in enumerate(prompts.items()):
         engine.add_request(rid, ids, SamplingParams(max_tokens=8), float(i))
     out = engine.step().runner_output  # every prompt fits: one prefill step
-    assert out.draft_token_ids is not None
     first = dict(zip(out.req_ids, out.sampled_token_ids, strict=True))
-    drafts = dict(zip(out.req_ids, out.draft_token_ids, strict=True))
+    if draft_on == "host":
+        assert out.draft_token_ids is not None
+        drafts = dict(zip(out.req_ids, out.draft_token_ids, strict=True))
+    else:
+        assert out.draft_token_ids is None  # never copied to the host
+        drafts = {rid: device_drafts_of(engine, rid, k) for rid in out.req_ids}
 
     alone = draft_alone()
     reqs = {
@@ -199,7 +212,7 @@ def test_a_prefix_cache_hit_is_computed_by_the_draft_too():
     out = engine.step().runner_output
     assert b.num_cached_tokens > 0
     row = out.req_ids.index("b")
-    first, drafts = out.sampled_token_ids[row], out.draft_token_ids[row]
+    first, drafts = out.sampled_token_ids[row], device_drafts_of(engine, "b", k)
 
     alone = draft_alone()
     r = alone.add_request("b", prompt + [first], SamplingParams(max_tokens=k))

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_spec_decode import MAX_TOKENS, make_engine, ngram, repetitive_prompts
-from test_spec_padding import padded_engine, padded_steps
+from test_spec_decode import MAX_TOKENS, make_engine, repetitive_prompts
+from test_spec_decode import ngram as device_ngram
+from test_spec_padding import ngram, padded_engine, padded_steps
 
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
@@ -57,20 +58,21 @@ def assert_same_logprobs(got, want) -> None:
             )
 
 
-@pytest.mark.parametrize("pad", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("pad", ["unpadded", "padded", "device"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_greedy_logprobs_equal_plain_decoding(plain, k, async_scheduling, pad):
+    """Drafts on the host, unpadded or padded by the scheduler; or on the device."""
     runner = dict(async_scheduling=async_scheduling, max_num_reqs=16 if async_scheduling else 8)
-    if pad:
+    if pad == "padded":
         engine, queued = padded_engine(ngram(k), **runner)
     else:
-        engine = make_engine(ngram(k), **runner)
+        engine = make_engine(ngram(k) if pad == "unpadded" else device_ngram(k), **runner)
     reqs = run(engine, logprobs=NUM_LOGPROBS)
     assert_same_logprobs(reqs, plain[1])
     stats = engine.scheduler.spec.stats
     assert stats.num_drafts > 0 and stats.num_accepted_tokens > 0  # they were speculated
-    if pad:
+    if pad == "padded":
         assert padded_steps(queued) and stats.num_padded_slots > 0
 
 

@@ -15,18 +15,24 @@ from test_spec_decode import (
     assert_host_state_exact,
     assert_no_leaks,
     make_engine,
-    ngram,
     random_traffic,
     repetitive_prompts,
     repetitive_request,
 )
+from test_spec_decode import ngram as device_ngram
 
 from mrv2_prof.runner.config import RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
+from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.worker.cudagraph_manager import CudaGraphManager, plan_graphs
+
+
+def ngram(k: int, **kw) -> SpecDecodeConfig:
+    """Drafts on the host, whose placeholders the scheduler writes (``PAD_DRAFT``); dynamic k
+    by its table alone."""
+    return device_ngram(k, draft_on="host", adaptive=False, **kw)
 
 
 def padded_engine(spec: SpecDecodeConfig, **runner) -> tuple[Engine, list[SchedulerOutput]]:
@@ -221,13 +227,17 @@ def test_random_accept_reject_abort_preempt_with_padding_leave_exact_state(async
     assert engine.held_resources() == {"request_slots": 0, "slots_to_release": 0, "kv_blocks": 0}
 
 
+@pytest.mark.parametrize("draft_on", ["host", "device"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens, async_scheduling):
+def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(
+    plain_tokens, async_scheduling, draft_on
+):
     """A graph manager planned for CUDA with the Triton kernels and captured with the fake
     backend decides each step of a CPU run beside the real (eager) one: every step of a
     uniform decode batch gets a FULL graph, a verify its FULL verify graph of the step's k
-    (padded or not), and the reasons name k and the padded slots."""
-    spec = ngram(4, dynamic_k=((2, 4), (4, 2)))
+    (padded or not), and the reasons name k and the padded slots. With drafts on the device
+    every verifying request of a uniform decode step has k ``DEVICE_DRAFT`` slots."""
+    spec = device_ngram(4, dynamic_k=((2, 4), (4, 2)), draft_on=draft_on, adaptive=False)
     engine, queued = padded_engine(
         spec, async_scheduling=async_scheduling, max_num_reqs=16 if async_scheduling else 8
     )
@@ -269,10 +279,12 @@ def test_padded_uniform_decode_steps_dispatch_full_verify_graphs(plain_tokens, a
         assert (d.mode, d.query_len) == ("full", 1 + k), d.reason
         assert d.reason.startswith(f"uniform verify k={k}, ")
         assert num_padded == sum(t.count(PAD_DRAFT) for t in spec_tokens.values())
+        if draft_on == "device":  # the host lays out k slots; the device knows the drafts
+            assert all(t == [DEVICE_DRAFT] * k for t in spec_tokens.values())
         if num_padded:
             slots = k * so.num_reqs
             assert d.reason.endswith(f", {num_padded} of {slots} draft slots padded"), d.reason
             padded += 1
         uniform_verifies += 1
-    assert uniform_verifies > 0 and padded > 0
+    assert uniform_verifies > 0 and (padded > 0 or draft_on == "device")
     assert engine.close() == []  # no uniform decode step fell back

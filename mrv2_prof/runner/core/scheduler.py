@@ -283,7 +283,8 @@ class Scheduler:
 
     def _finishes_in_flight(self, request: Request) -> bool:
         """Async only: the tokens still in flight already take the request to its length limit."""
-        pending = request.num_output_placeholders
+        # a step in flight surely emits one token (a verify's other slots may be rejected)
+        pending = min(request.num_output_placeholders, 1)
         return pending > 0 and (
             request.num_output_tokens + pending >= request.sampling_params.max_tokens
             or request.num_tokens + pending >= self.max_model_len
@@ -296,13 +297,15 @@ class Scheduler:
         logprobs: list[list[tuple[int, float]]] | None = None,
         prompt_logprobs: dict[str, tuple[int, list]] | None = None,
         spec_token_ids: list[list[int]] | None = None,
+        spec_num_drafts: list[int] | None = None,
     ) -> list[Request]:
         """Append the token of each request that sampled in the step of ``scheduler_output``;
         return the requests that received a token (finished ones have ``is_finished``).
 
         With async scheduling this is the step before the one just scheduled: a request that
         finished or was aborted since has its token discarded. ``spec_token_ids``: per batch row
-        the tokens a verify emitted (accepted drafts, then one); its logprobs row: one per token."""
+        the tokens a verify emitted (accepted drafts, then one); its logprobs row: one per token;
+        ``spec_num_drafts``: per batch row the drafts the device had (drafts on the device)."""
         self._steady.settle()
         for rid, (start, entries) in (prompt_logprobs or {}).items():
             request = self.requests.get(rid)
@@ -325,7 +328,9 @@ class Scheduler:
                 continue  # finished or aborted meanwhile: the extra token is discarded
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid)
             if drafts is not None:
-                for token, lps in self.spec.accept(request, drafts, spec_token_ids[b], logprobs, b):
+                real = spec_num_drafts[b] if spec_num_drafts is not None else None
+                run = self.spec.accept(request, drafts, spec_token_ids[b], logprobs, b, real)
+                for token, lps in run:
                     request.append_output_token(token, lps)
                     status = request.stop_status(token, max_len)
                     if status is not None:

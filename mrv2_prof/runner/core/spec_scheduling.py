@@ -28,9 +28,24 @@ when none does the step is not padded. Both are counted by reason and reported a
 run (``notes``). A step that also admits a waiting request is mixed anyway: its verifies were
 padded before the admission was known.
 
-With async scheduling the host learns a verify's accepted count only with its tokens, one step
-later, and the reference attention needs each request's exact length on the host; so a request
-with tokens in flight sits out the step (its next step drafts from its complete history). A plain
+**Drafts on the device** (``on_device``, the default: spec_decode/device_drafts.py). The host
+schedules each decoding request ``1 + s`` slots (``DEVICE_DRAFT``; s = the step's k, capped as
+above) without knowing its drafts: the device drafted them at the end of the request's last step
+and the verify reads them there; a slot past the drafts it has is a placeholder. Under async
+scheduling that step may still be in flight: the request is scheduled anyway, optimistically,
+with its in-flight slots counted as computed (``num_output_placeholders``), so its KV slots and
+positions are reserved for every draft of the step in flight being accepted. The device's
+counts are the truth (its positions and ``num_computed_tokens`` come from what it accepted); the
+host learns the accepted count with the tokens at the one designed wait and rolls its count back
+then, one step later, reclaiming the rejected slots (counted: ``num_reclaimed``); the KV blocks
+they reserved stay with the request for its next tokens and go back to the pool with it. Caps
+read the optimistic count: the positions of every slot must fit ``max_model_len`` even if every
+draft in flight was accepted (``num_tokens + placeholders``), and ``max_tokens`` counts the one
+token a step in flight surely emits.
+
+**Drafts on the host** (``draft_on: host``). With async scheduling the host learns a verify's
+accepted count only with its tokens, one step later, and drafts from the request's complete
+history; so a request with tokens in flight sits out the step (counted: ``num_sat_out``). A plain
 decode with a token in flight also sits out while k > 0, so that it can draft next time.
 """
 
@@ -40,7 +55,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mrv2_prof.runner.core.request import Request, RequestStatus
-from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
+from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
 
 
@@ -66,9 +81,17 @@ class SpecScheduling:
         config: SpecDecodeConfig,
         async_scheduling: bool,
         pad_capacity: dict[int, int] | None = None,
+        on_device: bool = False,
     ) -> None:
         self.config = config
         self.async_scheduling = async_scheduling
+        self.on_device = on_device  # drafts made and kept on the device (see the module doc)
+        self.num_reserved = 0  # draft slots in the step last scheduled
+        self.num_reclaimed = 0  # draft slots rolled back since the last ``take_verifies``
+        self.num_sat_out = 0  # requests that sat out the step last scheduled
+        self.max_k: int | None = None  # a cap on the step's k (dynamic k's decision), None: none
+        # (slots, accepted) of every verify since the last ``take_verifies``, drafts or none
+        self.outcomes: list[tuple[int, int]] = []
         # k -> the largest batch a FULL verify graph of 1 + k holds; empty: never pad
         self.pad_capacity = dict(pad_capacity or {})
         self.k = 0  # this step's k
@@ -93,28 +116,34 @@ class SpecScheduling:
         that is about to compute its last token and does not sit out (the engine times this
         as the ``draft`` phase; ``schedule`` calls it when nobody did)."""
         self.k = self.config.k_for(len(running))
+        if self.max_k is not None:
+            self.k = min(self.k, self.max_k)
         self._proposals = {}
         self._pad, self._decodes, self._room, self._uniform = None, 0, max_model_len, True
+        self.num_sat_out = 0
         if self.k == 0:
             return
         cfg = self.config
         for request in running:
-            n = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+            pending = request.num_output_placeholders
+            n = request.num_tokens + pending - request.num_computed_tokens
             if n != 1:
                 self._uniform &= n <= 0  # a prefill chunk: a mixed batch, padding buys nothing
                 continue
             if self.sits_out(request):
                 continue
             self._decodes += 1
-            self._room = min(self._room, max_model_len - request.num_tokens)
+            # every slot in flight accepted: the furthest the request can be (module doc)
+            length = request.num_tokens + pending
+            self._room = min(self._room, max_model_len - length)
             params = request.sampling_params
             k = min(
                 self.k,
-                params.max_tokens - request.num_output_tokens - 1,
-                max_model_len - request.num_tokens - 1,
+                params.max_tokens - request.num_output_tokens - min(pending, 1) - 1,
+                max_model_len - length - 1,
             )
             if k > 0:
-                drafts = self._propose(request, k)
+                drafts = [DEVICE_DRAFT] * k if self.on_device else self._propose(request, k)
                 if drafts:
                     self._proposals[request.request_id] = drafts
         if cfg.method == "draft_model":  # a request not running now drafts again first
@@ -160,15 +189,19 @@ class SpecScheduling:
         self.tokens = {rid: d for rid, d in self.tokens.items() if rid in num_scheduled}
         self._proposals = None
         self.num_padded = sum(d.count(PAD_DRAFT) for d in self.tokens.values()) if self._pad else 0
-        self.num_drafted = sum(map(len, self.tokens.values())) - self.num_padded
+        self.num_reserved = sum(map(len, self.tokens.values()))
+        self.num_drafted = self.num_reserved - self.num_padded
+        if self.on_device:  # the real drafts are known once the verify's tokens are back
+            self.num_drafted = 0
         self.stats.num_padded_slots += self.num_padded
-        if self.async_scheduling:
+        if self.async_scheduling and not self.on_device:
             self._verifying.update(self.tokens)
         return self.tokens
 
     def sits_out(self, request: Request) -> bool:
-        """Async: the request's tokens in flight are not known yet (see the module doc)."""
-        if not self.async_scheduling:
+        """Async with drafts on the host: the request's tokens in flight are not known yet (see
+        the module doc)."""
+        if not self.async_scheduling or self.on_device:
             return False
         if request.num_output_placeholders == 0:  # nothing in flight (a verify was dropped)
             self._verifying.discard(request.request_id)
@@ -179,13 +212,15 @@ class SpecScheduling:
         """The tokens to schedule for a request about to compute its last token: 1 + its
         drafts (as many as ``budget`` leaves room for), or 0 when it sits out."""
         if self.sits_out(request):
+            self.num_sat_out += 1
             return 0
         if self._pad is None:  # the first decode of the step: nothing of the budget spent yet
             self._pad = self._padding(budget)
         drafts = self._proposals.get(request.request_id, [])
         if self._pad and budget > self._pad:
             drafts = drafts[: self._pad]
-            self.tokens[request.request_id] = drafts + [PAD_DRAFT] * (self._pad - len(drafts))
+            pad = DEVICE_DRAFT if self.on_device else PAD_DRAFT  # the device pads its own
+            self.tokens[request.request_id] = drafts + [pad] * (self._pad - len(drafts))
             return 1 + self._pad
         drafts = drafts[: budget - 1]
         if drafts:
@@ -228,16 +263,23 @@ class SpecScheduling:
         emitted: list[int],
         logprobs: list | None = None,
         row: int = 0,
+        num_real: int | None = None,
     ) -> list[tuple[int, list[tuple[int, float]] | None]]:
-        """The verify of ``drafts`` (real drafts, then any ``PAD_DRAFT`` slots) emitted
-        ``emitted`` (accepted drafts, then one token): roll ``request`` back by the rejected and
-        padded slots, count the step, return the tokens to append with their logprobs
+        """The verify of ``drafts`` (real drafts, then any ``PAD_DRAFT`` slots; or
+        ``DEVICE_DRAFT`` slots, of which the device had ``num_real``) emitted ``emitted``
+        (accepted drafts, then one token): roll ``request`` back by the rejected and padded
+        slots, count the step, return the tokens to append with their logprobs
         (``logprobs[row]``: one entry per emitted token; None when the request asked for none)."""
         num_slots = len(drafts)
-        num_real = num_slots - drafts.count(PAD_DRAFT)
         num_accepted = len(emitted) - 1
+        if num_real is None:
+            num_real = num_slots - drafts.count(PAD_DRAFT)
+            assert emitted[:num_accepted] == drafts[:num_accepted], "accepted are the drafts"
+        else:  # drafts on the device: the placeholders are known now
+            self.stats.num_padded_slots += num_slots - num_real
         assert 0 <= num_accepted <= num_real, f"{request.request_id}: {emitted} for {drafts}"
-        assert emitted[:num_accepted] == drafts[:num_accepted], "accepted tokens are the drafts"
+        self.num_reclaimed += num_slots - num_accepted
+        self.outcomes.append((num_slots, num_accepted))
         self._verifying.discard(request.request_id)
         if self.async_scheduling:
             request.num_output_placeholders -= 1 + num_slots
@@ -276,4 +318,5 @@ class SpecScheduling:
     def take_verifies(self) -> list[tuple[str, int, int]]:
         """The verifies accepted since the previous call, as ``(req_id, drafted, accepted)``."""
         verifies, self.verifies = self.verifies, []
+        self.num_reclaimed, self.outcomes = 0, []
         return verifies

@@ -7,7 +7,18 @@ the target's first N layers with its final norm and LM head; the checks that nee
 the vocabulary and N's range, are ``draft_model.draft_problem``). Each speculating
 decode proposes up to ``num_speculative_tokens`` drafts; with ``dynamic_k`` the step's k comes
 from the batch size instead: the k of the smallest ``batch_size_upper_bound`` at or above the
-number of running requests, and 0 (no drafts) above the largest bound. Imports no torch.
+number of running requests, and 0 (no drafts) above the largest bound.
+
+``draft_on`` says where the drafts are made and kept: ``device`` (the default through ``auto``)
+drafts on the device after each step (the n-gram lookup over a device copy of each request's
+tokens, ``ngram_device.py``; a draft model's proposals as they come out of it) and the next verify
+reads them there, so the scheduler schedules ``1 + k`` slots per decoding request without knowing
+the drafts and, under async scheduling, no request waits for its last tokens; ``host`` drafts
+from the host's token history (``NgramIndex``; the draft model's proposals copied back) and
+schedules exactly the drafts it has, so under async scheduling a speculating request sits out
+every other step. ``adaptive`` (default: on with ``dynamic_k``) lets the measured acceptance and
+step times turn the step's k down to 0 where speculation does not pay
+(core/adaptive_k.py). Imports no torch.
 """
 
 from __future__ import annotations
@@ -17,11 +28,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 SPEC_METHODS = ("none", "ngram", "draft_model")
+DRAFT_ON = ("auto", "device", "host")
 MAX_SPECULATIVE_TOKENS = 16  # one verify row per draft: the rows of a request stay small
 MAX_NGRAM = 64  # the lookup compares every window of the history: a longer n finds nothing
 # A placeholder draft slot (vLLM's -1): a request padded up to the step's k carries it after its
 # real drafts; it is scheduled and given a KV slot like a draft, and never accepted.
 PAD_DRAFT = -1
+# A draft slot whose token the host does not know (``draft_on: device``): the verify reads the
+# request slot's drafts on the device; a slot past the drafts it has is a placeholder.
+DEVICE_DRAFT = -2
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,8 @@ class SpecDecodeConfig:
     draft_preset: str | None = None
     draft_path: str | None = None
     draft_target_layers: int | None = None
+    draft_on: str = "auto"
+    adaptive: bool | None = None  # None: on with dynamic_k
 
     def __post_init__(self) -> None:
         for name, problem in self.problems():
@@ -46,6 +63,8 @@ class SpecDecodeConfig:
         """``(field under spec_decode, problem)``, the first to fix first."""
         if self.method not in SPEC_METHODS:
             yield "method", f"{self.method!r} is not one of {', '.join(SPEC_METHODS)}"
+        if self.draft_on not in DRAFT_ON:
+            yield "draft_on", f"{self.draft_on!r} is not one of {', '.join(DRAFT_ON)}"
         if self.method == "draft_model":
             given = [
                 name
@@ -92,6 +111,18 @@ class SpecDecodeConfig:
     @property
     def enabled(self) -> bool:
         return self.method != "none"
+
+    @property
+    def on_device(self) -> bool:
+        """Drafts made and kept on the device (``draft_on`` auto or device)."""
+        return self.enabled and self.draft_on != "host"
+
+    @property
+    def is_adaptive(self) -> bool:
+        """Dynamic k may turn a step's k down by the measured acceptance and step times."""
+        return self.enabled and (
+            self.adaptive if self.adaptive is not None else bool(self.dynamic_k)
+        )
 
     @property
     def max_k(self) -> int:

@@ -16,6 +16,9 @@ the token the plain sampler would give it. ``advance`` then moves the device sta
 emitted token becomes ``last_sampled_tokens`` and ``num_computed_tokens`` advances by the
 scheduled tokens less the rejected and padded slots, so the GPU stays authoritative and nothing
 is read back here; the accepted counts reach the host with the tokens (``AsyncOutput``).
+With drafts on the device (``DEVICE_DRAFT`` slots, spec_decode/device_drafts.py) the host knows
+only each request's slot count: ``prepare`` lays out every slot and ``DeviceDrafts.apply`` fills
+the drafts, their real counts and the input ids on the device.
 ``row_logprobs`` gives every row the top-k logprobs of the token it emitted (the plain sampler's
 ``compute_topk_logprobs`` over that row's target logits), for requests that ask for logprobs.
 """
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mrv2_prof.runner.spec_decode.config import PAD_DRAFT
+from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT
 from mrv2_prof.runner.spec_decode.rejection_sampler import (
     DraftBatch,
     RejectionOutput,
@@ -44,10 +47,11 @@ class VerifyInputs:
     """One verify step's layout on the device (views into the verifier's buffer)."""
 
     draft_index: torch.Tensor  # [D] int64: token index of each draft in the batch
-    draft_tokens: torch.Tensor  # [D] int64
+    # [D] int64: the drafts; with drafts on the device, each slot's flat index into them [B, K]
+    draft_tokens: torch.Tensor
     logits_indices: torch.Tensor  # [R] int64, R = B + S (S: every draft slot)
     drafts: DraftBatch  # cu_rows [B + 1], num_draft [B], draft_token_ids [B, K], num_slots [B]
-    num_draft_np: np.ndarray  # [B] host copy (the scheduler's counts of real drafts)
+    num_draft_np: np.ndarray  # [B] host copy (the scheduler's counts of real drafts; 0 on device)
     cu_rows_np: np.ndarray  # [B + 1] host copy
     num_padded: int  # placeholder slots in the step
 
@@ -79,8 +83,12 @@ class Verifier:
         num_reqs, max_k = len(req_ids), self.max_k
         drafts = [spec_tokens.get(rid, ()) for rid in req_ids]
         num_slots = np.fromiter(map(len, drafts), dtype=np.int64, count=num_reqs)
+        # drafts on the device: every slot is written from the device's drafts (DeviceDrafts)
+        on_device = any(d and d[0] == DEVICE_DRAFT for d in drafts)
         pads = [d.count(PAD_DRAFT) if d else 0 for d in drafts]  # placeholders follow the drafts
         num_draft = num_slots - np.asarray(pads, dtype=np.int64)
+        if on_device:
+            num_draft = num_slots  # every slot is laid out; the device knows the real count
         d_total = int(num_draft.sum())
         ends = query_start_loc_np[1:].astype(np.int64)  # [B]
         cu_rows = np.zeros(num_reqs + 1, dtype=np.int64)
@@ -91,10 +99,14 @@ class Verifier:
         logits_indices = ends[row_req] - 1 - num_slots[row_req] + row_j
         draft_rows = row_j < num_draft[row_req]  # rows that verify a real draft
         draft_index = logits_indices[draft_rows] + 1  # each draft is the token after its row
-        flat = [t for d in drafts for t in d if t != PAD_DRAFT]
         padded = np.zeros((num_reqs, max_k), dtype=np.int64)
-        if d_total:
-            padded[row_req[draft_rows], row_j[draft_rows]] = flat
+        if on_device:  # each slot's flat index into the device's drafts [B, K]
+            flat = row_req[draft_rows] * max_k + row_j[draft_rows]
+            num_draft = np.zeros(num_reqs, dtype=np.int64)  # filled on the device
+        else:
+            flat = [t for d in drafts for t in d if t != PAD_DRAFT]
+            if d_total:
+                padded[row_req[draft_rows], row_j[draft_rows]] = flat
 
         num_rows = len(row_req)
         parts = (draft_index, flat, logits_indices, cu_rows, num_draft, padded.ravel(), num_slots,

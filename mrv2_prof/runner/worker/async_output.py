@@ -49,6 +49,9 @@ class ModelRunnerOutput:
     spec_token_ids: list[list[int]] | None = None
     # a draft model's proposals: per batch row the k drafts for the request's next verify
     draft_token_ids: list[list[int]] | None = None
+    # a verify step with drafts on the device: per batch row its real drafts (the rest of its
+    # slots were placeholders)
+    spec_num_drafts: list[int] | None = None
 
 
 @dataclass
@@ -69,6 +72,7 @@ class PendingOutput:
     num_accepted: torch.Tensor | None = None  # [B]
     verify_rows: np.ndarray | None = None  # [B + 1] a verify step's cu_rows (host)
     draft_tokens: torch.Tensor | None = None  # [B, k] the draft model's proposals
+    num_draft: torch.Tensor | None = None  # [B] a verify's real drafts, made on the device
 
 
 class AsyncOutput:
@@ -103,6 +107,7 @@ class AsyncOutput:
         verify: RejectionOutput | None = None,
         verify_rows: np.ndarray | None = None,  # [B + 1] the verify's cu_rows (host)
         drafts: torch.Tensor | None = None,  # [B, k] the draft model's proposals
+        num_draft: torch.Tensor | None = None,  # [B] a verify's real drafts (device drafts)
     ) -> PendingOutput:
         """Queue the copies of a step's tokens, logprobs, prompt logprobs and a verify step's
         emitted tokens with their accepted counts, then the event."""
@@ -111,6 +116,8 @@ class AsyncOutput:
         if verify is not None:  # the accepted counts come back with the tokens
             pending.verify_tokens = self.to_host(verify.output_token_ids)
             pending.num_accepted = self.to_host(verify.num_accepted)
+        if num_draft is not None:  # drafts on the device: the host learns their count here
+            pending.num_draft = self.to_host(num_draft)
         if drafts is not None:  # the drafts come back with the tokens too
             pending.draft_tokens = self.to_host(drafts) if self.is_cuda else drafts
         if not self.is_cuda:
@@ -158,6 +165,7 @@ class AsyncOutput:
             rows, accepted = pending.verify_tokens.tolist(), pending.num_accepted.tolist()
             spec_token_ids = [row[: 1 + n] for row, n in zip(rows, accepted, strict=True)]
         drafts = None if pending.draft_tokens is None else pending.draft_tokens.tolist()
+        num_drafts = None if pending.num_draft is None else pending.num_draft.tolist()
         wait_ns = time.perf_counter_ns() - t0
         self.probe.end(probes.OUTPUT_WAIT)
         self.probe.sync("output_wait", OUTPUT_WAIT_SITE, wait_ns)
@@ -195,4 +203,5 @@ class AsyncOutput:
             prompt_logprobs=prompt_logprobs,
             spec_token_ids=spec_token_ids,
             draft_token_ids=drafts,
+            spec_num_drafts=num_drafts,
         )

@@ -29,6 +29,7 @@ from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
 from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
+from mrv2_prof.runner.spec_decode.device_drafts import make_device_drafts
 from mrv2_prof.runner.spec_decode.draft_runner import make_drafter
 from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
@@ -149,6 +150,8 @@ class ModelRunner:
             else None
         )
         self.drafter = make_drafter(self, model_spec)  # method draft_model (draft_runner.py)
+        # drafts made and kept on the device (spec_decode/device_drafts.py), or None: the host's
+        self.device_drafts = make_device_drafts(self)
 
     def _check_switches(self, kernels_note: str | None) -> None:
         """Switches this build cannot honour are recorded (or, with ``strict``, refused)."""
@@ -218,7 +221,11 @@ class ModelRunner:
         else:
             batch = self._prepare_inputs(so)
             if so.scheduled_spec_decode_tokens:
-                verify = prepare_verify(self.verifier, self.drafter, batch, so, self.req_states)
+                verify = prepare_verify(
+                    self.verifier, self.drafter, batch, so, self.req_states, self.device_drafts
+                )
+            if self._device_lengths:  # the host's lengths may run ahead of the device's
+                batch.seq_lens_np = batch.seq_lens.cpu().numpy()
             plan = self._plan_prompt_logprobs(batch)
             p.end(probes.PREPARE)
             d = self.graphs.dispatch(
@@ -273,10 +280,23 @@ class ModelRunner:
         if self.drafter is not None:  # k draft steps from each request's new length
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
             drafts = self.drafter.run(batch, rs, out.sampled_token_ids, start)
+        dd = self.device_drafts
+        if dd is not None:  # the next step's drafts, kept on the device
+            if rejection is None:
+                dd.after_step(batch, rs, out.sampled_token_ids, None, None, dd.spec.max_k, drafts)
+            else:
+                dd.after_step(
+                    batch, rs, rejection.output_token_ids, rejection.num_accepted,
+                    verify.drafts.num_slots, dd.spec.max_k, drafts,
+                )  # fmt: skip
+            drafts = None  # never to the host
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
         rows = verify.cu_rows_np if verify is not None else None
         # queue() marks G_END after the copies and waits on the probe's event for it
-        return self.output.queue(batch, out, write_stats, per_row, prompt, rejection, rows, drafts)
+        num_draft = verify.drafts.num_draft if verify is not None and dd is not None else None
+        return self.output.queue(
+            batch, out, write_stats, per_row, prompt, rejection, rows, drafts, num_draft
+        )
 
     def wait_output(self, pending: PendingOutput) -> ModelRunnerOutput:
         """The designed sync point: wait for a queued step's sampled tokens (and logprobs)."""
@@ -354,6 +374,8 @@ class ModelRunner:
             self.block_tables.set_row(slot, new.block_ids)
         if self.drafter is not None:  # prefix-cache hits: the draft computes the cached tokens
             self.drafter.add_requests(so.scheduled_new_reqs, rs.slot_of)
+        if self.device_drafts is not None and so.scheduled_new_reqs:
+            self.device_drafts.add_requests(so.scheduled_new_reqs, rs.slot_of)
         cached, slot_of = so.scheduled_cached_reqs, rs.slot_of
         for req_id, block_ids in cached.new_block_ids.items():  # only those that got blocks
             self.block_tables.append(slot_of[req_id], block_ids)

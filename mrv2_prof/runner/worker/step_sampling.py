@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
+from mrv2_prof.runner.spec_decode.device_drafts import DeviceDrafts
 from mrv2_prof.runner.spec_decode.draft_runner import DraftRunner
 from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
@@ -29,12 +30,17 @@ def prepare_verify(
     batch: InputBatch,
     so: SchedulerOutput,
     rs: RequestStates,
+    device_drafts: DeviceDrafts | None = None,
 ) -> VerifyInputs:
-    """A verify step's layout, its drafts written into the batch's inputs."""
+    """A verify step's layout, its drafts written into the batch's inputs (from the device's
+    drafts, with ``device_drafts``)."""
     verify = verifier.prepare(
         batch.req_ids, batch.query_start_loc_np, so.scheduled_spec_decode_tokens
     )
-    verifier.apply(batch, verify)
+    if device_drafts is not None:
+        device_drafts.apply(batch, verify)
+    else:
+        verifier.apply(batch, verify)
     if drafter is not None:  # the draft's probabilities for a sampled request
         drafter.attach_probs(verify, batch, rs)
     return verify
