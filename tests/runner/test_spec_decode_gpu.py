@@ -24,6 +24,14 @@ pytestmark = [
 ]
 
 DYNAMIC = SpecDecodeConfig(method="ngram", num_speculative_tokens=4, dynamic_k=((2, 4), (6, 2)))
+# the table alone, drafts on the host: the scheduler pads with PAD_DRAFT placeholders
+DYNAMIC_HOST = SpecDecodeConfig(
+    method="ngram",
+    num_speculative_tokens=4,
+    dynamic_k=((2, 4), (6, 2)),
+    draft_on="host",
+    adaptive=False,
+)
 
 
 def make_engine(spec: SpecDecodeConfig, **runner) -> Engine:
@@ -65,8 +73,9 @@ def generate(
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize(
     "spec",
-    [SpecDecodeConfig(method="ngram", num_speculative_tokens=k) for k in (1, 2, 4)] + [DYNAMIC],
-    ids=["k1", "k2", "k4", "dynamic"],
+    [SpecDecodeConfig(method="ngram", num_speculative_tokens=k) for k in (1, 2, 4)]
+    + [DYNAMIC, DYNAMIC_HOST, SpecDecodeConfig(method="ngram", draft_on="host")],
+    ids=["k1", "k2", "k4", "dynamic", "dynamic-host", "k4-host"],
 )
 def test_greedy_tokens_equal_plain_decoding_with_triton_and_graphs(spec, async_scheduling):
     plain = generate(make_engine(SpecDecodeConfig(), async_scheduling=async_scheduling))
@@ -74,6 +83,37 @@ def test_greedy_tokens_equal_plain_decoding_with_triton_and_graphs(spec, async_s
     assert generate(engine) == plain
     assert engine.scheduler.spec.stats.num_accepted_tokens > 0
     assert sum(engine.runner.graphs.replays.values()) > 0
+    assert engine.runner.info.spec_drafts_on == ("host" if spec.draft_on == "host" else "device")
+
+
+def test_async_device_drafts_never_sit_out_and_take_fewer_steps_on_the_gpu():
+    """Async scheduling, Triton kernels, FULL graphs, the device's n-gram kernel: no request
+    sits out, every uniform decode step verifies (B, 1 + k) through its FULL verify graph, and
+    the run takes fewer engine steps than plain decoding."""
+
+    def run(spec):
+        engine = make_engine(spec, async_scheduling=True)
+        steps = sat_out = 0
+        rng = random.Random(5)
+        reqs = []
+        for i in range(8):
+            seg = [rng.randrange(engine.vocab_size) for _ in range(4 + i % 4)]
+            reqs.append(engine.add_request(f"r{i}", seg * 4, SamplingParams(max_tokens=64)))
+        while engine.has_unfinished_requests():
+            engine.step()
+            steps += 1
+            sat_out += engine.scheduler.spec.num_sat_out if engine.scheduler.spec else 0
+        engine.step()  # hands the last finished ids to the runner
+        return [r.output_token_ids for r in reqs], steps, sat_out, engine
+
+    plain, plain_steps, _, _ = run(SpecDecodeConfig())
+    tokens, steps, sat_out, engine = run(SpecDecodeConfig(method="ngram", num_speculative_tokens=4))
+    assert tokens == plain
+    assert sat_out == 0
+    assert steps < plain_steps, (steps, plain_steps)
+    assert any(m == "full" and isinstance(key, tuple) for m, key in engine.runner.graphs.replays)
+    assert engine.held_resources() == {"request_slots": 0, "slots_to_release": 0, "kv_blocks": 0}
+    print(f"engine steps: {steps} with n-gram k=4 on the device, {plain_steps} plain")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +148,7 @@ def test_every_uniform_step_under_dynamic_k_replays_full(async_scheduling):
     decode graph, a verify its FULL verify graph of the step's k, with every request padded up
     to k (the reasons name k and the padded slots). Without the padding a verify whose
     requests drafted different numbers of tokens fails here."""
-    engine = make_engine(DYNAMIC, async_scheduling=async_scheduling)
+    engine = make_engine(DYNAMIC_HOST, async_scheduling=async_scheduling)
     graphs = engine.runner.graphs
     assert set(graphs.verify_keys) == {3, 5}  # k = 2 and 4 were captured
     assert engine.scheduler.spec.pad_capacity == {2: 8, 4: 8}  # the engine pads to them

@@ -142,26 +142,19 @@ class DeviceDrafts:
 
 def make_device_drafts(runner) -> DeviceDrafts | None:
     """The device's drafts of ``runner`` (a ``ModelRunner``), or None where the host drafts
-    (``draft_on: host``, or what forces it, as a note; ``strict``: an error). Sets
-    ``runner._device_lengths``: the host's sequence lengths may run ahead of the device's (async
-    scheduling schedules before the accepted counts are back), so a consumer that needs them on
-    the host (the torch attention, the draft model's with torch kernels) reads the device's."""
+    (``draft_on: host``, or what forces it: ``worker/switches.drafts_on_device``, whose note the
+    runner's switch check adds). Sets ``runner._device_lengths``: the host's sequence lengths
+    may run ahead of the device's (async scheduling schedules before the accepted counts are
+    back), so a consumer that needs them on the host (the torch attention, the draft model's
+    with torch kernels) reads the device's."""
     from mrv2_prof.runner.config import ConfigError
+    from mrv2_prof.runner.worker.switches import drafts_on_device
 
     c, spec = runner.config, runner.config.spec_decode
     runner._device_lengths = False
     if not spec.enabled:
         return None
-    on_device = spec.on_device
-    if on_device and c.async_scheduling and not c.staged_writes:
-        note = (
-            "runner.spec_decode: drafts on the host (staged_writes: false re-sends the host's "
-            "computed counts every step, which async scheduling with device drafts runs ahead of)"
-        )
-        if c.strict and spec.draft_on == "device":
-            raise ConfigError(f"{note} (strict: true)")
-        runner.info.notes.append(note)
-        on_device = False
+    on_device = drafts_on_device(c)
     runner.info.spec_drafts_on = "device" if on_device else "host"
     if not on_device:
         return None
@@ -175,7 +168,4 @@ def make_device_drafts(runner) -> DeviceDrafts | None:
         if c.strict:
             raise ConfigError(f"{note} (strict: true)")
         runner.info.notes.append(note)
-    drafts = DeviceDrafts(
-        spec, c.max_num_reqs, c.max_model_len, runner.device, runner.copies, triton
-    )
-    return drafts
+    return DeviceDrafts(spec, c.max_num_reqs, c.max_model_len, runner.device, runner.copies, triton)

@@ -310,12 +310,15 @@ class ModelRunner:
         None: attention without a cache). Writes no request state, reports nothing, waits for
         nothing."""
         _, logits = self._forward(batch, kv_caches)
-        self._sample(batch, logits)
+        out, _, _ = self._sample(batch, logits)
         if self.verifier is not None:  # the rejection sampler's kernels too, one row each
             spec = self.verifier.prepare(batch.req_ids, batch.query_start_loc_np, {})
             self._sample(batch, logits, spec)
         if self.drafter is not None:
             self.drafter.run_dummy(batch)
+        dd = self.device_drafts
+        if dd is not None:  # the device drafter's kernels (rows no request holds yet)
+            dd.after_step(batch, self.req_states, out.sampled_token_ids, None, None, dd.spec.max_k)
 
     def _forward(
         self,

@@ -4,8 +4,10 @@ given; the Triton warm-up; the CUDA graph capture, then a draft model's fused dr
 ``start_up`` runs them in that order (the warm-up and the graphs run through the real cache).
 
 The profiling run and the warm-up are dummy runs: forward passes and sampling over a
-``dummy_batch``, through ``ModelRunner.run_dummy``. They read the request slots, write none and
-report nothing to the probe; the time each part takes goes into ``RuntimeInfo``.
+``dummy_batch``, through ``ModelRunner.run_dummy``. They read the request slots and write none
+(the draft model's cache rows and the device drafter's rows of slots no request holds yet are
+written, and a request's are reset when it takes its slot); they report nothing to the probe;
+the time each part takes goes into ``RuntimeInfo``.
 """
 
 from __future__ import annotations

@@ -25,13 +25,27 @@ def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str |
             "runner.uva: needs the Triton kernels on a CUDA device; prompt tokens and "
             "sampling parameters are copied to the device"
         )
-    if config.spec_decode.enabled and config.async_scheduling:
+    spec = config.spec_decode
+    if spec.enabled and config.async_scheduling and not drafts_on_device(config):
+        why = "draft_on: host" if spec.draft_on == "host" else (
+            "staged_writes: false re-sends the host's computed counts, which device drafts run "
+            "ahead of"
+        )  # fmt: skip
         unsupported.append(
-            "runner.spec_decode: with async_scheduling a request whose tokens are in flight "
-            "sits out the next step (its accepted count reaches the host with its tokens), so "
-            "speculating requests step every other step"
+            f"runner.spec_decode: drafts on the host ({why}): with async_scheduling a request "
+            "whose tokens are in flight sits out the next step (the host drafts from its "
+            "complete history), so speculating requests step every other step"
         )
     return unsupported
+
+
+def drafts_on_device(config: RunnerConfig) -> bool:
+    """Speculative decoding keeps its drafts on the device (spec_decode/device_drafts.py):
+    ``draft_on`` auto or device, unless async scheduling with dense writes forces the host."""
+    spec = config.spec_decode
+    if not spec.on_device:
+        return False
+    return config.staged_writes or not config.async_scheduling
 
 
 def check_strict(config: RunnerConfig) -> None:
