@@ -324,9 +324,11 @@ class Scheduler:
             if not all_sample and rid not in sampling:
                 continue  # a prefill chunk that is not the last
             request = requests.get(rid)
-            if request is None:
-                continue  # finished or aborted meanwhile: the extra token is discarded
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid)
+            if request is None:  # finished or aborted meanwhile: the extra token is discarded
+                if drafts is not None:  # and its draft slots went back with its blocks
+                    self.spec.num_reclaimed += len(drafts)
+                continue
             if drafts is not None:
                 real = spec_num_drafts[b] if spec_num_drafts is not None else None
                 run = self.spec.accept(request, drafts, spec_token_ids[b], logprobs, b, real)
