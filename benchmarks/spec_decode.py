@@ -1,23 +1,58 @@
-"""Speculative decoding: TPOT and output tokens/s at batch 1, 8 and 64 for spec decode off,
-n-gram k = 2 and 4, self-draft k = 2 and 4 (the target's first ``--self-draft-layers`` layers as
-the draft model, its k steps one fused draft graph), and dynamic k; mean acceptance length, the
-graph modes replayed, and for a draft model its device time against the step's (``draft_ms``,
-``step_ms`` per step: CUDA events around the draft model's work and around the whole queued
-step, so ``draft_share`` is what the draft costs of each step; host time on the CPU); and the
-dynamic-k comparison of vLLM's DSD full-CUDA-graph change: FULL (every (batch, 1 + k) captured,
-``cudagraph_mode: full_and_piecewise``; the verifies of a uniform decode batch padded to one k)
-against ``cudagraph_mode: piecewise`` (nothing padded), same workload. The JSON rows count the
-placeholder draft slots verified (``num_padded_slots``).
+"""Speculative decoding against none: TPOT, tok/s and engine steps, async scheduling on and off.
 
-Each configuration is one engine (Triton kernels, staged writes, UVA, sync scheduling: with
-async scheduling a speculating request sits out every other step, see the README) running, for
-each batch size B, B greedy requests of repetitive prompts (a random 8-token segment repeated to
-128 tokens, so the n-gram drafter finds drafts with random weights) and 64 output tokens, EOS
-ignored. TPOT is the mean over requests of (last token time - first token time) / (tokens - 1),
-from the host times at which each step's tokens were known; tok/s is all output tokens over the
-wall time from the first decode step to the end. ``--markdown`` writes the table for
-benchmarks/RESULTS.md.
+At batch 1, 8 and 64, for spec decode off, n-gram k = 2 and 4 (and k = 4 with host drafts),
+self-draft k = 2 and 4 (the target's first ``--self-draft-layers`` layers as the draft model, its
+k steps one fused draft graph), and dynamic k under FULL and PIECEWISE graphs.
 
+Workloads (``--workload``):
+
+* ``repeat`` (the default for a real model, ``--preset smollm2-135m``): chat prompts asking the
+  model to repeat a text of the shipped dataset word for word (benchmarks/repeat_prompts.py: the
+  dataset's human turns of 200-1200 characters, each once, in a seeded order), encoded with the
+  model's chat template; greedy, at most ``--output`` (128) tokens, EOS honoured. The answer
+  repeats the prompt, so an n-gram drafter's drafts are right wherever the model repeats it.
+  Batch B takes the set's first B prompts (from the start again past its end). A random-weight
+  preset (llama-1b) has no tokenizer and cannot take it.
+* ``random`` (the default for a random-weight preset, and the CPU smoke run): B prompts each a
+  random 8-token segment repeated to 128 tokens (so the n-gram drafter finds drafts with random
+  weights), 64 output tokens, EOS ignored.
+
+Each configuration is one engine per async mode (``--async-modes``; Triton kernels, staged
+writes, UVA, CUDA graphs) running the batches in turn. Drafts are made and kept on the device
+(``draft_on: auto``): the scheduler gives a speculating request 1 + k slots every step without
+waiting for its last tokens, so under async scheduling no request sits out a step. The
+``ngram k=4, host drafts`` row is the old path (``draft_on: host``): drafts from the host's token
+history, so under async scheduling a speculating request sits out every other step (its sat-out
+column). Dynamic k takes k by batch size (``DYNAMIC_K``) and is adaptive (its default): the
+measured acceptance and step times turn a step's k to 0 where speculation does not pay.
+
+Per (configuration, async mode, batch):
+
+* TPOT: the mean over requests of (last token time - first token time) / (tokens - 1), from the
+  host times at which each step's tokens were known; ``TPOT / off``: over the ``off`` row's of
+  the same async mode and batch.
+* tok/s: all output tokens over the wall time from the first decode step to the end; out tokens:
+  the output tokens generated (EOS may end a request before ``--output``).
+* steps: the engine steps of the batch, first to last (prefill included); ``steps / off``: steps
+  per output token over the ``off`` row's (same async mode and batch), i.e. the ratio of steps
+  for the same tokens (steps over off's steps when both generate the same tokens).
+* sat-out: requests that sat out a step, summed over the steps (``scheduler.spec.num_sat_out``).
+* mean acceptance length: 1 + accepted drafts / verifies with drafts; the JSON adds the accepted
+  drafts per position, where the drafts were made (``drafts_on``) and the placeholder draft slots
+  verified (``num_padded_slots``).
+* k-off steps: the steps adaptive dynamic k turned off (``engine.adaptive.num_off``).
+* the graph modes replayed, and for a draft model its device time against the step's
+  (``draft_ms``, ``step_ms`` per step: CUDA events around the draft model's work and around the
+  whole queued step, so ``draft_share`` is what the draft costs of each step; host time on the
+  CPU).
+
+Dynamic k under FULL (every (batch, 1 + k) captured, ``cudagraph_mode: full_and_piecewise``; the
+verifies of a uniform decode batch padded to one k) against ``cudagraph_mode: piecewise``
+(nothing padded) is the comparison of vLLM's DSD full-CUDA-graph change. ``--markdown`` writes
+one table per async mode for benchmarks/RESULTS.md.
+
+    python benchmarks/spec_decode.py --preset smollm2-135m --quick --out spec.json \\
+        --markdown spec.md
     python benchmarks/spec_decode.py --preset llama-1b --out spec.json --markdown spec.md
     python benchmarks/spec_decode.py --cpu-smoke --out smoke.json   # the CI smoke run
 """
@@ -31,41 +66,43 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from bench_io import write_results
+from bench_io import environment, write_results
+from repeat_prompts import repeat_prompts
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.model.presets import PRESETS
+from mrv2_prof.runner.model.shipped import SHIPPED
 from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
-PROMPT, OUTPUT, SEGMENT = 128, 64, 8
-SELF_DRAFT_LAYERS = 4  # --self-draft-layers: of llama-1b's 16 (the CPU smoke run uses 1)
+PROMPT, SEGMENT = 128, 8  # the random workload's prompts
+OUTPUT = {"repeat": 128, "random": 64}  # --output's default
+# --self-draft-layers' default: of llama-1b's 16 layers, of SmolLM2-135M's 30 (CPU smoke: 1)
+SELF_DRAFT_LAYERS = {"llama-1b": 4, "smollm2-135m": 8}
 DYNAMIC_K = ((1, 4), (8, 2), (64, 1))
+FULL = "full_and_piecewise"
+
+
+def ngram(k: int, **kw) -> SpecDecodeConfig:
+    return SpecDecodeConfig(method="ngram", num_speculative_tokens=k, **kw)
+
+
+def self_draft(k: int) -> SpecDecodeConfig:  # its layers: --self-draft-layers
+    return SpecDecodeConfig(method="draft_model", num_speculative_tokens=k, draft_target_layers=1)
+
+
 CONFIGS = {  # name -> (spec decode, cudagraph_mode)
-    "off": (SpecDecodeConfig(), "full_and_piecewise"),
-    "ngram k=2": (SpecDecodeConfig(method="ngram", num_speculative_tokens=2), "full_and_piecewise"),
-    "ngram k=4": (SpecDecodeConfig(method="ngram", num_speculative_tokens=4), "full_and_piecewise"),
-    "self-draft k=2": (
-        SpecDecodeConfig(
-            method="draft_model", num_speculative_tokens=2, draft_target_layers=SELF_DRAFT_LAYERS
-        ),
-        "full_and_piecewise",
-    ),
-    "self-draft k=4": (
-        SpecDecodeConfig(
-            method="draft_model", num_speculative_tokens=4, draft_target_layers=SELF_DRAFT_LAYERS
-        ),
-        "full_and_piecewise",
-    ),
-    "dynamic k": (
-        SpecDecodeConfig(method="ngram", num_speculative_tokens=4, dynamic_k=DYNAMIC_K),
-        "full_and_piecewise",
-    ),
-    "dynamic k, piecewise": (
-        SpecDecodeConfig(method="ngram", num_speculative_tokens=4, dynamic_k=DYNAMIC_K),
-        "piecewise",
-    ),
+    "off": (SpecDecodeConfig(), FULL),
+    "ngram k=2": (ngram(2), FULL),
+    "ngram k=4": (ngram(4), FULL),
+    "ngram k=4, host drafts": (ngram(4, draft_on="host"), FULL),
+    "self-draft k=2": (self_draft(2), FULL),
+    "self-draft k=4": (self_draft(4), FULL),
+    "dynamic k": (ngram(4, dynamic_k=DYNAMIC_K), FULL),
+    "dynamic k, piecewise": (ngram(4, dynamic_k=DYNAMIC_K), "piecewise"),
 }
+QUICK = ("off", "ngram k=4", "ngram k=4, host drafts", "dynamic k")
 
 
 class DeviceTimer:
@@ -101,21 +138,34 @@ class DeviceTimer:
         return 1e3 * sum(e - s for s, e in spans), len(spans)
 
 
-def run_batch(engine: Engine, batch: int, tag: str, prompt: int, output: int) -> dict:
+def random_prompts(batch: int, vocab_size: int, prompt: int) -> list[list[int]]:
+    """The random workload's prompts of a batch: a random segment each, repeated."""
     rng = np.random.default_rng(batch)
-    params = SamplingParams(max_tokens=output, ignore_eos=True)
-    for i in range(batch):
-        segment = rng.integers(0, engine.vocab_size, size=SEGMENT)
-        engine.add_request(f"{tag}-{i}", np.resize(segment, prompt).tolist(), params)
+    return [
+        np.resize(rng.integers(0, vocab_size, size=SEGMENT), prompt).tolist() for _ in range(batch)
+    ]
+
+
+def run_batch(engine: Engine, prompts: list[list[int]], tag: str, params: SamplingParams) -> dict:
+    reqs = [engine.add_request(f"{tag}-{i}", p, params) for i, p in enumerate(prompts)]
     times: dict[str, list[float]] = {}
     spec = engine.scheduler.spec
     stats = spec.stats if spec else None
-    before = (stats.num_drafts, stats.num_accepted_tokens, stats.num_padded_slots) if stats else ()
+    before = ()
+    if stats is not None:
+        before = (stats.num_drafts, stats.num_accepted_tokens, stats.num_padded_slots)
+        before += (list(stats.accepted_per_position),)
+    adaptive = engine.adaptive
+    off_before = adaptive.num_off if adaptive is not None else 0
     replays_before = dict(engine.runner.graphs.replays)
     t_first = None
+    steps = sat_out = 0
     while engine.has_unfinished_requests():
         res = engine.step()
         now = time.perf_counter()
+        steps += 1
+        if spec is not None:
+            sat_out += spec.num_sat_out  # requests that sat out the step just scheduled
         for r in res.updated:
             got = times.setdefault(r.request_id, [])
             got.extend([now] * (len(r.output_token_ids) - len(got)))
@@ -138,110 +188,268 @@ def run_batch(engine: Engine, batch: int, tag: str, prompt: int, output: int) ->
             timing["draft_graph_replays"] = sum(graphs.replays.values())
     tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in times.values() if len(t) > 1]
     drafts = accepted = padded = 0
+    per_position: list[int] = []
     if spec is not None:
         drafts = spec.stats.num_drafts - before[0]
         accepted = spec.stats.num_accepted_tokens - before[1]
         padded = spec.stats.num_padded_slots - before[2]  # placeholder draft slots verified
+        was = before[3] + [0] * (len(spec.stats.accepted_per_position) - len(before[3]))
+        per_position = [n - b for n, b in zip(spec.stats.accepted_per_position, was, strict=True)]
     replayed: dict[str, int] = {}
     for (mode, key), n in engine.runner.graphs.replays.items():
         extra = n - replays_before.get((mode, key), 0)
         name = f"{mode} verify" if isinstance(key, tuple) else mode
         replayed[name] = replayed.get(name, 0) + extra
+    output_tokens = sum(len(r.output_token_ids) for r in reqs)
     return {
-        "batch": batch,
-        "tpot_ms": 1e3 * float(np.mean(tpots)),
+        "batch": len(prompts),
+        "tpot_ms": 1e3 * float(np.mean(tpots)) if tpots else None,
         "tok_s": sum(map(len, times.values())) / (t_end - (t_first or t_end) or 1e-9),
+        "output_tokens": output_tokens,
+        "prompt_tokens": sum(map(len, prompts)),
+        "steps": steps,
+        "sat_out": sat_out,
         "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
         "num_drafts": drafts,
+        "num_accepted_tokens": accepted,
+        "accepted_per_position": per_position,
         "num_padded_slots": padded,
+        "drafts_on": engine.runner.info.spec_drafts_on or None,
+        "k_off_steps": adaptive.num_off - off_before if adaptive is not None else None,
         "replays": {k: v for k, v in replayed.items() if v},
         **timing,
     }
 
 
-def markdown(results: list[dict], preset: str, device: str) -> str:
+def ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}x"
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    """One table per async mode, its rows by batch, then configuration."""
+    env = meta["env"]
+    versions = f"torch {env['torch']}" + (f", triton {env['triton']}" if "triton" in env else "")
     lines = [
-        f"### Speculative decoding ({preset}, {device}, prompt {PROMPT} repetitive, "
-        f"output {OUTPUT}, greedy)",
+        f"### Speculative decoding ({meta['preset']}, {meta['workload']} workload, "
+        f"{env['device']})",
         "",
-        "| config | batch | TPOT (ms) | tok/s | mean acceptance length | draft / step (ms) "
-        "| replays |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"{env['date']}; {env['device']}; {versions}. Preset {meta['preset']}; workload "
+        f"{meta['workload']}: {meta['prompts']}; at most {meta['output_len']} output tokens "
+        f"per request, greedy, {meta['eos']}. k: {meta['ks']}. TPOT / off: TPOT over the off "
+        "row's (same async mode and batch); steps / off: engine steps per output token over "
+        "the off row's (steps for the same tokens); sat-out: requests that sat out a step, "
+        "summed over the steps; k-off steps: steps adaptive dynamic k turned off.",
     ]
-    for r in results:
-        mal = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
-        replays = ", ".join(f"{k} {v}" for k, v in sorted(r["replays"].items())) or "-"
-        if r.get("draft_graph_replays"):
-            replays += f", draft graph {r['draft_graph_replays']}"
-        split = "-"
-        if "draft_ms" in r:
-            split = f"{r['draft_ms']:.2f} / {r['step_ms']:.2f}"
-        lines.append(
-            f"| {r['config']} | {r['batch']} | {r['tpot_ms']:.2f} | {r['tok_s']:,.0f} | "
-            f"{mal} | {split} | {replays} |"
-        )
+    for mode in dict.fromkeys(r["async_scheduling"] for r in results):
+        rows = [r for r in results if r["async_scheduling"] == mode]
+        lines += [
+            "",
+            f"#### async scheduling {'on' if mode else 'off'}",
+            "",
+            "| config | batch | TPOT (ms) | TPOT / off | tok/s | out tokens | steps | steps / off "
+            "| sat-out | mean acceptance length | k-off steps | draft / step (ms) | replays |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| --- |",
+        ]
+        for batch in dict.fromkeys(r["batch"] for r in rows):
+            of_batch = [r for r in rows if r["batch"] == batch]
+            off = next((r for r in of_batch if r["config"] == "off"), None)
+            for r in of_batch:
+                lines.append(row(r, off))
     return "\n".join(lines) + "\n"
+
+
+def row(r: dict, off: dict | None) -> str:
+    mal = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
+    replays = ", ".join(f"{k} {v}" for k, v in sorted(r["replays"].items())) or "-"
+    if r.get("draft_graph_replays"):
+        replays += f", draft graph {r['draft_graph_replays']}"
+    split = "-"
+    if "draft_ms" in r:
+        split = f"{r['draft_ms']:.2f} / {r['step_ms']:.2f}"
+    tpot = "-" if r["tpot_ms"] is None else f"{r['tpot_ms']:.2f}"
+    per_token = r["steps"] / max(r["output_tokens"], 1)
+    off_tpot = off_per_token = None
+    if off is not None:
+        off_tpot, off_per_token = off["tpot_ms"], off["steps"] / max(off["output_tokens"], 1)
+    k_off = "-" if r["k_off_steps"] is None else str(r["k_off_steps"])
+    return (
+        f"| {r['config']} | {r['batch']} | {tpot} | {ratio(r['tpot_ms'], off_tpot)} | "
+        f"{r['tok_s']:,.0f} | {r['output_tokens']:,} | {r['steps']:,} | "
+        f"{ratio(per_token, off_per_token)} | {r['sat_out']:,} | {mal} | {k_off} | {split} | "
+        f"{replays} |"
+    )
+
+
+def k_values(names: list[str], self_draft_layers: int) -> str:
+    """What the k of each configuration run is, for the markdown's header."""
+    out = []
+    for name in names:
+        spec, _ = CONFIGS[name]
+        if not spec.enabled:
+            continue
+        if spec.dynamic_k is not None:
+            table = ", ".join(f"<= {b}: {k}" for b, k in spec.dynamic_k)
+            adaptive = ", adaptive" if spec.is_adaptive else ""
+            out.append(f"{name}: by running requests ({table}; more: 0{adaptive})")
+        elif spec.method == "draft_model":
+            out.append(
+                f"{name}: {spec.num_speculative_tokens} (the first {self_draft_layers} layers)"
+            )
+        else:
+            out.append(f"{name}: {spec.num_speculative_tokens}")
+    return "; ".join(out) or "none"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="llama-1b")
+    ap.add_argument("--preset", default="llama-1b", choices=sorted(PRESETS) + sorted(SHIPPED))
+    ap.add_argument(
+        "--workload",
+        choices=("repeat", "random"),
+        default=None,
+        help="repeat: chat prompts whose answer repeats the prompt (a real model; its default); "
+        "random: repetitive random-token prompts, EOS ignored (a random-weight preset's default)",
+    )
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--configs", nargs="+", default=None, choices=list(CONFIGS))
+    ap.add_argument(
+        "--async-modes",
+        choices=("both", "on", "off"),
+        default=None,
+        help="async scheduling on, off or both, each one engine per configuration "
+        "(default: both; off for --cpu-smoke)",
+    )
+    ap.add_argument("--output", type=int, default=None, help="most output tokens per request")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"only {'; '.join(QUICK)}, at batch 1, 8 and 64",
+    )
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     ap.add_argument("--markdown", default=None, help="write the results table here")
     ap.add_argument("--cpu-smoke", action="store_true", help="llama-tiny on the CPU, tiny sizes")
-    ap.add_argument("--self-draft-layers", type=int, default=SELF_DRAFT_LAYERS)
+    ap.add_argument(
+        "--self-draft-layers",
+        type=int,
+        default=None,
+        help="the self-draft's layers (default: 4 of llama-1b's 16, 8 of smollm2-135m's 30)",
+    )
     args = ap.parse_args()
     smoke = args.cpu_smoke
-    if not smoke and not torch.cuda.is_available():
-        raise SystemExit("spec_decode: needs a CUDA device (or --cpu-smoke)")
+    cuda = not smoke and args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("spec_decode: needs a CUDA device (or --device cpu, or --cpu-smoke)")
     preset = "llama-tiny" if smoke else args.preset
-    batches = [1, 2] if smoke else args.batches
-    prompt, output = (32, 24) if smoke else (PROMPT, OUTPUT)
+    shipped = preset in SHIPPED
+    workload = args.workload or ("repeat" if shipped else "random")
+    if workload == "repeat" and not shipped:
+        raise SystemExit(
+            f"spec_decode: --workload repeat needs a real model with a tokenizer "
+            f"({', '.join(SHIPPED)}); {preset} has random weights and none: use --workload random"
+        )
+    if args.quick:
+        names, batches = list(QUICK), [1, 8, 64]
+    else:
+        names, batches = list(CONFIGS), args.batches
+    names = args.configs or names
+    batches = [1, 2] if smoke else batches
+    modes = {"both": [True, False], "on": [True], "off": [False]}[
+        args.async_modes or ("off" if smoke else "both")
+    ]
+    layers = args.self_draft_layers or SELF_DRAFT_LAYERS.get(preset, 4)
+    layers = 1 if smoke else layers
+    output = args.output or (24 if smoke else OUTPUT[workload])
+    model = ModelSpec(preset=preset)
+    if shipped:
+        from mrv2_prof.cli.fetch import ensure_shipped
+
+        ensure_shipped(preset)
+    if workload == "repeat":
+        prompt_set = repeat_prompts(model)
+        lens = sorted(map(len, prompt_set))
+        prompts_of = {b: [prompt_set[i % len(prompt_set)] for i in range(b)] for b in batches}
+        max_prompt = max(len(p) for ps in prompts_of.values() for p in ps)
+        described = (
+            f"{len(prompt_set)} chat prompts, 'repeat the following text exactly' over the "
+            f"dataset's texts of 200-1200 characters ({lens[0]}-{lens[-1]} tokens, median "
+            f"{lens[len(lens) // 2]}); batch B takes the first B"
+        )
+        params = SamplingParams(max_tokens=output, ignore_eos=False)
+    else:
+        prompt = 32 if smoke else PROMPT
+        prompts_of, max_prompt = None, prompt
+        described = f"B prompts of a random {SEGMENT}-token segment repeated to {prompt} tokens"
+        params = SamplingParams(max_tokens=output, ignore_eos=True)
+    max_model_len = max_prompt + output + 1
     results = []
-    for name in args.configs:
+    for name in names:
         spec, mode = CONFIGS[name]
         if spec.draft_target_layers is not None:
-            spec = replace(spec, draft_target_layers=1 if smoke else args.self_draft_layers)
-        config = RunnerConfig(
-            device="cpu" if smoke else "cuda",
-            kernels="torch" if smoke else "triton",
-            async_scheduling=False,
-            uva=not smoke,
-            cudagraph_mode="none" if smoke else mode,
-            max_num_seqs=max(batches),
-            max_num_reqs=2 * max(batches),
-            max_num_batched_tokens=8192,
-            max_model_len=prompt + output + 1,
-            num_kv_blocks=256 if smoke else None,
-            spec_decode=spec,
-        )
-        engine = Engine(config, ModelSpec(preset=preset))
-        if engine.runner.drafter is not None:
-            engine.bench_timers = (
-                DeviceTimer(engine.runner.drafter, "run"),
-                DeviceTimer(engine.runner, "queue_step"),
+            spec = replace(spec, draft_target_layers=layers)
+        for async_on in modes:
+            config = RunnerConfig(
+                device="cuda" if cuda else "cpu",
+                kernels="triton" if cuda else "torch",
+                async_scheduling=async_on,
+                uva=cuda,
+                cudagraph_mode=mode if cuda else "none",
+                max_num_seqs=max(batches),
+                max_num_reqs=2 * max(batches),
+                max_num_batched_tokens=8192,
+                max_model_len=max_model_len,
+                num_kv_blocks=None if cuda else max(256, max(batches) * -(-max_model_len // 16)),
+                enable_prefix_caching=False,  # each batch's prefill computed, as the first time
+                spec_decode=spec,
             )
-        for b in batches:
-            r = {"config": name, "cudagraph_mode": config.cudagraph_mode}
-            r |= run_batch(engine, b, f"{name}{b}", prompt, output)
-            results.append(r)
-            print(
-                f"{name:22} batch {b:3d}: TPOT {r['tpot_ms']:7.2f} ms {r['tok_s']:9,.0f} tok/s "
-                f"acceptance {r['mean_acceptance_length']} replays {r['replays']} "
-                f"draft/step ms {r.get('draft_ms')} / {r.get('step_ms')}",
-                flush=True,
-            )
-        del engine
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() and not smoke else "cpu"
-    write_results(args.out, {"preset": preset, "prompt_len": prompt, "output_len": output}, results)
+            engine = Engine(config, model)
+            if engine.runner.drafter is not None:
+                engine.bench_timers = (
+                    DeviceTimer(engine.runner.drafter, "run"),
+                    DeviceTimer(engine.runner, "queue_step"),
+                )
+            for b in batches:
+                if prompts_of is not None:
+                    prompts = prompts_of[b]
+                else:
+                    prompts = random_prompts(b, engine.vocab_size, max_prompt)
+                r = {"config": name, "async_scheduling": async_on}
+                r["cudagraph_mode"] = config.cudagraph_mode
+                r |= run_batch(engine, prompts, f"{name}{int(async_on)}-{b}", params)
+                results.append(r)
+                tpot = "-" if r["tpot_ms"] is None else f"{r['tpot_ms']:7.2f}"
+                mal = r["mean_acceptance_length"]
+                print(
+                    f"{name:22} async {'on ' if async_on else 'off'} batch {b:3d}: TPOT {tpot} ms "
+                    f"{r['tok_s']:9,.0f} tok/s {r['output_tokens']:6d} tokens "
+                    f"{r['steps']:5d} steps sat-out {r['sat_out']:5d} acceptance "
+                    f"{'-' if mal is None else f'{mal:.2f}'} {r['accepted_per_position']} "
+                    f"k-off {r['k_off_steps']} drafts {r['drafts_on']} replays {r['replays']} "
+                    f"draft/step ms {r.get('draft_ms')} / {r.get('step_ms')}",
+                    flush=True,
+                )
+            del engine
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    env = environment()
+    if not cuda:
+        env["device"] = "cpu"
+    meta = {
+        "preset": preset,
+        "workload": workload,
+        "prompts": described,
+        "prompt_len": max_prompt,
+        "output_len": output,
+        "eos": "EOS honoured" if workload == "repeat" else "EOS ignored",
+        "ks": k_values(names, layers),
+        "self_draft_layers": layers,
+    }
+    write_results(args.out, {**meta, "device": env["device"]}, results)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(results, preset, device))
+            f.write(markdown(results, {**meta, "env": env}))
 
 
 if __name__ == "__main__":

@@ -315,10 +315,12 @@ class Engine:
 
     def _num_prefill_tokens(self, so: SchedulerOutput) -> int:
         """Tokens of this step that are not a decode (one new token after the prompt)."""
-        requests = self.scheduler.requests
+        requests, verifies = self.scheduler.requests, so.scheduled_spec_decode_tokens
         num_prefill = 0
         for rid, n in so.num_scheduled_tokens.items():
             r = requests[rid]
+            if rid in verifies:  # its last token and its draft slots: a decode
+                continue
             if n != 1 or r.num_computed_tokens - 1 < r.num_prompt_tokens:
                 num_prefill += n
         return num_prefill

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.ngram_device import ngram_propose
+from mrv2_prof.runner.spec_decode.ngram_device import ngram_step
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.request_states import RequestStates
@@ -59,7 +59,6 @@ class DeviceDrafts:
             if spec.method == "ngram"
             else None
         )
-        self._cols = torch.arange(k + 1, device=device)
         self.bytes = sum(
             t.numel() * t.element_size()
             for t in (self.tokens, self.num, self.history)
@@ -99,40 +98,29 @@ class DeviceDrafts:
         k: int,
         model_drafts: torch.Tensor | None = None,  # [B, k] a draft model's proposals
     ) -> None:
-        """Append each row's emitted tokens to its history and draft its next ``k``."""
+        """Append each row's emitted tokens to its history and draft its next ``k``: with
+        ``ngram`` one launch (``ngram_device.ngram_step``: its torch reference spells it out)."""
         n = batch.num_reqs
         counts = batch.num_scheduled_tokens[:n]
-        slots = batch.idx_mapping[:n].long()
-        seq = batch.seq_lens[:n].long()
-        if num_slots is None:  # one token each, at the position after the row's last
-            first, num_emitted, emitted = seq, None, emitted[:n, None]
-        else:
-            first = seq - num_slots.long()
-            num_emitted = num_accepted.long() + 1
-        # a row emitted past its prompt: it decodes next; padding (count 0) writes nothing
-        real = counts > 0
-        prompt = rs.num_prefill_tokens.gpu[slots].long()
-        active = (first >= prompt) & real
-        target = torch.where(real, slots, self.sink)
+        slots = batch.idx_mapping[:n]
         if self.history is not None:
-            cols = first[:, None] + self._cols[: emitted.shape[1]]
-            keep = active[:, None]
-            if num_emitted is not None:
-                keep = keep & (self._cols[: emitted.shape[1]] < num_emitted[:, None])
-            cols = torch.where(keep, cols, self.max_model_len)  # the sink column
-            rows = torch.where(active, slots, 0)[:, None].expand_as(cols)
-            self.history.index_put_((rows, cols), emitted.to(torch.int32))
-            length = first + (num_emitted if num_emitted is not None else 1)
-            # a prompt chunk that leaves one prompt token: the scheduler verifies it next, so
-            # it drafts from the whole prompt (its history since it was added)
-            last = real & (seq == prompt - 1)
-            length = torch.where(last, prompt, length)
-            k = min(k, self.tokens.shape[1])
-            ngram_propose(
-                self.history, target, length, active | last, k, self.spec.ngram_min,
-                self.spec.ngram_max, self.tokens, self.num, self.triton,
+            if num_slots is None:  # one token each
+                emitted = emitted[:n, None]
+            ngram_step(
+                self.history, self.tokens, self.num, slots, counts, batch.seq_lens[:n],
+                rs.num_prefill_tokens.gpu, emitted[:n], num_accepted, num_slots,
+                min(k, self.tokens.shape[1]), self.spec.ngram_min, self.spec.ngram_max,
+                self.triton,
             )  # fmt: skip
-        elif model_drafts is not None:
+            return
+        # a draft model's rows: those that emitted past their prompt draft; padding writes
+        # nothing (its row is the sink)
+        seq = batch.seq_lens[:n].long()
+        first = seq if num_slots is None else seq - num_slots.long()
+        real = counts > 0
+        active = (first >= rs.num_prefill_tokens.gpu[slots.long()].long()) & real
+        target = torch.where(real, slots.long(), self.sink)
+        if model_drafts is not None:
             m = model_drafts.shape[1]
             self.tokens[target, :m] = model_drafts[:n]
             self.num[target] = torch.where(active, m, 0).to(torch.int32)

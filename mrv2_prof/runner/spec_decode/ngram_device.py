@@ -15,6 +15,27 @@ may share a slot among themselves (padding rows pointing at a sink slot): each w
 and free of data-dependent host synchronisation, so it also runs on CUDA (and under a CUDA
 graph's capture) as is; ``ngram_propose_triton`` (``ngram_triton.py``) is one launch.
 ``ngram_propose`` picks one of the two.
+
+``ngram_step_ref`` is a whole step of ``DeviceDrafts.after_step`` for ``method: ngram``: each
+batch row appends the tokens it emitted to its slot's history, then drafts (``ngram_propose``)
+from it. Its tables carry a sink: ``history [R + 1, L + 1]`` (column ``L`` takes the writes a
+row masks off, row ``R`` is never a real slot) and ``out_tokens [R + 1, K]`` / ``out_num
+[R + 1]`` (padding rows write to row ``R``). Per row ``b`` (slot ``s``, prompt ``p =
+prompt_lens[s]``, sequence length ``seq`` after the step):
+
+* a padding row (``counts[b] == 0``) writes ``out_num[R] = 0`` and nothing else;
+* the row's tokens start at ``first = seq - num_slots[b]`` (``seq`` for a plain step) and it
+  emitted ``ne = num_accepted[b] + 1`` of them (1 for a plain step), ``emitted[b, :ne]``;
+* ``first >= p`` (a decode, a verify, a prompt's final chunk): it is *active*: the tokens go to
+  ``history[s, first : first + ne]`` and it drafts from ``history[s, : first + ne]``;
+* ``seq == p - 1`` (a prompt chunk leaving one prompt token, which the scheduler verifies
+  next): it drafts from the whole prompt, ``history[s, :p]``, and writes no history;
+* any other row (a prompt chunk before that) writes ``out_num[s] = 0`` and no history.
+
+What the sink column holds afterwards is unspecified (the reference sends its masked writes
+there); a row whose tokens reach column ``L`` (a request emitting past ``max_model_len``, which
+it finishes with) drafts from a history that includes that column. ``ngram_step_triton`` does
+the step in one launch; ``ngram_step`` picks one of the two.
 """
 
 from __future__ import annotations
@@ -34,16 +55,33 @@ def check_args(
     out_num: torch.Tensor,
 ) -> None:
     """Shape and window checks shared by the reference and the kernel (host values only)."""
+    check_table(history, k, min_n, max_n, out_tokens, out_num)
+    check_rows(slots=slots, lengths=lengths, active=active)
+
+
+def check_rows(**rows: torch.Tensor) -> None:
+    """Each tensor of ``rows`` (by name) has shape ``[B]``, ``B`` from the first."""
+    num_rows = next(iter(rows.values())).shape[0]
+    for name, t in rows.items():
+        if t.shape != (num_rows,):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({num_rows},)")
+
+
+def check_table(
+    history: torch.Tensor,
+    k: int,
+    min_n: int,
+    max_n: int,
+    out_tokens: torch.Tensor,
+    out_num: torch.Tensor,
+) -> None:
+    """The window, ``k`` and the per-slot tables' shapes."""
     if min_n < 1 or max_n < min_n:
         raise ValueError(f"ngram window [{min_n}, {max_n}] needs 1 <= min <= max")
     if k < 0:
         raise ValueError(f"k is {k}, needs k >= 0")
     if history.dim() != 2:
         raise ValueError(f"history has shape {tuple(history.shape)}, expected [R, L]")
-    num_rows = slots.shape[0]
-    for name, t in (("slots", slots), ("lengths", lengths), ("active", active)):
-        if t.shape != (num_rows,):
-            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected ({num_rows},)")
     num_slots = history.shape[0]
     if out_tokens.dim() != 2 or out_tokens.shape[0] != num_slots or out_tokens.shape[1] < k:
         raise ValueError(
@@ -127,3 +165,119 @@ def ngram_propose(
         ngram_propose_triton(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
     else:
         ngram_propose_ref(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
+
+
+def check_step_args(
+    history: torch.Tensor,
+    out_tokens: torch.Tensor,
+    out_num: torch.Tensor,
+    slots: torch.Tensor,
+    counts: torch.Tensor,
+    seq_lens: torch.Tensor,
+    prompt_lens: torch.Tensor,
+    emitted: torch.Tensor,
+    num_accepted: torch.Tensor | None,
+    num_slots: torch.Tensor | None,
+    k: int,
+    min_n: int,
+    max_n: int,
+) -> None:
+    """``ngram_step``'s shape and window checks (host values only)."""
+    if history.dim() != 2 or history.shape[0] < 1 or history.shape[1] < 2:
+        raise ValueError(f"history has shape {tuple(history.shape)}, expected [R + 1, L + 1]")
+    check_table(history, k, min_n, max_n, out_tokens, out_num)
+    check_rows(slots=slots, counts=counts, seq_lens=seq_lens)
+    num_rows = slots.shape[0]
+    if emitted.dim() != 2 or emitted.shape[0] != num_rows or emitted.shape[1] < 1:
+        raise ValueError(f"emitted has shape {tuple(emitted.shape)}, expected ({num_rows}, >= 1)")
+    if (num_accepted is None) != (num_slots is None):
+        raise ValueError("num_accepted and num_slots go together (a verify step) or not at all")
+    if num_slots is None and emitted.shape[1] != 1:
+        raise ValueError(f"emitted has shape {tuple(emitted.shape)}, a plain step emits one")
+    if num_slots is not None:
+        check_rows(slots=slots, num_accepted=num_accepted, num_slots=num_slots)
+    sink = history.shape[0] - 1
+    if prompt_lens.shape != (sink,):
+        raise ValueError(f"prompt_lens has shape {tuple(prompt_lens.shape)}, expected ({sink},)")
+
+
+def ngram_step_ref(
+    history: torch.Tensor,
+    out_tokens: torch.Tensor,
+    out_num: torch.Tensor,
+    slots: torch.Tensor,
+    counts: torch.Tensor,
+    seq_lens: torch.Tensor,
+    prompt_lens: torch.Tensor,
+    emitted: torch.Tensor,
+    num_accepted: torch.Tensor | None,
+    num_slots: torch.Tensor | None,
+    k: int,
+    min_n: int,
+    max_n: int,
+) -> None:
+    """A step's history appends and drafts (see the module docstring), vectorised.
+
+    ``history`` [R + 1, L + 1] int32; ``out_tokens`` [R + 1, K >= k] int64; ``out_num`` [R + 1]
+    int32; ``slots`` [B] int (a real row's slot < R, real rows' slots distinct; a padding row's
+    is not read); ``counts`` [B] int (the tokens the row computed, 0: padding); ``seq_lens`` [B]
+    int; ``prompt_lens`` [R] int; ``emitted`` [B, E] int64; ``num_accepted`` and ``num_slots``
+    [B] int for a verify step (``num_accepted <= min(num_slots, E - 1)``), both None for a plain
+    one (``E == 1``). No host synchronisation.
+    """
+    check_step_args(
+        history, out_tokens, out_num, slots, counts, seq_lens, prompt_lens, emitted,
+        num_accepted, num_slots, k, min_n, max_n,
+    )  # fmt: skip
+    num_rows = slots.shape[0]
+    if num_rows == 0:
+        return
+    sink, sink_col = history.shape[0] - 1, history.shape[1] - 1
+    slot = slots.long()
+    seq = seq_lens.long()
+    real = counts > 0
+    if num_slots is None:  # one token each, at the position after the row's last
+        first, num_emitted = seq, torch.ones_like(seq)
+    else:
+        first = seq - num_slots.long()
+        num_emitted = num_accepted.long() + 1
+    prompt = prompt_lens[torch.where(real, slot, 0)].long()  # a padding row's slot is not read
+    active = (first >= prompt) & real  # emitted past its prompt
+    target = torch.where(real, slot, sink)
+    offsets = torch.arange(emitted.shape[1], device=history.device)
+    keep = active[:, None] & (offsets[None, :] < num_emitted[:, None])
+    cols = torch.where(keep, first[:, None] + offsets, sink_col)  # masked: the sink column
+    rows = torch.where(active, slot, 0)[:, None].expand_as(cols)
+    history.index_put_((rows, cols), emitted.to(torch.int32))
+    last = real & (seq == prompt - 1)  # drafts from the whole prompt
+    length = torch.where(last, prompt, first + num_emitted)
+    ngram_propose_ref(history, target, length, active | last, k, min_n, max_n, out_tokens, out_num)
+
+
+def ngram_step(
+    history: torch.Tensor,
+    out_tokens: torch.Tensor,
+    out_num: torch.Tensor,
+    slots: torch.Tensor,
+    counts: torch.Tensor,
+    seq_lens: torch.Tensor,
+    prompt_lens: torch.Tensor,
+    emitted: torch.Tensor,
+    num_accepted: torch.Tensor | None,
+    num_slots: torch.Tensor | None,
+    k: int,
+    min_n: int,
+    max_n: int,
+    triton: bool,
+) -> None:
+    """``ngram_step_triton`` when ``triton``, else ``ngram_step_ref`` (same contract)."""
+    args = (
+        history, out_tokens, out_num, slots, counts, seq_lens, prompt_lens, emitted,
+        num_accepted, num_slots, k, min_n, max_n,
+    )  # fmt: skip
+    if triton:
+        from mrv2_prof.runner.spec_decode.ngram_triton import ngram_step_triton
+
+        ngram_step_triton(*args)
+    else:
+        ngram_step_ref(*args)
