@@ -21,6 +21,7 @@ from mrv2_prof.views.format import format_bytes
 
 HOST_BOUND_SHARE = 0.10  # host-bound steps below this share of the timed steps are not a finding
 KV_FULL_SHARE = 0.95  # KV blocks in use, of all, that count as a full cache without preemptions
+SPEC_MIN_STEPS = 8  # verify and plain decode steps (or dynamic-k decisions) a spec verdict needs
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,63 @@ def kv_pressure(s: RunSummary, f: FindingFacts) -> Finding | None:
     return Finding("kv_pressure", 1, share, text, where)
 
 
+def spec_costs_more(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Speculation costs more than it saves: a verify step emits fewer tokens per verifying
+    request than it is longer than a plain decode step (tokens per verify / step-time ratio
+    below 1; decode-only steps, ``finding_facts``). With too few plain decode steps to time,
+    dynamic k's own estimates over the speculating steps decide instead."""
+    p = f.spec
+    if s.spec_decode is None:
+        return None
+    if p.verify_steps >= SPEC_MIN_STEPS and p.plain_steps >= SPEC_MIN_STEPS:
+        if p.tokens_per_verify is None or p.verify_step_ms is None or not p.plain_step_ms:
+            return None
+        tokens, cost = p.tokens_per_verify, p.verify_step_ms / p.plain_step_ms
+        steps = p.verify_steps
+        basis = (
+            f"a verify step emits {tokens:.2f} tokens per request but takes {cost:.2f}× a plain "
+            f"decode step ({p.verify_steps:,} verify, {p.plain_steps:,} plain steps)"
+        )
+    elif p.plain_steps < SPEC_MIN_STEPS and p.decided_steps >= SPEC_MIN_STEPS:
+        tokens, cost, steps = p.mean_expected_tokens, p.mean_cost_ratio, p.decided_steps
+        if tokens is None or cost is None:
+            return None
+        basis = (
+            f"dynamic k expects {tokens:.2f} tokens per verifying request at {cost:.2f}× a plain "
+            f"decode step's time (mean of {steps:,} decisions)"
+        )
+    else:
+        return None
+    if cost <= 0 or tokens / cost >= 1:
+        return None
+    text = (
+        f"speculation costs more than it saves: {basis}; lower k, set dynamic_k, or turn "
+        "speculation off"
+    )
+    where = (
+        "report: Speculative decoding per step; runner.spec_decode.num_speculative_tokens, "
+        "runner.spec_decode.dynamic_k, runner.spec_decode.method"
+    )
+    return Finding("spec_costs_more", 2, min(1.0, steps / max(f.considered_steps, 1)), text, where)
+
+
+def spec_sat_out(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Requests that sat out steps because the drafts are made on the host: under async
+    scheduling a request with tokens in flight cannot draft until they are back."""
+    n = f.spec.sat_out_steps
+    if n == 0:
+        return None
+    runner = f.scenario_as_run.get("runner")
+    if isinstance(runner, dict) and runner.get("async_scheduling", True) is False:
+        return None
+    text = (
+        f"{n:,} step{'' if n == 1 else 's'} had requests sit out because drafting is on the host "
+        f"({f.spec.sat_out_requests:,} request-steps); set runner.spec_decode.draft_on: device"
+    )
+    where = "report: Speculative decoding per step; steps.spec_sat_out; runner.spec_decode.draft_on"
+    return Finding("spec_sat_out", 2, min(1.0, n / max(f.considered_steps, 1)), text, where)
+
+
 def prefix_cache(s: RunSummary, f: FindingFacts) -> Finding | None:
     """The prefix-cache hit rate: a hit rate worth knowing, or none where prefixes are shared."""
     rate = s.prefix_cache_hit_rate
@@ -191,8 +249,8 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 
 
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
-    not_completed, host_bound, implicit_syncs, kv_pressure, graph_fallback, unused_graphs,
-    downgraded, prefix_cache, perturbed,
+    not_completed, host_bound, implicit_syncs, kv_pressure, spec_costs_more, spec_sat_out,
+    graph_fallback, unused_graphs, downgraded, prefix_cache, perturbed,
 )  # fmt: skip
 
 

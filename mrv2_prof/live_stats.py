@@ -58,7 +58,12 @@ class LiveStats:
         self._graph_modes: dict[int, int] = {}  # interned chosen mode -> dispatches
         self._fallbacks: dict[int, int] = {}  # interned reason -> dispatches without a graph
         self._buffer_first_step = -1  # step of the probe's first buffered step row, last look
-        self._seen_syncs = self._seen_dispatches = 0  # buffered rows already counted
+        self._seen_syncs = self._seen_dispatches = self._seen_steps = 0  # rows already counted
+        # speculative decoding from the step rows: slots reserved, reclaimed, requests sat out;
+        # the latest k and dynamic-k decision (``Snapshot.spec_*``)
+        self.spec_reserved = self.spec_reclaimed = self.spec_sat_out = self.spec_k = 0
+        self.spec_expected_tokens: float | None = None
+        self.spec_cost_ratio: float | None = None
 
     def on_step(self, res, t_ns: int) -> None:
         self.steps += 1
@@ -92,14 +97,18 @@ class LiveStats:
         self.first_token_ns.pop(req_id, None)
 
     def _count_probe_rows(self) -> None:
-        """Count the sync and graph-dispatch rows the probe recorded since the last look."""
+        """Count the sync, graph-dispatch and step rows the probe recorded since the last look."""
         p = self.probe
         if p is None:
             return
         first_step = int(p.steps.step[0]) if p.steps.n else -1
         if first_step != self._buffer_first_step:  # drained by a flush since the last look
             self._buffer_first_step = first_step
-            self._seen_syncs = self._seen_dispatches = 0
+            self._seen_syncs = self._seen_dispatches = self._seen_steps = 0
+        st = p.steps
+        if st.n > self._seen_steps:
+            self._count_spec(st, self._seen_steps, st.n)
+            self._seen_steps = st.n
         sy = p.syncs
         for i in range(self._seen_syncs, sy.n):
             self.num_syncs += 1
@@ -118,6 +127,21 @@ class LiveStats:
                 reason = int(gd.reason[i])
                 self._fallbacks[reason] = self._fallbacks.get(reason, 0) + 1
         self._seen_dispatches = gd.n
+
+    def _count_spec(self, st, lo: int, hi: int) -> None:
+        """Speculative decoding's columns of the step rows ``lo:hi`` of the probe's buffer (read
+        through its memoryviews: usually one row, on the step loop)."""
+        w = st.w
+        for i in range(lo, hi):
+            self.spec_reserved += w.spec_reserved[i]
+            self.spec_reclaimed += w.spec_reclaimed[i]
+            self.spec_sat_out += w.spec_sat_out[i]
+            expected = w.spec_expected_tokens[i]
+            if expected == expected:  # not NaN: a dynamic-k decision
+                cost = w.spec_cost_ratio[i]
+                self.spec_expected_tokens = expected
+                self.spec_cost_ratio = cost if cost == cost else None
+        self.spec_k = w.spec_k[hi - 1]
 
     def _named(self, counts: dict[int, int], top: int | None) -> tuple[tuple[str, int], ...]:
         """``(name, count)`` most first (ties by name), names from the probe's interned ids."""
@@ -175,6 +199,12 @@ class LiveStats:
             top_fallback_reasons=self._named(self._fallbacks, TOP_FALLBACK_REASONS),
             **self._gpu_timeline(),
             **spec_decode_counts(engine),
+            spec_reserved_slots=self.spec_reserved,
+            spec_reclaimed_slots=self.spec_reclaimed,
+            spec_sat_out=self.spec_sat_out,
+            spec_k=self.spec_k,
+            spec_expected_tokens=self.spec_expected_tokens,
+            spec_cost_ratio=self.spec_cost_ratio,
         )
 
     def _gpu_timeline(self) -> dict[str, Any]:

@@ -15,11 +15,20 @@ from mrv2_prof.store import Store
 
 
 def arrow_columns(cols: dict[str, np.ndarray]) -> dict[str, Any]:
-    """-1 in a ``*_ns`` column means "not measured": stored as NULL."""
-    return {
-        k: pa.array(v, mask=v < 0) if k.endswith("_ns") and v.dtype.kind == "i" else v
-        for k, v in cols.items()
-    }
+    """-1 in a ``*_ns`` column means "not measured", NaN in a float column "none given" (a step
+    without a dynamic-k decision): both stored as NULL."""
+    return {k: _with_nulls(k, v) for k, v in cols.items()}
+
+
+def _with_nulls(name: str, values: Any) -> Any:
+    if not isinstance(values, np.ndarray):  # already Arrow (its NULLs set by the caller)
+        return values
+    kind = values.dtype.kind
+    if kind == "i" and name.endswith("_ns"):
+        return pa.array(values, mask=values < 0)
+    if kind == "f":
+        return pa.array(values, mask=np.isnan(values))
+    return values
 
 
 def arrow_tables(batches: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:

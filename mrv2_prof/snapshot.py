@@ -56,6 +56,15 @@ class Snapshot:
     spec_num_drafts: int = 0
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
+    # Its slots and dynamic k so far (the probe's step rows): draft slots reserved and reclaimed,
+    # requests that sat out (host drafts under async scheduling), the latest step's k and the
+    # latest dynamic-k decision (None: none made).
+    spec_reserved_slots: int = 0
+    spec_reclaimed_slots: int = 0
+    spec_sat_out: int = 0
+    spec_k: int = 0
+    spec_expected_tokens: float | None = None
+    spec_cost_ratio: float | None = None
 
     @property
     def num_done(self) -> int:

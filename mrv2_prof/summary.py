@@ -95,6 +95,37 @@ def _spec_decode(s: RunSummary) -> str:
     )
 
 
+def _spec_slots(s: RunSummary) -> str | None:
+    """Draft slots reserved and reclaimed, and requests that sat out; None when not recorded."""
+    d = s.spec_decode
+    if d.reserved_slots is None:
+        return None
+    text = f"{d.reserved_slots:,} draft slots reserved, {d.reclaimed_slots or 0:,} reclaimed"
+    if d.reclaimed_share is not None:
+        text += f" ({100 * d.reclaimed_share:.1f}%)"
+    if d.sat_out_steps:
+        text += (
+            f"; {d.sat_out_requests:,} requests sat out in {d.sat_out_steps:,} steps "
+            "(drafts on the host)"
+        )
+    return text
+
+
+def _dynamic_k(s: RunSummary) -> str | None:
+    """Dynamic k's decisions: how often it turned speculation off, and what it measured."""
+    d = s.spec_decode
+    if not d.decided_steps:
+        return None
+    text = f"k = 0 in {d.k_off_steps:,} of {d.decided_steps:,} steps decided"
+    for name, last, mean in (
+        ("expected tokens", d.last_expected_tokens, d.mean_expected_tokens),
+        ("cost ratio", d.last_cost_ratio, d.mean_cost_ratio),
+    ):
+        if last is not None:
+            text += f"; {name} {last:.2f} last, {mean:.2f} mean"
+    return text + " (pays where expected / cost > 1)"
+
+
 def _track(track: str) -> str:
     """Where a spec-decode time was measured: the device's busy time, or the host's span."""
     return "gpu busy" if track == "gpu" else track
@@ -181,6 +212,9 @@ def summary_tables(
     ]
     if s.spec_decode is not None:
         rows.append(("spec decode", _spec_decode(s)))
+        for name, line in (("spec slots", _spec_slots(s)), ("dynamic k", _dynamic_k(s))):
+            if line is not None:
+                rows.append((name, line))
     perturbed = _perturbed(s)
     if perturbed:
         rows.append(("perturbed", perturbed))

@@ -84,3 +84,46 @@ def test_spec_decode_run_stores_the_plain_runs_tokens_and_its_counters(run_in_pr
     assert 0 < d.draft_time_share < 1 and d.verify_track == "cpu"
     # fewer steps than the plain run: accepted drafts are tokens that took no step of their own
     assert s.steps < plain_steps
+
+
+def test_async_runs_never_sit_out_with_device_drafts(run_in_process):
+    """Async scheduling, read from the stored per-step rows: with drafts on the device no step
+    has a request sitting out, the run takes fewer steps than plain decoding for the same
+    tokens, and the draft slots reserved are all either accepted or reclaimed; with drafts on
+    the host (the reference path) requests sit out and the run takes more steps."""
+    # 48 tokens: the random-weight outputs fall into the loops the lookup predicts
+    sets = (
+        *SETS[:2],
+        "workload.output_len={dist: fixed, value: 48}",
+        "runner.async_scheduling=true",
+    )
+    ngram = ("runner.spec_decode.method=ngram", "runner.spec_decode.num_speculative_tokens=3")
+    plain_job, _ = run_in_process(*sets)
+    run_in_process(*sets, *ngram)
+    run_in_process(*sets, *ngram, "runner.spec_decode.draft_on=host")
+    plain_id, device_id, host_id = run_ids(plain_job.db_path)
+    tokens = [tokens_of(plain_job.db_path, r) for r in (plain_id, device_id, host_id)]
+    assert tokens[1] == tokens[0] == tokens[2]
+    with Store.open(plain_job.db_path, read_only=True) as store:
+        con = store.connection
+
+        def totals(run_id):
+            return con.execute(
+                "SELECT count(*), sum(spec_sat_out), sum(spec_reserved), sum(spec_reclaimed), "
+                "sum(num_accepted_tokens) FROM steps WHERE run_id = ?",
+                [run_id],
+            ).fetchone()
+
+        plain, device, host = totals(plain_id), totals(device_id), totals(host_id)
+        (verify_prefill,) = con.execute(  # a verify is a decode, never a prefill
+            "SELECT sum(num_prefill_tokens) FROM steps WHERE run_id = ? AND step > 0", [device_id]
+        ).fetchone()
+        info = [
+            con.execute("SELECT info FROM runs WHERE run_id = ?", [r]).fetchone()[0]
+            for r in (device_id, host_id)
+        ]
+    steps, sat_out, reserved, reclaimed, accepted = device
+    assert sat_out == 0 and steps < plain[0] and verify_prefill == 0
+    assert reserved == reclaimed + accepted and accepted > 0  # every slot accounted for
+    assert host[1] > 0 and host[0] > plain[0]
+    assert '"spec_drafts_on": "device"' in info[0] and '"spec_drafts_on": "host"' in info[1]

@@ -107,6 +107,7 @@ def gate(
     host_bound_bubble_ms  ms, up        sync_count      count, up
     peak_kv_usage   fraction, up        host_cpu_util   cores, up
     mean_acceptance_length  tokens, down  draft_time_share  fraction, up
+    spec_sat_out_steps  count, up         spec_reclaimed_share  fraction, up
 
     With no --thresholds and no --max-regression the defaults apply: the
     deployment gate of the MRV2 migration guide (its metrics; the numbers

@@ -135,9 +135,24 @@ class Probe:
 
     # Speculative decoding, once per step before ``step_end``: the step's k and drafted tokens
     # (the batch queued), and the verifies whose tokens were read in it, as
-    # ``(req_id, drafted, accepted)``.
+    # ``(req_id, drafted, accepted)``. ``reserved``: draft slots scheduled in the batch queued
+    # (KV slots and token budget reserved optimistically); ``reclaimed``: draft slots given back
+    # by the verifies read (slots less accepted drafts, summed); ``sat_out``: requests that could
+    # have decoded but sat out the step because of speculation (host drafts under async
+    # scheduling). Dynamic k's decision (None: none made, dynamic k not adaptive):
+    # ``expected_tokens``, the tokens a verifying request emits per step at the best k > 0 it
+    # considered, and ``cost_ratio``, the step time at that k over the time at k = 0; the step's
+    # k is what it chose (0: off). Speculation pays when expected_tokens / cost_ratio > 1.
     def spec_step(
-        self, k: int, num_draft_tokens: int, verifies: list[tuple[str, int, int]]
+        self,
+        k: int,
+        num_draft_tokens: int,
+        verifies: list[tuple[str, int, int]],
+        reserved: int = 0,
+        reclaimed: int = 0,
+        sat_out: int = 0,
+        expected_tokens: float | None = None,
+        cost_ratio: float | None = None,
     ) -> None:
         pass
 

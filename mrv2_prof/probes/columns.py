@@ -87,7 +87,7 @@ class RecordBuffer:
     once per set of arrays and travel with it through swaps."""
 
     def __init__(
-        self, columns: dict[str, Any], capacity: int, defaults: dict[str, int] | None = None
+        self, columns: dict[str, Any], capacity: int, defaults: dict[str, float] | None = None
     ) -> None:
         self.capacity = capacity
         self.n = 0

@@ -66,7 +66,7 @@ class RecordTables:
         table: str,
         capacity: int,
         names: tuple[str, ...] | None = None,
-        defaults: dict[str, int] | None = None,
+        defaults: dict[str, float] | None = None,
     ) -> RecordBuffer:
         """The buffer of ``table``'s columns (``names``, else all but ``run_id``)."""
         buffer = RecordBuffer(buffer_dtypes(table, names), capacity, defaults)

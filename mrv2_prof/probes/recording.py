@@ -15,6 +15,7 @@ Timestamps are ``time.perf_counter_ns()``; ``-1`` in an ``*_ns`` column means "n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import nan
 from time import perf_counter_ns
 
 from mrv2_prof.probes.api import DRAFT, FORWARD, PHASES, PREPARE, SAMPLE, SCHEDULE, STEP, Probe
@@ -29,13 +30,19 @@ from mrv2_prof.probes.record_tables import (
 
 # GPU_PHASES of probes.gpu_timeline ("prepare", "forward", "sample", "draft") as PHASES indices
 _GPU_PHASE_IDS = (PREPARE, FORWARD, SAMPLE, DRAFT)
-_NO_SPEC = (0, 0, 0)
+# spec_step's columns of the step row, in SPEC_COLUMNS order, and their defaults (no drafts; NaN:
+# no dynamic-k decision, stored as NULL)
+SPEC_COLUMNS = (
+    "spec_k", "num_draft_tokens", "num_accepted_tokens", "spec_reserved", "spec_reclaimed",
+    "spec_sat_out", "spec_expected_tokens", "spec_cost_ratio",
+)  # fmt: skip
+_NO_SPEC = (0, 0, 0, 0, 0, 0, nan, nan)
 
 # The columns of a ``steps`` row at the step's end, in the order ``step_end`` takes them.
 STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
     "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
-    "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
+    "output_wait_ns", "graph_mode", *SPEC_COLUMNS,
 )  # fmt: skip
 # The columns of a ``requests`` row the probe records; its text columns are decoded from the
 # token ids on the writer thread (request_texts.py), never here.
@@ -58,12 +65,9 @@ class RecordingProbe(RecordTables, Probe):
         self.phase = -1
         self._parent = [-1] * len(PHASES)
         self._dispatch_ids: dict[tuple[str, str, str], tuple[int, int, int]] = {}
-        # defaults: a host span's track, a step's speculative-decoding counts (no drafts)
+        # defaults: a host span's track, a step's speculative-decoding columns (no drafts)
         self.steps = self._buffer(
-            "steps",
-            capacity,
-            STEP_COLUMNS,
-            {"spec_k": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0},
+            "steps", capacity, STEP_COLUMNS, dict(zip(SPEC_COLUMNS, _NO_SPEC, strict=True))
         )
         self.spans = self._buffer("spans", 8 * capacity, defaults={"track": CPU_TRACK})
         self.staged = self._buffer("staged_writes", 4 * capacity)
@@ -74,7 +78,7 @@ class RecordingProbe(RecordTables, Probe):
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)
-        self._spec = _NO_SPEC  # spec_step's (k, drafted, accepted) until step_end
+        self._spec = _NO_SPEC  # spec_step's values (SPEC_COLUMNS) until step_end
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
 
     # ---- steps and spans -----------------------------------------------------------------------
@@ -115,7 +119,11 @@ class RecordingProbe(RecordTables, Probe):
         mode = self._names.get(graph_mode)
         w.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
         if self._spec is not _NO_SPEC:  # else the columns' defaults
-            w.spec_k[i], b.num_draft_tokens[i], b.num_accepted_tokens[i] = self._spec
+            (
+                w.spec_k[i], w.num_draft_tokens[i], w.num_accepted_tokens[i], w.spec_reserved[i],
+                w.spec_reclaimed[i], w.spec_sat_out[i], w.spec_expected_tokens[i],
+                w.spec_cost_ratio[i],
+            ) = self._spec  # fmt: skip
             self._spec = _NO_SPEC
         b.n = i + 1
         self._span(STEP, self._open[STEP], t)
@@ -278,7 +286,15 @@ class RecordingProbe(RecordTables, Probe):
         b.n = i + 1
 
     def spec_step(
-        self, k: int, num_draft_tokens: int, verifies: list[tuple[str, int, int]]
+        self,
+        k: int,
+        num_draft_tokens: int,
+        verifies: list[tuple[str, int, int]],
+        reserved: int = 0,
+        reclaimed: int = 0,
+        sat_out: int = 0,
+        expected_tokens: float | None = None,
+        cost_ratio: float | None = None,
     ) -> None:
         b = self.verifies
         i = b.reserve(len(verifies))
@@ -290,7 +306,11 @@ class RecordingProbe(RecordTables, Probe):
             b.num_accepted_tokens[j] = num_accepted
             accepted += num_accepted
         b.n = i + len(verifies)
-        self._spec = (k, num_draft_tokens, accepted)
+        self._spec = (
+            int(k), int(num_draft_tokens), accepted, int(reserved), int(reclaimed), int(sat_out),
+            nan if expected_tokens is None else float(expected_tokens),
+            nan if cost_ratio is None else float(cost_ratio),
+        )  # fmt: skip
 
     def request_arrival(self, req_id: str, arrival_ns: int, prompt_tokens: int) -> None:
         r = self.intern(req_id)

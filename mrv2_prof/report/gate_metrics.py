@@ -95,6 +95,19 @@ METRICS: dict[str, Metric] = {
             LOWER,
             "speculative decoding: draft time / (draft + verify time)",
         ),
+        Metric(
+            "spec_sat_out_steps",
+            "count",
+            LOWER,
+            "speculative decoding: steps in which a request sat out because drafting is on the "
+            "host (async scheduling; should be 0)",
+        ),
+        Metric(
+            "spec_reclaimed_share",
+            "fraction",
+            LOWER,
+            "speculative decoding: draft slots reclaimed (rejected or placeholder) / reserved",
+        ),
         Metric("peak_kv_usage", "fraction", LOWER, "highest KV blocks in use / KV blocks"),
         Metric("host_cpu_util", "cores", LOWER, "runner process CPU time / step-loop time"),
     ]
@@ -170,6 +183,8 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         preemptions=s.num_preemptions,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         draft_time_share=spec.draft_time_share if spec else None,
+        spec_sat_out_steps=spec.sat_out_steps if spec else None,
+        spec_reclaimed_share=spec.reclaimed_share if spec else None,
         peak_kv_usage=_peak_kv_usage(store, run_id, s.info),
         host_cpu_util=_number(s.info.get("runner_cpu_util")),
     )

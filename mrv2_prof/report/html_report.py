@@ -24,7 +24,7 @@ from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
 from mrv2_prof.report.request_sample import requests_html
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
-from mrv2_prof.report.spec_figures import spec_decode
+from mrv2_prof.report.spec_figures import spec_decode, spec_steps
 from mrv2_prof.report.sweep import Headline, headline, sweep_figure
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
@@ -61,6 +61,10 @@ FIGURE_GUIDE = {
     "spec_decode": ("Speculative decoding", "How often each draft position was accepted, how "
                     "many drafts each verify accepted, and the drafter's time against the "
                     "verify's."),
+    "spec_steps": ("Speculative decoding per step", "Draft slots each step reserved and the "
+                   "verifies gave back, requests that sat out, and dynamic k's decision: the k "
+                   "chosen against its expected tokens over cost ratio (speculation pays above "
+                   "1)."),
     "host_flame": ("Host samples by phase", "Where the runner's host time went: the Python "
                    "stacks the host sampler took, split by the CPU phase each fell in; click "
                    "a phase or frame to zoom."),
@@ -72,7 +76,7 @@ FIGURE_GUIDE = {
 RUN_FIGURES = (
     timeline, scheduler, figures.overlap, figures.bubbles, figures.sync_sites, figures.graph_modes,
     figures.graph_capture, figures.staged_writes, figures.latency_cdf, figures.nvml,
-    spec_decode,
+    spec_decode, spec_steps,
 )  # fmt: skip
 PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": True}
 

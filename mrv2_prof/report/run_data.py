@@ -24,6 +24,8 @@ _STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "num_tokens",
     "graph_mode", "overlap_frac", "host_prep_ns", "hidden_prep_ns", "bubble_ns", "bubble_kind",
     "starved_ns", "perturbed", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
+    "spec_k", "spec_reserved", "spec_reclaimed", "spec_sat_out", "spec_expected_tokens",
+    "spec_cost_ratio",
 )  # fmt: skip
 
 Columns = dict[str, np.ndarray]

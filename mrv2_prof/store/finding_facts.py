@@ -5,6 +5,12 @@ findings are pure functions elsewhere (``mrv2_prof.findings``). The definitions 
 ``store.metrics``: perturbed steps (a kernel-trace window) are left out of every step figure
 unless ``include_perturbed``; a step is *host-bound* when the device waited for the host before
 it (``bubble_kind = 'host_bound'``) or inside it (``starved_ns > 0``).
+
+Speculative decoding's step classes (``SpecStepFacts``), decode-only steps (no prefill tokens)
+each, timed by their host span (``cpu_end_ns - cpu_start_ns``: the wall time a step costs, what
+dynamic k times too): a *verify step* has ``spec_k > 0`` and read verifies (``spec_verifies``
+rows of the step); a *plain decode step* read none and scheduled no draft slots (``spec_k = 0``
+or no ``spec_reserved``, else no ``num_draft_tokens`` on a run stored before version 7).
 """
 
 from __future__ import annotations
@@ -18,6 +24,23 @@ from mrv2_prof.store.db import Store
 
 # CPU phases that are host work (the containers and the wait for the device are not)
 HOST_PHASES = ("schedule", "prepare", "forward", "sample", "update")
+
+
+@dataclass(frozen=True)
+class SpecStepFacts:
+    """Speculative decoding's per-step figures the findings read (module doc: the classes)."""
+
+    verify_steps: int = 0
+    tokens_per_verify: float | None = None  # mean emitted tokens (1 + accepted) per verify
+    verify_step_ms: float | None = None  # mean host span of a verify step
+    plain_steps: int = 0
+    plain_step_ms: float | None = None  # mean host span of a plain decode step
+    # dynamic k's decisions over the steps with spec_k > 0 and both values recorded
+    decided_steps: int = 0
+    mean_expected_tokens: float | None = None
+    mean_cost_ratio: float | None = None
+    sat_out_steps: int = 0  # steps with spec_sat_out > 0
+    sat_out_requests: int = 0  # sum of spec_sat_out
 
 
 @dataclass(frozen=True)
@@ -38,6 +61,7 @@ class FindingFacts:
     )  # name, staged, dense
     scenario_given: dict[str, Any] = field(default_factory=dict)  # as given (file + --set)
     scenario_as_run: dict[str, Any] = field(default_factory=dict)  # after every downgrade
+    spec: SpecStepFacts = field(default_factory=SpecStepFacts)
 
 
 def _yaml(text: str | None) -> dict[str, Any]:
@@ -116,4 +140,50 @@ def finding_facts(store: Store, run_id: str, include_perturbed: bool = False) ->
         staged_by_tensor=[(str(t), int(a), int(b)) for t, a, b in staged],
         scenario_given=_yaml(given),
         scenario_as_run=_yaml(as_run),
+        spec=spec_step_facts(store, run_id, keep),
+    )
+
+
+def spec_step_facts(store: Store, run_id: str, keep: str) -> SpecStepFacts:
+    """``SpecStepFacts`` of the steps ``keep`` (an SQL condition on ``steps``) lets through."""
+    con = store.connection
+    decode_only = f"s.run_id = ? AND {keep} AND coalesce(s.num_prefill_tokens, 0) = 0"
+    verifies = (
+        "SELECT step, count(*) AS n, sum(1 + num_accepted_tokens) AS emitted "
+        "FROM spec_verifies WHERE run_id = ? GROUP BY step"
+    )
+    span_ms = "(s.cpu_end_ns - s.cpu_start_ns) / 1e6"
+    verify_steps, emitted, num_verifies, verify_ms = con.execute(
+        f"SELECT count(*), sum(v.emitted), sum(v.n), avg({span_ms}) FROM steps s "
+        f"JOIN ({verifies}) v ON v.step = s.step WHERE {decode_only} AND s.spec_k > 0",
+        [run_id, run_id],
+    ).fetchone()
+    plain_steps, plain_ms = con.execute(
+        f"SELECT count(*), avg({span_ms}) FROM steps s WHERE {decode_only} "
+        "AND (coalesce(s.spec_k, 0) = 0 OR coalesce(s.spec_reserved, s.num_draft_tokens, 0) = 0) "
+        "AND s.step NOT IN (SELECT step FROM spec_verifies WHERE run_id = ?)",
+        [run_id, run_id],
+    ).fetchone()
+    decided, expected, cost = con.execute(
+        "SELECT count(*), avg(spec_expected_tokens), avg(spec_cost_ratio) FROM steps "
+        f"WHERE run_id = ? AND {keep} AND spec_k > 0 AND spec_expected_tokens IS NOT NULL "
+        "AND spec_cost_ratio IS NOT NULL",
+        [run_id],
+    ).fetchone()
+    sat_out_steps, sat_out = con.execute(
+        "SELECT count(*) FILTER (WHERE spec_sat_out > 0), coalesce(sum(spec_sat_out), 0) "
+        f"FROM steps WHERE run_id = ? AND {keep}",
+        [run_id],
+    ).fetchone()
+    return SpecStepFacts(
+        verify_steps=int(verify_steps),
+        tokens_per_verify=float(emitted) / float(num_verifies) if num_verifies else None,
+        verify_step_ms=None if verify_ms is None else float(verify_ms),
+        plain_steps=int(plain_steps),
+        plain_step_ms=None if plain_ms is None else float(plain_ms),
+        decided_steps=int(decided),
+        mean_expected_tokens=None if expected is None else float(expected),
+        mean_cost_ratio=None if cost is None else float(cost),
+        sat_out_steps=int(sat_out_steps),
+        sat_out_requests=int(sat_out),
     )

@@ -10,11 +10,11 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
-# those marked v4, version 4 those marked v5, version 5 those marked v6; a writable
-# open of such a file adds them (``upgrade_ddl``), a read-only one shows them as NULL
-# (``store.opening``).
+# those marked v4, version 4 those marked v5, version 5 those marked v6, version 6 those marked
+# v7; a writable open of such a file adds them (``upgrade_ddl``), a read-only one shows them as
+# NULL (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -68,6 +68,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("spec_k", "INTEGER"),  # v5: speculative decoding: the step's k (0: no drafts)
         ("num_draft_tokens", "INTEGER"),  # v5: drafts in the batch queued in this step
         ("num_accepted_tokens", "INTEGER"),  # v5: accepted drafts among the tokens read in it
+        # v7: speculative decoding's slots and dynamic k (0 / NULL without speculation)
+        ("spec_reserved", "INTEGER"),  # draft slots scheduled in the batch queued (KV, budget)
+        ("spec_reclaimed", "INTEGER"),  # of the verifies read: slots less accepted drafts
+        ("spec_sat_out", "INTEGER"),  # requests that sat out for speculation (host drafts)
+        ("spec_expected_tokens", "DOUBLE"),  # dynamic k: tokens a verify emits at its best k > 0
+        ("spec_cost_ratio", "DOUBLE"),  # dynamic k: step time at that k / at k = 0
     ],
     "spans": [
         ("run_id", "VARCHAR"),

@@ -18,7 +18,25 @@
   mostly such waiting (92 % of it in a self-draft run on the H200), which is the host's cost,
   not the draft model's.
 
-Read from ``spec_verifies`` (one row per verify) and the spans; None for a run without drafts.
+The slots and dynamic k, summed over the run's ``steps`` (schema version 7; None on a run stored
+before, whose steps hold NULL):
+
+* ``reserved_slots``: draft slots scheduled, KV slots and token budget reserved for drafts
+  (sum of ``spec_reserved``, the batch queued in each step); ``reclaimed_slots``: the slots the
+  verifies gave back, rejected drafts and placeholders (sum of ``spec_reclaimed``, the
+  verifies read in each step); ``reclaimed_share`` = reclaimed / reserved, the share of the
+  reservation that emitted nothing (None with nothing reserved).
+* ``sat_out_steps``: steps in which at least one request sat out because of speculation
+  (``spec_sat_out > 0``: drafts on the host under async scheduling); ``sat_out_requests``: the
+  sum of ``spec_sat_out``, each request counted once per step it sat out.
+* ``decided_steps``: steps with a dynamic-k decision (``spec_expected_tokens`` not NULL: dynamic
+  k adaptive); ``k_off_steps``: of them, those where it chose k = 0 (speculation on, turned off
+  for the step). ``last_expected_tokens`` / ``last_cost_ratio``: the latest step's value of
+  each; ``mean_expected_tokens`` / ``mean_cost_ratio``: the mean over the steps that have one
+  (None without a decision).
+
+Read from ``spec_verifies`` (one row per verify), the steps and the spans; None for a run
+without drafts.
 """
 
 from __future__ import annotations
@@ -46,6 +64,17 @@ class SpecDecodeSummary:
     verify_track: str  # gpu | cpu: where verify_ms was measured (gpu: busy time)
     draft_track: str  # gpu | cpu: where draft_ms was measured (gpu: busy time)
     draft_time_share: float | None  # None when neither was timed
+    reserved_slots: int | None = None  # None: the run's steps did not record it (schema < 7)
+    reclaimed_slots: int | None = None
+    reclaimed_share: float | None = None  # reclaimed / reserved (None: nothing reserved)
+    sat_out_steps: int | None = None
+    sat_out_requests: int | None = None
+    decided_steps: int = 0  # steps with a dynamic-k decision
+    k_off_steps: int = 0  # of them, k = 0 chosen
+    last_expected_tokens: float | None = None
+    mean_expected_tokens: float | None = None
+    last_cost_ratio: float | None = None
+    mean_cost_ratio: float | None = None
 
 
 def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
@@ -87,6 +116,15 @@ def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
     track = "gpu" if verify.get("gpu") else "cpu"
     verify_ns = verify.get(track) or 0
     total = draft_ns + verify_ns
+    reserved, reclaimed, sat_out_steps, sat_out, decided, k_off = con.execute(
+        "SELECT sum(spec_reserved), sum(spec_reclaimed), count(*) FILTER (WHERE spec_sat_out > 0),"
+        " sum(spec_sat_out), count(spec_expected_tokens), "
+        "count(*) FILTER (WHERE spec_expected_tokens IS NOT NULL AND spec_k = 0) "
+        "FROM steps WHERE run_id = ?",
+        [run_id],
+    ).fetchone()
+    expected = _decisions(store, run_id, "spec_expected_tokens")
+    cost = _decisions(store, run_id, "spec_cost_ratio")
     return SpecDecodeSummary(
         num_drafts=num_drafts,
         num_draft_tokens=drafted,
@@ -100,4 +138,25 @@ def spec_decode_summary(store: Store, run_id: str) -> SpecDecodeSummary | None:
         verify_track=track,
         draft_track=draft_track,
         draft_time_share=draft_ns / total if total > 0 else None,
+        reserved_slots=None if reserved is None else int(reserved),
+        reclaimed_slots=None if reclaimed is None else int(reclaimed),
+        reclaimed_share=reclaimed / reserved if reserved and reclaimed is not None else None,
+        sat_out_steps=None if sat_out is None else int(sat_out_steps),
+        sat_out_requests=None if sat_out is None else int(sat_out),
+        decided_steps=int(decided),
+        k_off_steps=int(k_off),
+        last_expected_tokens=expected[0],
+        mean_expected_tokens=expected[1],
+        last_cost_ratio=cost[0],
+        mean_cost_ratio=cost[1],
     )
+
+
+def _decisions(store: Store, run_id: str, column: str) -> tuple[float | None, float | None]:
+    """The latest step's value of a dynamic-k column and its mean over the steps with one."""
+    row = store.connection.execute(
+        f"SELECT arg_max({column}, step), avg({column}) FROM steps "
+        f"WHERE run_id = ? AND {column} IS NOT NULL",
+        [run_id],
+    ).fetchone()
+    return (None, None) if row is None else (row[0], row[1])

@@ -43,6 +43,22 @@ def throughput_line(s: Snapshot) -> str:
     return line
 
 
+def spec_line(s: Snapshot) -> str | None:
+    """Speculative decoding's slots and dynamic k so far; None when nothing speculated."""
+    if not s.spec_num_drafts and not s.spec_reserved_slots and not s.spec_sat_out:
+        return None
+    parts = [f"k {s.spec_k}"]
+    if s.spec_reserved_slots:
+        share = format_percent(s.spec_reclaimed_slots / s.spec_reserved_slots)
+        parts.append(f"{share} of {format_count(s.spec_reserved_slots)} slots reclaimed")
+    if s.spec_sat_out:
+        parts.append(f"{format_count(s.spec_sat_out)} sat out")
+    e, c = s.spec_expected_tokens, s.spec_cost_ratio
+    if e is not None and c is not None and c > 0:  # speculation pays above 1
+        parts.append(f"pays {e / c:.2f} ({e:.2f} tok / {c:.2f}× time)")
+    return " · ".join(parts)
+
+
 def requests_line(s: Snapshot) -> str:
     return (
         f"{format_count(s.num_finished)} done · {format_count(s.num_aborted)} aborted · "

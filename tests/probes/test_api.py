@@ -46,6 +46,8 @@ COLUMNS = {
         "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
         "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
         "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
+        "spec_reserved", "spec_reclaimed", "spec_sat_out", "spec_expected_tokens",
+        "spec_cost_ratio",
     ],
     "spans": ["step", "track", "name", "start_ns", "end_ns", "starved_ns"],
     "staged_writes": ["step", "tensor", "rows", "elements", "staged_bytes", "dense_bytes"],
@@ -66,7 +68,8 @@ COLUMNS = {
 
 
 def col(tables, table: str, name: str) -> list:
-    return tables[table][name].tolist()
+    """A column as a list; NaN (a float column's "none given", stored NULL) as None."""
+    return [None if v != v else v for v in tables[table][name].tolist()]
 
 
 def rows(tables, table: str, names: list[str] | None = None) -> list[tuple]:
@@ -99,6 +102,10 @@ def clock(monkeypatch) -> FakeClock:
     return c
 
 
+# a step's spec-decode columns when ``spec_step`` was not called: no drafts, no decision (NULL)
+NO_SPEC = (0, 0, 0, 0, 0, 0, None, None)
+
+
 class Scripted:
     """Calls the probe's hooks as the runner does and keeps the rows each table must then hold
     (``rows`` order, without ``track``), timestamps taken from the fake clock's readings."""
@@ -107,7 +114,7 @@ class Scripted:
         self.p, self.clock, self.step = probe, clock, -1
         self.want: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
         self.gpu_rows: list[int] = []  # indices of the spans with track 'gpu'
-        self.spec = (0, 0, 0)  # the step's spec-decode columns (k, drafted, accepted)
+        self.spec = NO_SPEC  # the step's spec-decode columns (k, drafted, accepted, ...)
 
     def step_begin(self, step: int) -> None:
         self.p.step_begin(step)
@@ -117,7 +124,7 @@ class Scripted:
         self.p.step_end(num_reqs, num_tokens, num_prefill, *rest)
         num_decode = num_tokens - num_prefill
         counts = (num_reqs, num_tokens, num_prefill, num_decode, *rest, *self.spec)
-        self.spec = (0, 0, 0)
+        self.spec = NO_SPEC
         self.want["steps"].append((self.step, self.step_start, self.clock.last, *counts))
         self.want["spans"].append((self.step, "step", self.step_start, self.clock.last, -1))
 
@@ -142,9 +149,12 @@ class Scripted:
         began_ns = self.clock.last - blocked_ns if t_ns < 0 else t_ns  # when the wait began
         self.want["syncs"].append((self.step, began_ns, kind, site, blocked_ns))
 
-    def spec_step(self, k: int, drafted: int, verifies: list[tuple[str, int, int]]) -> None:
-        self.p.spec_step(k, drafted, verifies)
-        self.spec = (k, drafted, sum(v[2] for v in verifies))
+    def spec_step(self, k: int, drafted: int, verifies: list[tuple[str, int, int]], **kw) -> None:
+        self.p.spec_step(k, drafted, verifies, **kw)
+        accepted = sum(v[2] for v in verifies)
+        names = ("reserved", "reclaimed", "sat_out", "expected_tokens", "cost_ratio")
+        given = (kw.get(n, d) for n, d in zip(names, NO_SPEC[3:], strict=True))
+        self.spec = (k, drafted, accepted, *given)
         self.want["spec_verifies"].extend((self.step, *v) for v in verifies)
 
     def token(self, *args) -> None:
@@ -197,8 +207,12 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
             if k >= 1:
                 s.token("b", k - 1, 5000 + k, 200 + k)
             s.token("none", k, 5000 + k, 300 + k)
-        if k >= 1:  # speculative decoding's step record (none in the first step)
-            s.spec_step(k + 1, 3 * k, [("a", 2, k), ("b", 3, 0)][:k])
+        if k == 1:  # speculative decoding's step record (none in the first step); a decision
+            # without a measured cost, the other values left at their defaults
+            s.spec_step(2, 3, [("a", 2, 1)], reserved=4, reclaimed=1, expected_tokens=2.0)
+        if k == 2:
+            s.spec_step(3, 6, [("a", 2, 2), ("b", 3, 0)], reserved=6, reclaimed=3, sat_out=2,
+                        expected_tokens=1.75, cost_ratio=1.25)  # fmt: skip
         s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
         if k >= 1:  # the previous step's device spans resolve a step late
             for g in range(3):

@@ -17,6 +17,8 @@ BASE (run aaa111)
     -> 4 drafts, 5 accepted -> mean_acceptance_length 1 + 5/4 = 2.25
   draft spans 1 ms in steps 0, 1; forward + sample 2 + 1 ms in steps 0, 1, 2 (step 2 drafts
     nothing: not a verify) -> draft 2 ms, verify 6 ms -> draft_time_share 2/8 = 0.25
+  draft slots reserved 4 4 0, reclaimed 1 2 0 (the rejected drafts of the verifies read in steps
+    0 and 1) -> spec_reclaimed_share 3/8 = 0.375; no request sat out -> spec_sat_out_steps 0
   KV blocks used 2 5 3 of 10 -> peak_kv_usage 0.5; runner_cpu_util 1.0 -> host_cpu_util 1.0
 
 WORSE (run bbb222): BASE with
@@ -28,13 +30,15 @@ WORSE (run bbb222): BASE with
   5 syncs; hits T F F F -> 0.25; GPU memory 4 GiB -> 4096 MiB; capture_s 3, startup_s 11
   errors 1 (r2), aborts 1 (r3), preemptions 1
   verifies 2/0 2/1 2/0 2/1 -> 1 + 2/4 = 1.5; draft spans 3 ms -> 6 / (6 + 6) = 0.5
+  reclaimed 3 3 0 -> 6/8 = 0.75; requests sat out 0 1 2 -> spec_sat_out_steps 2
   KV blocks used 2 8 3 of 10 -> peak_kv_usage 0.8; runner_cpu_util 1.5 -> host_cpu_util 1.5
 
 SLIGHT (run ccc333): BASE with r1's last token at 50.5, no steps and no GPU samples
   ITL [10 10 10 10 10 10.5] -> p50 10, p95 10.375, p99 10 + 0.95*0.5 = 10.475 (+4.75%)
   TPOT [10, 30.5/3]; duration 50.5 ms; peak_gpu_mem, overlap, host_bound_bubble_ms,
   peak_kv_usage, host_cpu_util: None
-  no drafts: mean_acceptance_length, draft_time_share: None
+  no drafts: mean_acceptance_length, draft_time_share, spec_sat_out_steps,
+    spec_reclaimed_share: None
 """
 
 from __future__ import annotations
@@ -141,7 +145,13 @@ def add_run(
     store.finish_run(run_id, "completed", ended_ns=_ns(100))
 
 
-def _steps(hidden: list[int], kinds: list[str], kv_used: list[int]) -> dict[str, list]:
+def _steps(
+    hidden: list[int],
+    kinds: list[str],
+    kv_used: list[int],
+    reclaimed: list[int],
+    sat_out: list[int],
+) -> dict[str, list]:
     return {
         "kv_used_blocks": kv_used,
         "host_prep_ns": [100, 100, 200],
@@ -149,6 +159,10 @@ def _steps(hidden: list[int], kinds: list[str], kv_used: list[int]) -> dict[str,
         "bubble_ns": [1 * MS, 2 * MS, 4 * MS],
         "bubble_kind": kinds,
         "num_draft_tokens": [4, 4, 0],
+        "spec_k": [2, 2, 0],
+        "spec_reserved": [4, 4, 0],
+        "spec_reclaimed": reclaimed,
+        "spec_sat_out": sat_out,
     }
 
 
@@ -169,7 +183,9 @@ def add_base(store: Store, run_id: str = "aaa111") -> None:
         run_id,
         requests=[("r0", 0, "stop", 0, None), ("r1", 0, "stop", 0, None)],
         tokens_ms={"r0": [10, 20, 30, 40], "r1": [20, 30, 40, 50]},
-        steps=_steps([50, 100, 50], ["host_bound", "other", "host_bound"], [2, 5, 3]),
+        steps=_steps(
+            [50, 100, 50], ["host_bound", "other", "host_bound"], [2, 5, 3], [1, 2, 0], [0, 0, 0]
+        ),
         num_syncs=3,
         hits=(True, True, True, False),
         gpu_mem_gib=(1, 3, 2),
@@ -190,7 +206,7 @@ def add_worse(store: Store, run_id: str = "bbb222") -> None:
             ("r3", 0, "abort", 0, 5),
         ],
         tokens_ms={"r0": [10, 20, 30, 40], "r1": [20, 30, 40, 62]},
-        steps=_steps([50, 50, 50], ["host_bound"] * 3, [2, 8, 3]),
+        steps=_steps([50, 50, 50], ["host_bound"] * 3, [2, 8, 3], [3, 3, 0], [0, 1, 2]),
         num_syncs=5,
         hits=(True, False, False, False),
         gpu_mem_gib=(4,),

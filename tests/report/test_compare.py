@@ -21,6 +21,7 @@ BASE = {
     "overlap": 0.5, "host_bound_bubble_ms": 5, "sync_count": 3, "graph_hit_rate": 0.75,
     "capture_s": 2, "startup_s": 10, "errors": 0, "aborts": 0, "preemptions": 0,
     "mean_acceptance_length": 2.25, "draft_time_share": 0.25,
+    "spec_sat_out_steps": 0, "spec_reclaimed_share": 0.375,
     "peak_kv_usage": 0.5, "host_cpu_util": 1.0,
 }  # fmt: skip
 WORSE = {
@@ -31,6 +32,7 @@ WORSE = {
     "overlap": 0.375, "host_bound_bubble_ms": 7, "sync_count": 5, "graph_hit_rate": 0.25,
     "capture_s": 3, "startup_s": 11, "errors": 1, "aborts": 1, "preemptions": 1,
     "mean_acceptance_length": 1.5, "draft_time_share": 0.5,
+    "spec_sat_out_steps": 2, "spec_reclaimed_share": 0.75,
     "peak_kv_usage": 0.8, "host_cpu_util": 1.5,
 }  # fmt: skip
 UNCHANGED = {"p50_ttft", "p95_ttft", "p99_ttft", "p50_itl"}

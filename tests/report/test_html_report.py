@@ -26,7 +26,7 @@ MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
 RUN_FIGURES = ("timeline", "scheduler", "overlap", "bubbles", "sync_sites", "graph_modes",
                "graph_capture", "staged_writes", "latency_cdf", "nvml", "host_flame",
-               "spec_decode")  # fmt: skip
+               "spec_decode", "spec_steps")  # fmt: skip
 MR = "mrv2_prof/runner/worker/model_runner.py:123"
 SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
 INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
@@ -100,6 +100,15 @@ CAPTURES = {
     "capture_s": [0.5, 0.25, 0.75, 1.0],
     "mem_bytes": [1 * 2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20],
 }
+# Speculative decoding per step: k 3, 3, 2, 0 queued with 6, 3, 2, 0 draft slots; the verifies
+# read in steps 1-3 (below) give back 0 + 2, 3 and 0 slots -> 5 of 11 reclaimed; one request
+# sat out in steps 1 and 2; dynamic k decided in steps 1-3: expected tokens / cost ratio
+# 2.5 / 1.25 = 2.0, 1.2 / 1.5 = 0.8, 1.5 / 2.0 = 0.75 (k 0 chosen in step 3).
+SPEC_STEPS = {
+    "spec_k": [3, 3, 2, 0], "spec_reserved": [6, 3, 2, 0], "spec_reclaimed": [0, 2, 3, 0],
+    "spec_sat_out": [0, 1, 1, 0], "spec_expected_tokens": [None, 2.5, 1.2, 1.5],
+    "spec_cost_ratio": [None, 1.25, 1.5, 2.0],
+}  # fmt: skip
 # Requests (ms after T0); r2 is aborted, so it is left out of every latency.
 #   req arrival first finish out reason  token times
 #   r0    0      10    40    4  stop     10 20 30 40
@@ -141,6 +150,7 @@ def fill_gpu_run(store: Store, run_id: str) -> None:
         "bubble_kind": [None, "other", "host_bound", "other"],
         "num_waiting": [1, 0, 0, 0], "num_running": [2, 3, 2, 1],
         "kv_used_blocks": [3, 4, 4, 2], "num_preempted": [0, 0, 0, 0],
+        **SPEC_STEPS,
     })  # fmt: skip
     rows = [(step, "cpu", "step", s, e) for step, (s, e) in enumerate(CPU_MS)]
     rows += [(step, "cpu", name, s + o0, s + o1) for step, (s, _) in enumerate(CPU_MS)
@@ -408,7 +418,7 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
     }  # fmt: skip
     missing = not_measured(page)
     assert set(missing) == {
-        "overlap", "bubbles", "graph_capture", "nvml", "host_flame", "spec_decode",
+        "overlap", "bubbles", "graph_capture", "nvml", "host_flame", "spec_decode", "spec_steps",
     }  # fmt: skip
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
     assert missing["host_flame"].endswith("probes.host_sampling_hz was 0")
@@ -565,3 +575,21 @@ def test_spec_decode_figure_from_the_verifies(gpu_page):
     assert fig["layout"]["meta"]["mean_acceptance_length"] == pytest.approx(2.5)
     assert list(times["y"]) == [0.0, 0.0]  # no step of the synthetic run recorded its drafts
     assert fig["layout"]["meta"]["draft_time_share"] is None
+
+
+def test_spec_steps_figure_draws_the_slots_and_dynamic_k(gpu_page):
+    fig = figures_of(gpu_page)["spec_steps"]
+    assert list(trace(fig, "slots reserved")["y"]) == [6, 3, 2, 0]
+    assert list(trace(fig, "slots reclaimed")["y"]) == [0, 2, 3, 0]
+    assert list(trace(fig, "requests sat out")["y"]) == [0, 1, 1, 0]
+    assert list(trace(fig, "k chosen")["y"]) == [3, 3, 2, 0]
+    pays = trace(fig, "expected tokens / cost ratio")
+    assert list(pays["x"]) == [1, 2, 3]  # step 0 made no decision
+    assert list(pays["y"]) == pytest.approx([2.0, 0.8, 0.75])
+    meta = fig["layout"]["meta"]
+    assert (meta["reserved_slots"], meta["reclaimed_slots"], meta["sat_out_requests"]) == (11, 5, 2)
+    assert meta["decided_steps"] == 3
+    assert meta["notes"][-1] == (
+        "11 slots reserved, 5 reclaimed (45.5%); 2 requests sat out in 2 steps; "
+        "k = 0 in 1 of 3 steps decided"
+    )

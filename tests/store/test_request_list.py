@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mrv2_prof.store import Store
+from mrv2_prof.store import SCHEMA_VERSION, Store
 from mrv2_prof.store.request_list import (
     first_answers,
     has_text,
@@ -42,7 +42,7 @@ def test_a_version_5_file_is_upgraded_and_its_requests_read_null_text(tmp_path: 
     with Store.open(path) as store:
         assert store.upgraded_from == 5
         con = store.connection
-        assert con.execute("SELECT value FROM meta").fetchall() == [("6",)]
+        assert con.execute("SELECT value FROM meta").fetchall() == [(str(SCHEMA_VERSION),)]
         assert _request_columns(con)[-2:] == list(TEXT_COLUMNS)  # added at the end
         rows = con.execute(
             "SELECT count(*), count(prompt_text), count(output_text) FROM requests"

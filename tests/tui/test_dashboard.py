@@ -201,7 +201,8 @@ async def test_every_panel_fits_80x24_when_selected() -> None:
     source = FakeSource(samples=GPU_SAMPLES)
     app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
     async with app.run_test(size=NARROW) as pilot:
-        source.push(make_gpu_snapshot())
+        # speculating: the overview's spec-decode row is shown too
+        source.push(make_gpu_snapshot(spec_num_drafts=4, spec_reserved_slots=8, spec_sat_out=1))
         await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
         for panel in PANELS:
             await pilot.press(panel.KEY)

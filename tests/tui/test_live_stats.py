@@ -156,3 +156,30 @@ def test_the_last_snapshot_of_a_real_run_agrees_with_the_store(run_in_process) -
     assert last.steps == steps
     assert num_tpot > 0 and last.tpot_ms_p50 is not None and last.tpot_ms_p50 > 0
     assert last.device == "cpu"
+
+
+def test_spec_slots_and_the_latest_decision_over_steps_and_a_flush() -> None:
+    probe = RecordingProbe(capacity=16)
+    live = LiveStats("r", "label", num_requests=1, num_kv_blocks=10, probe=probe)
+    # (k, reserved, reclaimed, sat out, expected tokens, cost ratio) per step
+    spec = [(2, 4, 0, 1, None, None), (2, 4, 3, 0, 2.5, 1.25), (0, 0, 2, 2, 1.1, 1.5)]
+    for i, (k, reserved, reclaimed, sat_out, expected, cost) in enumerate(spec):
+        probe.step_begin(i)
+        probe.spec_step(k, reserved, [], reserved=reserved, reclaimed=reclaimed,
+                        sat_out=sat_out, expected_tokens=expected, cost_ratio=cost)  # fmt: skip
+        probe.step_end(1, 1 + reserved, 0, 0, 1, 2, 0, 0, "none")
+        live.on_step(Result([]), i * NS)
+        if i == 1:
+            first = live.snapshot(engine(probe))
+            probe.drain()  # the harness flush: the step rows start again at row 0
+    # after steps 0-1: 8 reserved, 3 reclaimed, 1 sat out; k 2; the decision of step 1
+    assert (first.spec_reserved_slots, first.spec_reclaimed_slots, first.spec_sat_out) == (8, 3, 1)
+    assert (first.spec_k, first.spec_expected_tokens, first.spec_cost_ratio) == (2, 2.5, 1.25)
+    s = live.snapshot(engine(probe))  # step 2 added, nothing counted twice
+    assert (s.spec_reserved_slots, s.spec_reclaimed_slots, s.spec_sat_out) == (8, 5, 3)
+    assert (s.spec_k, s.spec_expected_tokens, s.spec_cost_ratio) == (0, 1.1, 1.5)
+    probe.step_begin(3)  # a step with no spec_step: its defaults change nothing
+    probe.step_end(1, 1, 0, 0, 1, 2, 0, 0, "none")
+    live.on_step(Result([]), 3 * NS)
+    again = live.snapshot(engine(probe))
+    assert (again.spec_reserved_slots, again.spec_k, again.spec_expected_tokens) == (8, 0, 1.1)

@@ -117,7 +117,16 @@ def _search_and_store(
 _propose = Launcher(_ngram_kernel)
 
 
-@triton.jit(do_not_specialize=["k"])
+# The per-step tensors are views at any offset (``counts`` sits behind ``idx_mapping`` in one
+# buffer): specialised on their alignment they would compile a kernel per batch-size class on the
+# step loop, after the warm-up.
+@triton.jit(
+    do_not_specialize=["k"],
+    do_not_specialize_on_alignment=[
+        "slots_ptr", "counts_ptr", "seq_lens_ptr", "prompt_lens_ptr", "emitted_ptr",
+        "num_accepted_ptr", "num_slots_ptr",
+    ],
+)  # fmt: skip
 def _ngram_step_kernel(
     history_ptr,  # [R + 1, L + 1] int32
     history_stride,

@@ -311,14 +311,20 @@ class ModelRunner:
         nothing."""
         _, logits = self._forward(batch, kv_caches)
         out, _, _ = self._sample(batch, logits)
+        rejection = None
         if self.verifier is not None:  # the rejection sampler's kernels too, one row each
             spec = self.verifier.prepare(batch.req_ids, batch.query_start_loc_np, {})
-            self._sample(batch, logits, spec)
+            _, _, rejection = self._sample(batch, logits, spec)
         if self.drafter is not None:
             self.drafter.run_dummy(batch)
         dd = self.device_drafts
-        if dd is not None:  # the device drafter's kernels (rows no request holds yet)
-            dd.after_step(batch, self.req_states, out.sampled_token_ids, None, None, dd.spec.max_k)
+        if dd is not None:  # the device drafter's kernels, plain and verify (rows no request holds)
+            k = dd.spec.max_k
+            dd.after_step(batch, self.req_states, out.sampled_token_ids, None, None, k)
+            dd.after_step(
+                batch, self.req_states, rejection.output_token_ids, rejection.num_accepted,
+                spec.drafts.num_slots, k,
+            )  # fmt: skip
 
     def _forward(
         self,

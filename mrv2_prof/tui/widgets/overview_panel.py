@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from textual.app import ComposeResult
+from textual.widgets import Static
 
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui import digest
@@ -30,11 +31,21 @@ class OverviewPanel(Panel):
     def compose(self) -> ComposeResult:
         for key, (name, _) in LINES.items():
             yield ValueRow(name, f"ov-{key}")
+            if key == "throughput":  # speculative decoding's row, shown once the run speculates
+                spec = ValueRow("spec decode", "ov-spec")
+                spec.display = False
+                yield spec
         yield ValueRow("GPU", "ov-gpu")
 
     def show(self, snapshot: Snapshot) -> None:
         for key, (_, line) in LINES.items():
             self.set_value(f"ov-{key}", line(snapshot))
+        spec = digest.spec_line(snapshot)
+        row = self.query_one("#ov-spec", Static).parent
+        if row is not None:
+            row.display = spec is not None
+        if spec is not None:
+            self.set_value("ov-spec", spec)
 
     def show_gpu(self, samples: Sequence[Sequence[float]], note: str | None, device: str) -> None:
         self.set_value("ov-gpu", digest.gpu_line(samples, note, device))
