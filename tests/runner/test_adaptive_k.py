@@ -30,6 +30,8 @@ def test_expected_tokens_from_the_acceptance_per_position():
 def test_step_times_are_kept_per_batch_size_bucket_and_k():
     assert [bucket(b) for b in (1, 2, 3, 4, 5, 8, 9, 64, 65)] == [1, 2, 4, 4, 8, 8, 16, 64, 128]
     a = AdaptiveK(max_k=2)
+    a.observe_time(5, 2, 50_000)  # a key's first step (first-use costs) is not counted
+    assert (8, 2) not in a.times
     for ns in (100, 200, 300):  # the first WARMUP observations: their plain mean
         a.observe_time(5, 2, ns)
     assert a.times[(8, 2)] == (pytest.approx(200.0), 3)
@@ -41,18 +43,18 @@ def test_step_times_are_kept_per_batch_size_bucket_and_k():
 
 def measured(a: AdaptiveK, batch: int, times: dict[int, int]) -> None:
     for k, ns in times.items():
-        for _ in range(WARMUP):
+        for _ in range(WARMUP + 1):  # the first is not counted
             a.observe_time(batch, k, ns)
 
 
 def test_every_k_is_measured_before_a_decision():
     a = AdaptiveK(max_k=4)
     seen = []
-    for _ in range(3 * WARMUP):
+    for _ in range(3 * (WARMUP + 1)):
         k = a.choose(8, 4, [2, 4])
         seen.append(k)
         a.observe_time(8, k, 1000)
-    assert seen == [2] * WARMUP + [4] * WARMUP + [0] * WARMUP
+    assert seen == [2] * (WARMUP + 1) + [4] * (WARMUP + 1) + [0] * (WARMUP + 1)
     assert a.expected_tokens is None  # no decision yet: nothing to record
     assert a.choose(8, 0, [2, 4]) == 0  # the table says no drafts at this size
 

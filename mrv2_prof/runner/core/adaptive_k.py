@@ -9,8 +9,10 @@ batch at all, and at which k. Two measurements, both decayed so that they follow
   not accepted: they cost a slot and emit nothing). A verifying request then emits
   ``expected_tokens(k) = 1 + sum_{j <= k} rate_j`` tokens a step, against 1 for a plain decode.
 * **step time** per (batch-size bucket, k): the host's wall time from one step's start to the
-  next, for steps that only decode (no prefill chunk, no admission). Under async scheduling and
-  a device-bound loop that is the device's time per step; in any case it is what a step costs.
+  next, for steps that only decode (no prefill chunk, no admission), the first of each key left
+  out (it carries first-use costs: a kernel compiled or loaded for a new shape). Under async
+  scheduling and a device-bound loop that is the device's time per step; in any case it is what
+  a step costs.
 
 Speculation at k pays when ``expected_tokens(k) / cost_ratio(k) > 1`` with ``cost_ratio(k) =
 time(bucket, k) / time(bucket, 0)``; the k with the largest ratio wins, 0 (no drafts) when none
@@ -39,6 +41,7 @@ class AdaptiveK:
         self.slots = [0.0] * (max_k + 1)  # [j]: decayed count of verifies with a j-th slot
         self.accepted = [0.0] * (max_k + 1)  # [j]: of those, with the j-th draft accepted
         self.times: dict[tuple[int, int], tuple[float, int]] = {}  # (bucket, k) -> (ns, n)
+        self._seen: set[tuple[int, int]] = set()  # keys whose first (uncounted) step was seen
         self._since_probe = 0
         self.expected_tokens: float | None = None  # the last decision's inputs (best k > 0)
         self.cost_ratio: float | None = None
@@ -57,8 +60,13 @@ class AdaptiveK:
                 self.accepted[j] += j <= accepted
 
     def observe_time(self, batch_size: int, k: int, ns: int) -> None:
-        """A decode-only step of ``batch_size`` requests at ``k`` took ``ns`` (step to step)."""
+        """A decode-only step of ``batch_size`` requests at ``k`` took ``ns`` (step to step).
+        The first step of each (bucket, k) is not counted: it carries first-use costs (kernels
+        compiled or loaded for a new shape) that the following steps do not."""
         key = (bucket(batch_size), k)
+        if key not in self._seen:
+            self._seen.add(key)
+            return
         mean, n = self.times.get(key, (0.0, 0))
         weight = 1.0 / (n + 1) if n < WARMUP else 1.0 - DECAY
         self.times[key] = (mean + weight * (ns - mean), n + 1)

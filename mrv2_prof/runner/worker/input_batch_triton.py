@@ -34,7 +34,9 @@ BLOCK_R = 256  # counts summed per loop iteration when finding the query start
 BLOCK_C = 256  # block-table columns a program copies per loop iteration
 
 
-@triton.jit
+# the counts sit behind idx_mapping in the step's one buffer, at an offset of 4 bytes per
+# request: not specialised on alignment, or every batch-size class compiles on the step loop
+@triton.jit(do_not_specialize_on_alignment=["num_scheduled_ptr"])
 def _prepare_inputs_kernel(
     idx_mapping_ptr,  # [B] batch position -> slot
     num_scheduled_ptr,  # [B]

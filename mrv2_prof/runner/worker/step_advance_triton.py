@@ -18,7 +18,12 @@ from mrv2_prof.runner.worker.triton_launch import Launcher
 BLOCK = 128
 
 
-@triton.jit(do_not_specialize=["num_rows"])
+# advance and counts are views at a batch-size-dependent offset: not specialised on alignment,
+# so a batch size the warm-up did not see compiles nothing on the step loop
+@triton.jit(
+    do_not_specialize=["num_rows"],
+    do_not_specialize_on_alignment=["advance_ptr", "counts_ptr"],
+)
 def _advance_kernel(
     last_sampled_ptr,  # [R] int64
     num_computed_ptr,  # [R] int32 (ADVANCE)
