@@ -71,6 +71,9 @@ def _rank(rank: int, world: int, init: str, spec: ModelSpec, out: str) -> None:
         kv_heads = model.args.num_key_value_heads
         torch.save({"logits": logits, "tokens": tokens, "kv_heads": kv_heads},
                    os.path.join(out, f"rank{rank}.pt"))  # fmt: skip
+        # both ranks done with every collective before either tears gloo down (a rank that
+        # tore down while the other still sent once aborted the process: SIGABRT on CI)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
