@@ -68,8 +68,9 @@ def gate(
 
     Stages, in the MRV2 migration guide's order, each a section of the
     output; the gate stops at the first that fails unless --all-stages:
-      static           any note on the candidate (a fallback, a switch it
-                       could not honour) fails, unless --allow-note/-notes
+      static           a note on the candidate the baseline lacks (a fallback,
+                       a switch it could not honour) fails, unless
+                       --allow-note/-notes; one on both sides is reported
       output contract  same seeded workload: the same requests, finish
                        reasons and (greedy) token sequences, no request slot
                        or KV block left held; names the first difference

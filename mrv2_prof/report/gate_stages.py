@@ -110,7 +110,9 @@ def _with_samples(r: GateResult, base: Side, cand: Side) -> GateResult:
 def run_gate(
     db_a: Path, db_b: Path, base: Side, cand: Side, comp: Comparability, options: GateOptions
 ) -> GateReport:
-    stages = [static_stage(cand.facts, list(options.allow_notes), options.allow_all_notes)]
+    stages = [
+        static_stage(cand.facts, list(options.allow_notes), options.allow_all_notes, base.facts)
+    ]
     results: list[GateResult] = []
     if stages[-1].status != FAIL or options.all_stages:
         with Store.open(db_a, read_only=True) as store_a:

@@ -41,11 +41,21 @@ class StageResult:
 
 
 def static_stage(
-    candidate: list[RunFacts], allowed: list[str], allow_all: bool = False
+    candidate: list[RunFacts],
+    allowed: list[str],
+    allow_all: bool = False,
+    baseline: list[RunFacts] | None = None,
 ) -> StageResult:
+    """Each note of the candidate's runs: a new fallback fails the stage unless allowed; a note
+    the baseline has too (the same text on any of its runs: the same machine's limits, such as
+    no CUDA device) is reported, not failed: it is not a change."""
     lines, failed = [], False
+    before = {note for facts in baseline or () for note in facts.notes}
     for facts in candidate:
         for note in facts.notes:
+            if note in before:
+                lines.append(f"on both sides note on run {facts.run_id}: {plain(note)}")
+                continue
             ok = allow_all or any(text in note for text in allowed)
             failed |= not ok
             lines.append(f"{'allowed' if ok else FAIL} note on run {facts.run_id}: {plain(note)}")

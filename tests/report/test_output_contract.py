@@ -156,6 +156,40 @@ def test_a_downgrade_note_fails_the_static_stage(edited):
     assert code == 0 and stages(data)["static"]["lines"][0].startswith("allowed note")
 
 
+def test_a_note_on_both_sides_is_reported_not_failed(edited):
+    """Two runs with the same note (the same machine's limit): the static stage passes and
+    reports it; a second note only the candidate has still fails it."""
+    db, a, b, sql = edited
+    same = "runner.device: auto found no CUDA device; running on the CPU"
+    set_info(db, a, sql, notes=[same])
+    set_info(db, b, sql, notes=[same])
+    code, data = gate_json(db, a, b)
+    by = stages(data)
+    assert by["static"]["status"] == "pass"
+    assert by["static"]["lines"] == [f"on both sides note on run {b}: {same}"]
+    assert by["output contract"]["status"] == "pass" and code == 0
+    new = "runner.uva: needs the Triton kernels on a CUDA device"
+    set_info(db, b, sql, notes=[same, new])
+    code, data = gate_json(db, a, b)
+    assert code == 1 and stages(data)["static"]["lines"][1] == f"FAIL note on run {b}: {new}"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the CPU's own note")
+def test_two_identical_runs_on_a_cpu_pass_the_gate(tmp_path):
+    """The quickstart as shipped (``runner.device: auto``) twice on a machine without CUDA:
+    both runs carry the note that auto found no CUDA device, which is no change between them;
+    the gate passes its static and output-contract stages and exits 0."""
+    db = tmp_path / "runs.duckdb"
+    a, b = _run(db, "runner.device=auto"), _run(db, "runner.device=auto")
+    code, data = gate_json(db, a, b)
+    by = stages(data)
+    assert by["static"]["status"] == "pass", by["static"]
+    assert any(
+        "on both sides" in line and "no CUDA device" in line for line in by["static"]["lines"]
+    )
+    assert by["output contract"]["status"] == "pass" and code == 0
+
+
 def test_aborted_and_preempted_requests_leave_no_slot_or_block(tmp_path):
     # 10 KV blocks of 16 tokens for 6 requests of up to 104 tokens: some are preempted; half
     # of them are aborted
