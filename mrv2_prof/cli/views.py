@@ -4,6 +4,7 @@ capture's kernels, by step and phase)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -208,9 +209,20 @@ def tui(
         Store.open(db, read_only=True).close()
     except StoreError as exc:
         fail(str(exc))
+    if not _on_a_terminal():
+        fail(
+            "tui needs a terminal (stdin and stdout must both be a TTY); without one, use "
+            "`mrv2-prof runs`, `show` or `report`"
+        )
     from mrv2_prof.tui.browser import BrowserApp
 
     BrowserApp(db).run()
+
+
+def _on_a_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal: the full-screen browser needs one to draw
+    on and read keys from (without it, it would start and never end)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def nsys_main() -> None:

@@ -101,6 +101,12 @@ class Scenario(Section):
                 raise FieldError(key, "unknown key")
             if key == "repeats":
                 raise FieldError(key, "not a matrix key: repeats apply to every combination")
+            if key.split(".")[0] == "store":
+                raise FieldError(
+                    key,
+                    "not a matrix key: every combination is stored in the one run database "
+                    "(store.db or --db); run each database as a scenario of its own",
+                )
             if not values:
                 raise FieldError(key, "needs at least one value")
         runs = math.prod(len(values) for values in (v or {}).values())

@@ -33,6 +33,7 @@ def test_a_file_that_is_not_a_database_is_one_line_and_exit_2(tmp_path: Path) ->
 
 def test_a_good_database_starts_the_browser_on_it(runs_db: Path, monkeypatch) -> None:
     started = []
+    monkeypatch.setattr("mrv2_prof.cli.views._on_a_terminal", lambda: True)
     monkeypatch.setattr(
         "mrv2_prof.tui.browser.BrowserApp.run", lambda self: started.append(self.db_path)
     )
@@ -46,6 +47,7 @@ def test_the_default_database_is_runs_duckdb_in_the_working_directory(
 ) -> None:
     monkeypatch.chdir(runs_db.parent)
     started = []
+    monkeypatch.setattr("mrv2_prof.cli.views._on_a_terminal", lambda: True)
     monkeypatch.setattr(
         "mrv2_prof.tui.browser.BrowserApp.run", lambda self: started.append(self.db_path)
     )
