@@ -114,6 +114,7 @@ def run(
 
     live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
     outcomes = []
+    unstored: list[str] = []  # runs left in their side files (the database refused the merge)
     for label, (given, scenario), group, index in runs:
         data, given_yaml = (
             scenario.model_dump(mode="json"),
@@ -124,6 +125,9 @@ def run(
         runner = _launch(job, live)
         outcome = runner.outcome
         outcomes.append(outcome)
+        kept = _kept_in_side_file(db_path, outcome.run_id)
+        if kept is not None:  # the run is whole in its side file, not in the database
+            unstored.append(outcome.run_id)
         if outcome.run_id is not None and _ran_steps(db_path, outcome.run_id):
             # (a run that failed at start-up has no steps); the notes the headless start line
             # printed are printed once
@@ -132,15 +136,19 @@ def run(
         if outcome.exit_code == 2:  # before its row existed (the database could not be opened)
             fail(outcome.error or "bad input")
         if outcome.error and outcome.status == "failed":
-            err.print(f"[bold red]run failed:[/] {markup_safe(outcome.error)}", highlight=False)
-        if runner.store_error:
+            text = markup_safe(outcome.error)
+            err.print(f"[bold red]run failed:[/] {text}", highlight=False, soft_wrap=True)
+        if kept is not None:
+            err.print(f"[bold red]error:[/] {markup_safe(kept)}", highlight=False, soft_wrap=True)
+        elif runner.store_error:
             err.print(f"note: {runner.store_error}", markup=False, highlight=False, soft_wrap=True)
         if runner.interrupted or outcome.status == "aborted":
             break
-    if len(outcomes) > 1:
+    stored = [o.run_id for o in outcomes if o.run_id and o.run_id not in unstored]
+    if len(outcomes) > 1 and stored:
         try:
             with Store.open(db_path, read_only=True) as store:
-                out.print(render_comparison(store, [o.run_id for o in outcomes if o.run_id]))
+                out.print(render_comparison(store, stored))
         except StoreError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
     _print_groups(runs, outcomes)
@@ -149,7 +157,7 @@ def run(
         raise typer.Exit(exit_code(runner.stopped_by))
     if last.status == "aborted" and last.exit_code > 128:  # a signal to the runner itself
         raise typer.Exit(last.exit_code)
-    if any(o.status == "failed" for o in outcomes):
+    if unstored or any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
 
 
@@ -208,8 +216,38 @@ def _say_what_opening_did(store: Store) -> None:
 
 def _launch(job, live: bool):
     from mrv2_prof.launcher import run_dashboard, run_headless
+    from mrv2_prof.store.opening import disk_full
 
-    return run_dashboard(job) if live else run_headless(job, err)
+    try:
+        return run_dashboard(job) if live else run_headless(job, err)
+    except OSError as exc:  # the runner could not be started: no run row exists
+        full = disk_full(Path("a temporary file"), exc)
+        if full is None:
+            raise
+        fail(f"cannot start the runner process: {full}")
+
+
+def _kept_in_side_file(db_path: Path, run_id: str | None) -> str | None:
+    """Why run ``run_id`` is still in its side file and not in the database (the disk refused
+    its merge), once more tried now; None when it is in the database."""
+    from mrv2_prof.store.live_runs import live_file
+
+    if run_id is None or not live_file(db_path, run_id).exists():
+        return None
+    try:
+        Store.merge_ended_runs(db_path)
+    except StoreError as exc:
+        cause = str(exc)
+    else:
+        if not live_file(db_path, run_id).exists():
+            return None
+        cause = "its side file could not be merged"
+    side = live_file(db_path, run_id)
+    return (
+        f"run {run_id} did not reach {db_path}: {cause}. The run is kept in {side}; the next "
+        f"writable open of {db_path} merges it once the database can be written (the next "
+        f"mrv2-prof run --db {db_path}, or mrv2-prof baseline set/rm)"
+    )
 
 
 def _ran_steps(db_path: Path, run_id: str) -> bool:

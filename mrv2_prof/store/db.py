@@ -10,9 +10,10 @@ naming the file (a file damaged where the open did not look).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from mrv2_prof.store.live_runs import (
     live_file,
     live_runs,
     merge_finished,
+    remove_live_run,
     write_marker,
 )
-from mrv2_prof.store.opening import StoreError, connect, damaged_error
+from mrv2_prof.store.opening import StoreError, connect, damaged_error, disk_full
 from mrv2_prof.store.orphans import fail_orphaned_runs, this_writer, writer_alive
 from mrv2_prof.store.schema import FINISH_STATUSES, TABLES, quote
 
@@ -105,11 +107,26 @@ class Store:
             try:
                 live_dir(db).mkdir(exist_ok=True)
             except OSError as exc:
+                full = disk_full(live_dir(db), exc)
+                if full is not None:
+                    raise full from exc
                 raise StoreError(
                     f"{live_dir(db)}: cannot create ({exc.strerror or exc}); pass a different --db"
                 ) from exc
-            store = cls.open(live_file(db, run_id))
-        write_marker(db, run_id, label=label, scenario_name=scenario_name)
+            try:
+                store = cls.open(live_file(db, run_id))
+            except StoreError:
+                remove_live_run(db, run_id)  # nothing of a run that could not start is left
+                raise
+        try:
+            write_marker(db, run_id, label=label, scenario_name=scenario_name)
+        except OSError as exc:
+            store.close()
+            remove_live_run(db, run_id)
+            full = disk_full(live_dir(db), exc)
+            if full is not None:
+                raise full from exc
+            raise StoreError(f"{live_dir(db)}: cannot write ({exc.strerror or exc})") from exc
         return store, run_id
 
     @classmethod
@@ -179,6 +196,18 @@ class Store:
                 *this_writer(),
             ],
         )
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The lifecycle calls inside it (``begin_run``, ``update_run``, …) commit together,
+        or (an error, a write the disk refused) not at all."""
+        self._con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self._con.execute("ROLLBACK")
+            raise
+        self._con.execute("COMMIT")
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Replace descriptive fields of a run (``info``, ``device``, …); dicts go in as JSON."""

@@ -69,6 +69,23 @@ def write_marker(db: Path, run_id: str, *, label: str, scenario_name: str) -> No
     os.replace(tmp, path)
 
 
+def remove_live_run(db: Path, run_id: str) -> None:
+    """Remove the side file and marker of a run that could not start (the disk refused its
+    first writes): nothing of it is left half made. The directory goes when it is empty."""
+    side = live_file(db, run_id)
+    marker = _marker(db, run_id)
+    for leftover in (
+        side,
+        side.with_name(side.name + ".wal"),
+        marker,
+        marker.with_name(marker.name + ".tmp"),
+    ):
+        with contextlib.suppress(OSError):
+            leftover.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        live_dir(db).rmdir()
+
+
 def live_runs(db: Path, known: set[str]) -> list[dict[str, Any]]:
     """The runs of ``db`` still in their side files (not in ``known``, the ids of the database),
     as ``Store.list_runs`` rows: ``running``, or ``writer_gone`` when their process is gone."""

@@ -6,6 +6,11 @@ act on (a missing directory, a file another process holds, a file that is not Du
 damaged or truncated, a schema newer than this version) is a ``StoreError`` whose ``str()`` is
 one line naming the file.
 
+A write the file system refuses (no space left on the device, the process's file size limit,
+a disk quota) is not damage: ``disk_full`` tells it from DuckDB's error text or the ``OSError``
+and gives a ``DiskFullError`` naming the cause and the file written; the file itself is as its
+last commit left it. A new file whose creation failed that way is removed, not left half made.
+
 Reading never writes: a read-only open checks the file and, for an older schema, shows the
 columns and tables newer versions added as NULL through temporary views (they live in the
 connection, not in the file). Only a writable open, which appends, creates or upgrades tables.
@@ -13,6 +18,8 @@ connection, not in the file). Only a writable open, which appends, creates or up
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import stat
@@ -42,6 +49,51 @@ class StoreError(Exception):
     """A run database problem the user can act on; ``str()`` is one line naming the file."""
 
 
+class DiskFullError(StoreError):
+    """A write the file system refused (``cause``: no space left on device, file too large,
+    disk quota exceeded) to ``path``; what was committed before it is intact."""
+
+    def __init__(self, path: Path, cause: str) -> None:
+        self.path, self.cause = path, cause
+        super().__init__(f"{path}: cannot write: {cause}{_DISK_HINTS.get(cause, '')}")
+
+
+# errno → the cause as a message names it; DuckDB's IOException carries strerror's text
+_DISK_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EFBIG: "file too large",
+    errno.EDQUOT: "disk quota exceeded",
+}
+_DISK_TEXTS = {os.strerror(code).lower(): cause for code, cause in _DISK_ERRNOS.items()}
+_DISK_HINTS = {
+    "file too large": " (over the file size limit of this process, ulimit -f)",
+    "no space left on device": " (free space on its file system)",
+    "disk quota exceeded": " (free space within the quota)",
+}
+_WRITTEN_FILE = re.compile(r'file "([^"]+)"', re.IGNORECASE)  # 'Could not write file "…"'
+
+
+def disk_full(path: Path, exc: BaseException | None) -> DiskFullError | None:
+    """The ``DiskFullError`` for ``exc`` (or the exception it was raised from, ``raise … from``)
+    when the file system refused a write; None for anything else. ``path``: the file meant when
+    the error does not name one."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, DiskFullError):
+            return exc
+        if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+            return DiskFullError(Path(exc.filename or path), _DISK_ERRNOS[exc.errno])
+        if isinstance(exc, duckdb.Error):
+            text = str(exc)
+            cause = next((c for t, c in _DISK_TEXTS.items() if t in text.lower()), None)
+            if cause is not None:
+                named = _WRITTEN_FILE.search(text)
+                return DiskFullError(Path(named.group(1)) if named else path, cause)
+        exc = exc.__cause__
+    return None
+
+
 def connect(
     path: Path, read_only: bool, *, lock_wait_s: float | None = None
 ) -> tuple[duckdb.DuckDBPyConnection, int | None]:
@@ -49,20 +101,41 @@ def connect(
     from (None when it was not). A writable open creates the file and schema when the file is
     missing and upgrades an older schema; a read-only open changes nothing."""
     _check_file(path, read_only)
-    con = _connect_waiting(path, read_only, LOCK_WAIT_S if lock_wait_s is None else lock_wait_s)
+    new = not read_only and not path.exists()
+    try:
+        con = _connect_waiting(path, read_only, LOCK_WAIT_S if lock_wait_s is None else lock_wait_s)
+    except DiskFullError:
+        if new:
+            _remove_new_file(path)
+        raise
     try:
         upgraded_from = _check_schema(con, path, read_only)
     except duckdb.Error as exc:
         con.close()
-        raise damaged_error(path, exc) from exc
+        error = damaged_error(path, exc)
+        if new and isinstance(error, DiskFullError):
+            _remove_new_file(path)
+        raise error from exc
     except BaseException:
         con.close()
         raise
     return con, upgraded_from
 
 
+def _remove_new_file(path: Path) -> None:
+    """A file this open created but could not finish (the disk refused a write): removed, so
+    no half-made database is left behind."""
+    for leftover in (path, path.with_name(path.name + ".wal")):
+        with contextlib.suppress(OSError):
+            leftover.unlink(missing_ok=True)
+
+
 def damaged_error(path: Path, exc: BaseException) -> StoreError:
-    """The one-line StoreError for a DuckDB error met while reading an open file."""
+    """The one-line StoreError for a DuckDB error met while reading an open file (a refused
+    write is a ``DiskFullError``: the file is not damaged)."""
+    full = disk_full(path, exc)
+    if full is not None:
+        return full
     return StoreError(
         f"{path}: damaged or not an mrv2-prof run database ({_first_line(exc)}); "
         "pass a different --db"
@@ -128,6 +201,9 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
     """The one-line StoreError for a DuckDB error raised by ``duckdb.connect``."""
     msg = str(exc)
+    full = disk_full(path, exc)
+    if full is not None:
+        return full
     if _is_lock_error(exc):
         pid = re.search(r"PID (\d+)", msg)
         holder = f" (PID {pid.group(1)})" if pid else ""
