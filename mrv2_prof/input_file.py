@@ -3,8 +3,9 @@ with limits: a regular file only, at most a given number of bytes, and UTF-8 tex
 
 The type is checked with ``stat`` before the file is opened, so a FIFO, a device or a directory
 is refused without blocking on it; the file is then opened non-blocking and checked again (it
-may have been replaced in between) and read up to one byte past the limit. Every problem is an
-``InputError`` whose ``str()`` is one line naming the file.
+may have been replaced in between) and read up to one byte past the limit (``read_bytes``), or
+handed back open for reading a part of it (``open_regular_file``: a safetensors header). Every
+problem is an ``InputError`` whose ``str()`` is one line naming the file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import codecs
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from mrv2_prof.views.safe_text import plain
 
@@ -63,30 +65,42 @@ def check_regular_file(path: str | Path, what: str) -> os.stat_result:
     return st
 
 
-def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``max_bytes`` of them."""
-    st = check_regular_file(path, what)
-    if st.st_size > max_bytes:
-        raise InputError(path, _too_big(what, f"{st.st_size:,} bytes", max_bytes))
+def open_regular_file(path: str | Path, what: str) -> BinaryIO:
+    """``path`` opened for binary reading when it is a regular file, else ``InputError``: the
+    type is checked with ``stat`` first, then the file is opened non-blocking (a FIFO swapped in
+    meanwhile does not block) and checked again on the open descriptor."""
+    check_regular_file(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise InputError(path, f"cannot read the {what} ({exc.strerror or exc})") from None
     try:
         kind = _kind(os.fstat(fd).st_mode)
-        if kind is not None:
-            raise InputError(path, f"is {kind}; the {what} must be a regular file")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(MiB, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
     except OSError as exc:
-        raise InputError(path, f"cannot read the {what} ({exc.strerror or exc})") from None
-    finally:
         os.close(fd)
+        raise InputError(path, f"cannot read the {what} ({exc.strerror or exc})") from None
+    if kind is not None:
+        os.close(fd)
+        raise InputError(path, f"is {kind}; the {what} must be a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: str | Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them."""
+    st = check_regular_file(path, what)
+    if st.st_size > max_bytes:
+        raise InputError(path, _too_big(what, f"{st.st_size:,} bytes", max_bytes))
+    chunks, size = [], 0
+    with open_regular_file(path, what) as f:
+        try:
+            while size <= max_bytes:
+                chunk = f.read(min(MiB, max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            raise InputError(path, f"cannot read the {what} ({exc.strerror or exc})") from None
     if size > max_bytes:
         raise InputError(path, _too_big(what, "longer", max_bytes))
     return b"".join(chunks)

@@ -12,6 +12,20 @@ import torch
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 _MODEL_TYPES = dict(zip(("llama", "qwen2", "qwen3"), SUPPORTED_ARCHITECTURES, strict=True))
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+# Upper limits of the sizes a config declares, each well above every released model's (Llama 3.1
+# 405B: 126 layers, hidden 16,384, intermediate 53,248, 128 heads; vocabularies up to 262,144;
+# 10M-token contexts). Checks before a run build tables of these sizes: a config past them is
+# refused at once instead of taking minutes and all memory to find its tensors are not there.
+MAX_SIZES = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 18,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+    "head_dim": 1 << 11,
+    "max_position_embeddings": 1 << 24,
+}
 
 
 class CheckpointError(ValueError):
@@ -59,20 +73,16 @@ class ModelArgs:
         def need(key: str) -> Any:
             if cfg.get(key) is None:
                 raise CheckpointError(f"{source}: field {key!r} is missing")
-            return _positive_int(cfg, key, source)
+            return _size(cfg, key, source)
 
         def optional(key: str, default: int) -> int:
-            return default if cfg.get(key) is None else _positive_int(cfg, key, source)
+            return default if cfg.get(key) is None else _size(cfg, key, source)
 
-        archs = cfg.get("architectures") or [_MODEL_TYPES.get(cfg.get("model_type", ""))]
-        arch = archs[0]
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise CheckpointError(
-                f"{source}: architecture {arch!r} is not supported "
-                f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
-            )
+        arch = _architecture(cfg, source)
         if cfg.get("hidden_act", "silu") != "silu":
-            raise CheckpointError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported")
+            raise CheckpointError(
+                f"{source}: hidden_act {_shown(cfg['hidden_act'])} is not supported"
+            )
         if cfg.get("mlp_bias"):
             raise CheckpointError(f"{source}: mlp_bias=true is not supported")
         if cfg.get("use_sliding_window"):
@@ -92,8 +102,8 @@ class ModelArgs:
             )
         max_pos = optional("max_position_embeddings", 4096)
         theta, scaling = _parse_rope(cfg, source, max_pos)
-        eos = _token_ids_in(cfg, "eos_token_id", vocab, source)
-        bos = _token_ids_in(cfg, "bos_token_id", vocab, source)
+        eos = token_ids_in(cfg, "eos_token_id", vocab, source)
+        bos = token_ids_in(cfg, "bos_token_id", vocab, source)
         return cls(
             architecture=arch,
             vocab_size=vocab,
@@ -157,6 +167,45 @@ def _positive_int(cfg: dict[str, Any], key: str, source: str) -> int:
     return value
 
 
+def _size(cfg: dict[str, Any], key: str, source: str) -> int:
+    """``cfg[key]``, a positive integer, within its ``MAX_SIZES`` limit."""
+    value = _positive_int(cfg, key, source)
+    limit = MAX_SIZES.get(key)
+    if limit is not None and value > limit:
+        raise CheckpointError(
+            f"{source}: field {key!r} is {value:,}, over the limit of {limit:,} "
+            "(no supported model is that large)"
+        )
+    return value
+
+
+def check_sizes(args: ModelArgs, source: str) -> None:
+    """Every size of ``args`` within its ``MAX_SIZES`` limit (for a GGUF file's header, whose
+    keys map onto these fields)."""
+    for key, limit in MAX_SIZES.items():
+        value = getattr(args, key)
+        if value > limit:
+            raise CheckpointError(
+                f"{source}: {key} is {value:,}, over the limit of {limit:,} "
+                "(no supported model is that large)"
+            )
+
+
+def _architecture(cfg: dict[str, Any], source: str) -> str:
+    """The one supported architecture ``architectures`` (or ``model_type``) names."""
+    archs = cfg.get("architectures")
+    if not archs:
+        model_type = cfg.get("model_type", "")
+        archs = [_MODEL_TYPES.get(model_type) if isinstance(model_type, str) else model_type]
+    arch = archs[0] if isinstance(archs, list) else archs
+    if not isinstance(arch, str) or arch not in SUPPORTED_ARCHITECTURES:
+        raise CheckpointError(
+            f"{source}: architecture {_shown(arch)} is not supported "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    return arch
+
+
 def _positive_float(cfg: dict[str, Any], key: str, default: float, source: str) -> float:
     value = cfg.get(key)
     if value is None:
@@ -177,7 +226,7 @@ def _flag(cfg: dict[str, Any], key: str, source: str) -> bool:
     return value
 
 
-def _token_ids_in(cfg: dict[str, Any], key: str, vocab_size: int, source: str) -> tuple[int, ...]:
+def token_ids_in(cfg: dict[str, Any], key: str, vocab_size: int, source: str) -> tuple[int, ...]:
     """A token id field (an int, a list of them or null), every id inside the vocabulary."""
     value = cfg.get(key)
     items = value if isinstance(value, list) else [] if value is None else [value]
@@ -199,6 +248,11 @@ def token_ids(value: int | list[int] | None) -> tuple[int, ...]:
 
 def _parse_rope(cfg: dict[str, Any], source: str, max_pos: int) -> tuple[float, dict | None]:
     """Theta and llama3 scaling from ``rope_parameters`` (transformers 5) or ``rope_scaling``."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise CheckpointError(
+                f"{source}: field {key!r} must be an object or null, got {_shown(cfg[key])}"
+            )
     params = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
     field = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
     if any(isinstance(v, dict) for v in params.values()):
@@ -216,12 +270,17 @@ def _parse_rope(cfg: dict[str, Any], source: str, max_pos: int) -> tuple[float, 
         return theta, None
     if rope_type != "llama3":
         raise CheckpointError(
-            f"{source}: {field}.rope_type {rope_type!r} is not supported (supported: llama3)"
+            f"{source}: {field}.rope_type {_shown(rope_type)} is not supported (supported: llama3)"
         )
     params.setdefault("original_max_position_embeddings", max_pos)
     for key in _LLAMA3_KEYS:
         if key not in params:
             raise CheckpointError(f"{source}: {field}.{key} is missing for llama3 scaling")
+        value = params[key]
+        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+            raise CheckpointError(
+                f"{source}: {field}.{key} must be a finite number > 0, got {_shown(value)}"
+            )
     return theta, {key: params[key] for key in _LLAMA3_KEYS}
 
 

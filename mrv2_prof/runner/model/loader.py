@@ -15,7 +15,7 @@ dequantized there to the run's dtype (``gguf_dequant.py``).
 from __future__ import annotations
 
 import json
-import stat
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,10 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from mrv2_prof.input_file import InputError, check_regular_file, read_bytes
 from mrv2_prof.runner.config import ConfigError, ModelSpec
-from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, token_ids
+from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, check_sizes, token_ids_in
+from mrv2_prof.runner.model.checkpoint_tensors import check_tensors
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
 from mrv2_prof.runner.model.gguf_dequant import dequantize
 from mrv2_prof.runner.model.gguf_file import TensorInfo, read_header
@@ -36,7 +38,6 @@ from mrv2_prof.runner.model.model_kernels import (
     WriteKV,
 )
 from mrv2_prof.runner.model.presets import PRESETS
-from mrv2_prof.runner.model.safetensors_header import check_tensors
 from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 
 __all__ = ["CheckpointError", "load_gguf", "load_model", "load_preset", "load_hf_checkpoint"]
@@ -77,8 +78,10 @@ def preset_names() -> list[str]:
 
 
 def is_gguf(path: str | Path) -> bool:
-    """Whether ``model.path`` names a GGUF file (``*.gguf``, or any file: not a directory)."""
-    return Path(path).suffix.lower() == ".gguf" or Path(path).is_file()
+    """Whether ``model.path`` names a GGUF file (``*.gguf``, or anything but a directory: a
+    FIFO or a device there is refused as the GGUF file it would be)."""
+    p = Path(path)
+    return p.suffix.lower() == ".gguf" or (os.path.lexists(p) and not p.is_dir())
 
 
 def model_args_for(spec: ModelSpec) -> ModelArgs:
@@ -93,22 +96,44 @@ def model_args_for(spec: ModelSpec) -> ModelArgs:
         return PRESETS[spec.preset]
     if is_gguf(spec.path):
         return _checked_gguf(spec.path)[0]
-    directory = Path(spec.path)
+    return _checked_checkpoint(Path(spec.path))[0]
+
+
+def _checked_checkpoint(directory: Path) -> tuple[ModelArgs, list[Path]]:
+    """The model a Hugging Face directory holds and its ``*.safetensors`` files, the config and
+    every file's header checked (a regular file each, never opened if not)."""
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: checkpoint directory does not exist")
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{directory}: no *.safetensors files")
     args = read_model_args(directory)
-    check_tensors(directory, files, expected_tensors(args))
-    return args
+    check_tensors(directory, files, expected_tensors(args), args.num_hidden_layers)
+    return args, files
+
+
+_LAYER0 = "model.layers.0."
 
 
 def expected_tensors(args: ModelArgs) -> dict[str, tuple[int, ...]]:
-    """The checkpoint tensors (name -> shape) a model of ``args`` loads, built on ``meta``."""
+    """The checkpoint tensors (name -> shape) a model of ``args`` loads, in state-dict order:
+    a one-layer model built on ``meta``, its layer's tensors repeated for every layer (the
+    layers are alike), so the cost does not grow with a model's layer count."""
     with torch.device("meta"):
-        model = LlamaForCausalLM(args, TORCH_MODEL_KERNELS)
-    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        model = LlamaForCausalLM(replace(args, num_hidden_layers=1), TORCH_MODEL_KERNELS)
+    before: dict[str, tuple[int, ...]] = {}
+    layer: dict[str, tuple[int, ...]] = {}
+    after: dict[str, tuple[int, ...]] = {}
+    for name, t in model.state_dict().items():
+        if name.startswith(_LAYER0):
+            layer[name.removeprefix(_LAYER0)] = tuple(t.shape)
+        else:
+            (after if layer else before)[name] = tuple(t.shape)
+    out = before
+    for i in range(args.num_hidden_layers):
+        out.update((f"model.layers.{i}.{suffix}", shape) for suffix, shape in layer.items())
+    out.update(after)
+    return out
 
 
 def load_preset(
@@ -148,12 +173,7 @@ def load_hf_checkpoint(
     """A Llama/Qwen2/Qwen3 model from ``config.json`` and every ``*.safetensors`` file in
     ``path``, read onto ``device``."""
     directory = Path(path)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: checkpoint directory does not exist")
-    args = read_model_args(directory)
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{directory}: no *.safetensors files")
+    args, files = _checked_checkpoint(directory)
     with torch.device("meta"):
         model = LlamaForCausalLM(args, kernels)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -195,40 +215,48 @@ def load_gguf(
 
 def _checked_gguf(path: str | Path) -> tuple[ModelArgs, dict[str, TensorInfo]]:
     """The model a GGUF file holds and its tensor for each state-dict name, all checked."""
+    if os.path.lexists(path):  # a FIFO or a device: named, never opened
+        _regular(Path(path), "GGUF file")
     header = read_header(path)
     args = model_args(header)
+    check_sizes(args, str(path))
     return args, checked_tensors(header, expected_tensors(args))
+
+
+def _regular(path: Path, what: str) -> None:
+    try:
+        check_regular_file(path, what)
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def read_model_args(directory: Path) -> ModelArgs:
     """``ModelArgs`` from ``config.json``, with eos ids from ``generation_config.json`` if any."""
     config_path = directory / "config.json"
-    if not config_path.is_file():
+    if not os.path.lexists(config_path):
         raise CheckpointError(f"{config_path}: config.json is missing")
-    args = ModelArgs.from_hf_config(_read_json(config_path), str(config_path))
+    args = ModelArgs.from_hf_config(_read_json(config_path, "config"), str(config_path))
     generation_path = directory / "generation_config.json"
-    if generation_path.is_file():
-        generation = _read_json(generation_path)
-        eos = token_ids(generation.get("eos_token_id"))
-        bos = generation.get("bos_token_id", args.bos_token_id)
-        args = replace(args, eos_token_ids=eos or args.eos_token_ids, bos_token_id=bos)
+    if os.path.lexists(generation_path):  # read when present: a FIFO is refused, not skipped
+        generation = _read_json(generation_path, "generation config")
+        source, vocab = str(generation_path), args.vocab_size
+        eos = token_ids_in(generation, "eos_token_id", vocab, source)
+        bos = token_ids_in(generation, "bos_token_id", vocab, source)
+        bos_id = bos[0] if bos else args.bos_token_id
+        args = replace(args, eos_token_ids=eos or args.eos_token_ids, bos_token_id=bos_id)
     return args
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A checkpoint's small JSON file: a regular file (never a FIFO or a device) of at most
-    ``MAX_CONFIG_BYTES``."""
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    """A checkpoint's small JSON file: a regular file (never a FIFO or a device, which are
+    refused before they are opened) of at most ``MAX_CONFIG_BYTES``."""
     try:
-        st = path.stat()
-    except OSError as exc:
-        raise CheckpointError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"{path}: not a regular file")
-    if st.st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path}: {st.st_size:,} bytes, over {MAX_CONFIG_BYTES:,}")
+        raw = read_bytes(path, f"checkpoint's {what}", MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise CheckpointError(str(exc)) from None
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         message = " ".join(str(exc).split())[:200]
         raise CheckpointError(f"{path}: invalid JSON ({message})") from None
     if not isinstance(data, dict):
