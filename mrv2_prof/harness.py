@@ -42,6 +42,7 @@ from mrv2_prof.request_rows import InFlightRows
 from mrv2_prof.request_texts import RequestTexts
 from mrv2_prof.run_environment import finish_environment, run_environment
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
+from mrv2_prof.store.opening import DiskFullError, disk_full
 
 
 class _Interrupted:
@@ -116,27 +117,45 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
         return
     try:
         outcome = _run(job, store, run_id, emit, lambda: interrupted.flag or stop_event.is_set())
+    except DiskFullError as exc:  # the run row could not be written: nothing of the run is kept
+        outcome = Outcome(None, "failed", str(exc), exit_code=2)
     except Exception as exc:  # before the run row existed, or while finishing it
         outcome = Outcome(None, "failed", _one_line(exc), exit_code=1)
     if outcome.status == "aborted":
         outcome.error = interrupted.reason() or "stopped by the user"
         if interrupted.signum:
             outcome.exit_code = exit_code(interrupted.signum)
+    ended_ns = time.perf_counter_ns()
+    unfinished = False  # the side file could not take the run's end: the database's row is set
     try:
         if outcome.run_id is not None:
-            store.finish_run(
-                outcome.run_id,
-                outcome.status,
-                ended_ns=time.perf_counter_ns(),
-                error=outcome.error,
-            )
+            try:
+                store.finish_run(
+                    outcome.run_id, outcome.status, ended_ns=ended_ns, error=outcome.error
+                )
+            except Exception as exc:
+                full = disk_full(store.path, exc)
+                if full is None:
+                    raise
+                unfinished = True
+                if outcome.status != "failed":
+                    outcome.status, outcome.error, outcome.exit_code = "failed", str(full), 1
     finally:
         store.close()
         # One transaction of the database; if it cannot be had, the parent's next open (or any
         # later writer's) merges the side file.
         with contextlib.suppress(StoreError):
             Store.merge_ended_runs(job.db_path)
+            if unfinished:
+                _finish_in_database(job.db_path, outcome, ended_ns)
         emit(("done", outcome))
+
+
+def _finish_in_database(db_path: str, outcome: Outcome, ended_ns: int) -> None:
+    """The run's end, written to the database's row once its side file (which could not take
+    it: disk full) is merged; else the next writable open marks the row failed."""
+    with Store.open(db_path) as main, contextlib.suppress(ValueError):  # ValueError: not merged
+        main.finish_run(outcome.run_id, outcome.status, ended_ns=ended_ns, error=outcome.error)
 
 
 def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
@@ -146,19 +165,26 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
     from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml
 
     scenario = Scenario.model_validate(job.scenario)
-    store.begin_run(
-        run_id,
-        scenario_name=scenario.name,
-        label=job.label,
-        matrix_combo=job.matrix_combo,
-        scenario_yaml=job.scenario_yaml,
-        device=scenario.runner.device,
-        versions=_versions(),
-        started_ns=time.perf_counter_ns(),
-    )
-    store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
-    if job.run_group is not None:
-        store.update_run(run_id, run_group=job.run_group, repeat_index=job.repeat_index)
+    try:  # one transaction: the row is there whole, or (the disk refused it) not at all
+        with store.transaction():
+            store.begin_run(
+                run_id,
+                scenario_name=scenario.name,
+                label=job.label,
+                matrix_combo=job.matrix_combo,
+                scenario_yaml=job.scenario_yaml,
+                device=scenario.runner.device,
+                versions=_versions(),
+                started_ns=time.perf_counter_ns(),
+            )
+            store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
+            if job.run_group is not None:
+                store.update_run(run_id, run_group=job.run_group, repeat_index=job.repeat_index)
+    except Exception as exc:
+        full = disk_full(store.path, exc)
+        if full is not None:
+            raise full from exc
+        raise
     emit(("begun", run_id))
     probe, nvtx_anchor_ns = _make_probe(scenario.probes.nvtx, run_id)
     environment: dict[str, Any] = {}
@@ -201,6 +227,7 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
         engine = Engine(scenario.runner_config(), scenario.model_spec(), probe)
         info = engine.info
         tokenizer = model_tokenizer(scenario.model_spec(), scenario.workload, scenario.source)
+        workload_notes: list[str] = []  # the values the workload could not honour as given
         requests = build_workload(
             scenario.workload,
             seed=scenario.seed,
@@ -209,9 +236,10 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             source=scenario.source,
             tokenizer=tokenizer,
             model=scenario.model_spec(),
+            notes=workload_notes,
         )
         texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
-        notes = unavailable_probe_notes(scenario.probes.model_dump())
+        notes = unavailable_probe_notes(scenario.probes.model_dump()) + workload_notes
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
@@ -260,9 +288,13 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
     except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
         # (the CLI checks what it can before a row exists): the run started and failed, exit 1
         outcome.error, outcome.exit_code = _one_line(exc), 1
-    except Exception as exc:  # a runner bug: keep the data and the traceback
+    except Exception as exc:
         outcome.error, outcome.exit_code = _one_line(exc), 1
-        outcome.facts["traceback"] = traceback.format_exc()  # stored below, once writing is done
+        full = disk_full(store.path, exc)
+        if full is not None:  # the side file could not take a flush: the run stops, cause named
+            outcome.error = str(full)
+        else:  # a runner bug: keep the data and the traceback
+            outcome.facts["traceback"] = traceback.format_exc()  # stored below, once written
     finally:
         if sampler is not None:
             sampler.stop()
@@ -274,9 +306,11 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
                 outcome.facts.setdefault("notes", []).extend(engine.close())
             if session is not None:
                 _finish_probes(session, outcome.facts)
-            flush()
-            if writer is not None:
-                writer.close()  # everything drained is written before the run row is finished
+            try:
+                flush()
+            finally:
+                if writer is not None:
+                    writer.close()  # everything drained is written before the row is finished
             if texts is not None and texts.note():
                 outcome.facts.setdefault("notes", []).append(texts.note())
             if session is not None:
@@ -287,7 +321,10 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             if environment:
                 store.update_run(run_id, environment=finish_environment(environment))
         except Exception as exc:  # the store itself failed (disk full, ...)
-            outcome.status, outcome.error, outcome.exit_code = "failed", _one_line(exc), 1
+            full = disk_full(store.path, exc)
+            if full is None or outcome.status != "failed" or not outcome.error:
+                outcome.error = _one_line(exc) if full is None else str(full)
+            outcome.status, outcome.exit_code = "failed", 1
     return outcome
 
 

@@ -4,6 +4,8 @@ with limits, so a small file cannot become a huge or endlessly deep value.
 * a mapping key given twice is an error (PyYAML lets the last one win silently);
 * nesting deeper than ``MAX_DEPTH`` is an error (found while composing, before Python's
   recursion limit is near);
+* an integer of more digits than Python converts (``sys.get_int_max_str_digits``) is an
+  error naming its line, not a ValueError from ``int()``;
 * aliases are expanded at most to ``MAX_NODES`` values in all: an alias is a reference, so the
   composed document is measured as the tree it stands for (a "billion laughs" document of nine
   nested aliases is a few hundred bytes and a billion values).
@@ -13,6 +15,7 @@ with limits, so a small file cannot become a huge or endlessly deep value.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import yaml
@@ -51,6 +54,15 @@ class _LimitedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_yaml_int(self, node: Any) -> Any:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # more digits than int() converts
+            digits = sum(c.isdigit() for c in str(node.value))
+            most = sys.get_int_max_str_digits()
+            problem = f"an integer of {digits:,} digits (at most {most:,})"
+            raise YamlError(problem, _line(node)) from None
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int | None] = {}
@@ -65,6 +77,9 @@ class _LimitedLoader(yaml.SafeLoader):
                     )
                 seen[key] = _line(key_node)
         return super().construct_mapping(node, deep=deep)
+
+
+_LimitedLoader.add_constructor("tag:yaml.org,2002:int", _LimitedLoader.construct_yaml_int)
 
 
 def _expanded_size(node: Any, sizes: dict[int, int]) -> int:

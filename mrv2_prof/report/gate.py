@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mrv2_prof import limited_yaml
+from mrv2_prof.finite_numbers import is_json_number, number_problem
 from mrv2_prof.input_file import InputError, decode_utf8, read_bytes
 from mrv2_prof.report.compare import MetricDelta, format_pct, metric_delta, run_title, titles
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics
@@ -92,7 +93,7 @@ def _bad(where: str, value: Any, metric: str) -> GateError:
     worse = "+" if m.direction == LOWER else "-"
     unit = "" if m.unit in ("count", "fraction") else f" {m.unit}"
     return GateError(
-        f"{where}: bad threshold {value!r}; expected a percentage of the baseline (5%), an "
+        f"{where}: bad threshold {shown(value)}; expected a percentage of the baseline (5%), an "
         f"amount{unit} ({worse}10), or off"
     )
 
@@ -103,8 +104,10 @@ def parse_threshold(metric: str, value: Any, where: str) -> Threshold | None:
         raise GateError(f"{where}: unknown metric {metric!r}; {_known()}")
     if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
         return None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        sign, number, pct = "-" if value < 0 else "", f"{abs(value):g}", ""  # a YAML number
+    if is_json_number(value):  # a YAML number: finite, as a scenario's numbers (no overflow)
+        if (problem := number_problem(value)) is not None:
+            raise GateError(f"{where}: bad threshold: {problem}")
+        sign, number, pct = "-" if value < 0 else "", f"{abs(value):g}", ""
     elif isinstance(value, str) and (match := _THRESHOLD.fullmatch(value.strip())):
         sign, number, pct = match.groups()
     else:
@@ -117,7 +120,10 @@ def parse_threshold(metric: str, value: Any, where: str) -> Threshold | None:
             f"{where}: {metric} regresses by {way}, so its threshold is "
             f"{worse_sign}{number}{pct} (or {number}{pct}), not {sign}{number}{pct}"
         )
-    return Threshold(metric, float(number) / (100 if pct else 1), relative=bool(pct))
+    limit = float(number) / (100 if pct else 1)  # digits only: inf at worst, never an error
+    if not math.isfinite(limit):
+        raise GateError(f"{where}: bad threshold {shown(value)}: not a finite number")
+    return Threshold(metric, limit, relative=bool(pct))
 
 
 def parse_flags(flags: Iterable[str]) -> dict[str, Threshold | None]:
@@ -126,7 +132,7 @@ def parse_flags(flags: Iterable[str]) -> dict[str, Threshold | None]:
     for flag in flags:
         for item in filter(None, (part.strip() for part in flag.split(","))):
             name, eq, value = item.partition("=")
-            where = f"--max-regression {item!r}"
+            where = f"--max-regression {shown(item)}"
             if not eq or not name.strip() or not value.strip():
                 raise GateError(f"{where}: expected METRIC=THRESHOLD, e.g. p99_itl=5%")
             parsed[name.strip()] = parse_threshold(name.strip(), value, where)

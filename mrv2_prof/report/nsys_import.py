@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
+from mrv2_prof.finite_numbers import shown_number
 from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
 from mrv2_prof.report.nsys_export import (
     KERNEL_NAME_COLUMNS,
@@ -40,6 +41,7 @@ from mrv2_prof.report.nsys_export import (
 from mrv2_prof.store import Store
 
 RESIDUAL_WARN_NS = 1_000_000
+INT64_MAX = 2**63 - 1  # the store's times are BIGINT ns
 
 
 @dataclass
@@ -100,7 +102,7 @@ def _align(
     offset = None
     if mine:
         _, anchor_ns, start, pid = mine[0]
-        offset = anchor_ns - start
+        offset = _offset(path, run_id, anchor_ns, start)
     elif marks:
         others = ", ".join(sorted({m[0] for m in marks}))
         raise NsysImportError(
@@ -142,6 +144,20 @@ def _align(
             "the run's steps: is this a capture of this run?"
         )
     return pid
+
+
+def _offset(path: Path, run_id: str, anchor_ns: int, start: object) -> int:
+    """``anchor_ns - start`` of the run's start mark, both signed 64-bit ns as the store's
+    times; anything else is an ``NsysImportError`` before anything is stored."""
+    where = f"{path}: start mark 'mrv2 run {run_id}'"
+    if not 0 <= anchor_ns <= INT64_MAX:
+        raise NsysImportError(
+            f"{where}: perf_counter_ns must be between 0 and {INT64_MAX:,} (a signed 64-bit "
+            f"count of ns), got {shown_number(anchor_ns)}"
+        )
+    if type(start) is not int or not -INT64_MAX <= anchor_ns - start <= INT64_MAX:
+        raise NsysImportError(f"{where}: start {shown_number(start)} is not a 64-bit ns time")
+    return anchor_ns - start
 
 
 def _match_steps(

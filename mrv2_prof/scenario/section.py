@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mrv2_prof.finite_numbers import NUMBER_RULE
+
 PosInt = Annotated[int, Field(ge=1)]
 # Seeds: a sampling seed is an int64 slot on the device and a model seed a torch generator's
 # seed; the run seed is shifted left by 32 bits to derive the per-request seeds, which must
@@ -22,7 +24,7 @@ FROM_YAML = Field(strict=False)
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, **NUMBER_RULE)
 
 
 class FieldError(ValueError):

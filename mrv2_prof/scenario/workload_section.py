@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from mrv2_prof.finite_numbers import shown_number
 from mrv2_prof.input_file import InputError, check_regular_file
 from mrv2_prof.scenario.section import FROM_YAML, FieldError, PosInt, Section, Seed
 
@@ -25,7 +26,7 @@ MAX_SIGMA = 10.0
 
 def over(limit: float, got: float, reason: str) -> str:
     """The problem of a value above its upper bound, with the bound's reason."""
-    return f"must be <= {limit:,}, got {got:,} ({reason})"
+    return f"must be <= {limit:,}, got {shown_number(got)} ({reason})"
 
 
 class Arrival(Section):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mrv2_prof.scenario import WorkloadSection
 from mrv2_prof.workload.limits import check_section
+from mrv2_prof.workload.notes import trace_count_note, unused_keys_note
 from mrv2_prof.workload.request import WorkloadRequest
 from mrv2_prof.workload.sharegpt import dataset_requests
 from mrv2_prof.workload.synthetic import DEFAULT_NUM_REQUESTS, synthetic
@@ -42,6 +43,7 @@ def build_workload(
     source: str = "<scenario>",
     tokenizer: TextTokenizer | None = None,
     model: Any = None,
+    notes: list[str] | None = None,
 ) -> list[WorkloadRequest]:
     """The requests of ``section``, sorted (stably) by arrival; a bad trace or dataset is a
     ScenarioError.
@@ -50,7 +52,8 @@ def build_workload(
     entry. ``tokenizer`` (``mrv2_prof.text.tokenizer_for``) tokenizes text prompts; ``model``
     (the run's ``ModelSpec``) names the model in errors and decides ``ignore_eos`` when the
     section leaves it unset: true on a random-weight preset, false on a real model. Without
-    ``model``, a model without a tokenizer is taken for random weights.
+    ``model``, a model without a tokenizer is taken for random weights. ``notes`` gets a line
+    for each value the workload could not honour as given (``workload.notes``).
     """
     if vocab_size < 1 or max_model_len < 2:
         raise ValueError(
@@ -59,12 +62,18 @@ def build_workload(
     text = TextModel.of(tokenizer, model)
     check_section(section, vocab_size, max_model_len, source)
     args = (section, seed, vocab_size, max_model_len)
+    found: list[str | None] = []
     if section.trace is not None:
         reqs = trace_requests(*args, source, text)
+        found.append(trace_count_note(section.num_requests, len(reqs)))
     elif section.dataset is not None:
         reqs = dataset_requests(*args, source, text)
     else:
-        reqs = synthetic(*args, text.random_weights)
+        reqs = synthetic(*args, text.random_weights, notes)
+    if section.trace is not None or section.dataset is not None:
+        found.append(unused_keys_note(section))
+    if notes is not None:
+        notes += [note for note in found if note is not None]
     if section.as_fast_as_possible:
         reqs = [dataclasses.replace(r, arrival_s=0.0) for r in reqs]
     return sorted(reqs, key=lambda r: r.arrival_s)

@@ -4,6 +4,7 @@ host's free memory (the workload is built in the CLI, to validate it, and again 
 
 from __future__ import annotations
 
+from mrv2_prof.finite_numbers import shown_number
 from mrv2_prof.memory_budget import shortfall
 from mrv2_prof.scenario import FixedLen, LengthDist, ScenarioError, UniformLen, WorkloadSection
 from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS
@@ -20,7 +21,7 @@ def vocab_problem(value: int | None, vocab_size: int) -> str | None:
     """The problem of a top-k / logprobs count larger than the vocabulary, else None."""
     if value is None or value <= vocab_size:
         return None
-    return f"must be <= the model's vocabulary size {vocab_size:,}, got {value:,}"
+    return f"must be <= the model's vocabulary size {vocab_size:,}, got {shown_number(value)}"
 
 
 def _max_len(dist: LengthDist, cap: int) -> int:

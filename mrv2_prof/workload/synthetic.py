@@ -17,6 +17,7 @@ from mrv2_prof.scenario import (
     WorkloadSection,
 )
 from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS, DEFAULT_OUTPUT_LEN
+from mrv2_prof.workload.notes import changed_note
 from mrv2_prof.workload.request import (
     ABORTS,
     ARRIVALS,
@@ -36,13 +37,15 @@ def synthetic(
     vocab_size: int,
     max_model_len: int,
     random_weights: bool = True,
+    notes: list[str] | None = None,
 ) -> list[WorkloadRequest]:
-    """The section's requests in id order; lengths are cut to fit ``max_model_len``."""
+    """The section's requests in id order; lengths are cut to fit ``max_model_len``, each
+    value cut (or a prompt made longer for its shared prefix) a line in ``notes``."""
     n = section.num_requests if section.num_requests is not None else DEFAULT_NUM_REQUESTS
     arrivals = draw_arrivals(section.arrival, n, rng(seed, ARRIVALS))
     output_len = section.output_len or DEFAULT_OUTPUT_LEN
-    output_lens = draw_lengths(output_len, n, rng(seed, OUTPUT_LEN), max_model_len)
-    output_lens = np.minimum(output_lens, max_model_len - 1)
+    drawn_out = draw_lengths(output_len, n, rng(seed, OUTPUT_LEN), max_model_len)
+    output_lens = np.minimum(drawn_out, max_model_len - 1)
     fits = max_model_len - output_lens  # room left for the prompt, >= 1
     prompt_lens = draw_lengths(section.prompt_len, n, rng(seed, PROMPT_LEN), max_model_len)
     prompts = _prompts(
@@ -54,6 +57,14 @@ def synthetic(
         rng(seed, PREFIX),
         section.repeated_segment_len,
     )
+    if notes is not None:
+        fit = f"to fit max_model_len {max_model_len:,}"
+        found = [
+            changed_note("workload.output_len", output_len, drawn_out, output_lens,
+                         f"{fit} with a prompt token"),
+            *_prompt_notes(section, prompt_lens, fits, fit),
+        ]  # fmt: skip
+        notes += [note for note in found if note is not None]
     aborts = draw_aborts(section.abort_fraction, output_lens, rng(seed, ABORTS))
     sampling = sampling_of(section, random_weights)
     return [
@@ -67,6 +78,46 @@ def synthetic(
         )
         for i in range(n)
     ]
+
+
+def _lens(
+    prompt_lens: np.ndarray, fits: np.ndarray, shared: SharedPrefix | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt length, of which shared prefix) per request: at least a token of its own after
+    its prefix, at most ``fits``."""
+    prefix_len = shared.len if shared else 0
+    lens = np.minimum(np.maximum(prompt_lens, prefix_len + 1), fits)
+    return lens, np.minimum(prefix_len, lens - 1)
+
+
+def _prompt_notes(
+    section: WorkloadSection, prompt_lens: np.ndarray, fits: np.ndarray, fit: str
+) -> list[str | None]:
+    """Notes on the prompt lengths, shared prefixes and repeated segments ``_prompts`` cut
+    (or, for a prefix, made longer)."""
+    shared, seg = section.shared_prefix, section.repeated_segment_len
+    lens, prefix_lens = _lens(prompt_lens, fits, shared)
+    own = lens - prefix_lens
+    n = len(lens)
+    found = [
+        changed_note("workload.prompt_len", section.prompt_len, prompt_lens,
+                     np.minimum(prompt_lens, fits), f"{fit} with the request's output_len"),
+    ]  # fmt: skip
+    if shared is not None:
+        found += [
+            changed_note("workload.prompt_len", section.prompt_len, np.minimum(prompt_lens, fits),
+                         lens, f"the shared prefix of {shared.len:,} and a token of its own"),
+            changed_note("workload.shared_prefix.len", shared.len, np.full(n, shared.len),
+                         prefix_lens, f"{fit} with the request's output_len and a token of its "
+                         "own"),
+        ]  # fmt: skip
+    if seg is not None:
+        found.append(
+            changed_note("workload.repeated_segment_len", seg, np.full(n, seg),
+                         np.minimum(seg, own), "a prompt's own tokens are fewer: it does not "
+                         "repeat")
+        )  # fmt: skip
+    return found
 
 
 def draw_arrivals(arrival: Arrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -108,8 +159,7 @@ def _prompts(
     with prefix i % G and has at least one token of its own (the prefix is cut to fit). With
     ``segment_len`` a prompt's own tokens are its first ``segment_len`` drawn ones, repeated."""
     groups, prefix_len = (shared.groups, shared.len) if shared else (1, 0)
-    lens = np.minimum(np.maximum(prompt_lens, prefix_len + 1), fits)
-    own_prefix_lens = np.minimum(prefix_len, lens - 1)
+    lens, own_prefix_lens = _lens(prompt_lens, fits, shared)
     prefixes = prefix_rng.integers(0, vocab_size, size=(groups, prefix_len)).tolist()
     suffix_lens = lens - own_prefix_lens
     suffixes = token_rng.integers(0, vocab_size, size=int(suffix_lens.sum()))

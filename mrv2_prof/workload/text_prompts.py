@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mrv2_prof.finite_numbers import shown_number
 from mrv2_prof.scenario import ScenarioError
 from mrv2_prof.views.safe_text import plain
 
@@ -128,7 +129,7 @@ def ids_problem(value: Any, vocab_size: int) -> str | None:
         return f"must be a list of integers, got {shown_json(value)}"
     bad = next((t for t in value if not 0 <= t < vocab_size), None)
     if bad is not None:
-        return f"token id {bad} outside the vocabulary [0, {vocab_size})"
+        return f"token id {shown_number(bad, False)} outside the vocabulary [0, {vocab_size})"
     return None
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
+from mrv2_prof.finite_numbers import finite, is_json_number, number_problem, shown_number
 from mrv2_prof.input_file import InputError, MiB, read_bytes
 from mrv2_prof.memory_budget import available_host_bytes
 from mrv2_prof.scenario import ScenarioError, WorkloadSection
@@ -63,7 +63,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_num(v: Any) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
+    return finite(v) is not None  # the scenario's rule: no overflow, no inf or nan
 
 
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -97,6 +97,7 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+_NUMBERS = ("arrival_s", "temperature", "top_p")  # the keys of a (float) number
 # Upper bounds, checked once the type is right: (the largest value, or length, and why).
 _LIMITS: dict[str, tuple[int | float, str]] = {
     "id": (MAX_ID_CHARS, "characters of requests.req_id"),
@@ -113,8 +114,10 @@ def _over_limit(key: str, value: Any) -> str | None:
         return None
     limit, reason = _LIMITS[key]
     if key == "seed" and value < 0:
-        return f"must be >= 0, got {value}"
-    size = len(value) if isinstance(value, (str, list)) else value
+        return f"must be >= 0, got {shown_number(value)}"
+    size = len(value) if isinstance(value, list) else value
+    if key == "id":  # characters, an integer id's too
+        size = len(str(value))
     return over(limit, size, reason) if size > limit else None
 
 
@@ -146,6 +149,8 @@ def _parse_line(raw: bytes, line_no: int) -> dict[str, Any]:
         if key not in _RULES:
             raise _LineError(key, "unknown key")
         is_ok, want = _RULES[key]
+        if key in _NUMBERS and is_json_number(value) and (problem := number_problem(value)):
+            raise _LineError(key, problem)  # a 400-digit integer, or 1e400 (inf)
         if not is_ok(value):
             raise _LineError(key, f"{want}, got {shown_json(value)}")
         bad_messages = messages_problem(value) if key == "messages" else None
@@ -189,7 +194,8 @@ def _line_request(
         bad = next((t for t in obj["prompt_token_ids"] if not 0 <= t < vocab_size), None)
         if bad is not None:
             raise _LineError(
-                "prompt_token_ids", f"token id {bad} outside the vocabulary [0, {vocab_size})"
+                "prompt_token_ids",
+                f"token id {shown_number(bad, False)} outside the vocabulary [0, {vocab_size})",
             )
     if is_text and max_tokens >= max_model_len:  # a text's length is known once tokenized
         raise _LineError(

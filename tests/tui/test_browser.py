@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, TabbedContent
-from tui_helpers import svg_text, text
+from tui_helpers import svg_text, text, wait_for
 
 from mrv2_prof.store import Store
 from mrv2_prof.tui.browser import BrowserApp
@@ -180,7 +180,7 @@ async def test_help_lists_the_keys_and_q_quits(runs_db) -> None:
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
         await pilot.press("q")
-        await pilot.pause()
+        await wait_for(pilot, lambda: not app.is_running)
         assert not app.is_running
 
 

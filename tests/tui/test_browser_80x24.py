@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Input
-from tui_helpers import svg_text, text
+from tui_helpers import svg_text, text, wait_for
 
 from mrv2_prof.store import Store
 from mrv2_prof.tui.browser import BrowserApp
@@ -105,6 +105,12 @@ async def test_the_run_list_at_80x24_cuts_no_number_and_shows_the_whole_label(lo
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         await settle(app, pilot)
+        # the rows with their loaded headlines (a loaded machine paints them after ``settle``)
+        def shown() -> bool:
+            on_screen = "\n".join(screen_lines(app))
+            return all(f" {r} " in on_screen and itl in on_screen for r, (_, itl) in SHOWN.items())
+
+        await wait_for(pilot, shown)
         lines = screen_lines(app)
         for run_id, (tok_s, itl) in SHOWN.items():
             (row,) = [line for line in lines if f" {run_id} " in line]
@@ -117,8 +123,7 @@ async def test_the_run_list_at_80x24_cuts_no_number_and_shows_the_whole_label(lo
         assert text(app, "runs-status") == f"e00001: {LABELS['e00001']}"
         assert "".join(lines[-4:]).replace(" ", "").count(LABELS["e00001"].replace(" ", "")) == 1
         await pilot.press("down")
-        await pilot.pause()
-        assert text(app, "runs-status") == f"e00002: {LABELS['e00002']}"
+        await wait_for(pilot, lambda: text(app, "runs-status") == f"e00002: {LABELS['e00002']}")
 
 
 SCROLLBAR = "▁▂▃▄▅▆▇█▉▊▋▌▍▎▏▐ "
@@ -148,7 +153,7 @@ async def test_the_comparison_at_80x24_keeps_every_verdict_whole(long_db):
         # p99_itl: 1,376.20 ms (A) against 39.80 ms (B): too wide for B − A at 80 columns
         assert not screen.with_delta and "delta" not in [c.value for c in table.columns]
         await pilot.resize_terminal(160, 40)
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: screen.with_delta)
         assert screen.with_delta and str(table.get_cell("p99_itl", "delta")) == "-1,336.40 ms"
 
 
@@ -218,7 +223,7 @@ async def test_the_step_table_filters(long_db):
         await pilot.press("slash")
         screen.query_one("#steps-input", Input).value = "nope>1"
         await pilot.press("enter")
-        await pilot.pause()
+        await settle(app, pilot)
         assert screen.where is None and screen.query_one("#steps-input", Input).display
         await pilot.press("escape")  # closes the input, stays on the run
         assert app.screen is screen and not screen.query_one("#steps-input", Input).display

@@ -53,7 +53,7 @@ async def test_a_cpu_run_has_no_gpu_sparklines() -> None:
         source.push(make_snapshot(device="cpu"))
         await wait_for(pilot, lambda: text(app, "gpu-note") == "n/a on CPU: no GPU telemetry")
         await pilot.press("9")  # the GPU panel
-        await pilot.pause()
+        await wait_for(pilot, lambda: not any(app.query_one(s, Sparkline).display for s in SPARKS))
         assert all(not app.query_one(s, Sparkline).display for s in SPARKS)
         screen = svg_text(app.export_screenshot())
         assert "n/a on CPU: no GPU telemetry" in screen
