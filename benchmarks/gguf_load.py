@@ -26,10 +26,11 @@ import torch
 from bench_io import write_results
 
 from mrv2_prof.runner.config import ModelSpec
+from mrv2_prof.runner.model.checkpoint_args import expected_tensors
 from mrv2_prof.runner.model.gguf_dequant import dequantize, type_name
 from mrv2_prof.runner.model.gguf_file import read_header
 from mrv2_prof.runner.model.gguf_model import checked_tensors, model_args, unpermute_qk
-from mrv2_prof.runner.model.loader import expected_tensors, load_model
+from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.shipped import require_shipped
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

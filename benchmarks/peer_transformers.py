@@ -36,7 +36,7 @@ from bench_io import write_results
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model.loader import model_args_for
+from mrv2_prof.runner.model.checkpoint_args import model_args_for
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 

@@ -27,8 +27,8 @@ from safetensors import SafetensorError, safe_open
 from mrv2_prof.cli import app
 from mrv2_prof.runner.model import PRESETS
 from mrv2_prof.runner.model.args import MAX_SIZES
+from mrv2_prof.runner.model.checkpoint_args import expected_tensors
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
-from mrv2_prof.runner.model.loader import expected_tensors
 from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS
 from mrv2_prof.store import Store
 from tests.test_bad_input_cli import CKPT, RUN, Case, _checkpoint, check_case, runner

@@ -79,7 +79,7 @@ def _checkpoint(**config_edits) -> Callable[[Path], None]:
         import torch
         from safetensors.torch import save_file
 
-        from mrv2_prof.runner.model.loader import expected_tensors
+        from mrv2_prof.runner.model.checkpoint_args import expected_tensors
 
         args = PRESETS["llama-tiny"]
         out = d / "ckpt"

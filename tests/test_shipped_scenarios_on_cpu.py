@@ -1,8 +1,9 @@
 """Every shipped scenario runs on a CPU machine with two overrides, the device and the tiny model
 (the GPU-only switches become recorded notes, ``num_kv_blocks: auto`` sizes the cache for the
-CPU), and here a third, fewer requests: the file, its downgrades and its run end to end are what
-is checked, in a share of the CI's time its full traffic would take. A scenario of a shipped real
-model keeps its model (its text workload needs the tokenizer) and runs shorter answers."""
+CPU), and here two more, fewer requests and shorter answers: the file, its downgrades and its run
+end to end are what is checked, in a share of the CI's time its full traffic would take. A
+scenario of a shipped real model keeps its model (its text workload needs the tokenizer) and runs
+shorter answers."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_a_shipped_scenario_runs_on_cpu_with_two_overrides(scenario, tmp_path):
                    "workload.output_len={dist: fixed, value: 8}"]  # fmt: skip
     else:
         smaller = ["--set", "model.preset=llama-tiny",
-                   "--set", f"workload.num_requests={NUM_REQUESTS}"]  # fmt: skip
+                   "--set", f"workload.num_requests={NUM_REQUESTS}",
+                   "--set", "workload.output_len={dist: fixed, value: 16}"]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "mrv2_prof", "run", str(scenario), "--headless", "--db", str(db),
          "--set", "runner.device=cpu", *smaller],

@@ -11,9 +11,11 @@ CUDA context: the GPU's free memory comes from NVML.
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from mrv2_prof.memory_budget import shortfall
+from mrv2_prof.runner.model.args import weight_count
 from mrv2_prof.scenario import Scenario, ScenarioError
 
 if TYPE_CHECKING:
@@ -31,12 +33,23 @@ def _on_gpu(config: RunnerConfig) -> bool:
 
     if config.device == "cpu":
         return False
-    import torch
+    available = _cuda_driver_present()
+    if available:
+        import torch
 
-    available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
+        available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
     if config.device == "cuda" and not available:
         raise invalid("device", NO_CUDA)
     return available
+
+
+# Device nodes of an NVIDIA driver (Linux; WSL's GPU node). Without one, CUDA is unavailable and
+# torch (1-2 s of imports) is not loaded in this process just to be told so.
+_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def _cuda_driver_present() -> bool:
+    return not sys.platform.startswith("linux") or any(map(os.path.exists, _DRIVER_NODES))
 
 
 def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:
@@ -61,12 +74,14 @@ def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:
 
 def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
     from mrv2_prof.runner.config import invalid
-    from mrv2_prof.runner.parallel.tensor_parallel import tp_problem
 
     world, spec = config.tensor_parallel_size, config.spec_decode.method
-    problem = tp_problem(world, args, on_gpu, spec)
-    if problem is not None:
-        raise invalid("tensor_parallel_size", problem)
+    if world > 1:  # the check sits beside the ranks' code, which loads torch
+        from mrv2_prof.runner.parallel.tensor_parallel import tp_problem
+
+        problem = tp_problem(world, args, on_gpu, spec)
+        if problem is not None:
+            raise invalid("tensor_parallel_size", problem)
     if config.spec_decode.method == "draft_model":  # the draft model against the target
         from mrv2_prof.runner.spec_decode.draft_model import check_draft, draft_args_for
 
@@ -86,10 +101,8 @@ def memory_needs(
     (an explicit block count, or ``auto``'s on a CPU; on a GPU ``auto`` is sized from what is
     free) and the request state
     (a prompt row and a block-table row per slot, on the device and staged on the host)."""
-    from mrv2_prof.runner.model.loader import expected_tensors
-
     item = _ITEM_BYTES[dtype]
-    weights = sum(_numel(shape) for shape in expected_tensors(args).values()) * item
+    weights = weight_count(args) * item
     per_block = 2 * config.block_size * args.num_key_value_heads * args.head_dim * item
     blocks = config.num_kv_blocks
     if blocks is None and not on_gpu:  # auto on a CPU: the blocks start-up will allocate
@@ -108,7 +121,7 @@ def memory_needs(
 
         draft = draft_args_for(spec, args)
         own = 0 if spec.draft_target_layers is not None else 1
-        w = own * sum(_numel(shape) for shape in expected_tensors(draft).values()) * item
+        w = own * weight_count(draft) * item
         tokens = (config.max_num_reqs + 1) * config.max_num_blocks_per_req * config.block_size
         kv = tokens * 2 * draft.num_key_value_heads * draft.head_dim * item
         probs = (config.max_num_reqs + 1) * spec.max_k * draft.vocab_size * 4
@@ -117,13 +130,6 @@ def memory_needs(
             w + kv * draft.num_hidden_layers + probs,
         )
     return needs
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _memory(config: RunnerConfig, args: ModelArgs, dtype: str, on_gpu: bool) -> None:
@@ -143,7 +149,7 @@ def preflight(scenario: Scenario) -> Scenario:
     Returns the scenario with ``runner.max_model_len: auto`` resolved to the model's own
     ``max_position_embeddings`` (what the runner will use, and what the run stores)."""
     from mrv2_prof.runner.config import ConfigError
-    from mrv2_prof.runner.model.loader import model_args_for
+    from mrv2_prof.runner.model.checkpoint_args import model_args_for
     from mrv2_prof.workload import build_workload, model_tokenizer
 
     config = scenario.runner_config()

@@ -17,14 +17,14 @@ from gguf.constants import GGMLQuantizationType
 
 from mrv2_prof.runner.config import ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError
-from mrv2_prof.runner.model.gguf_file import ArrayInfo, read_header
-from mrv2_prof.runner.model.gguf_model import checked_tensors, gguf_name, model_args
-from mrv2_prof.runner.model.loader import (
+from mrv2_prof.runner.model.checkpoint_args import (
     expected_tensors,
-    load_model,
     model_args_for,
     read_model_args,
 )
+from mrv2_prof.runner.model.gguf_file import ArrayInfo, read_header
+from mrv2_prof.runner.model.gguf_model import checked_tensors, gguf_name, model_args
+from mrv2_prof.runner.model.loader import load_model
 from tests.runner.gguf_checkpoint import metadata_value, patch, tensor_record
 from tests.test_bad_input_cli import RUN, RUNNER, Case, check_case
 

@@ -19,7 +19,8 @@ from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model.args import CheckpointError
-from mrv2_prof.runner.model.loader import load_model, model_args_for
+from mrv2_prof.runner.model.checkpoint_args import model_args_for
+from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.shipped import require_shipped
 
 NAME = "smollm2-135m"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from mrv2_prof.runner.model import (
     kv_cache_shape,
     rope_inv_freq,
 )
+from mrv2_prof.runner.model.args import weight_count
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.checkpoint_args import expected_tensors
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
 from mrv2_prof.runner.model.loader import CheckpointError, load_model, load_preset
 from mrv2_prof.runner.model.presets import PRESET_PARAMS
@@ -290,6 +293,31 @@ def test_presets_equal_transformers_models_of_their_hf_config(name):
     if args.tie_word_embeddings:
         hf_shapes.pop("lm_head.weight")
     assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == hf_shapes
+
+
+_TINY = PRESETS["llama-tiny"]
+WEIGHT_COUNT_CASES = {
+    **{name: PRESETS[name] for name in PRESETS},
+    "llama-bias-tied": replace(_TINY, attention_bias=True, tie_word_embeddings=True),
+    "qwen2-untied": replace(PRESETS["qwen2-0.5b"], tie_word_embeddings=False),
+    "qwen3-bias": replace(PRESETS["qwen3-0.6b"], attention_bias=True),
+}
+
+
+@pytest.mark.parametrize("name", list(WEIGHT_COUNT_CASES))
+def test_weight_count_is_the_transformers_models_parameter_count(name):
+    """The arithmetic the checks before a run use (no model built) against transformers' own
+    model of the same config, and against the tensors the loader expects."""
+    import transformers
+
+    args = WEIGHT_COUNT_CASES[name]
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**args.to_hf_config())
+        )
+    assert weight_count(args) == sum(p.numel() for p in hf.parameters())
+    shapes = expected_tensors(args).values()
+    assert weight_count(args) == sum(math.prod(shape) for shape in shapes)
 
 
 def test_qwen3_hf_config_fields():

@@ -91,8 +91,8 @@ def screen_lines(app: BrowserApp) -> list[str]:
 
 async def lines_showing(app: BrowserApp, pilot, prefixes: list[str]) -> list[str]:
     """The screen's lines once a line starts with each of ``prefixes`` (a loaded 2-core machine
-    can paint a table's rows after ``settle``); the last lines read after 5 s otherwise."""
-    for _ in range(100):
+    can paint a table's rows after ``settle``); the last lines read after 30 s otherwise."""
+    for _ in range(600):
         lines = screen_lines(app)
         if all(any(x.startswith(p) for x in lines) for p in prefixes):
             break
@@ -105,6 +105,7 @@ async def test_the_run_list_at_80x24_cuts_no_number_and_shows_the_whole_label(lo
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         await settle(app, pilot)
+
         # the rows with their loaded headlines (a loaded machine paints them after ``settle``)
         def shown() -> bool:
             on_screen = "\n".join(screen_lines(app))

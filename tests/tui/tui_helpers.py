@@ -129,7 +129,9 @@ def text(app: App, widget_id: str) -> str:
     return str(app.screen.query_one(f"#{widget_id}", Static).render())
 
 
-async def wait_for(pilot: Pilot, predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+async def wait_for(pilot: Pilot, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Poll until ``predicate`` holds; the deadline is long because a loaded 2-core machine
+    running tests in parallel paints late (a pass costs only the time the condition takes)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:

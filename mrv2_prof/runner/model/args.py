@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # the CLI's parent process reads configs without loading torch
+    import torch
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 _MODEL_TYPES = dict(zip(("llama", "qwen2", "qwen3"), SUPPORTED_ARCHITECTURES, strict=True))
@@ -293,3 +294,18 @@ def kv_cache_bytes_per_block(args: ModelArgs, block_size: int, dtype: torch.dtyp
     """Bytes one block id costs summed over all layers (a block id addresses every layer)."""
     per_layer = 2 * block_size * args.num_key_value_heads * args.head_dim * dtype.itemsize
     return per_layer * args.num_hidden_layers
+
+
+def weight_count(args: ModelArgs) -> int:
+    """The number of weights a model of ``args`` loads, by arithmetic on its shapes (what
+    ``checkpoint_args.expected_tensors`` lists, without building a model or loading torch)."""
+    h, d = args.hidden_size, args.head_dim
+    q, kv = args.num_attention_heads * d, args.num_key_value_heads * d
+    attention = h * q + 2 * h * kv + q * h
+    if args.attention_bias:
+        attention += q + 2 * kv + (h if args.o_proj_bias else 0)
+    if args.qk_norm:
+        attention += 2 * d
+    layer = attention + 3 * h * args.intermediate_size + 2 * h
+    head = 0 if args.tie_word_embeddings else args.vocab_size * h
+    return args.vocab_size * h + args.num_hidden_layers * layer + h + head

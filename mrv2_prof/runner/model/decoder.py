@@ -25,7 +25,10 @@ class DecoderModel(nn.Module):
 
     def __init__(self, args: ModelArgs, kernels: ModelKernels) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        # Built without its own random init (the loader fills every weight): Embedding's
+        # ``normal_`` on the meta device loads torch._dynamo, 1.6 s of every start-up.
+        shape = (args.vocab_size, args.hidden_size)
+        self.embed_tokens = nn.Embedding(*shape, _weight=torch.empty(shape))
         self.layers = nn.ModuleList(
             DecoderLayer(args, kernels) for _ in range(args.num_hidden_layers)
         )

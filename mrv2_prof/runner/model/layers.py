@@ -91,10 +91,19 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.args = args
         self.half = args.head_dim // 2
-        self.register_buffer("inv_freq", rope_inv_freq(args), persistent=False)
+        # A meta build takes shapes only (reset_inv_freq fills the values): torch's arithmetic on
+        # the meta device loads torch._dynamo, 1.6 s of every start-up.
+        meta = torch.empty(0).is_meta
+        positions = args.max_position_embeddings
+        inv_freq = torch.empty(self.half) if meta else rope_inv_freq(args)
         cache = None
         if cos_sin_cache:
-            cache = rope_cos_sin_cache(self.inv_freq, args.max_position_embeddings)
+            cache = (
+                torch.empty(positions, 2 * self.half)
+                if meta
+                else rope_cos_sin_cache(inv_freq, positions)
+            )
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     def reset_inv_freq(self, device: torch.device) -> None:

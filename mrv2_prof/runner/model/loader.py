@@ -14,23 +14,17 @@ dequantized there to the run's dtype (``gguf_dequant.py``).
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import safe_open
 
-from mrv2_prof.input_file import InputError, check_regular_file, read_bytes
 from mrv2_prof.runner.config import ConfigError, ModelSpec
-from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, check_sizes, token_ids_in
-from mrv2_prof.runner.model.checkpoint_tensors import check_tensors
+from mrv2_prof.runner.model.args import CheckpointError, ModelArgs
+from mrv2_prof.runner.model.checkpoint_args import checked_checkpoint, checked_gguf, is_gguf
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
 from mrv2_prof.runner.model.gguf_dequant import dequantize
-from mrv2_prof.runner.model.gguf_file import TensorInfo, read_header
-from mrv2_prof.runner.model.gguf_model import checked_tensors, model_args, unpermute_qk
+from mrv2_prof.runner.model.gguf_model import unpermute_qk
 from mrv2_prof.runner.model.model_kernels import (
     TORCH_MODEL_KERNELS,
     Attend,
@@ -43,7 +37,6 @@ from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 __all__ = ["CheckpointError", "load_gguf", "load_model", "load_preset", "load_hf_checkpoint"]
 
 INIT_STD = 0.02
-MAX_CONFIG_BYTES = 16 << 20  # config.json, generation_config.json
 
 
 def load_model(
@@ -72,70 +65,6 @@ def load_model(
     return model.eval().requires_grad_(False), model.args
 
 
-def preset_names() -> list[str]:
-    """Every name ``model.preset`` takes: the random-weight presets, then the shipped models."""
-    return sorted(PRESETS) + sorted(SHIPPED)
-
-
-def is_gguf(path: str | Path) -> bool:
-    """Whether ``model.path`` names a GGUF file (``*.gguf``, or anything but a directory: a
-    FIFO or a device there is refused as the GGUF file it would be)."""
-    p = Path(path)
-    return p.suffix.lower() == ".gguf" or (os.path.lexists(p) and not p.is_dir())
-
-
-def model_args_for(spec: ModelSpec) -> ModelArgs:
-    """The architecture ``spec`` names, read without loading weights (for checks before a run):
-    a checkpoint's config and tensor headers are checked as the loader will read them."""
-    if spec.preset in SHIPPED:
-        return _checked_gguf(require_shipped(spec.preset))[0]
-    if spec.preset is not None:
-        if spec.preset not in PRESETS:
-            name = repr(spec.preset)[:60]
-            raise ConfigError(f"model.preset: {name} is not one of {preset_names()}")
-        return PRESETS[spec.preset]
-    if is_gguf(spec.path):
-        return _checked_gguf(spec.path)[0]
-    return _checked_checkpoint(Path(spec.path))[0]
-
-
-def _checked_checkpoint(directory: Path) -> tuple[ModelArgs, list[Path]]:
-    """The model a Hugging Face directory holds and its ``*.safetensors`` files, the config and
-    every file's header checked (a regular file each, never opened if not)."""
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: checkpoint directory does not exist")
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{directory}: no *.safetensors files")
-    args = read_model_args(directory)
-    check_tensors(directory, files, expected_tensors(args), args.num_hidden_layers)
-    return args, files
-
-
-_LAYER0 = "model.layers.0."
-
-
-def expected_tensors(args: ModelArgs) -> dict[str, tuple[int, ...]]:
-    """The checkpoint tensors (name -> shape) a model of ``args`` loads, in state-dict order:
-    a one-layer model built on ``meta``, its layer's tensors repeated for every layer (the
-    layers are alike), so the cost does not grow with a model's layer count."""
-    with torch.device("meta"):
-        model = LlamaForCausalLM(replace(args, num_hidden_layers=1), TORCH_MODEL_KERNELS)
-    before: dict[str, tuple[int, ...]] = {}
-    layer: dict[str, tuple[int, ...]] = {}
-    after: dict[str, tuple[int, ...]] = {}
-    for name, t in model.state_dict().items():
-        if name.startswith(_LAYER0):
-            layer[name.removeprefix(_LAYER0)] = tuple(t.shape)
-        else:
-            (after if layer else before)[name] = tuple(t.shape)
-    out = before
-    for i in range(args.num_hidden_layers):
-        out.update((f"model.layers.{i}.{suffix}", shape) for suffix, shape in layer.items())
-    out.update(after)
-    return out
-
-
 def load_preset(
     name: str,
     seed: int,
@@ -149,7 +78,8 @@ def load_preset(
         raise ConfigError(f"model.preset: {name!r} is not one of {sorted(PRESETS)}")
     with torch.device("meta"):
         model = LlamaForCausalLM(PRESETS[name], kernels)
-    model = model.to(dtype).to_empty(device=device)
+    # Module.to_empty, but by torch.empty: its empty_like on the meta device loads sympy (0.7 s)
+    model = model.to(dtype)._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for param_name, param in model.named_parameters():
@@ -173,7 +103,7 @@ def load_hf_checkpoint(
     """A Llama/Qwen2/Qwen3 model from ``config.json`` and every ``*.safetensors`` file in
     ``path``, read onto ``device``."""
     directory = Path(path)
-    args, files = _checked_checkpoint(directory)
+    args, files = checked_checkpoint(directory)
     with torch.device("meta"):
         model = LlamaForCausalLM(args, kernels)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -193,7 +123,7 @@ def load_gguf(
     """A Llama/Qwen2/Qwen3 model from a GGUF file: its header checked, then every tensor's bytes
     read in file order, copied to ``device`` and dequantized there to ``dtype`` (a ``llama``
     file's q/k rows put back in Hugging Face's order)."""
-    args, tensors = _checked_gguf(path)
+    args, tensors = checked_gguf(path)
     with torch.device("meta"):
         model = LlamaForCausalLM(args, kernels)
     state: dict[str, torch.Tensor] = {}
@@ -211,57 +141,6 @@ def load_gguf(
     model.load_state_dict(state, strict=True, assign=True)
     model.init_buffers()
     return model
-
-
-def _checked_gguf(path: str | Path) -> tuple[ModelArgs, dict[str, TensorInfo]]:
-    """The model a GGUF file holds and its tensor for each state-dict name, all checked."""
-    if os.path.lexists(path):  # a FIFO or a device: named, never opened
-        _regular(Path(path), "GGUF file")
-    header = read_header(path)
-    args = model_args(header)
-    check_sizes(args, str(path))
-    return args, checked_tensors(header, expected_tensors(args))
-
-
-def _regular(path: Path, what: str) -> None:
-    try:
-        check_regular_file(path, what)
-    except InputError as exc:
-        raise CheckpointError(str(exc)) from None
-
-
-def read_model_args(directory: Path) -> ModelArgs:
-    """``ModelArgs`` from ``config.json``, with eos ids from ``generation_config.json`` if any."""
-    config_path = directory / "config.json"
-    if not os.path.lexists(config_path):
-        raise CheckpointError(f"{config_path}: config.json is missing")
-    args = ModelArgs.from_hf_config(_read_json(config_path, "config"), str(config_path))
-    generation_path = directory / "generation_config.json"
-    if os.path.lexists(generation_path):  # read when present: a FIFO is refused, not skipped
-        generation = _read_json(generation_path, "generation config")
-        source, vocab = str(generation_path), args.vocab_size
-        eos = token_ids_in(generation, "eos_token_id", vocab, source)
-        bos = token_ids_in(generation, "bos_token_id", vocab, source)
-        bos_id = bos[0] if bos else args.bos_token_id
-        args = replace(args, eos_token_ids=eos or args.eos_token_ids, bos_token_id=bos_id)
-    return args
-
-
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    """A checkpoint's small JSON file: a regular file (never a FIFO or a device, which are
-    refused before they are opened) of at most ``MAX_CONFIG_BYTES``."""
-    try:
-        raw = read_bytes(path, f"checkpoint's {what}", MAX_CONFIG_BYTES)
-    except InputError as exc:
-        raise CheckpointError(str(exc)) from None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        message = " ".join(str(exc).split())[:200]
-        raise CheckpointError(f"{path}: invalid JSON ({message})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _read_tensors(

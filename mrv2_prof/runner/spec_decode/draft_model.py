@@ -18,8 +18,9 @@ from torch import nn
 
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs
+from mrv2_prof.runner.model.checkpoint_args import model_args_for, preset_names
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
-from mrv2_prof.runner.model.loader import load_model, model_args_for, preset_names
+from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.model_kernels import ModelKernels
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
