@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mrv2_prof.host_contention import assess, contention_text
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import RunSummary, run_summary
@@ -239,6 +240,15 @@ def downgraded(s: RunSummary, f: FindingFacts) -> Finding | None:
     return Finding("downgraded", 1, min(1.0, len(found) / 4), text, where)
 
 
+def host_contention(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """A busy or oversubscribed host, or CPU time stolen (``host_contention``: the rules)."""
+    c = assess(s.environment)
+    if c is None or not c.contended:
+        return None
+    where = "runs.environment: load_avg_start/end, torch_threads, cpu_steal_ticks; OMP_NUM_THREADS"
+    return Finding("host_contention", 2, 1.0, contention_text(c), where)
+
+
 def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
     """A run that failed or was stopped: its figures cover only what ran."""
     if s.status in ("completed", "running"):
@@ -249,8 +259,8 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 
 
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
-    not_completed, host_bound, implicit_syncs, kv_pressure, spec_costs_more, spec_sat_out,
-    graph_fallback, unused_graphs, downgraded, prefix_cache, perturbed,
+    not_completed, host_contention, host_bound, implicit_syncs, kv_pressure, spec_costs_more,
+    spec_sat_out, graph_fallback, unused_graphs, downgraded, prefix_cache, perturbed,
 )  # fmt: skip
 
 

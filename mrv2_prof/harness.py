@@ -40,7 +40,8 @@ from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
 from mrv2_prof.request_rows import InFlightRows
 from mrv2_prof.request_texts import RequestTexts
-from mrv2_prof.run_environment import finish_environment, run_environment
+from mrv2_prof.run_environment import finish_environment, load_average, run_environment
+from mrv2_prof.runner_threads import ThreadChoice, apply_threads, available_cores, choose_threads
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 from mrv2_prof.store.opening import DiskFullError, disk_full
 
@@ -109,6 +110,7 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
     """The runner process's work (tests call it in-process, without a ``lifetime``)."""
     interrupted = _Interrupted() if lifetime is None else lifetime
     emit = queue.put
+    began = time.perf_counter()
     try:  # the run writes a side file of its own: the database stays readable meanwhile
         name = str(job.scenario.get("name", ""))
         store, run_id = Store.open_live_run(job.db_path, label=job.label, scenario_name=name)
@@ -116,7 +118,9 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
         emit(("done", Outcome(None, "failed", str(exc), exit_code=2)))
         return
     try:
-        outcome = _run(job, store, run_id, emit, lambda: interrupted.flag or stop_event.is_set())
+        should_stop = lambda: interrupted.flag or stop_event.is_set()  # noqa: E731
+        # the runner process's own threads (runner_threads); in-process (tests) the caller's
+        outcome = _run(job, store, run_id, emit, should_stop, began, lifetime is not None)
     except DiskFullError as exc:  # the run row could not be written: nothing of the run is kept
         outcome = Outcome(None, "failed", str(exc), exit_code=2)
     except Exception as exc:  # before the run row existed, or while finishing it
@@ -158,13 +162,21 @@ def _finish_in_database(db_path: str, outcome: Outcome, ended_ns: int) -> None:
         main.finish_run(outcome.run_id, outcome.status, ended_ns=ended_ns, error=outcome.error)
 
 
-def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
+def _run(
+    job: RunJob, store: Store, run_id: str, emit, should_stop, began: float, set_threads: bool
+) -> Outcome:
     from mrv2_prof.effective_scenario import engine_as_run
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
     from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml
 
     scenario = Scenario.model_validate(job.scenario)
+    processes = scenario.runner.tensor_parallel_size
+    threads: ThreadChoice | None = None
+    if set_threads:  # before the model loads and the ranks are spawned
+        load = load_average()
+        threads = choose_threads(os.environ, available_cores(), load and load[0], processes)
+        apply_threads(threads)
     try:  # one transaction: the row is there whole, or (the disk refused it) not at all
         with store.transaction():
             store.begin_run(
@@ -221,6 +233,7 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             outcome.status = "aborted"
             return outcome
         from mrv2_prof.runner.engine import Engine
+        from mrv2_prof.runner.model.model_name import model_identity
         from mrv2_prof.workload import build_workload, model_tokenizer
 
         t0 = time.perf_counter()
@@ -239,8 +252,10 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             notes=workload_notes,
         )
         texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
-        notes = unavailable_probe_notes(scenario.probes.model_dump()) + workload_notes
+        notes = [*job.notes, *unavailable_probe_notes(scenario.probes.model_dump())]
+        notes += workload_notes
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
+        outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
         session = ProbeSession(
@@ -250,7 +265,12 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             outcome.facts["notes"],
             trace_dir=str(Path(job.db_path).resolve().parent / "kernel_traces"),
         )
-        environment = run_environment(info.device)
+        environment = run_environment(
+            info.device,
+            after_s=time.perf_counter() - began,
+            processes=processes,
+            threads_set_by=threads and threads.reason,
+        )
         ran = engine_as_run(job.scenario, job.db_path, engine, nvtx_anchor_ns is not None)
         if ran.get("workload", {}).get("ignore_eos") is None:  # the default as it ran
             from mrv2_prof.workload import TextModel
@@ -271,7 +291,10 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
         gc.freeze()
         outcome.facts["gc_frozen_objects"] = gc.get_freeze_count()
         store.update_run(run_id, info=outcome.facts)
-        live = LiveStats(run_id, job.label, len(requests), info.num_kv_blocks, probe=probe)
+        live = LiveStats(
+            run_id, job.label, len(requests), info.num_kv_blocks, probe=probe,
+            max_tokens={w.req_id: w.max_tokens for w in requests},
+        )  # fmt: skip
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
         if scenario.probes.host_sampling_hz > 0:
@@ -319,7 +342,8 @@ def _run(job: RunJob, store: Store, run_id: str, emit, should_stop) -> Outcome:
             # The writer thread has stopped: the connection is this thread's again.
             store.update_run(run_id, info=outcome.facts)
             if environment:
-                store.update_run(run_id, environment=finish_environment(environment))
+                ended = finish_environment(environment, after_s=time.perf_counter() - began)
+                store.update_run(run_id, environment=ended)
         except Exception as exc:  # the store itself failed (disk full, ...)
             full = disk_full(store.path, exc)
             if full is None or outcome.status != "failed" or not outcome.error:

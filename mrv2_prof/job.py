@@ -21,6 +21,7 @@ class RunJob:
     db_path: str
     run_group: str | None = None  # the repeats of one combination share it (run --repeats N)
     repeat_index: int | None = None
+    notes: tuple[str, ...] = ()  # what the scenario as given replaced (Scenario.notes)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 The runner runs in its own spawned process so the dashboard never shares its interpreter. The
 parent only reads small messages from a queue: the live dashboard (``tui``) or a rich progress
-bar renders them. Ctrl-C (SIGINT), SIGTERM, SIGHUP or ``q`` ask the runner to stop between two
+bar renders them (or, when the output is not a terminal, plain progress lines:
+``headless_progress``). Ctrl-C (SIGINT), SIGTERM, SIGHUP or ``q`` ask the runner to stop between two
 steps; it then flushes everything and marks the run ``aborted`` (more signals change nothing;
 one that does not stop within ``STOP_GRACE_S`` is killed). A runner that dies without saying so
 has its run row marked ``failed`` by the parent; one whose parent dies stops by itself
@@ -28,9 +29,9 @@ from collections import deque
 from collections.abc import Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mrv2_prof.harness import runner_process_main
+from mrv2_prof.headless_progress import with_progress_bar, with_progress_lines
 from mrv2_prof.job import Outcome, RunJob
 from mrv2_prof.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
@@ -255,8 +256,10 @@ def _detach_from_terminal() -> None:
     os.close(devnull)
 
 
-def run_headless(job: RunJob, console: Console) -> RunnerProcess:
-    """Run one job with a rich progress bar; returns the finished ``RunnerProcess``."""
+def run_headless(job: RunJob, console: Console, heartbeat_s: float = 10.0) -> RunnerProcess:
+    """Run one job with a rich progress bar on a terminal, else plain progress lines every
+    ``heartbeat_s`` seconds (0: none; ``progress_lines``); both end with the whole run's rate.
+    Returns the finished ``RunnerProcess``."""
     runner = RunnerProcess(job)
 
     def started(facts: dict) -> None:
@@ -271,28 +274,11 @@ def run_headless(job: RunJob, console: Console) -> RunnerProcess:
             console.print(f"  [yellow]note[/] {markup_safe(note)}")
 
     runner.on_started = started
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-    )
-    with _StopOnSignals(runner), Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("loading", total=None, stats="")
-        runner.start()
-        while not runner.done:
-            runner.pump(0.2)
-            snap, _ = runner.poll()
-            if snap is not None:
-                progress.update(
-                    task,
-                    description="requests",
-                    total=snap.num_requests,
-                    completed=snap.num_done,
-                    stats=_progress_stats(snap),
-                )
-        runner.join()
+    with _StopOnSignals(runner):
+        if console.is_terminal:
+            with_progress_bar(runner, console)
+        else:
+            with_progress_lines(runner, console, heartbeat_s)
     return runner
 
 
@@ -306,12 +292,3 @@ def run_dashboard(job: RunJob) -> RunnerProcess:
         DashboardApp(runner, title=job.label).run()
         runner.join()
     return runner
-
-
-def _progress_stats(s: Snapshot) -> str:
-    ttft = f"{s.ttft_ms_p50:.0f}" if s.ttft_ms_p50 is not None else "-"
-    return (
-        f"{s.tokens_per_s:7.1f} tok/s  {s.steps_per_s:5.1f} steps/s  "
-        f"run {s.num_running} wait {s.num_waiting}  TTFT p50 {ttft} ms  "
-        f"KV {100 * s.kv_usage:3.0f}%"
-    )

@@ -38,8 +38,15 @@ class LiveStats:
         num_requests: int,
         num_kv_blocks: int,
         probe: RecordingProbe | None = None,
+        max_tokens: dict[str, int] | None = None,
     ) -> None:
         self.run_id, self.label = run_id, label
+        # each request's max_tokens, and its max_tokens less its tokens so far (0 once finished):
+        # their sum bounds the tokens still to come (``Snapshot.tokens_left``); None: not given
+        self._max_tokens = dict(max_tokens) if max_tokens is not None else {}
+        self._left = dict(self._max_tokens)
+        self.tokens_left = sum(self._left.values()) if max_tokens is not None else None
+        self.tokens_due = self.tokens_left  # the total of max_tokens (Snapshot.tokens_due)
         self.num_requests, self.num_kv_blocks = num_requests, num_kv_blocks
         self.t0_ns = time.perf_counter_ns()
         self.steps = self.output_tokens = self.num_finished = self.num_aborted = 0
@@ -73,6 +80,7 @@ class LiveStats:
             self.dense_bytes += ws.dense_bytes
         for r in res.updated:
             rid = r.request_id
+            self._count_left(rid, None if r.is_finished else r.num_output_tokens)
             prev = self.last_token_ns.get(rid)
             if prev is None:
                 self.ttft_ms.append((t_ns - r.arrival_time * 1e9) / 1e6)
@@ -91,7 +99,17 @@ class LiveStats:
                 self.last_token_ns[rid] = t_ns
         self._count_probe_rows()
 
+    def _count_left(self, rid: str, produced: int | None) -> None:
+        """Request ``rid`` has produced ``produced`` tokens (None: it finished, none to come)."""
+        old = self._left.get(rid)
+        if old is None or self.tokens_left is None:
+            return
+        left = 0 if produced is None else max(self._max_tokens[rid] - produced, 0)
+        self._left[rid] = left
+        self.tokens_left += left - old
+
     def on_abort(self, req_id: str) -> None:
+        self._count_left(req_id, None)
         self.num_aborted += 1
         self.last_token_ns.pop(req_id, None)
         self.first_token_ns.pop(req_id, None)
@@ -205,6 +223,8 @@ class LiveStats:
             spec_k=self.spec_k,
             spec_expected_tokens=self.spec_expected_tokens,
             spec_cost_ratio=self.spec_cost_ratio,
+            tokens_left=self.tokens_left,
+            tokens_due=self.tokens_due,
         )
 
     def _gpu_timeline(self) -> dict[str, Any]:

@@ -1,10 +1,15 @@
 """The environment a run ran in, stored with it (``runs.environment``, JSON).
 
 Host: CPU model and count, the load average at start and at end (a busy host slows the step
-loop it measures), the thread settings (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, torch's intra-
-and inter-op threads). Software: python, torch, its CUDA and cuDNN. GPU (CUDA runs): name,
-driver version, SM and memory clocks and their maxima (NVML, when the package and a driver are
-there; else a note says why not). ``compare`` warns when two runs differ in hardware or torch.
+loop it measures) and the seconds the run had been going when each was read
+(``load_avg_start_after_s``, ``load_avg_end_after_s``), the CPU time the hypervisor stole
+(``/proc/stat``'s ``steal`` and all ticks, ``[steal, total]``, at start and end: Linux only),
+the thread settings (the user's ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, torch's intra- and
+inter-op threads, how the runner chose them: ``torch_threads_set_by``, ``runner_threads``) and
+the runner processes (tensor-parallel ranks). ``host_contention`` reads them. Software: python,
+torch, its CUDA and cuDNN. GPU (CUDA runs): name, driver version, SM and memory clocks and
+their maxima (NVML, when the package and a driver are there; else a note says why not).
+``compare`` warns when two runs differ in hardware or torch.
 """
 
 from __future__ import annotations
@@ -37,20 +42,49 @@ def load_average() -> list[float] | None:
         return None
 
 
-def run_environment(device: str) -> dict[str, Any]:
-    """The environment at the start of a run on ``device``."""
+def steal_ticks() -> list[int] | None:
+    """``[steal, total]`` ticks of all CPUs since boot (``/proc/stat``; None where the OS does
+    not report steal time)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    try:
+        ticks = [int(x) for x in fields[1:]]
+    except ValueError:
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user and nice]
+    return [ticks[7], sum(ticks[:8])]
+
+
+def run_environment(
+    device: str, after_s: float | None = None, processes: int = 1, threads_set_by: str | None = None
+) -> dict[str, Any]:
+    """The environment at the start of a run on ``device``, ``after_s`` seconds into it;
+    ``processes``: the runner's processes (tensor-parallel ranks); ``threads_set_by``: how its
+    threads were chosen (``runner_threads``; None: torch's default or the caller's, in-process)."""
     import torch
 
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if threads_set_by is not None and not threads_set_by.startswith("OMP_NUM_THREADS="):
+        omp = None  # the runner set it for its ranks: the user did not
     env: dict[str, Any] = {
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "load_avg_start": load_average(),
+        "load_avg_start_after_s": None if after_s is None else round(after_s, 2),
+        "cpu_steal_ticks_start": steal_ticks(),
+        "runner_processes": processes,
+        "torch_threads_set_by": threads_set_by or "torch's default or the caller's (in-process)",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+        "OMP_NUM_THREADS": omp,
         "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS"),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
@@ -96,9 +130,15 @@ def _nvml_facts(device: str) -> dict[str, Any]:
         pynvml.nvmlShutdown()
 
 
-def finish_environment(env: dict[str, Any]) -> dict[str, Any]:
-    """``env`` with the load average at the end of the run."""
-    return {**env, "load_avg_end": load_average()}
+def finish_environment(env: dict[str, Any], after_s: float | None = None) -> dict[str, Any]:
+    """``env`` with the load average and steal ticks at the end of the run, ``after_s``
+    seconds into it."""
+    return {
+        **env,
+        "load_avg_end": load_average(),
+        "load_avg_end_after_s": None if after_s is None else round(after_s, 2),
+        "cpu_steal_ticks_end": steal_ticks(),
+    }
 
 
 def environment_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -125,7 +165,9 @@ def environment_line(env: dict | None) -> str | None:
     if load:
         parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
     threads = env.get("OMP_NUM_THREADS") or "unset"
-    parts.append(f"threads torch {env.get('torch_threads', '?')}, OMP {threads}")
+    set_by = env.get("torch_threads_set_by")
+    chosen = f" ({set_by})" if set_by and not set_by.startswith(("OMP_", "torch's")) else ""
+    parts.append(f"threads torch {env.get('torch_threads', '?')}{chosen}, OMP {threads}")
     cuda = env.get("cuda")
     parts.append(f"torch {env.get('torch', '?')}" + (f" / CUDA {cuda}" if cuda else ""))
     if env.get("gpu_name"):

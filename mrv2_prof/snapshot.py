@@ -65,6 +65,13 @@ class Snapshot:
     spec_k: int = 0
     spec_expected_tokens: float | None = None
     spec_cost_ratio: float | None = None
+    # What is left to do: each unfinished request's max_tokens less its tokens so far, summed
+    # (an upper bound on the output tokens still to come: a stop token ends a request sooner);
+    # None where the producer does not know the workload's max_tokens.
+    tokens_left: int | None = None
+    # The workload's total of max_tokens (None where not known): 1 - tokens_left / tokens_due is
+    # the dashboard's progress, which moves in a burst run (every request finishing at the end).
+    tokens_due: int | None = None
 
     @property
     def num_done(self) -> int:

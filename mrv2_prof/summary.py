@@ -23,6 +23,7 @@ from mrv2_prof.store.rank_steps import rank_line
 from mrv2_prof.store.request_list import first_answers
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.format import format_bytes
+from mrv2_prof.views.model_line import model_line, model_name
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
 from mrv2_prof.views.staged_writes import staged_writes_text
@@ -165,6 +166,28 @@ def _staged(s: RunSummary, facts: FindingFacts | None) -> str:
     return staged_writes_text(s.staged_bytes, s.dense_bytes, facts.staged_by_tensor, on)
 
 
+def _serving_time(s: RunSummary) -> str:
+    if s.partial:
+        return f"{s.duration_s:,.2f} s (partial: first arrival to the last token before the stop)"
+    return f"{s.duration_s:,.2f} s (first arrival to last finish)"
+
+
+def _latency_title(s: RunSummary) -> str:
+    if s.partial:
+        return (
+            "latency (ms), partial run: TTFT and ITL over the requests completed or in flight "
+            "at the stop, TPOT and E2E over completed ones"
+        )
+    return "latency (ms, completed requests)"
+
+
+def _model(info: dict, params: int | None) -> str:
+    """The model's name (where it was read) and path, then its parameter count."""
+    size = f"{params / 1e6:,.1f} M parameters" if params else "? parameters"
+    line = model_line(info) or "name not recorded"
+    return f"{line}; {size}"
+
+
 def summary_tables(
     s: RunSummary,
     found: list[Finding] | None = None,
@@ -184,7 +207,7 @@ def summary_tables(
         ("run", markup_safe(f"{s.run_id}  {s.label}")),
         ("status", markup_safe(status)),
         ("device / dtype", markup_safe(f"{s.device} / {info.get('dtype', '?')}")),
-        ("model", f"{params / 1e6:,.1f} M parameters" if params else "?"),
+        ("model", markup_safe(_model(info, params))),
         ("KV cache", f"{info.get('num_kv_blocks', '?')} blocks"),
         (
             "requests",
@@ -193,10 +216,11 @@ def summary_tables(
         ),
         ("steps", f"{s.steps:,}"),
         ("tokens", f"{s.prompt_tokens:,} prompt, {s.output_tokens:,} output"),
-        ("serving time", f"{s.duration_s:,.2f} s (first arrival to last finish)"),
+        ("serving time", _serving_time(s)),
         (
             "throughput",
-            f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} output tok/s",
+            f"{s.requests_per_s:,.2f} req/s, {s.output_tokens_per_s:,.1f} output tok/s "
+            "(completed requests, output tokens / serving time)",
         ),
         ("preemptions", f"{s.num_preemptions}"),
         (
@@ -225,7 +249,7 @@ def summary_tables(
         rows.append(("environment", environment))
     for k, v in rows:
         head.add_row(k, v)
-    lat = Table(title="latency (ms, completed requests)", title_justify="left")
+    lat = Table(title=_latency_title(s), title_justify="left")
     for col in ("metric", "p50", "p90", "p95", "p99", "mean", "n"):
         lat.add_column(col, justify="left" if col == "metric" else "right")
     lat.add_row(*_pct_row("TTFT", s.ttft_ms))
@@ -359,7 +383,8 @@ def render_runs(rows: list[dict], db: str) -> Table:
         "serving time: first arrival to last finish)",
         caption_justify="left",
     )
-    for col in ("run", "label", "status", "started", "wall time", "requests", "output tokens"):
+    cols = ("run", "label", "model", "status", "started", "wall time", "requests", "output tokens")
+    for col in cols:
         t.add_column(col, justify="right" if col in ("requests", "output tokens") else "left")
     for r in rows:
         started = r.get("started_at")
@@ -375,7 +400,8 @@ def render_runs(rows: list[dict], db: str) -> Table:
         if r.get("run_group"):  # one of the repeats of a combination (run --repeats N)
             label += f"  group:{r['run_group']} #{(r.get('repeat_index') or 0) + 1}"
         t.add_row(
-            markup_safe(r["run_id"]), markup_safe(label), status, started_s, dur,
+            markup_safe(r["run_id"]), markup_safe(label),
+            markup_safe(model_name(r.get("info")) or "-"), status, started_s, dur,
             str(r.get("num_requests") or 0),
             str(r.get("output_tokens") or 0),
         )  # fmt: skip

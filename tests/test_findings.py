@@ -379,3 +379,41 @@ def test_show_json_carries_the_ranked_findings(db):
     ]  # fmt: skip
     assert data["findings"][1]["text"].startswith("KV cache full at step 6: 3 preemptions")
     assert data["num_preemptions"] == 3  # the summary's own fields stay as they were
+
+
+# ---- host contention (mrv2_prof.host_contention: the rules) -------------------------------------
+# 2 cores, torch 2 threads, 1 runner process: the run's own threads R = 2 + 1 (the parent) = 3.
+#   start: load 3.00 read 1.2 s in: the run added at most 3 (1 - e^(-1.2/60)) = 0.0594 -> 2.94
+#   end:   load 3.20 read 4.8 s in: 3 (1 - e^(-4.8/60)) = 0.2307 -> 2.97
+#   busy: 2.97 >= 0.75 x 2 = 1.5; oversubscribed: 2 threads + 2.97 >= 2 cores + 1
+#   steal: (1010 - 1000) / (100400 - 100000) = 2.5 %
+LOADED_ENV = {
+    "cpu_count": 2, "cpu_affinity": 2, "torch_threads": 2, "runner_processes": 1,
+    "load_avg_start": [3.0, 2.5, 2.0], "load_avg_start_after_s": 1.2,
+    "load_avg_end": [3.2, 2.6, 2.0], "load_avg_end_after_s": 4.8,
+    "cpu_steal_ticks_start": [1000, 100000], "cpu_steal_ticks_end": [1010, 100400],
+}  # fmt: skip
+
+
+def test_a_loaded_host_is_a_finding_that_names_the_fix(quiet):
+    s, f = quiet
+    (found,) = findings(dataclasses.replace(s, environment=LOADED_ENV), f)
+    assert (found.rule, found.severity) == ("host_contention", 2)
+    assert found.text == (
+        "host contended: load 2.97 beyond the run at the end on 2 cores (≥ 0.75 × cores); "
+        "2 runner threads + load 2.97 on 2 usable cores; steal 2.5 % of CPU time; the step "
+        "times measure the host's other work too: run on a quiet host, or give the runner "
+        "fewer threads (OMP_NUM_THREADS=1 on a small host)"
+    )
+
+
+def test_a_quiet_host_and_the_runs_own_load_are_no_finding(quiet):
+    s, f = quiet
+    # start 0.30 at 1.2 s -> 0.24; end 2.50 after a 60 s run: 3 (1 - e^-1) = 1.90 its own -> 0.60
+    # busy: 0.60 < 1.5; oversubscribed: 2 + 0.60 = 2.60 < 3; steal 0 %
+    quiet_env = dict(
+        LOADED_ENV, load_avg_start=[0.3, 0.2, 0.1], load_avg_end=[2.5, 1.0, 0.4],
+        load_avg_end_after_s=60.0, cpu_steal_ticks_end=[1000, 112000],
+    )  # fmt: skip
+    assert _fired(dataclasses.replace(s, environment=quiet_env), f) == set()
+    assert _fired(dataclasses.replace(s, environment=None), f) == set()  # not recorded

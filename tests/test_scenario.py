@@ -120,8 +120,10 @@ def test_defaults(tmp_path: Path) -> None:
 def test_model_path_instead_of_preset(tmp_path: Path) -> None:
     s = load_scenario(write(tmp_path, "name: x\nmodel: {path: ./ckpt}\n"))
     assert s.model.preset is None and s.model.path == "./ckpt"
-    msg = error_of(tmp_path, "name: x\nmodel: {path: ./ckpt, preset: llama-tiny}\n")
-    assert ": model.path: " in msg
+    # both: the path replaces the preset, and a note on the run says so
+    s = load_scenario(write(tmp_path, "name: x\nmodel: {path: ./ckpt, preset: llama-tiny}\n"))
+    assert s.model.preset is None and s.model.path == "./ckpt"
+    assert s.notes == ("model.path './ckpt' replaces the scenario's model.preset 'llama-tiny'",)
 
 
 @pytest.mark.parametrize(

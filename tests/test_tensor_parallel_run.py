@@ -54,6 +54,8 @@ def test_two_ranks_give_one_ranks_tokens_and_both_ranks_rows(tmp_path, async_sch
         (info, run_id) = con.execute("SELECT info, run_id FROM runs").fetchone()
     assert ranks == [(0, steps, True, True), (1, steps, True, True)]
     assert "2 ranks over gloo" in info and "sampled other tokens" not in info
+    if not async_scheduling:
+        return  # the views of a two-rank run: once (they read the rows, whatever the schedule)
     show = subprocess.run(
         [sys.executable, "-m", "mrv2_prof", "show", run_id, "--db", str(two)],
         capture_output=True, text=True, timeout=120,

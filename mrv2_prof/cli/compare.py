@@ -74,7 +74,11 @@ def compare(
     The verdict (better, worse, within noise, inconclusive) comes from a
     percentile bootstrap (95% interval, 2% noise floor): over the runs when a
     side is a group (mrv2-prof run --repeats N); over the requests' TTFT and
-    TPOT and the inter-token gaps when one run a side is all there is. Before
+    TPOT and the inter-token gaps when one run a side is all there is, and
+    then better/worse only with 3+ distinct values a side (requests served
+    in one step are one sample), an interval of non-zero width wholly past
+    the floor and a change larger than the runs' interquartile range; else
+    inconclusive (1 run a side). Before
     comparing, the scenario as run, model, device, torch, GPU, driver, clocks
     and host are checked; what differs is listed.
 

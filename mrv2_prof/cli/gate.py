@@ -32,7 +32,18 @@ def gate(
         "--max-regression",
         metavar="METRIC=THRESHOLD",
         help="How far METRIC may worsen, e.g. p99_itl=5% or sync_count=+10 (repeatable; "
-        "overrides --thresholds).",
+        "overrides --thresholds and METRIC's default; the other defaults stay).",
+    ),
+    only: list[str] = typer.Option(
+        [],
+        "--only",
+        metavar="METRIC[,METRIC]",
+        help="Gate these metrics alone, each with its given or default threshold (repeatable).",
+    ),
+    replace_defaults: bool = typer.Option(
+        False,
+        "--replace-defaults",
+        help="Gate only the metrics of --thresholds and --max-regression, no default.",
     ),
     thresholds: Path = typer.Option(
         None,
@@ -78,14 +89,19 @@ def gate(
 
     Exit codes: 0 pass, 1 fail, 2 bad input (unknown run or metric,
     malformed threshold, runs that are not comparable), 3 inconclusive
-    (a group's interval straddles a threshold, or under 3 runs a side).
+    (a group's interval straddles a threshold, under 3 runs a side, or one
+    run a side that cannot tell a timed metric's crossing from noise).
 
     Prints, e.g.,  FAIL p99_itl: 12.40 ms -> 13.90 ms (+12.1% > 5%)  and a
     verdict, e.g.  gate: FAIL (1 of 17 metrics).  With one run a side a
-    threshold is checked on the two values; with a group on either side
-    (group:ID, from mrv2-prof run --repeats N) on the 95% bootstrap interval
-    of the change of the per-run medians: wholly within the limit passes,
-    wholly past it fails, straddling it is inconclusive.
+    threshold is checked on the two values: within passes; past it, a
+    count (errors, aborts, preemptions, syncs, ...) fails, a latency
+    percentile fails only when its requests' 95% interval is wholly past
+    the limit under compare's one-run rule, and any other timed metric
+    (throughput, start-up, ...) is inconclusive. With a group on either
+    side (group:ID, from mrv2-prof run --repeats N) on the 95% bootstrap
+    interval of the change of the per-run medians: wholly within the limit
+    passes, wholly past it fails, straddling it is inconclusive.
 
     Before gating, the scenario as run, model, device, torch/CUDA, GPU,
     driver, clocks and host are compared; a difference refuses (exit 2, one
@@ -110,9 +126,11 @@ def gate(
     mean_acceptance_length  tokens, down  draft_time_share  fraction, up
     spec_sat_out_steps  count, up         spec_reclaimed_share  fraction, up
 
-    With no --thresholds and no --max-regression the defaults apply: the
-    deployment gate of the MRV2 migration guide (its metrics; the numbers
-    are ours). Given thresholds replace the defaults. A metric not measured
+    The defaults apply: the deployment gate of the MRV2 migration guide
+    (its metrics; the numbers are ours). --thresholds, then --max-regression
+    replace a metric's default (or add a metric; 'off' drops it); the other
+    defaults stay. --only METRIC,... gates those metrics alone;
+    --replace-defaults gates only the metrics given. A metric not measured
     in a run fails when asked for; a default metric measured in neither run
     (GPU memory on a CPU run) is skipped; --allow-missing skips them all.
 
@@ -127,12 +145,8 @@ def gate(
     from mrv2_prof.report.ab_json import gate_document
     from mrv2_prof.report.ab_markdown import gate_markdown
     from mrv2_prof.report.comparability import check
-    from mrv2_prof.report.gate import (
-        GateError,
-        default_thresholds,
-        load_thresholds,
-        parse_flags,
-    )
+    from mrv2_prof.report.gate import GateError, load_thresholds, parse_flags
+    from mrv2_prof.report.gate_selection import parse_only, select
     from mrv2_prof.report.gate_stages import GateOptions, run_gate, verdict_text
     from mrv2_prof.report.run_sides import load_sides
 
@@ -140,14 +154,9 @@ def gate(
     try:
         chosen = load_thresholds(thresholds) if thresholds is not None else {}
         chosen.update(parse_flags(max_regression))
+        selection = select(chosen, only=parse_only(only), replace_defaults=replace_defaults)
     except GateError as exc:
         fail(str(exc))
-    explicit = thresholds is not None or bool(max_regression)
-    active = default_thresholds()
-    if explicit:
-        active = {name: t for name, t in chosen.items() if t is not None}
-    if not active:
-        fail("every threshold is off; nothing to gate")
     db_b = db if db_b is None else db_b
     try:
         base, cand = load_sides(db, baseline, db_b, candidate)
@@ -155,7 +164,13 @@ def gate(
         if comp.blocking and not allow_different:
             fail(comp.refusal())
         options = GateOptions(
-            active, explicit, allow_missing, tuple(allow_note), allow_notes, all_stages
+            selection.thresholds,
+            selection.asked,
+            allow_missing,
+            tuple(allow_note),
+            allow_notes,
+            all_stages,
+            selection.summary,
         )
         report = run_gate(db, db_b, base, cand, comp, options)
     except StoreError as exc:

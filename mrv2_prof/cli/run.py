@@ -67,6 +67,13 @@ def run(
         help="A progress bar instead of the live dashboard (implied w/o a TTY). A flag: it "
         "takes no value.",
     ),
+    heartbeat: str = typer.Option(
+        "10",
+        "--heartbeat",
+        metavar="SECONDS",
+        help="When the output is not a terminal (CI logs, a file): a progress line every "
+        "SECONDS (requests done, output tokens, tok/s over the run so far, ETA); 0: none.",
+    ),
     strict: bool = typer.Option(
         False, "--strict", help="Anything the runner cannot honour is an error, not a note."
     ),
@@ -82,8 +89,9 @@ def run(
     """Run a scenario (every combination of its matrix) and store it in DuckDB.
 
     The runner works in its own process; this one shows a live dashboard (q stops the run and
-    keeps the data) or, with --headless or without a terminal, a progress bar. Each run ends
-    with a summary table; query it later with `mrv2-prof runs` and `mrv2-prof show`.
+    keeps the data) or, with --headless, a progress bar; without a terminal, a progress line
+    every --heartbeat seconds. Each run ends with a summary table (a stopped run's: partial);
+    query it later with `mrv2-prof runs` and `mrv2-prof show`.
 
     Example:  mrv2-prof run scenarios/decode_heavy.yaml --set workload.num_requests=64 --db a.duckdb
     """
@@ -93,6 +101,7 @@ def run(
     from mrv2_prof.runner.model import CheckpointError
 
     _refuse_a_flag_value(scenario_file)
+    heartbeat_s = _heartbeat_seconds(heartbeat)
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
         if scenario_file is None:
@@ -121,8 +130,8 @@ def run(
             scenario_yaml(given.model_dump(mode="json")),
         )
         combo = _combo(base, scenario)
-        job = RunJob(data, given_yaml, label, combo, str(db_path), group, index)
-        runner = _launch(job, live)
+        job = RunJob(data, given_yaml, label, combo, str(db_path), group, index, given.notes)
+        runner = _launch(job, live, heartbeat_s)
         outcome = runner.outcome
         outcomes.append(outcome)
         kept = _kept_in_side_file(db_path, outcome.run_id)
@@ -176,6 +185,24 @@ def _refuse_a_flag_value(scenario_file: Path | None) -> None:
         )
 
 
+HEARTBEAT_MAX_S = 86_400.0  # a day: a longer interval is a typo (0 turns the lines off)
+
+
+def _heartbeat_seconds(text: str) -> float:
+    """``--heartbeat``'s seconds, refused in one line (exit 2) unless a finite number in
+    [0, HEARTBEAT_MAX_S]."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds <= HEARTBEAT_MAX_S:  # NaN fails too
+        fail(
+            f"--heartbeat {text!r}: expected seconds between progress lines, a number from 0 "
+            f"(none) to {HEARTBEAT_MAX_S:,.0f}"
+        )
+    return seconds
+
+
 def _print_groups(runs, outcomes) -> None:
     """With repeats, each combination's group, to compare or gate as group:ID."""
     groups: dict[str, tuple[str, int]] = {}
@@ -214,12 +241,12 @@ def _say_what_opening_did(store: Store) -> None:
         )
 
 
-def _launch(job, live: bool):
+def _launch(job, live: bool, heartbeat_s: float):
     from mrv2_prof.launcher import run_dashboard, run_headless
     from mrv2_prof.store.opening import disk_full
 
     try:
-        return run_dashboard(job) if live else run_headless(job, err)
+        return run_dashboard(job) if live else run_headless(job, err, heartbeat_s)
     except OSError as exc:  # the runner could not be started: no run row exists
         full = disk_full(Path("a temporary file"), exc)
         if full is None:

@@ -23,9 +23,21 @@ def runs(
 
     try:
         with Store.open(db, read_only=True) as store:  # a repeat's label names its group
-            out.print(render_runs(runs_with_groups(store), str(db)))
+            rows = runs_with_groups(store)
+            infos = dict(store.connection.execute("SELECT run_id, info FROM runs").fetchall())
+            for row in rows:  # the model column: its name, from the start-up facts
+                row["info"] = _json_or_none(infos.get(row["run_id"]))
+            out.print(render_runs(rows, str(db)))
     except StoreError as exc:
         fail(str(exc))
+
+
+def _json_or_none(text: str | None) -> dict | None:
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def show(

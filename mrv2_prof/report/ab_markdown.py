@@ -8,6 +8,7 @@ from mrv2_prof.report.compare import format_pct
 from mrv2_prof.report.gate_metrics import METRICS
 from mrv2_prof.report.gate_stages import GateReport
 from mrv2_prof.report.metric_stats import MetricStat
+from mrv2_prof.report.one_run_verdict import ONE_RUN, RULE
 from mrv2_prof.report.run_sides import Side
 from mrv2_prof.views.safe_text import plain
 
@@ -57,12 +58,14 @@ def compare_markdown(a: Side, b: Side, stats: list[MetricStat], comp: Comparabil
                 m.format(s.b),
                 format_pct(s.delta_pct, s.delta),
                 _interval(s.stat.low, s.stat.high),
-                s.stat.verdict,
+                s.shown,
             )
         )
     tests = sorted({s.test for s in stats})
     lines = [f"### mrv2-prof compare: {_side(a)} → {_side(b)}", "", *table(HEADER, rows)]
     lines += ["", "Tests: " + "; ".join(cell(t) for t in tests) + ". Noise floor ±2%."]
+    if any(s.stat.reason.startswith(ONE_RUN) for s in stats):
+        lines[-1] += f" {cell(RULE)}."
     return "\n".join([*lines, *comparability_lines(comp)]) + "\n"
 
 

@@ -6,6 +6,13 @@ device, torch or CUDA, the GPU, its driver or maximum clocks, the host's CPU or 
 makes ``gate`` refuse unless ``--allow-different``; the others (the host's name, the SM clock at
 the start, which an idle GPU lowers) are listed and never refuse. A run stored without an
 environment is not checked there, and says so.
+
+The host's load is set against the baseline's too (``host_contention``: the load beyond the run
+at the start and end, the higher of the two over the host's cores): two runs whose load per core
+differs by ``LOAD_DIFFERENCE`` (0.25) or more, or either of them on a contended host, are a
+non-blocking ``host: load`` difference with both figures. It does not refuse: the load is the
+host's state, not the runs' setup, and the thread settings it may have changed (``torch_threads``)
+are checked as above.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrv2_prof import limited_yaml
+from mrv2_prof.host_contention import LOAD_DIFFERENCE, Contention, assess
 from mrv2_prof.report.run_sides import RunFacts, Side
 from mrv2_prof.views.safe_text import shown
 
@@ -87,6 +95,37 @@ def _scenario(facts: RunFacts) -> dict[str, Any] | None:
     return _flat(data) if isinstance(data, dict) else {}
 
 
+def _load(c: Contention) -> str:
+    peak, per_core = c.peak_load, c.load_per_core
+    if peak is None or per_core is None:
+        text = "load not recorded"
+    else:
+        text = f"load {peak:.2f} beyond the run on {c.cores} cores ({per_core:.2f} per core)"
+    return text + (f", contended: {'; '.join(c.reasons)}" if c.contended else "")
+
+
+def _load_difference(base: RunFacts, other: RunFacts) -> Difference | None:
+    """The hosts' load, when it differs materially or either host was contended (module doc)."""
+    a, b = assess(base.environment), assess(other.environment)
+    if a is None or b is None:
+        return None
+    pa, pb = a.load_per_core, b.load_per_core
+    differs = pa is not None and pb is not None and abs(pa - pb) >= LOAD_DIFFERENCE
+    if not (differs or a.contended or b.contended):
+        return None
+    return Difference("host", "load", _load(a), _load(b), False, other.run_id)
+
+
+def _threads_chosen_by_load(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Both runners took the default thread count, which follows the host's load
+    (``runner_threads``): a different count is the load's doing, reported (with the load) but
+    not blocking, so identical configs on a busier host are still compared."""
+    return all(
+        env.get("torch_threads_set_by") and "(given)" not in env["torch_threads_set_by"]
+        for env in (a, b)
+    )
+
+
 def _differences(base: RunFacts, other: RunFacts) -> tuple[list[Difference], list[str]]:
     out: list[Difference] = []
     unchecked: list[str] = []
@@ -111,8 +150,13 @@ def _differences(base: RunFacts, other: RunFacts) -> tuple[list[Difference], lis
         missing = base.run_id if not base.environment else other.run_id
         unchecked.append(f"environment: run {missing} was stored without one (not checked)")
     else:
+        chosen = _threads_chosen_by_load(base.environment, other.environment)
         for what, key, blocking in _ENVIRONMENT:
+            blocking = blocking and not (key == "torch_threads" and chosen)
             add(what, key, base.environment.get(key), other.environment.get(key), blocking)
+        load = _load_difference(base, other)
+        if load is not None:
+            out.append(load)
     add("host", "writer_host", base.writer_host, other.writer_host, blocking=False)
     return out, unchecked
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
+from mrv2_prof.report.one_run_verdict import ONE_RUN, RULE
 from mrv2_prof.store import Store
 from mrv2_prof.views.safe_text import plain
 
@@ -96,6 +97,8 @@ def compare_table(
     if stats:
         tests = "; ".join(sorted({s.test for s in stats}))
         caption += f"\nverdict: 95% interval, ±2% noise floor; tests: {tests}"
+        if any(s.stat.reason.startswith(ONE_RUN) for s in stats):
+            caption += f"\n{RULE}"
     t = Table(
         title=titles(run_title("A", a, db_a), run_title("B", b, db_b)),
         title_justify="left",
@@ -125,7 +128,8 @@ def compare_table(
         if stats:
             v = by_name[d.name].stat
             interval = "-" if v.low is None else f"[{100 * v.low:+.1f}%, {100 * v.high:+.1f}%]"
-            cells += [interval, Text(v.verdict, style=_STAT_STYLE.get(v.verdict, ""))]
+            shown = by_name[d.name].shown
+            cells += [interval, Text(shown, style=_STAT_STYLE.get(v.verdict, ""))]
         t.add_row(*cells)
     return t
 

@@ -6,14 +6,15 @@ the sign is optional and, when written, must point the worse way). ``off`` drops
 Crossing means strictly more than the limit; a relative limit on a baseline of 0 is crossed by
 any worsening.
 
-Thresholds come from a YAML mapping (``metric: threshold``) and ``--max-regression`` flags, the
-flags overriding the file. With neither, ``DEFAULT_THRESHOLDS`` apply: the deployment gate of the
-MRV2 migration guide (TTFT/TPOT/ITL p50/p95/p99, throughput, peak GPU memory, start-up and
-capture time, errors, aborts, preemptions). The guide names the metrics but no numbers; the
-defaults are ours: 5% at p50 and for throughput and memory, 10% at p95/p99 (tails are noisier),
-20% for start-up and capture, no new error or abort, 10% more preemptions.
+Thresholds come from ``DEFAULT_THRESHOLDS``, a YAML mapping (``metric: threshold``) and
+``--max-regression`` flags, each overriding the one before metric by metric
+(``report.gate_selection``: also ``--only`` and ``--replace-defaults``). The defaults are the
+deployment gate of the MRV2 migration guide (TTFT/TPOT/ITL p50/p95/p99, throughput, peak GPU
+memory, start-up and capture time, errors, aborts, preemptions). The guide names the metrics but
+no numbers; the defaults are ours: 5% at p50 and for throughput and memory, 10% at p95/p99
+(tails are noisier), 20% for start-up and capture, no new error or abort, 10% more preemptions.
 
-A metric not measured in a run fails the gate when it was asked for explicitly (file or flag);
+A metric not measured in a run fails the gate when it was asked for (file, flag or ``--only``);
 a default metric measured in neither run is skipped (a CPU run has no GPU memory samples). With
 ``allow_missing`` every unmeasured metric is skipped. Bad input raises ``GateError``.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,15 +216,22 @@ def _check(t: Threshold, d: MetricDelta) -> GateResult:
     return GateResult(t, d, status, line)
 
 
+def asked(explicit: bool | Collection[str], name: str) -> bool:
+    """Whether the user asked for ``name``: ``explicit`` is True/False for every metric, or the
+    names asked for."""
+    return explicit if isinstance(explicit, bool) else name in explicit
+
+
 def evaluate(
     thresholds: dict[str, Threshold],
     baseline: RunMetrics,
     candidate: RunMetrics,
     *,
-    explicit: bool,
+    explicit: bool | Collection[str],
     allow_missing: bool = False,
 ) -> list[GateResult]:
-    """One result per threshold, in ``METRICS`` order. ``explicit``: the user chose them."""
+    """One result per threshold, in ``METRICS`` order. ``explicit``: the metrics the user asked
+    for (True: all of them)."""
     results = []
     for name in (n for n in METRICS if n in thresholds):
         t = thresholds[name]
@@ -231,7 +239,8 @@ def evaluate(
         if d.measured:
             results.append(_check(t, d))
         else:
-            results.append(missing_result(t, d, baseline, candidate, explicit, allow_missing))
+            chosen = asked(explicit, name)
+            results.append(missing_result(t, d, baseline, candidate, chosen, allow_missing))
     return results
 
 

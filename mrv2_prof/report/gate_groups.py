@@ -6,10 +6,12 @@ threshold's terms: relative to the baseline for ``5%``, in the metric's unit for
 the worse way, an interval wholly within the limit passes, one wholly past it FAILs (a
 regression), one that straddles it is *inconclusive*, and so is a side with fewer than
 ``MIN_RUNS`` runs. A relative limit on a baseline median of 0 is judged as ``+0``. With one run
-a side the gate keeps its point check (``report.gate.evaluate``).
+a side the gate keeps its point check (``report.gate.evaluate``, then ``report.gate_one_run``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from mrv2_prof.report.compare import format_pct, metric_delta
 from mrv2_prof.report.gate import (
@@ -18,6 +20,7 @@ from mrv2_prof.report.gate import (
     PASS,
     GateResult,
     Threshold,
+    asked,
     missing_result,
 )
 from mrv2_prof.report.gate_metrics import LOWER, METRICS
@@ -75,12 +78,12 @@ def evaluate_groups(
     base: Side,
     cand: Side,
     *,
-    explicit: bool,
+    explicit: bool | Collection[str],
     allow_missing: bool = False,
 ) -> list[GateResult]:
-    """One result per threshold, in ``METRICS`` order."""
+    """One result per threshold, in ``METRICS`` order; ``explicit`` as ``report.gate.evaluate``."""
     return [
-        judge(thresholds[name], base, cand, explicit=explicit, allow=allow_missing)
+        judge(thresholds[name], base, cand, explicit=asked(explicit, name), allow=allow_missing)
         for name in METRICS
         if name in thresholds
     ]

@@ -33,6 +33,9 @@ class Metric:
     unit: str  # ms | s | req/s | tok/s | MiB | fraction | count | tokens
     direction: str  # LOWER or HIGHER
     description: str
+    # read off a clock (a time, a rate, a share of time, a timed memory sample): one run's value
+    # carries run-to-run noise. The others count events (requests, syncs, blocks, tokens).
+    timed: bool = True
 
     def format(self, value: float | None) -> str:
         """``value`` in this metric's unit for a table cell; ``-`` when not measured."""
@@ -76,18 +79,21 @@ METRICS: dict[str, Metric] = {
         Metric("peak_gpu_mem", "MiB", LOWER, "highest NVML memory-used sample (GPU runs)"),
         Metric("overlap", "fraction", HIGHER, "hidden / total host prep time over all steps"),
         Metric("host_bound_bubble_ms", "ms", LOWER, "GPU idle time spent waiting for the host"),
-        Metric("sync_count", "count", LOWER, "CPU-GPU sync points recorded (all kinds)"),
-        Metric("graph_hit_rate", "fraction", HIGHER, "fraction of steps that replayed a graph"),
+        Metric("sync_count", "count", LOWER, "CPU-GPU sync points recorded (all kinds)", False),
+        Metric(
+            "graph_hit_rate", "fraction", HIGHER, "fraction of steps that replayed a graph", False
+        ),
         Metric("capture_s", "s", LOWER, "CUDA graph capture time at start-up"),
         Metric("startup_s", "s", LOWER, "engine start-up: weights, KV cache, warm-up, capture"),
-        Metric("errors", "count", LOWER, "requests left unfinished, +1 if the run failed"),
-        Metric("aborts", "count", LOWER, "requests finished by an abort"),
-        Metric("preemptions", "count", LOWER, "preemptions over all requests"),
+        Metric("errors", "count", LOWER, "requests left unfinished, +1 if the run failed", False),
+        Metric("aborts", "count", LOWER, "requests finished by an abort", False),
+        Metric("preemptions", "count", LOWER, "preemptions over all requests", False),
         Metric(
             "mean_acceptance_length",
             "tokens",
             HIGHER,
             "speculative decoding: tokens a verify emits on average (1 + accepted / drafts)",
+            False,
         ),
         Metric(
             "draft_time_share",
@@ -101,14 +107,16 @@ METRICS: dict[str, Metric] = {
             LOWER,
             "speculative decoding: steps in which a request sat out because drafting is on the "
             "host (async scheduling; should be 0)",
+            False,
         ),
         Metric(
             "spec_reclaimed_share",
             "fraction",
             LOWER,
             "speculative decoding: draft slots reclaimed (rejected or placeholder) / reserved",
+            False,
         ),
-        Metric("peak_kv_usage", "fraction", LOWER, "highest KV blocks in use / KV blocks"),
+        Metric("peak_kv_usage", "fraction", LOWER, "highest KV blocks in use / KV blocks", False),
         Metric("host_cpu_util", "cores", LOWER, "runner process CPU time / step-loop time"),
     ]
 }

@@ -6,18 +6,20 @@ the stored tokens and finish reasons of the same seeded workload and the runs' l
 (``report.gate``: one run a side; ``report.gate_groups``: groups of repeats). The gate stops at
 the first stage that fails unless ``all_stages``; a stage not run is ``not run``. Exit status:
 0 pass, 1 a stage failed (a regression), 3 the load stage is inconclusive and nothing failed.
+A static stage failed by a note names the ``--allow-note`` value that accepts it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from mrv2_prof.report.comparability import Comparability
 from mrv2_prof.report.gate import INCONCLUSIVE, GateResult, Threshold, evaluate, exit_status
 from mrv2_prof.report.gate_groups import evaluate_groups
 from mrv2_prof.report.gate_metrics import METRICS
-from mrv2_prof.report.metric_stats import distribution, metric_stat
+from mrv2_prof.report.gate_one_run import judge_one_run
 from mrv2_prof.report.output_contract import (
     FAIL,
     PASS,
@@ -36,11 +38,12 @@ OUTCOMES = {0: "pass", 1: "regression", 3: "inconclusive"}
 @dataclass(frozen=True)
 class GateOptions:
     thresholds: dict[str, Threshold]
-    explicit: bool  # the user chose the thresholds
+    explicit: bool | frozenset[str]  # the metrics the user asked for (True: all)
     allow_missing: bool = False
     allow_notes: tuple[str, ...] = ()  # a note holding one of these passes the static stage
     allow_all_notes: bool = False
     all_stages: bool = False
+    summary: str = ""  # how the thresholds were chosen (``report.gate_selection``)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class GateReport:
     stages: list[StageResult]
     results: list[GateResult]  # the load stage's, empty when it did not run
     exit_code: int
+    allow_flags: tuple[str, ...] = ()  # the --allow-note flags that accept the failing notes
 
     @property
     def outcome(self) -> str:
@@ -66,10 +70,11 @@ def load_stage(base: Side, cand: Side, options: GateOptions) -> tuple[StageResul
             explicit=options.explicit,
             allow_missing=options.allow_missing,
         )
-        results = [_with_samples(r, base, cand) for r in results]
+        results = [judge_one_run(r, base, cand) for r in results]
         how = (
-            "one run a side: thresholds on the two values (repeat the runs for an interval); "
-            "latency percentiles also bootstrapped over requests (informational)"
+            "1 run a side: thresholds on the two values; past its limit, a counted metric "
+            "fails, a latency percentile fails when its requests' 95% interval is wholly past "
+            "it (compare's one-run rule), any other is inconclusive (run --repeats 3 decides)"
         )
     else:
         results = evaluate_groups(
@@ -82,7 +87,7 @@ def load_stage(base: Side, cand: Side, options: GateOptions) -> tuple[StageResul
         how = "groups: thresholds on the 95% bootstrap interval of the change of the medians"
     code = exit_status(results)
     status = {0: PASS, 1: FAIL, 3: INCONCLUSIVE}[code]
-    lines = [how]
+    lines = [how, *([options.summary] if options.summary else [])]
     for name in ("peak_kv_usage", "host_cpu_util"):  # shown even when not gated
         if name not in options.thresholds:
             m = METRICS[name]
@@ -94,17 +99,20 @@ def load_stage(base: Side, cand: Side, options: GateOptions) -> tuple[StageResul
     return StageResult("load", status, lines), results
 
 
-def _with_samples(r: GateResult, base: Side, cand: Side) -> GateResult:
-    """A one-run result with its metric's per-request bootstrap interval and verdict, when the
-    metric is a latency percentile (the point check still decides)."""
-    if distribution(r.threshold.metric) is None or not r.delta.measured:
-        return r
-    s = metric_stat(r.threshold.metric, base, cand)
-    if s.stat.low is None:
-        return replace(r, test=s.test, sample_verdict=s.stat.verdict)
-    return replace(
-        r, interval=(s.stat.low, s.stat.high), test=s.test, sample_verdict=s.stat.verdict
-    )
+def allow_flags(base: Side, cand: Side, options: GateOptions) -> tuple[str, ...]:
+    """``--allow-note TEXT`` for each candidate note the static stage fails (as
+    ``static_stage`` decides: not on the baseline, not allowed), TEXT the whole note, quoted for
+    a shell."""
+    if options.allow_all_notes:
+        return ()
+    before = {note for facts in base.facts for note in facts.notes}
+    failing = [
+        note
+        for facts in cand.facts
+        for note in facts.notes
+        if note not in before and not any(text in note for text in options.allow_notes)
+    ]
+    return tuple(f"--allow-note {shlex.quote(note)}" for note in dict.fromkeys(failing))
 
 
 def run_gate(
@@ -129,7 +137,11 @@ def run_gate(
                if name not in ran]  # fmt: skip
     statuses = [s.status for s in stages]
     code = 1 if FAIL in statuses else 3 if INCONCLUSIVE in statuses else 0
-    return GateReport(base, cand, comp, stages, results, code)
+    flags = allow_flags(base, cand, options) if stages[0].status == FAIL else ()
+    if flags:
+        how = "accepted by: " + " ".join(flags) + " (or --allow-notes for every note)"
+        stages[0] = StageResult(stages[0].name, stages[0].status, [*stages[0].lines, how])
+    return GateReport(base, cand, comp, stages, results, code, flags)
 
 
 def verdict_text(report: GateReport) -> str:
@@ -142,4 +154,8 @@ def verdict_text(report: GateReport) -> str:
     tail = ""
     if report.results:
         tail = "; load: " + verdict_line(report.results).removeprefix("gate: ")
-    return f"gate: FAIL ({', '.join(f'{name} stage' for name in failed)}{tail})"
+    names = [f"{name} stage" for name in failed]
+    if report.allow_flags:  # the static stage: a note the baseline lacks, and how to accept it
+        them = "it" if len(report.allow_flags) == 1 else "them"
+        names[0] += f": a new note; {' '.join(report.allow_flags)} accepts {them}"
+    return f"gate: FAIL ({', '.join(names)}{tail})"

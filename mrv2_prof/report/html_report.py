@@ -1,4 +1,5 @@
-"""One self-contained HTML report (works offline): plotly.js inlined once, each figure's JSON in
+"""One self-contained HTML report (works offline): plotly.js inlined once (gzip-compressed,
+``plotly_inline``), each figure's JSON in
 its own ``<script type="application/json" class="mrv2-figure" data-fig-id=...>`` element, drawn
 by one small script at the end. Returns the document as a string; the CLI writes it.
 
@@ -11,21 +12,21 @@ the scenario YAML. A sweep report compares several runs on their headline metric
 from __future__ import annotations
 
 import html
-import json
 
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
 from mrv2_prof.findings import Finding, findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
+from mrv2_prof.report.plotly_inline import boot_script, plotly_element
 from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
 from mrv2_prof.report.request_sample import requests_html
 from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.spec_figures import spec_decode, spec_steps
 from mrv2_prof.report.sweep import Headline, headline, sweep_figure
+from mrv2_prof.report.sweep_scenarios import page_heading
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
@@ -90,14 +91,6 @@ section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
 ol#findings li{margin:.3em 0}td.ran-as{color:#8a6d00}.where{color:#777}
 .sev-2{color:#a01010}.sev-1{color:#8a6d00}td.text{max-width:36em;overflow-wrap:anywhere}
 """
-_BOOT = """
-document.querySelectorAll('script.mrv2-figure').forEach(function (el) {
-  var fig = JSON.parse(el.textContent);
-  Plotly.newPlot('plot-' + el.dataset.figId, fig.data, fig.layout, %s);
-});
-"""
-
-
 def figure_json(fig: go.Figure) -> str:
     """The figure's JSON, safe inside a <script> element (every '<' escaped as \\u003c)."""
     return fig.to_json().replace("<", "\\u003c")
@@ -131,8 +124,8 @@ def _page(title: str, body: list[str]) -> str:
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style>",
-        f'<script type="text/javascript">{get_plotlyjs()}</script>', "</head><body>", *body,
-        f"<script>{_BOOT % json.dumps(PLOT_CONFIG)}</script>", "</body></html>",
+        plotly_element(), "</head><body>", *body,
+        f"<script>{boot_script(PLOT_CONFIG)}</script>", "</body></html>",
     ])  # fmt: skip
 
 
@@ -267,8 +260,10 @@ def render_sweep_page(runs: list[Headline], yamls: list[str]) -> str:
         f"<pre>{html.escape(yaml_text)}</pre></details>"
         for r, yaml_text in zip(runs, yamls, strict=True)
     ]
+    title, note = page_heading(runs)
+    note_html = f'<p class="note" id="scenarios-differ">note: {html.escape(note)}</p>'
     body = [
-        f"<h1>mrv2-prof sweep report: {len(runs)} runs</h1>", sweep_tables(runs),
+        f"<h1>mrv2-prof {html.escape(title)}</h1>", note_html if note else "", sweep_tables(runs),
         _guide(["sweep"]), _section(sweep_figure(runs)), "<h2>Scenarios</h2>", *scenarios,
     ]  # fmt: skip
-    return _page(f"mrv2-prof sweep ({len(runs)} runs)", body)
+    return _page(f"mrv2-prof {title}", body)

@@ -44,6 +44,8 @@ class Headline:
     values: dict[str, float | None]  # keyed like HEADLINE_METRICS; None = not measured
     downgrades: tuple[Downgrade, ...] = ()  # what the runner did not run as asked
     why: dict[str, str] = field(default_factory=dict)  # why a value is None, by metric key
+    # the scenario as given (runs.scenario_given_yaml), else as run (a run stored without it)
+    given_yaml: str = ""
 
     @property
     def short_label(self) -> str:
@@ -139,7 +141,7 @@ def headline(store: Store, run_id: str) -> Headline:
     downgrades = tuple(stored_runner_downgrades(given_yaml, as_run_yaml))
     return Headline(
         run_id, s.label or run_id, s.status, json.loads(combo_json) if combo_json else {}, values,
-        downgrades, _why_not_measured(s, values),
+        downgrades, _why_not_measured(s, values), given_yaml or as_run_yaml or "",
     )  # fmt: skip
 
 
@@ -157,7 +159,7 @@ def sweep_figure(runs: list[Headline]) -> go.Figure:
                 go.Bar(
                     x=[run.run_id], y=[value], name=run.legend_label,
                     legendgroup=run.run_id, showlegend=i == 0, marker_color=_color(n),
-                    hovertemplate=f"{run.short_label}<br>%{{y:.4g}}<extra>{run.run_id}</extra>",
+                    hovertemplate=f"{run.short_label}<br>%{{y:,.4~r}}<extra>{run.run_id}</extra>",
                 ),
                 row=i // cols + 1, col=i % cols + 1,
             )  # fmt: skip
@@ -174,6 +176,8 @@ def sweep_figure(runs: list[Headline]) -> go.Figure:
             fig.update_xaxes(visible=False, row=i // cols + 1, col=i % cols + 1)
             fig.update_yaxes(visible=False, row=i // cols + 1, col=i % cols + 1)
     fig.update_layout(height=260 * rows, legend={"orientation": "h", "y": -0.05})
+    # axes and hover: thousands separators, never 3.8e+4 (hover: d3's ",.4~r")
+    fig.update_yaxes(exponentformat="none", separatethousands=True)
     table = {r.run_id: r.values for r in runs}
     notes = [f"{r.run_id} {r.ran_as}" for r in runs if r.ran_as]
     return new_figure(

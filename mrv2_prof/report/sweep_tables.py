@@ -6,9 +6,12 @@ wrap after ``_``, ``→``, ``,`` and ``=`` (never inside a word)."""
 from __future__ import annotations
 
 import html
+import math
 
 from mrv2_prof.report.sweep import HEADLINE_METRICS, Headline
 from mrv2_prof.views.downgrades import matrix_cell
+
+MAX_DECIMALS = 12  # a value under 5e-13 shows as 0
 
 
 def _breakable(text: str) -> str:
@@ -18,8 +21,19 @@ def _breakable(text: str) -> str:
     return out
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.4g}"
+def format_value(value: float | None) -> str:
+    """A headline value with thousands separators and never in scientific notation: the whole
+    number from 1,000 up (``38,134``), else four significant digits, trailing zeros dropped
+    (``54.21``, ``0.001234``, ``32``); "-" when not measured."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    decimals = min(MAX_DECIMALS, max(0, 3 - math.floor(math.log10(abs(value)))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _ran_as(r: Headline) -> str:
@@ -49,7 +63,7 @@ def headlines_table(runs: list[Headline]) -> str:
     run_heads = "".join(f'<th class="num">{html.escape(r.run_id)}</th>' for r in runs)
     rows = "".join(
         f"<tr><th>{html.escape(title)} ({unit})</th>"
-        + "".join(f'<td class="num">{_fmt(r.values.get(k))}</td>' for r in runs)
+        + "".join(f'<td class="num">{format_value(r.values.get(k))}</td>' for r in runs)
         + "</tr>"
         for k, title, unit in HEADLINE_METRICS
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from mrv2_prof.scenario.keys import did_you_mean
 from mrv2_prof.scenario.section import RUN_SEED_LIMIT, SEED_LIMIT, FieldError
 from mrv2_prof.scenario.workload_section import DIST_TAGS
 from mrv2_prof.views.safe_text import plain, shown
@@ -54,8 +55,11 @@ def _problem(err: dict[str, Any]) -> str:
     return f"{err['msg']}, got {shown(got)}"
 
 
-def to_scenario_error(exc: ValidationError, file: str) -> ScenarioError:
-    """The first of pydantic's errors, at the dotted key a user would type."""
+def to_scenario_error(
+    exc: ValidationError, file: str, root: type[BaseModel] | None = None
+) -> ScenarioError:
+    """The first of pydantic's errors, at the dotted key a user would type; an unknown key of
+    ``root``'s schema says the valid key it is closest to, if any."""
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
     cause = (err.get("ctx") or {}).get("error")
@@ -63,4 +67,7 @@ def to_scenario_error(exc: ValidationError, file: str) -> ScenarioError:
         loc.append(cause.field)
     # Discriminated unions add the tag to the location; users never type it.
     loc = [p for i, p in enumerate(loc) if not (p in DIST_TAGS and i and "len" in loc[i - 1])]
-    return ScenarioError(file, ".".join(loc), _problem(err))
+    key, problem = ".".join(loc), _problem(err)
+    if err["type"] == "extra_forbidden" and root is not None:
+        problem += did_you_mean(root, key)
+    return ScenarioError(file, key, problem)

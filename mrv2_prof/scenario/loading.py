@@ -13,8 +13,8 @@ import yaml
 from mrv2_prof import limited_yaml
 from mrv2_prof.input_file import InputError, MiB, read_text
 from mrv2_prof.scenario.errors import ScenarioError
-from mrv2_prof.scenario.keys import has_key, set_path
-from mrv2_prof.scenario.schema import Scenario
+from mrv2_prof.scenario.keys import did_you_mean, has_key, set_path
+from mrv2_prof.scenario.schema import Scenario, quoted
 from mrv2_prof.views.safe_text import shown
 
 MAX_SCENARIO_BYTES = MiB  # a scenario is a page of YAML; a bigger file is a mistake
@@ -38,8 +38,12 @@ def parse_yaml(text: str, file: str) -> dict[str, Any]:
     return data
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str], file: str) -> None:
-    """Apply ``dotted.key=value`` overrides in place; values are parsed as YAML scalars."""
+def apply_overrides(
+    data: dict[str, Any], overrides: Iterable[str], file: str, notes: list[str] | None = None
+) -> None:
+    """Apply ``dotted.key=value`` overrides in place; values are parsed as YAML scalars.
+    ``notes`` (when given) gets a line for each scenario value an override replaced beyond its
+    own key (``model.preset`` replacing ``model.path``)."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
@@ -52,9 +56,25 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], file: str) -
         if not sep or not key:
             raise ScenarioError(file, key, f"override {shown(item)} is not of the form key=value")
         if not has_key(Scenario, key):
-            raise ScenarioError(file, key, "unknown key (from --set)")
+            raise ScenarioError(file, key, "unknown key (from --set)" + did_you_mean(Scenario, key))
         value = _yaml(raw, file, key) if raw.strip() else None
         set_path(data, key, value)
+        if notes is not None:
+            _one_model_source(data, key, value, notes)
+
+
+def _one_model_source(data: dict[str, Any], key: str, value: Any, notes: list[str]) -> None:
+    """A ``--set model.preset=NAME`` replaces the scenario's ``model.path`` (the other way
+    round, ``ModelSection`` does it), with a note on the run saying so."""
+    model = data.get("model")
+    if key != "model.preset" or value is None or not isinstance(model, dict):
+        return
+    path = model.pop("path", None)
+    if path is not None:
+        notes.append(
+            f"model.preset: {quoted(value)} (from --set) replaces the scenario's model.path "
+            f"{quoted(path)}"
+        )
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
@@ -64,9 +84,9 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = ()) -> Scenario:
         text = read_text(path, "scenario file", MAX_SCENARIO_BYTES)
     except InputError as exc:
         raise ScenarioError(file, "", exc.problem) from None
-    data = parse_yaml(text, file)
-    apply_overrides(data, overrides, file)
-    return Scenario.from_data(data, file, path.resolve().parent)
+    data, notes = parse_yaml(text, file), []
+    apply_overrides(data, overrides, file, notes)
+    return Scenario.from_data(data, file, path.resolve().parent, notes)
 
 
 def scenario_yaml(data: dict[str, Any]) -> str:
@@ -92,6 +112,6 @@ probes: {nvtx: false, cuda_events: false, sync_finder: false, copy_audit: false,
 
 def load_quickstart(overrides: Iterable[str] = ()) -> Scenario:
     """The embedded CPU-safe default scenario, with ``--set`` overrides as a file takes them."""
-    data = parse_yaml(QUICKSTART_YAML, "<quickstart>")
-    apply_overrides(data, overrides, "<quickstart>")
-    return Scenario.from_data(data, "<quickstart>")
+    data, notes = parse_yaml(QUICKSTART_YAML, "<quickstart>"), []
+    apply_overrides(data, overrides, "<quickstart>", notes)
+    return Scenario.from_data(data, "<quickstart>", notes=notes)

@@ -21,11 +21,14 @@ def expand_matrix(scenario: Scenario) -> list[tuple[str, Scenario]]:
         return [(scenario.name, scenario)]
     keys = list(scenario.matrix)
     base = scenario.model_dump(exclude={"matrix"})
+    if scenario.model.preset_by_default:  # a matrix model.path replaces no preset of the user's
+        base["model"]["preset"] = None
     out = []
     for combo in itertools.product(*(scenario.matrix[k] for k in keys)):
         data = json.loads(json.dumps(base, default=str))
         for key, value in zip(keys, combo, strict=True):
             set_path(data, key, value)
         label = ",".join(f"{k}={_fmt(v)}" for k, v in zip(keys, combo, strict=True))
-        out.append((f"{scenario.name}[{label}]", Scenario.from_data(data, scenario.source)))
+        combo_scenario = Scenario.from_data(data, scenario.source, notes=scenario.notes)
+        out.append((f"{scenario.name}[{label}]", combo_scenario))
     return out

@@ -9,6 +9,7 @@ and ``Scenario.runner_config`` is the one bridge to it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,9 +28,15 @@ from mrv2_prof.scenario.keys import has_key
 from mrv2_prof.scenario.runner_section import RunnerSection
 from mrv2_prof.scenario.section import FROM_YAML, FieldError, RunSeed, Section, Seed
 from mrv2_prof.scenario.workload_section import WorkloadSection
+from mrv2_prof.views.safe_text import plain
 
 MAX_NAME_CHARS = 200  # a label in tables and titles, not a document
 MAX_MATRIX_RUNS = 1000
+
+
+def quoted(value: object) -> str:
+    """A preset or a path in a note, whole (a path is at most 4,096 characters), quoted."""
+    return plain(repr(value), limit=4200)
 
 
 class ModelSection(Section):
@@ -38,18 +45,39 @@ class ModelSection(Section):
     dtype: Literal[DTYPE_NAMES] | None = None
     seed: Seed | None = None  # None: the scenario seed
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_preset(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("preset") is None and data.get("path") is None:
-            data = {**data, "preset": "llama-tiny"}
-        return data
+    _replaced_preset: str | None = PrivateAttr(default=None)
+    _preset_by_default: bool = PrivateAttr(default=False)
 
-    @model_validator(mode="after")
-    def _one_source(self) -> ModelSection:
-        if self.preset is not None and self.path is not None:
-            raise FieldError("path", "give exactly one of 'preset' or 'path'")
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_source(cls, data: Any, handler: Any) -> ModelSection:
+        """The preset by default (``llama-tiny``); a ``path`` replaces a ``preset`` (your own
+        checkpoint over a scenario's preset), which ``notes`` says."""
+        replaced, by_default = None, False
+        if isinstance(data, dict) and data.get("path") is not None:
+            replaced = data.get("preset")
+            data = {k: v for k, v in data.items() if k != "preset"}
+        elif isinstance(data, dict) and data.get("preset") is None:
+            data, by_default = {**data, "preset": "llama-tiny"}, True
+        section = handler(data)
+        section._preset_by_default = by_default
+        if isinstance(replaced, str):
+            section._replaced_preset = replaced
+        return section
+
+    @property
+    def preset_by_default(self) -> bool:
+        """Whether the preset is the default one (the scenario named no model)."""
+        return self._preset_by_default
+
+    @property
+    def notes(self) -> list[str]:
+        if self._replaced_preset is None:
+            return []
+        return [
+            f"model.path {quoted(self.path)} replaces the scenario's model.preset "
+            f"{quoted(self._replaced_preset)}"
+        ]
 
     def to_model_spec(self, seed: int) -> ModelSpec:
         s = self.seed if self.seed is not None else seed
@@ -92,6 +120,7 @@ class Scenario(Section):
     # Each matrix combination runs this many times, interleaved (A B A B), one group each
     repeats: Annotated[int, Field(ge=1, le=MAX_MATRIX_RUNS)] = 1
     _source: str = PrivateAttr(default="<scenario>")
+    _notes: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("matrix")
     @classmethod
@@ -119,15 +148,29 @@ class Scenario(Section):
         return v
 
     @classmethod
-    def from_data(cls, data: dict[str, Any], file: str, base_dir: Path | None = None) -> Scenario:
+    def from_data(
+        cls,
+        data: dict[str, Any],
+        file: str,
+        base_dir: Path | None = None,
+        notes: Iterable[str] = (),
+    ) -> Scenario:
         """``data`` validated as the scenario of ``file``, every problem a ``ScenarioError``;
-        a trace path is resolved against ``base_dir`` (the scenario file's directory)."""
+        a trace path is resolved against ``base_dir`` (the scenario file's directory);
+        ``notes``: what loading replaced (``--set``), kept with the scenario's own."""
         try:
             scenario = cls.model_validate(data, context={"base_dir": base_dir})
         except ValidationError as exc:
-            raise to_scenario_error(exc, file) from None
+            raise to_scenario_error(exc, file, cls) from None
         scenario._source = file
+        scenario._notes = tuple(dict.fromkeys([*notes, *scenario.model.notes]))
         return scenario
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the scenario as given had replaced (a preset by ``model.path``): a note on the
+        run each."""
+        return self._notes
 
     @property
     def source(self) -> str:

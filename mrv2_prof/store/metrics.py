@@ -9,6 +9,11 @@ step timeline stored (``probes.overlap``). Bubbles count the device's idle time 
 and its starved time inside them (``steps.starved_ns``); both are host-bound when the device
 waited for the host.
 
+A partial run (``aborted`` or ``failed``: stopped before every request finished) is summarised
+over what it produced: its serving time runs from the first arrival to the last token or finish
+before the stop, TTFT and ITL cover the requests completed or still in flight at the stop (those
+that got a first token; their tokens so far), TPOT and E2E the completed ones; ``partial`` says so.
+
 Perturbed steps (``steps.perturbed``: a kernel-trace window) are left out by default of every
 step-derived figure (overlap, bubbles, starved time, syncs) and of the ITL gaps that end while
 they ran; ``perturbed_steps`` says how many were left out. TTFT, TPOT and E2E are per request
@@ -29,6 +34,9 @@ PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
 _NS_PER_MS = 1e6
 _COMPLETED = "finish_reason IN ('stop', 'length')"
+# a partial run's TTFT and ITL: completed, or in flight when the run stopped (no finish yet)
+_COMPLETED_OR_IN_FLIGHT = f"({_COMPLETED} OR finish_reason IS NULL)"
+_PARTIAL_STATUSES = ("aborted", "failed")
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class RunSummary:
     status: str
     error: str | None
     device: str | None
-    duration_s: float  # last finish − first arrival over all requests; 0 without requests
+    duration_s: float  # last finish (partial: last token or finish) − first arrival; 0: none
     num_requests: int
     num_completed: int  # finish reason stop or length
     num_aborted: int
@@ -86,6 +94,7 @@ class RunSummary:
     environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
     tensor_parallel: RankSummary | None = None  # rank_steps (None: one rank)
     spec_decode: SpecDecodeSummary | None = None  # speculative decoding (None: no drafts)
+    partial: bool = False  # aborted or failed: the figures cover what it produced until the stop
 
 
 def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
@@ -108,12 +117,20 @@ def _percentiles(store: Store, values_sql: str, run_id: str) -> Percentiles:
     return Percentiles(p50=p50, p90=p90, p95=p95, p99=p99, mean=mean, count=int(count))
 
 
-def _latencies(store: Store, run_id: str, itl_filter: str = "") -> dict[str, Percentiles]:
+def _latencies(
+    store: Store, run_id: str, itl_filter: str = "", partial: bool = False
+) -> dict[str, Percentiles]:
     completed = f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED}"
+    # TTFT and ITL: a partial run's requests in flight at the stop count too
+    started = (
+        f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED_OR_IN_FLIGHT}"
+        if partial
+        else completed
+    )
     ms = f"/ {_NS_PER_MS}"
     return {
         "ttft_ms": _percentiles(
-            store, f"SELECT (first_token_ns - arrival_ns) {ms} AS v FROM ({completed})", run_id
+            store, f"SELECT (first_token_ns - arrival_ns) {ms} AS v FROM ({started})", run_id
         ),
         "tpot_ms": _percentiles(
             store,
@@ -127,7 +144,7 @@ def _latencies(store: Store, run_id: str, itl_filter: str = "") -> dict[str, Per
             SELECT v FROM (
               SELECT t.t_ns,
                      (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) {ms} AS v
-              FROM tokens t JOIN ({completed}) r USING (run_id, req_id)
+              FROM tokens t JOIN ({started}) r USING (run_id, req_id)
             ) {itl_filter}
             """,
             run_id,
@@ -136,6 +153,22 @@ def _latencies(store: Store, run_id: str, itl_filter: str = "") -> dict[str, Per
             store, f"SELECT (finish_ns - arrival_ns) {ms} AS v FROM ({completed})", run_id
         ),
     }
+
+
+def serving_ns(store: Store, run_id: str, partial: bool) -> int:
+    """The serving time in ns: first arrival to last finish; for a ``partial`` run, to the last
+    token or finish before the stop (its requests in flight have no finish). 0 without any."""
+    end = "max(finish_ns)"
+    if partial:
+        end = (
+            "greatest(coalesce(max(finish_ns), 0), "
+            "coalesce((SELECT max(t_ns) FROM tokens WHERE run_id = ?), 0))"
+        )
+    row = store.connection.execute(
+        f"SELECT coalesce({end} - min(arrival_ns), 0)::BIGINT FROM requests WHERE run_id = ?",
+        [run_id, run_id] if partial else [run_id],
+    ).fetchone()
+    return max(int(row[0]), 0) if row is not None else 0
 
 
 def perturbed_window(store: Store, run_id: str) -> tuple[int, int] | None:
@@ -169,7 +202,6 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         output_tokens,
         num_preemptions,
         cached_tokens,
-        duration_ns,
     ) = _row(
         store,
         f"""
@@ -180,13 +212,13 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
                coalesce(sum(prompt_tokens), 0)::BIGINT,
                coalesce(sum(output_tokens), 0)::BIGINT,
                coalesce(sum(num_preemptions), 0)::BIGINT,
-               coalesce(sum(cached_tokens), 0)::BIGINT,
-               coalesce(max(finish_ns) - min(arrival_ns), 0)::BIGINT
+               coalesce(sum(cached_tokens), 0)::BIGINT
         FROM requests WHERE run_id = ?
         """,
         run_id,
     )
-    duration_s = max(duration_ns, 0) / 1e9
+    partial = status in _PARTIAL_STATUSES
+    duration_s = serving_ns(store, run_id, partial) / 1e9
 
     staged_bytes, dense_bytes = _row(
         store,
@@ -258,6 +290,7 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
             store,
             run_id,
             "" if window is None else f"WHERE t_ns NOT BETWEEN {window[0]} AND {window[1]}",
+            partial,
         ),
         num_preemptions=num_preemptions,
         prefix_cache_hit_rate=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
@@ -279,4 +312,5 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         environment=json.loads(env_json) if env_json else None,
         tensor_parallel=rank_summary(store, run_id),
         spec_decode=spec_decode_summary(store, run_id),
+        partial=partial,
     )

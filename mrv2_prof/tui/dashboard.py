@@ -2,8 +2,8 @@
 
 The app only renders; the run lives in another process, the runner's. Quitting asks the runner
 to stop cleanly and waits for it to report done, so the data recorded so far is kept. Which
-panels are on screen depends on the size (``PanelDeck``): one at a time at 80×24, all of them
-side by side on a wide terminal.
+panels are on screen depends on the size (``PanelDeck``): one at a time at 80×24, the overview
+beside the picked one at 120 columns, all nine from 160.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ KEYS = [
     ("tab / shift+tab", "next / previous panel"),
     *((panel.KEY, f"{panel.TITLE} panel") for panel in PANELS),
     ("?", "this help"),
+]
+NOTES = [
+    "A picked panel shows alone below 120 columns, beside the overview below 160, and is "
+    "highlighted among all nine from 160.",
+    "The bar: output tokens settled (made, or no longer due as a request ended) of the sum of "
+    "every request's max_tokens.",
+    "Sparklines: oldest at the left (its age and the peak are under it), now at the right.",
 ]
 
 
@@ -118,7 +125,7 @@ class DashboardApp(App[str]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen("dashboard keys", KEYS, quit_action="stop"))
+            self.push_screen(HelpScreen("dashboard keys", KEYS, quit_action="stop", notes=NOTES))
 
     def _show(self, snapshot: Snapshot) -> None:
         label = plain(snapshot.label)

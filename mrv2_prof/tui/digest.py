@@ -33,6 +33,24 @@ def has_gpu_timeline(s: Snapshot) -> bool:
     return s.overlap_frac is not None or s.bubble_host_bound_ns > 0 or s.bubble_other_ns > 0
 
 
+def token_progress(s: Snapshot) -> tuple[int, int] | None:
+    """``(settled, due)`` output tokens for the progress bar: due is the total of every request's
+    max_tokens, settled the part no longer to come (produced, or given up by a request that
+    ended sooner). It moves in a burst run, where every request finishes at the last step.
+    None where the snapshot does not carry the workload's max_tokens."""
+    if s.tokens_due is None or s.tokens_left is None or s.tokens_due <= 0:
+        return None
+    return s.tokens_due - min(max(s.tokens_left, 0), s.tokens_due), s.tokens_due
+
+
+def progress_line(s: Snapshot) -> str:
+    """What the progress bar measures, next to it."""
+    tokens = token_progress(s)
+    if tokens is None:
+        return f"requests {format_count(s.num_done)} / {format_count(s.num_requests)}"
+    return f"tokens {format_count(tokens[0])} / {format_count(tokens[1])}"
+
+
 def throughput_line(s: Snapshot) -> str:
     line = (
         f"{format_rate(s.tokens_per_s)} tok/s · {format_rate(s.steps_per_s)} steps/s · "

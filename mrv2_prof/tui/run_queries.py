@@ -27,6 +27,8 @@ class RunRow:
     device: str
     num_requests: int
     error: str | None
+    live: bool = False  # still in its side file (``store.live_runs``), not in the database yet
+    writer_gone: bool = False  # ``running``, and the process writing it no longer exists
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ class StepRow:
 
 
 def list_run_rows(store: Store) -> list[RunRow]:
-    """Every run, newest first."""
+    """Every run, newest first; the live ones (in their side files) come first."""
     rows = []
     for r in store.list_runs():
         started = r.get("started_at")
@@ -63,6 +65,8 @@ def list_run_rows(store: Store) -> list[RunRow]:
                 device=r.get("device") or "",
                 num_requests=int(r.get("num_requests") or 0),
                 error=r.get("error"),
+                live=bool(r.get("live")),
+                writer_gone=bool(r.get("writer_gone")),
             )
         )
     return rows

@@ -30,7 +30,8 @@ def gate(db, baseline: str, candidate: str, *args: str):
 
 
 def limits(*pairs: str) -> list[str]:
-    return [arg for pair in pairs for arg in ("--max-regression", pair)]
+    """These thresholds alone (``--replace-defaults``: no default besides them)."""
+    return [*(arg for pair in pairs for arg in ("--max-regression", pair)), "--replace-defaults"]
 
 
 def one_line_error(result) -> str:
@@ -48,13 +49,36 @@ def test_pass_within_threshold(db):
 
 
 def test_fail_names_each_failing_metric_and_by_how_much(db):
-    result = gate(db, "aaa111", "bbb222", *limits("p99_itl=5%", "sync_count=+10", "overlap=-0.1"))
+    # counted metrics: one run a side decides on the two values
+    result = gate(db, "aaa111", "bbb222", *limits("sync_count=+1", "aborts=+0", "preemptions=+5"))
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert "FAIL p99_itl: 10.00 ms -> 21.40 ms (+114.0% > 5%)" in lines
-    assert "FAIL overlap: 0.500 -> 0.375 (-0.125 < -0.100)" in lines
-    assert not any(line.startswith("FAIL sync_count") for line in lines)  # +2 is within +10
+    assert "FAIL sync_count: 3 -> 5 (+2 > +1)" in lines
+    assert "FAIL aborts: 0 -> 1 (+1 > +0)" in lines
+    assert not any(line.startswith("FAIL preemptions") for line in lines)  # +1 is within +5
     assert lines[-1] == "gate: FAIL (2 of 3 metrics)"
+
+
+def test_one_run_a_side_a_timed_crossing_is_inconclusive(db):
+    """p99 ITL 10 -> 21.4 ms crosses 5%, but the baseline's six gaps are all 10 ms (1 distinct
+    value; bbb222's six: 10 and 22, 2 distinct): no per-request evidence. Overlap has one value a
+    run. Both inconclusive: exit 3; with a counted failure beside them, exit 1."""
+    result = gate(db, "aaa111", "bbb222", *limits("p99_itl=5%", "overlap=-0.1"))
+    assert result.exit_code == 3, result.output
+    lines = result.stdout.splitlines()
+    repeat = "; repeat the runs (run --repeats 3) to decide"
+    assert (
+        "inconclusive p99_itl: 10.00 ms -> 21.40 ms (+114.0% > 5%) but 1 run a side: requests' "
+        "samples: 1 and 2 distinct values in 6 and 6 samples (equal values come from one step: "
+        f"one measurement); 3 a side are needed{repeat}"
+    ) in lines
+    assert (
+        "inconclusive overlap: 0.500 -> 0.375 (-0.125 < -0.100) but 1 run a side: one value a "
+        f"run, no spread to tell it from noise{repeat}"
+    ) in lines
+    assert lines[-1] == "gate: INCONCLUSIVE (2 of 2 metrics)"
+    result = gate(db, "aaa111", "bbb222", *limits("p99_itl=5%", "errors=+0"))
+    assert result.exit_code == 1 and result.stdout.splitlines()[-1] == "gate: FAIL (1 of 2 metrics)"
 
 
 @pytest.mark.parametrize(
@@ -72,7 +96,8 @@ def test_relative_and_absolute_messages(db):
     lines = result.stdout.splitlines()
     assert "FAIL sync_count: 3 -> 5 (+2 > +1)" in lines
     assert "FAIL errors: 0 -> 1 (+1 from 0 > 50%)" in lines  # any rise from 0 crosses a % limit
-    assert "FAIL tok_throughput: 160.0 tok/s -> 129.0 tok/s (-19.4% < -10%)" in lines
+    tok = "inconclusive tok_throughput: 160.0 tok/s -> 129.0 tok/s (-19.4% < -10%) but 1 run"
+    assert any(line.startswith(tok) for line in lines)
 
 
 def test_higher_is_better_metric_within_its_limit(db):
@@ -115,12 +140,16 @@ def test_default_thresholds(db):
     assert result.exit_code == 0, result.output
     n = len(DEFAULT_THRESHOLDS) - 1
     assert result.stdout.strip().endswith(f"gate: PASS ({n} metrics, 1 skipped)")
-    # bbb222 regresses every default metric except TTFT and p50 ITL
+    # bbb222 crosses every default limit except TTFT's, p50 ITL's and start-up's (+10% < 20%):
+    # the counted ones fail; the timed ones, one run a side, are inconclusive
     result = gate(db, "aaa111", "bbb222")
     lines = result.stdout.splitlines()
     failed = {line.split()[1].rstrip(":") for line in lines if line.startswith("FAIL ")}
-    within = {"p50_ttft", "p95_ttft", "p99_ttft", "p50_itl", "startup_s"}  # startup +10% < 20%
-    assert failed == set(DEFAULT_THRESHOLDS) - within
+    unsure = {line.split()[1].rstrip(":") for line in lines if line.startswith("inconclusive ")}
+    within = {"p50_ttft", "p95_ttft", "p99_ttft", "p50_itl", "startup_s"}
+    assert failed == {"errors", "aborts", "preemptions"}
+    assert unsure == set(DEFAULT_THRESHOLDS) - within - failed
+    assert result.exit_code == 1
 
 
 def test_unknown_metric_is_bad_input(db):
@@ -146,7 +175,7 @@ def test_malformed_threshold_is_bad_input(db, flag, says):
 def test_thresholds_file_and_flags_override_it(db, tmp_path):
     path = tmp_path / "gate.yaml"
     path.write_text("sync_count: +1\np50_itl: 5%\n")
-    result = gate(db, "aaa111", "bbb222", "--thresholds", str(path))
+    result = gate(db, "aaa111", "bbb222", "--thresholds", str(path), "--replace-defaults")
     assert result.exit_code == 1
     assert "FAIL sync_count: 3 -> 5 (+2 > +1)" in result.stdout.splitlines()
     assert result.stdout.strip().endswith("gate: FAIL (1 of 2 metrics)")
@@ -154,12 +183,17 @@ def test_thresholds_file_and_flags_override_it(db, tmp_path):
     assert result.exit_code == 0, result.output
     result = gate(db, "aaa111", "bbb222", "--thresholds", str(path), *limits("sync_count=off"))
     assert result.stdout.strip().endswith("gate: PASS (1 metric)")
+    # without --replace-defaults the file is laid over the defaults: 17 + sync_count
+    result = gate(db, "ccc333", "ccc333", "--thresholds", str(path))
+    n = len(DEFAULT_THRESHOLDS) + 1 - 1  # peak_gpu_mem measured in neither run: skipped
+    assert result.stdout.strip().endswith(f"gate: PASS ({n} metrics, 1 skipped)"), result.output
 
 
 def test_thresholds_file_numbers_and_off(db, tmp_path):
     path = tmp_path / "gate.yaml"
     path.write_text("overlap: -0.2\nhost_bound_bubble_ms: 2\npreemptions: off\n")
-    result = gate(db, "aaa111", "bbb222", "--thresholds", str(path))  # -0.125 and +2 ms: within
+    args = ("--thresholds", str(path), "--replace-defaults")
+    result = gate(db, "aaa111", "bbb222", *args)  # -0.125 and +2 ms: within
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().endswith("gate: PASS (2 metrics)")
 
@@ -194,11 +228,12 @@ def test_unknown_run_is_bad_input(db):
 
 def test_json_results(db):
     result = gate(db, "aaa111", "bbb222", *limits("p99_itl=5%", "sync_count=+2"), "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     data = json.loads(result.stdout)
-    assert data["passed"] is False and data["verdict"] == "gate: FAIL (1 of 2 metrics)"
+    assert data["passed"] is False and data["verdict"] == "gate: INCONCLUSIVE (1 of 2 metrics)"
     by_metric = {r["metric"]: r for r in data["results"]}
-    assert by_metric["p99_itl"]["status"] == "fail"
+    assert by_metric["p99_itl"]["status"] == "inconclusive"
+    assert by_metric["p99_itl"]["sample_verdict"] == "inconclusive"
     assert by_metric["p99_itl"]["candidate"] == pytest.approx(21.4)
     assert by_metric["sync_count"]["status"] == "pass"
 

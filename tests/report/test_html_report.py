@@ -8,6 +8,7 @@ Python from the rows of a real quickstart run.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import re
 from pathlib import Path
@@ -76,7 +77,13 @@ def assert_self_contained(page: str) -> None:
     assert not re.search(r"<script\b[^>]*\bsrc\s*=", page, re.I)  # no script fetched from anywhere
     assert not re.search(r"<link\b[^>]*\bhref\s*=\s*[\"']?(https?:)?//", page, re.I)
     assert not re.search(r"<(img|iframe)\b[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", page, re.I)
-    assert page.count(get_plotlyjs()) == 1  # plotly.js inlined exactly once
+    # plotly.js inlined exactly once, gzip-compressed: unpacked, it is plotly's own file
+    blobs = re.findall(
+        r'<script type="application/octet-stream" id="mrv2-plotly-gz">([^<]*)</script>', page
+    )
+    assert len(blobs) == 1
+    assert gzip.decompress(base64.b64decode(blobs[0])).decode() == get_plotlyjs()
+    assert "DecompressionStream('gzip')" in page
 
 
 # ---- a synthetic GPU run, worked by hand -------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import shlex
 import shutil
 import signal
 import threading
@@ -20,7 +21,7 @@ from mrv2_prof.store import Store
 runner = CliRunner()
 QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 SETS = ("runner.device=cpu", "workload.num_requests=6", "workload.output_len.value=8")
-ONLY_ERRORS = ("--max-regression", "errors=+0")  # a load stage that timing noise cannot move
+ONLY_ERRORS = ("--only", "errors")  # a load stage that timing noise cannot move (errors: +0)
 
 
 def _run(db: Path, *sets: str) -> str:
@@ -149,9 +150,16 @@ def test_a_downgrade_note_fails_the_static_stage(edited):
     assert code == 1
     by = stages(data)
     assert by["static"]["status"] == "fail"
-    assert by["static"]["lines"] == [f"FAIL note on run {b}: {note}"]
+    # the failure names the flag that accepts the note, with the note quoted for a shell
+    flag = f"--allow-note '{note}'"
+    assert by["static"]["lines"] == [
+        f"FAIL note on run {b}: {note}",
+        f"accepted by: {flag} (or --allow-notes for every note)",
+    ]
     assert by["output contract"]["status"] == by["load"]["status"] == "not run"
-    assert data["verdict"] == "gate: FAIL (static stage)"
+    assert data["verdict"] == f"gate: FAIL (static stage: a new note; {flag} accepts it)"
+    code, data = gate_json(db, a, b, *shlex.split(flag))  # the value as printed is accepted
+    assert code == 0 and stages(data)["static"]["lines"][0].startswith("allowed note")
     code, data = gate_json(db, a, b, "--allow-note", "cudagraph_mode")
     assert code == 0 and stages(data)["static"]["lines"][0].startswith("allowed note")
 

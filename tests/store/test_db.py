@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -14,6 +15,7 @@ import pytest
 
 from mrv2_prof.store import SCHEMA_VERSION, TABLES, Store, StoreError
 from mrv2_prof.store import db as store_db
+from mrv2_prof.store.opening import LOCK_WAIT_S
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,9 +205,12 @@ def test_locked_file_names_the_holder(tmp_path: Path) -> None:
     holder = _child(code, str(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline().strip() == "ready"
-        for read_only in (False, True):
+        for read_only, wait_s in ((False, None), (True, 0.5)):  # the default wait, then a short one
+            start = time.monotonic()
             with pytest.raises(StoreError) as err:
-                Store.open(path, read_only=read_only)
+                Store.open(path, read_only=read_only, lock_wait_s=wait_s)
+            waited = time.monotonic() - start
+            assert (wait_s or LOCK_WAIT_S) <= waited < (wait_s or LOCK_WAIT_S) + 5
             assert _one_line(err) == (
                 f"{path}: in use by another process (PID {holder.pid}); "
                 "wait for it to finish or pass a different --db"

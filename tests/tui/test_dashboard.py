@@ -26,8 +26,9 @@ from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.widgets import PANELS, PanelDeck
 
 NARROW = (80, 24)
+MEDIUM = (120, 40)
 WIDE = (160, 48)
-DETAIL = [p.NAME for p in PANELS if p.NAME != "overview"]
+ALL = [p.NAME for p in PANELS]
 
 
 def visible(app: DashboardApp) -> list[str]:
@@ -217,24 +218,54 @@ async def test_every_panel_fits_80x24_when_selected() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_wide_terminal_shows_every_detail_panel_side_by_side() -> None:
+async def test_a_wide_terminal_shows_all_nine_panels_in_a_grid() -> None:
     source = FakeSource(samples=GPU_SAMPLES)
     app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
     async with app.run_test(size=WIDE) as pilot:
         source.push(make_gpu_snapshot())
         await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
-        assert visible(app) == DETAIL
-        for name in DETAIL:
+        assert visible(app) == ALL
+        for name in ALL:
             panel = app.query_one(f"#panel-{name}")
             for widget in panel.query(".value, .list, Sparkline"):
+                hidden = not all(node.display for node in widget.ancestors_with_self[:-2])
+                if hidden:  # the spec row (no speculation) and the overview's sparkline
+                    assert widget.id in {"ov-spec", "ov-tokens-spark"}
+                    continue
                 assert on_screen(app, widget), (name, widget)
-        top_row = [app.query_one(f"#panel-{name}").region for name in DETAIL[:4]]
-        assert sum(r.width for r in top_row) == WIDE[0]  # uses the whole width
-        assert len({r.y for r in top_row}) == 1
+        # three rows of 4 cells of 40 columns; the overview, syncs and graphs take two cells
+        rows: dict[int, list] = {}
+        for name in ALL:
+            region = app.query_one(f"#panel-{name}").region
+            rows.setdefault(region.y, []).append((name, region.width))
+        assert list(rows.values()) == [
+            [("overview", 80), ("throughput", 40), ("latency", 40)],
+            [("overlap", 40), ("syncs", 80), ("staged", 40)],
+            [("graphs", 80), ("kv", 40), ("gpu", 40)],
+        ]
         await pilot.press("6")  # selecting highlights, everything stays on screen
-        assert visible(app) == DETAIL
+        assert visible(app) == ALL
         assert app.query_one("#panel-graphs").has_class("-selected")
         assert not app.query_one("#panel-syncs").has_class("-selected")
+
+
+@pytest.mark.asyncio
+async def test_at_120_columns_the_overview_sits_beside_the_picked_panel() -> None:
+    source = FakeSource(samples=GPU_SAMPLES)
+    app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
+    async with app.run_test(size=MEDIUM) as pilot:
+        source.push(make_gpu_snapshot())
+        await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
+        assert visible(app) == ["overview", "throughput"]
+        overview, right = (app.query_one(f"#panel-{n}").region for n in ("overview", "throughput"))
+        assert (overview.width, right.x, right.width) == (80, 80, 40)
+        await pilot.press("5")
+        assert visible(app) == ["overview", "syncs"]
+        await pilot.press("1")  # the overview is picked: highlighted, the last detail stays
+        assert visible(app) == ["overview", "syncs"]
+        assert app.query_one("#panel-overview").has_class("-selected")
+        await pilot.press("shift+tab")  # from the overview back to the last panel, the GPU's
+        assert visible(app) == ["overview", "gpu"]
 
 
 @pytest.mark.asyncio
@@ -245,7 +276,9 @@ async def test_resizing_switches_between_the_layouts() -> None:
         await pilot.press("3")
         assert visible(app) == ["latency"]
         await pilot.resize_terminal(*WIDE)
-        await wait_for(pilot, lambda: visible(app) == DETAIL)
+        await wait_for(pilot, lambda: visible(app) == ALL)
+        await pilot.resize_terminal(*MEDIUM)
+        await wait_for(pilot, lambda: visible(app) == ["overview", "latency"])
         await pilot.resize_terminal(*NARROW)
         await wait_for(pilot, lambda: visible(app) == ["latency"])  # the selection is kept
 

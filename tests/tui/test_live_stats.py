@@ -183,3 +183,24 @@ def test_spec_slots_and_the_latest_decision_over_steps_and_a_flush() -> None:
     live.on_step(Result([]), 3 * NS)
     again = live.snapshot(engine(probe))
     assert (again.spec_reserved_slots, again.spec_k, again.spec_expected_tokens) == (8, 0, 1.1)
+
+
+def test_tokens_left_counts_max_tokens_less_tokens_so_far() -> None:
+    """Three requests of max_tokens 10, 5 and 4: a stop token ends ``a`` after 3 tokens (its 7
+    others will not come), ``c`` is aborted before its first token."""
+    live = LiveStats(
+        "r", "label", num_requests=3, num_kv_blocks=10, max_tokens={"a": 10, "b": 5, "c": 4}
+    )
+    assert live.snapshot(engine()).tokens_left == 19
+    a, b = Req("a", 0.0, 1), Req("b", 0.0, 1)
+    live.on_step(Result([a, b]), NS)
+    assert live.snapshot(engine()).tokens_left == 19 - 2
+    a.num_output_tokens, b.num_output_tokens = 2, 2
+    live.on_step(Result([a, b]), 2 * NS)
+    assert live.snapshot(engine()).tokens_left == (10 - 2) + (5 - 2) + 4
+    a.num_output_tokens, a.is_finished, a.finish_reason = 3, True, "stop"
+    b.num_output_tokens = 3
+    live.on_step(Result([a, b]), 3 * NS)
+    live.on_abort("c")
+    assert live.snapshot(engine()).tokens_left == 0 + (5 - 3) + 0
+    assert LiveStats("r", "label", 1, 10).snapshot(engine()).tokens_left is None  # not given

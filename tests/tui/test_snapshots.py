@@ -22,7 +22,7 @@ from tui_helpers import (
 from mrv2_prof.tui.browser import BrowserApp
 from mrv2_prof.tui.dashboard import DashboardApp
 from mrv2_prof.tui.widgets import PanelDeck
-from mrv2_prof.tui.widgets.panel_deck import WIDE_MIN
+from mrv2_prof.tui.widgets.panel_deck import layout_for
 
 
 async def _dashboard(size: tuple[int, int], name: str) -> None:
@@ -30,10 +30,10 @@ async def _dashboard(size: tuple[int, int], name: str) -> None:
     app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
     async with app.run_test(size=size) as pilot:
         # The layout first (a progress bar rounds its fill to the width it has when set).
-        wide = size[0] >= WIDE_MIN[0]
-        await wait_for(pilot, lambda: app.query_one(PanelDeck).wide == wide)
+        layout = layout_for(size[0], size[1] - 5)  # the deck: less header, progress, status, footer
+        await wait_for(pilot, lambda: app.query_one(PanelDeck).layout_name == layout)
         await pilot.pause()
-        source.push(make_gpu_snapshot())
+        source.push(make_gpu_snapshot(tokens_due=65_536, tokens_left=56_536))  # 9,000 settled
         await wait_for(pilot, lambda: text(app, "ov-gpu").startswith("util 80"))
         await pilot.pause()
         await assert_snapshot(pilot, app, name)
@@ -42,6 +42,11 @@ async def _dashboard(size: tuple[int, int], name: str) -> None:
 @pytest.mark.asyncio
 async def test_dashboard_overview_at_80x24() -> None:
     await _dashboard((80, 24), "dashboard_overview_80x24")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_overview_beside_a_panel_at_120x40() -> None:
+    await _dashboard((120, 40), "dashboard_side_120x40")
 
 
 @pytest.mark.asyncio

@@ -1,4 +1,5 @@
-"""A modal list of the keys of the screen below it; escape or ? closes it, q still quits."""
+"""A modal list of the keys of the screen below it, and notes on what it shows; escape or ?
+closes it, q still quits."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ class HelpScreen(ModalScreen[None]):
         align: center middle;
     }
     #help-box {
-        width: 72;
+        width: 76;
         max-width: 100%;
         height: auto;
-        max-height: 90%;
-        padding: 1 2;
+        max-height: 100%;
+        padding: 0 1;
         border: round $accent;
         background: $surface;
+    }
+    #help-notes {
+        margin-top: 1;
+        color: $text-muted;
     }
     """
     BINDINGS = [
@@ -34,13 +39,19 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def __init__(
-        self, title: str, keys: Sequence[tuple[str, str]], quit_action: str = "quit"
+        self,
+        title: str,
+        keys: Sequence[tuple[str, str]],
+        quit_action: str = "quit",
+        notes: Sequence[str] = (),
     ) -> None:
-        """``quit_action``: the app's action that ``q`` runs (after closing the help)."""
+        """``quit_action``: the app's action that ``q`` runs (after closing the help); ``notes``:
+        lines under the keys (what the screen's figures are)."""
         super().__init__()
         self.help_title = title
         self.keys = keys
         self.quit_action = quit_action
+        self.notes = notes
 
     def compose(self) -> ComposeResult:
         table = Table(show_header=False, box=None, pad_edge=False)
@@ -53,6 +64,8 @@ class HelpScreen(ModalScreen[None]):
         box.border_subtitle = "escape or ? closes"
         with box:
             yield Static(table, id="help-keys")
+            if self.notes:
+                yield Static("\n".join(self.notes), id="help-notes", markup=False)
 
     def action_close(self) -> None:
         self.dismiss()

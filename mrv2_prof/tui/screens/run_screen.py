@@ -153,6 +153,7 @@ class RunScreen(Screen[None]):
     def load_run(self) -> None:
         try:
             with Store.open(self.db_path, read_only=True) as store:
+                store.resolve_run(self.run_id)  # a live run: "still running", not "no run"
                 s = run_summary(store, self.run_id)
                 facts = finding_facts(store, self.run_id, include_perturbed=s.includes_perturbed)
                 self.post_message(self.RunLoaded(s, findings(s, facts), facts))

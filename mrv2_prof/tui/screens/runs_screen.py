@@ -2,9 +2,12 @@
 
 Enter opens a run; ``c`` marks a run as A and ``c`` on another opens the A/B comparison. The
 list comes from a worker thread at once; each run's headline numbers (output tokens/s, ITL p99)
-follow one by one from the same worker, so a large database never blocks the screen. The
-label column takes the width the other columns leave (a long label ends in "…" and the line
-under the table shows it whole for the run under the cursor), so the numbers are never cut.
+follow one by one from the same worker, so a large database never blocks the screen. Each run's
+numbers are read on their own (``tui/run_figures.py``): a live run's show ``live`` (its runner
+holds its side file) or its figures so far (``*``), and a run that cannot be read shows the
+reason in its label cell; neither stops the other runs' numbers. The label column takes the width
+the other columns leave (a long label or a reason ends in "…" and the line under the table shows
+it whole for the run under the cursor), so the numbers are never cut.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.tui.run_queries import Headline, RunRow, headline, list_run_rows
+from mrv2_prof.tui.run_figures import FROM_DATABASE, LIVE, SO_FAR, UNREAD, RunFigures, run_figures
+from mrv2_prof.tui.run_queries import RunRow, list_run_rows
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_rate, one_line
@@ -41,7 +45,14 @@ COLUMNS = (
 )
 MARK = "A"
 PENDING = "…"
+UNREAD_CELL = "error"  # the figures of a run that could not be read (the reason: its label cell)
+SO_FAR_MARK = "*"
 HINT = "enter: open · c: mark for comparison · r: reload · ?: help · q: quit"
+LEGEND = {
+    LIVE: "live: a run still writing, figures once it ends",
+    SO_FAR: f"{SO_FAR_MARK}: so far, from a live run's side file",
+    UNREAD: f"{UNREAD_CELL}: figures not read, the reason in the label",
+}
 MIN_LABEL = 8  # the label column never gets narrower than this
 SCROLLBAR = 2
 
@@ -59,10 +70,10 @@ class RunsScreen(Screen[None]):
             self.rows = rows
 
     class HeadlineLoaded(Message):
-        def __init__(self, run_id: str, numbers: Headline) -> None:
+        def __init__(self, run_id: str, figures: RunFigures) -> None:
             super().__init__()
             self.run_id = run_id
-            self.numbers = numbers
+            self.figures = figures
 
     class AllLoaded(Message):
         """The worker has posted the list and every headline."""
@@ -78,6 +89,7 @@ class RunsScreen(Screen[None]):
         self.marked: str | None = None
         self.rows: list[RunRow] = []
         self.numbers: dict[str, tuple[str, str]] = {}  # run id -> tok/s, ITL p99 as shown
+        self.figures: dict[str, RunFigures] = {}  # run id -> where its numbers came from
         self.loaded = False  # the list and every headline are in
         self.label_width = 0
 
@@ -98,8 +110,10 @@ class RunsScreen(Screen[None]):
     def _cells(self, r: RunRow) -> list[str]:
         """The row's cells as shown (the label plain: it goes in as a ``Text``)."""
         tok_s, itl = self.numbers.get(r.run_id, (PENDING, PENDING))
+        figures = self.figures.get(r.run_id)
+        label = figures.why if figures is not None and figures.kind == UNREAD else r.label
         return [
-            MARK if r.run_id == self.marked else "", markup_safe(r.run_id), plain(r.label),
+            MARK if r.run_id == self.marked else "", markup_safe(r.run_id), plain(label),
             markup_safe(r.status), r.started, markup_safe(r.device), format_count(r.num_requests),
             tok_s, itl,
         ]  # fmt: skip
@@ -138,14 +152,26 @@ class RunsScreen(Screen[None]):
             self._fill()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        """Under the table, the label of the run under the cursor when its cell cuts it."""
-        if self.marked is not None or not self.loaded:
-            return
-        row = next((r for r in self.rows if r.run_id == event.row_key.value), None)
-        if row is not None and len(plain(row.label)) > self.label_width:
-            self._say(f"{row.run_id}: {row.label}")
-        else:
-            self._say(HINT)
+        if self.marked is None and self.loaded:
+            self._say(self._row_note(event.row_key.value) or self._hint())
+
+    def _row_note(self, run_id: str | None) -> str | None:
+        """Under the table, for the run under the cursor: where its figures come from when not
+        the database (or why there are none), else its label when its cell cuts it."""
+        row = next((r for r in self.rows if r.run_id == run_id), None)
+        if row is None:
+            return None
+        figures = self.figures.get(row.run_id)
+        if figures is not None and figures.kind != FROM_DATABASE:
+            return f"{row.run_id} ({row.label}): {figures.why}"
+        if len(plain(row.label)) > self.label_width:
+            return f"{row.run_id}: {row.label}"
+        return None
+
+    def _hint(self) -> str:
+        """The keys, and what the marks in the figure columns mean when the list has them."""
+        kinds = {f.kind for f in self.figures.values()}
+        return " · ".join([HINT, *(text for kind, text in LEGEND.items() if kind in kinds)])
 
     @work(thread=True, exclusive=True, group="runs")
     def load_runs(self) -> None:
@@ -154,10 +180,10 @@ class RunsScreen(Screen[None]):
             with Store.open(self.db_path, read_only=True) as store:
                 rows = list_run_rows(store)
                 self.post_message(self.RunsLoaded(rows))
-                for row in rows:
+                for row in rows:  # one run's problem is its own row's: the others still load
                     if worker.is_cancelled:
                         return
-                    self.post_message(self.HeadlineLoaded(row.run_id, headline(store, row.run_id)))
+                    self.post_message(self.HeadlineLoaded(row.run_id, run_figures(store, row)))
         except (StoreError, duckdb.Error) as exc:
             self.post_message(self.LoadFailed(one_line(exc)))
             return
@@ -167,6 +193,7 @@ class RunsScreen(Screen[None]):
         self.rows = message.rows
         self.marked = None
         self.numbers = {}
+        self.figures = {}
         self._fill()
         if not message.rows:
             self._say(f"no runs in {self.db_path} yet; start one with: mrv2-prof run --db PATH")
@@ -175,16 +202,30 @@ class RunsScreen(Screen[None]):
         table = self.query_one("#runs", DataTable)
         if message.run_id not in table.rows:  # from a load that a reload replaced
             return
-        tok_s, itl = message.numbers.output_tokens_per_s, message.numbers.itl_ms_p99
-        tok_s_text = NO_VALUE if tok_s is None else format_rate(tok_s)
-        self.numbers[message.run_id] = (tok_s_text, format_ms(itl))
-        table.update_cell(message.run_id, "tok_s", tok_s_text, update_width=True)
-        table.update_cell(message.run_id, "itl_p99", format_ms(itl), update_width=True)
+        figures = self.figures[message.run_id] = message.figures
+        self.numbers[message.run_id] = shown = figure_cells(figures)
+        table.update_cell(message.run_id, "tok_s", shown[0], update_width=True)
+        table.update_cell(message.run_id, "itl_p99", shown[1], update_width=True)
+        if figures.kind == UNREAD:  # the reason goes where the label was
+            row = next(r for r in self.rows if r.run_id == message.run_id)
+            label = Text(self._cells(row)[2], overflow="ellipsis", no_wrap=True)
+            table.update_cell(message.run_id, "label", label)
 
     def on_runs_screen_all_loaded(self, message: AllLoaded) -> None:
         self.loaded = True
         if self._label_width() != self.label_width:  # the numbers took more room than pending
             self._fill()
+        if self.marked is None:
+            self._say(self._row_note(self._cursor_run()) or self._hint())
+        unread = [run_id for run_id, f in self.figures.items() if f.kind == UNREAD]
+        if unread:
+            self.notify(
+                markup_safe(f"{len(unread)} of {len(self.rows)} runs could not be read "
+                            f"({', '.join(unread[:3])}{', …' if len(unread) > 3 else ''}); "
+                            "their rows say why"),
+                title="runs not read",
+                severity="warning",
+            )  # fmt: skip
 
     def on_runs_screen_load_failed(self, message: LoadFailed) -> None:
         self.loaded = True
@@ -229,7 +270,19 @@ class RunsScreen(Screen[None]):
             table.update_cell(run_id, "mark", MARK)
             self._say(f"A = {run_id}; press c on another run to compare (escape: clear)")
         else:
-            self._say(HINT)
+            self._say(self._hint())
 
     def _say(self, line: str) -> None:
         self.query_one("#runs-status", Static).update(plain(line))
+
+
+def figure_cells(figures: RunFigures) -> tuple[str, str]:
+    """The tok/s and ITL p99 cells of a run's figures: the numbers (``*`` when read so far from
+    a live run's side file), ``live`` while its runner holds it, ``error`` when not read."""
+    if figures.numbers is None:
+        return (LIVE, LIVE) if figures.kind == LIVE else (UNREAD_CELL, UNREAD_CELL)
+    tok_s, itl = figures.numbers.output_tokens_per_s, figures.numbers.itl_ms_p99
+    cells = (NO_VALUE if tok_s is None else format_rate(tok_s), format_ms(itl))
+    if figures.kind == SO_FAR:
+        return tuple(c + SO_FAR_MARK for c in cells)  # type: ignore[return-value]
+    return cells

@@ -11,10 +11,11 @@ import math
 from collections.abc import Sequence
 
 from textual.app import ComposeResult
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
+from mrv2_prof.tui.widgets.spark_history import SparkHistory
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import NO_VALUE, NOT_ON_CPU, format_bytes
 from mrv2_prof.views.safe_text import plain
@@ -42,9 +43,7 @@ class GpuPanel(Panel):
         yield Static(WAITING, id="gpu-note", classes="hint", markup=False)
         for value_id, name, _ in SERIES:
             yield ValueRow(name, value_id)
-            spark = Sparkline([], id=f"{value_id}-spark", summary_function=max)
-            spark.display = False
-            yield spark
+            yield SparkHistory(f"{value_id}-spark", shown=False)
 
     def show(self, snapshot: Snapshot) -> None:
         self.device = snapshot.device
@@ -60,12 +59,17 @@ class GpuPanel(Panel):
             note_widget.display = True
             for value_id, _, _ in SERIES:
                 self.set_value(value_id, NOT_ON_CPU if cpu else NO_VALUE)
-                self.query_one(f"#{value_id}-spark", Sparkline).display = False
+                self._spark(value_id).set_shown(False)
             return
         note_widget.display = False
+        span_s = (samples[-1][0] - samples[0][0]) / 1e9
         for value_id, _, col in SERIES:
-            self.query_one(f"#{value_id}-spark", Sparkline).display = True
             values = [float(row[col]) for row in samples]
             self.set_value(value_id, _value(value_id, values[-1]))
             clean = [v if v >= 0 else 0.0 for v in values if not math.isnan(v)]
-            self.query_one(f"#{value_id}-spark", Sparkline).data = clean
+            spark = self._spark(value_id)
+            spark.set_shown(True)
+            spark.plot(clean, span_s, _value(value_id, max(clean)) if clean else "n/a")
+
+    def _spark(self, value_id: str) -> SparkHistory:
+        return self.query_one(f"#{value_id}-spark-history", SparkHistory)

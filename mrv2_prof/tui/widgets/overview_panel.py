@@ -1,4 +1,6 @@
-"""The overview: one line per panel with its headline numbers (the view that fits 80×24)."""
+"""The overview: one line per panel with its headline numbers (the view that fits 80×24), and
+under them the output tokens/s of the last ~30 s on a time axis (left out in the full grid,
+where the throughput panel beside it draws the same)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from textual.widgets import Static
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui import digest
 from mrv2_prof.tui.widgets.panel import Panel
+from mrv2_prof.tui.widgets.spark_history import SparkHistory
+from mrv2_prof.tui.widgets.throughput_panel import tok_per_s
 from mrv2_prof.tui.widgets.value_row import ValueRow
 
 # value id (ov-NAME) -> row name, line of a snapshot
@@ -36,6 +40,7 @@ class OverviewPanel(Panel):
                 spec.display = False
                 yield spec
         yield ValueRow("GPU", "ov-gpu")
+        yield SparkHistory("ov-tokens-spark", name="output tok/s")
 
     def show(self, snapshot: Snapshot) -> None:
         for key, (_, line) in LINES.items():
@@ -46,6 +51,7 @@ class OverviewPanel(Panel):
             row.display = spec is not None
         if spec is not None:
             self.set_value("ov-spec", spec)
+        self.query_one(SparkHistory).append(snapshot.elapsed_s, snapshot.tokens_per_s, tok_per_s)
 
     def show_gpu(self, samples: Sequence[Sequence[float]], note: str | None, device: str) -> None:
         self.set_value("ov-gpu", digest.gpu_line(samples, note, device))

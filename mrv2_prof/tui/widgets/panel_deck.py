@@ -1,8 +1,14 @@
-"""The dashboard's panels and how they share the screen.
+"""The dashboard's panels and how they share the screen, in three layouts by the deck's size.
 
-Narrow (below ``WIDE_MIN`` columns × rows, e.g. 80×24): one panel at a time fills the body, the
-overview by default; keys 1..9 and tab pick another. Wide: the eight detail panels side by side
-in a 4×2 grid (the overview, their digest, is left out) and the selected one is highlighted.
+* narrow (below ``SIDE_MIN``, e.g. 80×24): one panel at a time fills the body, the overview by
+  default; keys 1..9 and tab pick another.
+* side (``SIDE_MIN`` up to ``GRID_MIN``, e.g. 120×40): the overview beside the selected detail
+  panel (the last one picked while the overview itself is selected).
+* grid (``GRID_MIN`` and up, e.g. 160×48): all nine panels, the overview, sync points and CUDA
+  graphs two cells wide (their lines are long), the selected one highlighted.
+
+In every layout the selected panel is on screen and highlighted, so a key does what the help
+says at any size.
 """
 
 from __future__ import annotations
@@ -36,44 +42,74 @@ PANELS: tuple[type[Panel], ...] = (
     KvPanel,
     GpuPanel,
 )
-WIDE_MIN = (120, 24)  # the deck's own width and height for the grid of all panels
+# the deck's own width and height (the terminal less 5 rows of header, progress, status, footer)
+SIDE_MIN = (120, 19)  # the overview (80 columns) beside a detail panel
+GRID_MIN = (160, 40)  # all nine: rows of 12+ lines inside, columns of 36+ (76+ for the wide ones)
+LAYOUTS = ("narrow", "side", "grid")
+# the grid's order (4 columns, 3 rows; the wide panels take two cells)
+GRID_ORDER = (
+    *("overview", "throughput", "latency"),
+    *("overlap", "syncs", "staged"),
+    *("graphs", "kv", "gpu"),
+)
+
+
+def layout_for(width: int, height: int) -> str:
+    if width >= GRID_MIN[0] and height >= GRID_MIN[1]:
+        return "grid"
+    if width >= SIDE_MIN[0] and height >= SIDE_MIN[1]:
+        return "side"
+    return "narrow"
 
 
 class PanelDeck(Container):
     def __init__(self) -> None:
         super().__init__(id="deck")
         self.selected = 0  # index into PANELS
-        self.wide = False
+        self.detail = 1  # the detail panel the side layout shows (the last one selected)
+        self.layout_name = "narrow"
 
     def compose(self) -> ComposeResult:
-        for panel in PANELS:
-            yield panel()
+        by_name = {panel.NAME: panel for panel in PANELS}
+        for name in GRID_ORDER:
+            yield by_name[name]()
 
     @property
     def panels(self) -> list[Panel]:
-        return [w for w in self.children if isinstance(w, Panel)]
+        """The panels in key order (``PANELS``), not in the grid's."""
+        return [self.query_one(f"#panel-{panel.NAME}", Panel) for panel in PANELS]
+
+    @property
+    def wide(self) -> bool:
+        """More than one panel on screen."""
+        return self.layout_name != "narrow"
 
     def on_mount(self) -> None:
         self._arrange()
 
     def on_resize(self, event: events.Resize) -> None:
-        wide = event.size.width >= WIDE_MIN[0] and event.size.height >= WIDE_MIN[1]
-        if wide != self.wide:
-            self.wide = wide
-            self.set_class(wide, "-wide")
+        name = layout_for(event.size.width, event.size.height)
+        if name != self.layout_name:
+            self.layout_name = name
+            for other in LAYOUTS:
+                self.set_class(other == name, f"-{other}")
             self._arrange()
 
     def select(self, index: int) -> None:
         """Select panel ``index`` (wrapping around)."""
         self.selected = index % len(PANELS)
+        if self.selected:
+            self.detail = self.selected
         self._arrange()
 
     def _arrange(self) -> None:
+        shown = {
+            "narrow": {self.selected},
+            "side": {0, self.detail},
+            "grid": set(range(len(PANELS))),
+        }[self.layout_name]
         for i, panel in enumerate(self.panels):
-            if self.wide:
-                panel.display = not isinstance(panel, OverviewPanel)
-            else:
-                panel.display = i == self.selected
+            panel.display = i in shown
             panel.set_class(i == self.selected, "-selected")
 
     def show(self, snapshot: Snapshot) -> None:

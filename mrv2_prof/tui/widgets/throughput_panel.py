@@ -1,26 +1,23 @@
-"""Throughput: steps/s and output tokens/s (with their recent history), steps, tokens, requests."""
+"""Throughput: steps/s and output tokens/s (with their recent history on a time axis), steps,
+tokens, requests."""
 
 from __future__ import annotations
 
-from collections import deque
-
 from textual.app import ComposeResult
-from textual.widgets import Sparkline
 
 from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
+from mrv2_prof.tui.widgets.spark_history import SparkHistory
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import format_count, format_rate
 
-HISTORY = 120  # snapshots of tokens/s in the sparkline (~30 s at 4 snapshots/s)
+
+def tok_per_s(rate: float) -> str:
+    return f"{format_rate(rate)} tok/s"
 
 
 class ThroughputPanel(Panel):
     KEY, NAME, TITLE = "2", "throughput", "throughput"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.history: deque[float] = deque(maxlen=HISTORY)
 
     def compose(self) -> ComposeResult:
         yield ValueRow("output tok/s", "tokens-per-s")
@@ -29,7 +26,7 @@ class ThroughputPanel(Panel):
         yield ValueRow("output tokens", "output-tokens")
         yield ValueRow("finished", "num-finished")
         yield ValueRow("aborted", "num-aborted")
-        yield Sparkline([], id="tokens-spark", summary_function=max)
+        yield SparkHistory("tokens-spark")
 
     def show(self, snapshot: Snapshot) -> None:
         s = snapshot
@@ -39,5 +36,4 @@ class ThroughputPanel(Panel):
         self.set_value("output-tokens", format_count(s.output_tokens))
         self.set_value("num-finished", format_count(s.num_finished))
         self.set_value("num-aborted", format_count(s.num_aborted))
-        self.history.append(s.tokens_per_s)
-        self.query_one("#tokens-spark", Sparkline).data = list(self.history)
+        self.query_one(SparkHistory).append(s.elapsed_s, s.tokens_per_s, tok_per_s)
