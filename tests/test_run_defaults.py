@@ -1,5 +1,5 @@
-"""First contact through the CLI: the defaults run on a CPU, and the exit codes are the README's
-(2: bad input, nothing written; 1: a run that started and failed)."""
+"""First contact through the CLI: the defaults run on a CPU, and the exit codes are those of
+docs/commands.md (2: bad input, nothing written; 1: a run that started and failed)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
 """Two runs side by side: every gate metric with its change, marked better or worse.
 
 ``compare`` pairs two ``RunMetrics`` (from one run database or two); ``compare_table`` renders
-the pairs as a rich table and ``compare_json`` as plain data. The CLI prints them.
+the pairs as a rich table. The CLI prints them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -132,27 +131,3 @@ def compare_table(
             cells += [interval, Text(shown, style=_STAT_STYLE.get(v.verdict, ""))]
         t.add_row(*cells)
     return t
-
-
-def _run_json(run: RunMetrics, db: str) -> dict[str, Any]:
-    return {"run_id": run.run_id, "label": run.label, "status": run.status, "db": db}
-
-
-def compare_json(a: RunMetrics, b: RunMetrics, db_a: str, db_b: str) -> dict[str, Any]:
-    return {
-        "a": _run_json(a, db_a),
-        "b": _run_json(b, db_b),
-        "metrics": [
-            {
-                "metric": d.name,
-                "unit": METRICS[d.name].unit,
-                "direction": METRICS[d.name].direction,
-                "a": d.a,
-                "b": d.b,
-                "delta": d.delta,
-                "delta_pct": d.delta_pct,
-                "verdict": d.verdict,
-            }
-            for d in compare(a, b)
-        ],
-    }

@@ -275,13 +275,6 @@ def verdict_line(results: list[GateResult]) -> str:
     return f"gate: PASS ({len(checked)} {metrics}{tail})"
 
 
-def gate_lines(results: list[GateResult]) -> list[tuple[str, str]]:
-    """The lines under the table, with their styles: each failure or skip, then the verdict."""
-    style = {PASS: "bold green", FAIL: "bold red", SKIP: "dim", INCONCLUSIVE: "bold yellow"}
-    lines = [(r.message, style[r.status]) for r in results if r.status != PASS]
-    return [*lines, (verdict_line(results), style[PASS if passed(results) else FAIL])]
-
-
 def gate_table(
     results: list[GateResult], baseline: RunMetrics, candidate: RunMetrics, db: str, db_b: str
 ) -> Table:

@@ -123,7 +123,7 @@ class ModelSpec:
 @dataclass(frozen=True)
 class RunnerConfig:
     """The runner's settings; the scenario's ``runner:`` section has the same names and defaults
-    (README, "Scenario reference", says what each does)."""
+    (docs/scenarios.md, "Scenario reference", says what each does)."""
 
     device: Device = "auto"
     max_num_reqs: int = setting(1024, ge=1)  # rows of the persistent request state

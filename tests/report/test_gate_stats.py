@@ -115,8 +115,8 @@ def test_an_absolute_threshold_over_groups(db):
 def test_help_states_the_exit_codes():
     text = " ".join(runner.invoke(app, ["gate", "--help"]).output.split())
     assert "Exit codes: 0 pass, 1 fail, 2 bad input" in text and "3 inconclusive" in text
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert "3 inconclusive" in readme
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "compare-and-gate.md").read_text()
+    assert "3 inconclusive" in doc
 
 
 # --- comparability --------------------------------------------------------------------------

@@ -48,10 +48,6 @@ def set_fast_launch(enabled: bool) -> None:
     _state["enabled"] = enabled
 
 
-def fast_launch_enabled() -> bool:
-    return _state["enabled"]
-
-
 def notes() -> list[str]:
     """One line per kernel whose launches took the JIT path, with the reason."""
     return list(_notes)
