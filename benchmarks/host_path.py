@@ -54,8 +54,8 @@ import duckdb
 from bench_io import write_results
 from host_path_syncs import markdown_syncfinder, part_syncfinder
 
-from mrv2_prof.harness import runner_main
-from mrv2_prof.job import RunJob
+from mrv2_prof.pipeline.harness import runner_main
+from mrv2_prof.pipeline.job import RunJob
 from mrv2_prof.scenario import Scenario, scenario_yaml
 
 PHASES = ("schedule", "execute", "prepare", "forward", "sample", "update", "step")
@@ -282,7 +282,7 @@ def part_engine(args) -> list[dict]:
     uniform-decode step by call, and the probe's cost."""
     import time
 
-    from mrv2_prof.open_loop import FLUSH_INTERVAL_NS
+    from mrv2_prof.pipeline.open_loop import FLUSH_INTERVAL_NS
     from mrv2_prof.probes.api import Probe
     from mrv2_prof.probes.recording import RecordingProbe
     from mrv2_prof.runner.core.request import SamplingParams

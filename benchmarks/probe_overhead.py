@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from baseline_workload import QuickstartWorkload
 
-from mrv2_prof.open_loop import FLUSH_INTERVAL_NS
+from mrv2_prof.pipeline.open_loop import FLUSH_INTERVAL_NS
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
 from mrv2_prof.probes.recording import RecordingProbe

@@ -105,7 +105,7 @@ def make_gguf_checkpoint() -> Callable[..., Path]:
 @pytest.fixture
 def quickstart_job(tmp_path):
     """A ``RunJob`` of the shipped quickstart with ``--set`` overrides, writing to tmp_path."""
-    from mrv2_prof.job import RunJob
+    from mrv2_prof.pipeline.job import RunJob
     from mrv2_prof.scenario import load_scenario, scenario_yaml
 
     def make(*sets: str) -> RunJob:
@@ -124,7 +124,7 @@ def run_in_process(quickstart_job):
     import signal
     import threading
 
-    from mrv2_prof.harness import runner_main
+    from mrv2_prof.pipeline.harness import runner_main
 
     def run(*sets: str):
         job = quickstart_job(*sets)

@@ -16,7 +16,7 @@ import time
 import duckdb
 import pytest
 
-from mrv2_prof.launcher import RunnerProcess
+from mrv2_prof.pipeline.launcher import RunnerProcess
 
 
 def _disagreements(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, int]:

@@ -317,7 +317,7 @@ def test_a_flush_out_of_space_fails_the_run_without_a_traceback(
 
     monkeypatch.setattr(Store, "append_batches", append_batches)
     monkeypatch.setattr(Store, "finish_run", finish_run)
-    monkeypatch.setattr("mrv2_prof.open_loop.FLUSH_INTERVAL_NS", 1)  # a flush every step
+    monkeypatch.setattr("mrv2_prof.pipeline.open_loop.FLUSH_INTERVAL_NS", 1)  # a flush every step
     job, sent = run_in_process(
         "workload.num_requests=4", "workload.output_len={dist: fixed, value: 16}"
     )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mrv2_prof.analysis.summary import render_runs, render_summary
 from mrv2_prof.store import Store
-from mrv2_prof.summary import render_runs, render_summary
 
 
 def _text(renderable) -> str:

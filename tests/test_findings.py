@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mrv2_prof.findings import RULES, findings, run_findings
+from mrv2_prof.analysis.findings import RULES, findings, run_findings
 from mrv2_prof.store import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import run_summary
@@ -381,7 +381,7 @@ def test_show_json_carries_the_ranked_findings(db):
     assert data["num_preemptions"] == 3  # the summary's own fields stay as they were
 
 
-# ---- host contention (mrv2_prof.host_contention: the rules) -------------------------------------
+# ---- host contention (mrv2_prof.analysis.host_contention: the rules) ----------------------
 # 2 cores, torch 2 threads, 1 runner process: the run's own threads R = 2 + 1 (the parent) = 3.
 #   start: load 3.00 read 1.2 s in: the run added at most 3 (1 - e^(-1.2/60)) = 0.0594 -> 2.94
 #   end:   load 3.20 read 4.8 s in: 3 (1 - e^(-4.8/60)) = 0.2307 -> 2.97

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mrv2_prof.findings import HOST_BOUND_SHARE, run_findings  # noqa: E402
+from mrv2_prof.analysis.findings import HOST_BOUND_SHARE, run_findings  # noqa: E402
 from mrv2_prof.store import Store  # noqa: E402
 
 GPU_SETS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mrv2_prof.findings import findings, run_findings
+from mrv2_prof.analysis.findings import findings, run_findings
 from mrv2_prof.store import Store
 from mrv2_prof.store.finding_facts import SpecStepFacts, finding_facts
 from mrv2_prof.store.metrics import run_summary

@@ -9,7 +9,7 @@ import time
 
 import duckdb
 
-from mrv2_prof.launcher import RunnerProcess
+from mrv2_prof.pipeline.launcher import RunnerProcess
 from mrv2_prof.runner.engine import Engine
 
 
@@ -72,7 +72,7 @@ def test_a_crash_while_the_writer_is_busy_keeps_the_error_and_the_steps(
 ):
     """A step fails while the writer thread is inside a long append: the failure is still the
     run's error (the connection is not used from two threads at once) and every step is kept."""
-    from mrv2_prof import open_loop
+    from mrv2_prof.pipeline import open_loop
     from mrv2_prof.store.db import Store
 
     original_step, original_append = Engine.step, Store.append_batches

@@ -13,8 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mrv2_prof.headless_progress import Heartbeat, eta_s, heartbeat_line
-from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.pipeline.headless_progress import Heartbeat, eta_s, heartbeat_line
+from mrv2_prof.views.snapshot import Snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^(\S+) s  requests (\d+)/(\d+)  output tokens ([\d,]+)  ([\d,.]+) tok/s  ETA ")

@@ -13,8 +13,8 @@ import sys
 import duckdb
 import pytest
 
-from mrv2_prof.host_contention import assess
-from mrv2_prof.runner_threads import choose_threads
+from mrv2_prof.analysis.host_contention import assess
+from mrv2_prof.pipeline.runner_threads import choose_threads
 
 QUIET = {"cpu_count": 2, "cpu_affinity": 2, "torch_threads": 2, "runner_processes": 1}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from mrv2_prof.launcher import RunnerProcess
+from mrv2_prof.pipeline.launcher import RunnerProcess
 from mrv2_prof.tui.dashboard import DashboardApp
 from mrv2_prof.views.format import format_count
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mrv2_prof import limited_yaml
-from mrv2_prof.limited_yaml import MAX_DEPTH, MAX_NODES, YamlError, load
+from mrv2_prof.inputs import limited_yaml
+from mrv2_prof.inputs.limited_yaml import MAX_DEPTH, MAX_NODES, YamlError, load
 
 
 def test_plain_yaml_loads_as_safe_load_does():

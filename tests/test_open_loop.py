@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mrv2_prof import open_loop
+from mrv2_prof.pipeline import open_loop
 
 
 class FakeClock:

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from rich.console import Console
 
+from mrv2_prof.analysis.summary import render_runs
 from mrv2_prof.cli.repeats import repeated
 from mrv2_prof.scenario import ScenarioError, expand_matrix, load_scenario
 from mrv2_prof.store import Store
 from mrv2_prof.store.run_refs import runs_with_groups
-from mrv2_prof.summary import render_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"

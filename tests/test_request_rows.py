@@ -3,9 +3,9 @@ arrival, ``output_tokens`` = its token rows so far, replaced by the finished row
 
 from __future__ import annotations
 
-from mrv2_prof.probe_results import arrow_tables
+from mrv2_prof.pipeline.probe_results import arrow_tables
+from mrv2_prof.pipeline.request_rows import InFlightRows
 from mrv2_prof.probes.recording import RecordingProbe
-from mrv2_prof.request_rows import InFlightRows
 from mrv2_prof.store import Store
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import duckdb
 
-from mrv2_prof.probe_results import arrow_tables
+from mrv2_prof.pipeline.probe_results import arrow_tables
+from mrv2_prof.pipeline.request_rows import InFlightRows
+from mrv2_prof.pipeline.request_texts import RequestTexts
 from mrv2_prof.probes.recording import RecordingProbe
-from mrv2_prof.request_rows import InFlightRows
-from mrv2_prof.request_texts import RequestTexts
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.store import Store
 

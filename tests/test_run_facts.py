@@ -9,8 +9,8 @@ import os
 import duckdb
 import yaml
 
-from mrv2_prof.effective_scenario import as_run, graph_mode
-from mrv2_prof.run_environment import environment_differences
+from mrv2_prof.pipeline.effective_scenario import as_run, graph_mode
+from mrv2_prof.pipeline.run_environment import environment_differences
 from mrv2_prof.scenario import Scenario
 
 
@@ -132,8 +132,8 @@ def test_compare_and_gate_warn_across_torch_versions_and_name_perturbed_steps(tm
 def test_the_summary_shows_the_environment(run_in_process):
     from rich.console import Console
 
+    from mrv2_prof.analysis.summary import render_summary
     from mrv2_prof.store import Store
-    from mrv2_prof.summary import render_summary
 
     job, _ = run_in_process()
     with Store.open(job.db_path, read_only=True) as store:
@@ -148,7 +148,7 @@ def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
     import sys
     import types
 
-    from mrv2_prof import run_environment
+    from mrv2_prof.pipeline import run_environment
 
     calls = []
     fake = types.SimpleNamespace(

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from mrv2_prof.analysis.summary import render_summary
 from mrv2_prof.cli import app
 from mrv2_prof.store import Store
-from mrv2_prof.summary import render_summary
 from tests.text_runs import ESCAPE, PLAIN_RUN, TEXT_RUN, add_text_run, answer, question
 
 

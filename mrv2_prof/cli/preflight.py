@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from mrv2_prof.memory_budget import shortfall
+from mrv2_prof.inputs.memory_budget import shortfall
 from mrv2_prof.runner.model.args import weight_count
 from mrv2_prof.scenario import Scenario, ScenarioError
 

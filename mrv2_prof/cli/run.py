@@ -11,11 +11,12 @@ from typing import Any
 
 import typer
 
+from mrv2_prof.analysis.summary import render_comparison, render_summary
 from mrv2_prof.cli.console import checked_db, err, fail, out
 from mrv2_prof.cli.preflight import preflight
 from mrv2_prof.cli.repeats import repeated
-from mrv2_prof.job import RunJob
-from mrv2_prof.lifetime import exit_code
+from mrv2_prof.pipeline.job import RunJob
+from mrv2_prof.pipeline.lifetime import exit_code
 from mrv2_prof.scenario import (
     Scenario,
     ScenarioError,
@@ -25,7 +26,6 @@ from mrv2_prof.scenario import (
     scenario_yaml,
 )
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.summary import render_comparison, render_summary
 from mrv2_prof.views.safe_text import markup_safe
 
 DB_HELP = "DuckDB file holding the runs (default: the scenario's store.db, else runs.duckdb)."
@@ -242,7 +242,7 @@ def _say_what_opening_did(store: Store) -> None:
 
 
 def _launch(job, live: bool, heartbeat_s: float):
-    from mrv2_prof.launcher import run_dashboard, run_headless
+    from mrv2_prof.pipeline.launcher import run_dashboard, run_headless
     from mrv2_prof.store.opening import disk_full
 
     try:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
+from mrv2_prof.analysis.summary import render_runs, render_summary
 from mrv2_prof.cli.console import db_option, fail, out
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.summary import render_runs, render_summary
 
 
 def runs(
@@ -59,7 +59,7 @@ def show(
         with Store.open(db, read_only=True) as store:
             rid = store.resolve_run(run_id)
             if as_json:  # the summary's fields, and its findings (ranked) under "findings"
-                from mrv2_prof.findings import run_findings
+                from mrv2_prof.analysis.findings import run_findings
 
                 summary = run_summary(store, rid)
                 found = [asdict(f) for f in run_findings(store, rid, summary)]

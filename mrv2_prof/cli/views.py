@@ -12,7 +12,7 @@ import typer
 from mrv2_prof.cli.console import db_b_option, db_option, fail, out
 from mrv2_prof.cli.help_text import Command
 from mrv2_prof.cli.output_file import OutputError, check_output, write_output
-from mrv2_prof.input_file import InputError, check_regular_file
+from mrv2_prof.inputs.input_file import InputError, check_regular_file
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.safe_text import plain
 

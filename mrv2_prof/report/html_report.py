@@ -3,7 +3,7 @@
 its own ``<script type="application/json" class="mrv2-figure" data-fig-id=...>`` element, drawn
 by one small script at the end. Returns the document as a string; the CLI writes it.
 
-A run report opens with the run's findings, ranked (``mrv2_prof.findings``), then a header
+A run report opens with the run's findings, ranked (``mrv2_prof.analysis.findings``), then a header
 (``store.metrics.run_summary``, the run's notes), a guide that says in
 one sentence what each figure shows, the figures (or "not measured on this run: <why>"), and
 the scenario YAML. A sweep report compares several runs on their headline metrics.
@@ -15,7 +15,7 @@ import html
 
 import plotly.graph_objects as go
 
-from mrv2_prof.findings import Finding, findings
+from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
@@ -170,7 +170,7 @@ def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
 
 def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
     """Starved time, the perturbed steps left out, and the run's environment."""
-    from mrv2_prof.run_environment import environment_line
+    from mrv2_prof.pipeline.run_environment import environment_line
 
     rows = []
     if s.starved_ms is not None:

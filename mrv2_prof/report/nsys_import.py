@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from mrv2_prof.finite_numbers import shown_number
+from mrv2_prof.inputs.finite_numbers import shown_number
 from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
 from mrv2_prof.report.nsys_export import (
     KERNEL_NAME_COLUMNS,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrv2_prof import limited_yaml
+from mrv2_prof.inputs import limited_yaml
 from mrv2_prof.report.run_sides import RunFacts
 from mrv2_prof.store import Store
 from mrv2_prof.store.request_list import request_texts

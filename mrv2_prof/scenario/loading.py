@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from mrv2_prof import limited_yaml
-from mrv2_prof.input_file import InputError, MiB, read_text
+from mrv2_prof.inputs import limited_yaml
+from mrv2_prof.inputs.input_file import InputError, MiB, read_text
 from mrv2_prof.scenario.errors import ScenarioError
 from mrv2_prof.scenario.keys import did_you_mean, has_key, set_path
 from mrv2_prof.scenario.schema import Scenario, quoted

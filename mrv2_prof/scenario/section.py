@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mrv2_prof.finite_numbers import NUMBER_RULE
+from mrv2_prof.inputs.finite_numbers import NUMBER_RULE
 
 PosInt = Annotated[int, Field(ge=1)]
 # Seeds: a sampling seed is an int64 slot on the device and a model seed a torch generator's

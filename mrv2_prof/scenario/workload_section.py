@@ -9,8 +9,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from mrv2_prof.finite_numbers import shown_number
-from mrv2_prof.input_file import InputError, check_regular_file
+from mrv2_prof.inputs.finite_numbers import shown_number
+from mrv2_prof.inputs.input_file import InputError, check_regular_file
 from mrv2_prof.scenario.section import FROM_YAML, FieldError, PosInt, Section, Seed
 
 DEFAULT_NUM_REQUESTS = 16  # synthetic workloads without num_requests

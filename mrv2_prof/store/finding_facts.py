@@ -1,7 +1,7 @@
 """The per-run figures the findings read beyond ``run_summary``, computed in SQL.
 
 ``finding_facts`` returns plain numbers (``FindingFacts``); the rules that turn them into
-findings are pure functions elsewhere (``mrv2_prof.findings``). The definitions follow
+findings are pure functions elsewhere (``mrv2_prof.analysis.findings``). The definitions follow
 ``store.metrics``: perturbed steps (a kernel-trace window) are left out of every step figure
 unless ``include_perturbed``; a step is *host-bound* when the device waited for the host before
 it (``bubble_kind = 'host_bound'``) or inside it (``starved_ns > 0``).

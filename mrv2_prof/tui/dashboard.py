@@ -16,11 +16,11 @@ from textual.binding import Binding
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.source import SnapshotSource
 from mrv2_prof.tui.widgets import PANELS, PanelDeck, RunProgress
 from mrv2_prof.views.safe_text import plain
+from mrv2_prof.views.snapshot import Snapshot
 
 STOPPING_TEXT = "stopping… (data so far is kept)"
 PAUSED_TEXT = "display paused — the run continues (p to resume)"

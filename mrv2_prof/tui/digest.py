@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.views.format import (
     NO_VALUE,
     NOT_ON_CPU,
@@ -23,6 +22,7 @@ from mrv2_prof.views.format import (
     gpu_only,
     staged_ratio,
 )
+from mrv2_prof.views.snapshot import Snapshot
 
 # (t_ns, gpu_util %, mem_used_bytes, power_w, sm_clock_mhz), as ``SnapshotSource.gpu_samples``
 GpuRow = Sequence[float]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.views.snapshot import Snapshot
 
 
 class SnapshotSource(Protocol):

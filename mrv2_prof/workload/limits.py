@@ -4,8 +4,8 @@ host's free memory (the workload is built in the CLI, to validate it, and again 
 
 from __future__ import annotations
 
-from mrv2_prof.finite_numbers import shown_number
-from mrv2_prof.memory_budget import shortfall
+from mrv2_prof.inputs.finite_numbers import shown_number
+from mrv2_prof.inputs.memory_budget import shortfall
 from mrv2_prof.scenario import FixedLen, LengthDist, ScenarioError, UniformLen, WorkloadSection
 from mrv2_prof.scenario.workload_section import DEFAULT_NUM_REQUESTS
 

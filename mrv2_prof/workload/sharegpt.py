@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mrv2_prof.input_file import InputError, MiB, decode_utf8, read_bytes
-from mrv2_prof.memory_budget import shortfall
+from mrv2_prof.inputs.input_file import InputError, MiB, decode_utf8, read_bytes
+from mrv2_prof.inputs.memory_budget import shortfall
 from mrv2_prof.scenario import ScenarioError, WorkloadSection
 from mrv2_prof.scenario.workload_section import ARRIVAL_REASON, MAX_ARRIVAL_S
 from mrv2_prof.workload.limits import workload_bytes

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mrv2_prof.finite_numbers import shown_number
+from mrv2_prof.inputs.finite_numbers import shown_number
 from mrv2_prof.scenario import ScenarioError
 from mrv2_prof.views.safe_text import plain
 

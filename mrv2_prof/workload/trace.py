@@ -14,9 +14,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from mrv2_prof.finite_numbers import finite, is_json_number, number_problem, shown_number
-from mrv2_prof.input_file import InputError, MiB, read_bytes
-from mrv2_prof.memory_budget import available_host_bytes
+from mrv2_prof.inputs.finite_numbers import finite, is_json_number, number_problem, shown_number
+from mrv2_prof.inputs.input_file import InputError, MiB, read_bytes
+from mrv2_prof.inputs.memory_budget import available_host_bytes
 from mrv2_prof.scenario import ScenarioError, WorkloadSection
 from mrv2_prof.scenario.section import SEED_LIMIT
 from mrv2_prof.scenario.workload_section import (

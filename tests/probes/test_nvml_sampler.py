@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from mrv2_prof import launcher
+from mrv2_prof.pipeline import launcher
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 
 COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz")  # of gpu_samples

@@ -61,8 +61,8 @@ def gpu_runs(tmp_path_factory):
     import signal
     import threading
 
-    from mrv2_prof.harness import runner_main
-    from mrv2_prof.job import RunJob
+    from mrv2_prof.pipeline.harness import runner_main
+    from mrv2_prof.pipeline.job import RunJob
     from mrv2_prof.scenario import load_scenario, scenario_yaml
 
     db = tmp_path_factory.mktemp("gpu") / "runs.duckdb"

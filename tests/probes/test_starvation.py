@@ -171,7 +171,7 @@ def test_after_the_run_the_window_is_exact_perturbed_and_counted_per_step(store)
     the trace's export). Each step: host prep (schedule..execute) and one forward device span."""
     from types import SimpleNamespace
 
-    from mrv2_prof.probe_results import store_probe_results
+    from mrv2_prof.pipeline.probe_results import store_probe_results
 
     n = 4
     store.append("r", "steps", {"step": list(range(n))})

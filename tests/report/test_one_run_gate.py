@@ -25,8 +25,8 @@ LOCKSTEP = [f"p{q}_{kind}" for kind in ("ttft", "tpot") for q in (50, 95, 99)]
 
 
 def _run(db: Path) -> str:
-    from mrv2_prof.harness import runner_main
-    from mrv2_prof.job import RunJob
+    from mrv2_prof.pipeline.harness import runner_main
+    from mrv2_prof.pipeline.job import RunJob
     from mrv2_prof.scenario import load_scenario, scenario_yaml
 
     s = load_scenario(QUICKSTART, [])

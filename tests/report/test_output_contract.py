@@ -25,8 +25,8 @@ ONLY_ERRORS = ("--only", "errors")  # a load stage that timing noise cannot move
 
 
 def _run(db: Path, *sets: str) -> str:
-    from mrv2_prof.harness import runner_main
-    from mrv2_prof.job import RunJob
+    from mrv2_prof.pipeline.harness import runner_main
+    from mrv2_prof.pipeline.job import RunJob
     from mrv2_prof.scenario import load_scenario, scenario_yaml
 
     s = load_scenario(QUICKSTART, [*SETS, *sets])

@@ -198,7 +198,7 @@ def test_summary_graph_line(store: Store) -> None:
     mode mix, the usual fallback and the capture cost from runs.info."""
     import dataclasses
 
-    from mrv2_prof.summary import _graphs
+    from mrv2_prof.analysis.summary import _graphs
 
     s = run_summary(store, "abc123")
     assert _graphs(s) == (
@@ -228,7 +228,7 @@ def test_summary_graph_line(store: Store) -> None:
 def test_run_overlap_and_bubbles_in_the_summary(store: Store) -> None:
     """Run overlap = hidden / all host prep over steps that have one; bubbles summed by kind.
     Hand-worked: prep 20 + 25 + 40 ns, hidden 20 + 10 + 0 -> 30/85; bubbles 0 + 16 (host) + 4."""
-    from mrv2_prof.summary import _overlap
+    from mrv2_prof.analysis.summary import _overlap
 
     s = run_summary(store, "abc123")  # the fixture's run has no GPU timeline
     assert (s.overlap, s.bubble_ms, s.host_bound_bubble_ms) == (None, None, None)
@@ -263,7 +263,7 @@ def test_starved_time_is_a_host_bound_bubble_and_perturbed_steps_are_left_out(st
     (other) ms, starved 1 + 0.5 ms -> idle 6.5 ms, host-bound 2 + 1.5 = 3.5 ms.
     Syncs: 2 of step 1 (1 ms, 2 ms) kept, 1 of step 2 (8 ms) left out.
     ITL of r9: tokens at 10, 20, 35, 50 ms: the gap ending at 35 (inside step 2) is left out."""
-    from mrv2_prof.summary import _overlap, _perturbed
+    from mrv2_prof.analysis.summary import _overlap, _perturbed
 
     _begin(store, "p")
     store.append("p", "steps", {

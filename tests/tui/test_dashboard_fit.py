@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import ProgressBar, Sparkline
 from tui_helpers import POLL_S, FakeSource, make_gpu_snapshot, svg_text, text, wait_for
 
-from mrv2_prof.live_stats import LiveStats
+from mrv2_prof.pipeline.live_stats import LiveStats
 from mrv2_prof.tui.dashboard import DashboardApp
 from mrv2_prof.tui.screens.help_screen import HelpScreen
 from mrv2_prof.tui.widgets import PANELS, PanelDeck

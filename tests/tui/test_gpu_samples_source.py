@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mrv2_prof.launcher import GPU_SAMPLE_WINDOW, RunnerProcess
+from mrv2_prof.pipeline.launcher import GPU_SAMPLE_WINDOW, RunnerProcess
 
 
 class FakeSampler:

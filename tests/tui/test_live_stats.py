@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from mrv2_prof.live_stats import LiveStats
+from mrv2_prof.pipeline.live_stats import LiveStats
 from mrv2_prof.probes.recording import RecordingProbe
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store
+from mrv2_prof.views.snapshot import Snapshot
 
 NS = 1_000_000_000
 MISS = "num_tokens 600 > largest capture size 512"

@@ -19,7 +19,7 @@ from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.views.snapshot import Snapshot
 
 POLL_S = 0.01
 SNAPSHOT_DIR = Path(__file__).parent / "snapshots"

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mrv2_prof.input_file import InputError, check_regular_file, read_bytes
+from mrv2_prof.inputs.input_file import InputError, check_regular_file, read_bytes
 from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs, check_sizes, token_ids_in
 from mrv2_prof.runner.model.checkpoint_tensors import check_tensors

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrv2_prof.input_file import InputError, open_regular_file
+from mrv2_prof.inputs.input_file import InputError, open_regular_file
 from mrv2_prof.runner.model.args import CheckpointError
 
 MAX_HEADER_BYTES = 100_000_000  # the crate's MAX_HEADER_SIZE

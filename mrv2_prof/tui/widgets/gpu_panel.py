@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.spark_history import SparkHistory
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import NO_VALUE, NOT_ON_CPU, format_bytes
 from mrv2_prof.views.safe_text import plain
+from mrv2_prof.views.snapshot import Snapshot
 
 WAITING = "waiting for samples…"
 SERIES = (("gpu-util", "utilisation", 1), ("gpu-mem", "memory used", 2), ("gpu-power", "power", 3))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import ProgressBar
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import format_count, format_percent
+from mrv2_prof.views.snapshot import Snapshot
 
 
 class KvPanel(Panel):

@@ -6,9 +6,9 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widgets import Label, Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.views.format import NO_VALUE, format_ms
+from mrv2_prof.views.snapshot import Snapshot
 
 METRICS = (
     ("ttft", "TTFT", "time to first token"),

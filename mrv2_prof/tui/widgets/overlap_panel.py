@@ -10,11 +10,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.digest import has_gpu_timeline
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import format_ns_ms, format_percent, format_share, gpu_only
+from mrv2_prof.views.snapshot import Snapshot
 
 EXPLAINED = (
     "overlap: host prep of step N+1 hidden under GPU work of step N. "

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui import digest
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.spark_history import SparkHistory
 from mrv2_prof.tui.widgets.throughput_panel import tok_per_s
 from mrv2_prof.tui.widgets.value_row import ValueRow
+from mrv2_prof.views.snapshot import Snapshot
 
 # value id (ov-NAME) -> row name, line of a snapshot
 LINES = {

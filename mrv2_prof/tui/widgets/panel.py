@@ -7,8 +7,8 @@ from typing import ClassVar
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.views.safe_text import plain
+from mrv2_prof.views.snapshot import Snapshot
 
 
 class Panel(Vertical):

@@ -19,7 +19,6 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Container
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.gpu_panel import GpuPanel
 from mrv2_prof.tui.widgets.graph_panel import GraphPanel
 from mrv2_prof.tui.widgets.kv_panel import KvPanel
@@ -30,6 +29,7 @@ from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.staged_panel import StagedPanel
 from mrv2_prof.tui.widgets.sync_panel import SyncPanel
 from mrv2_prof.tui.widgets.throughput_panel import ThroughputPanel
+from mrv2_prof.views.snapshot import Snapshot
 
 PANELS: tuple[type[Panel], ...] = (
     OverviewPanel,

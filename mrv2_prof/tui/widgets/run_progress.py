@@ -12,10 +12,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.digest import progress_line, token_progress
 from mrv2_prof.views.format import format_count, format_duration
 from mrv2_prof.views.safe_text import plain
+from mrv2_prof.views.snapshot import Snapshot
 
 
 class RunProgress(Vertical):

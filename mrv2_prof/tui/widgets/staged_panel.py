@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import format_bytes, format_percent, staged_ratio
+from mrv2_prof.views.snapshot import Snapshot
 
 
 class StagedPanel(Panel):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.tui.widgets.panel import Panel
 from mrv2_prof.tui.widgets.spark_history import SparkHistory
 from mrv2_prof.tui.widgets.value_row import ValueRow
 from mrv2_prof.views.format import format_count, format_rate
+from mrv2_prof.views.snapshot import Snapshot
 
 
 def tok_per_s(rate: float) -> str:

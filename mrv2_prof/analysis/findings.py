@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mrv2_prof.host_contention import assess, contention_text
+from mrv2_prof.analysis.host_contention import assess, contention_text
 from mrv2_prof.store.db import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import RunSummary, run_summary

@@ -30,14 +30,14 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from mrv2_prof.harness import runner_process_main
-from mrv2_prof.headless_progress import with_progress_bar, with_progress_lines
-from mrv2_prof.job import Outcome, RunJob
-from mrv2_prof.lifetime import STOP_SIGNALS, stop_signals_blocked
+from mrv2_prof.pipeline.harness import runner_process_main
+from mrv2_prof.pipeline.headless_progress import with_progress_bar, with_progress_lines
+from mrv2_prof.pipeline.job import Outcome, RunJob
+from mrv2_prof.pipeline.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
-from mrv2_prof.snapshot import Snapshot
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.views.safe_text import markup_safe
+from mrv2_prof.views.snapshot import Snapshot
 
 _JOIN_TIMEOUT_S = 60.0
 STOP_GRACE_S = 60.0  # a runner asked to stop that has not stopped by then is killed

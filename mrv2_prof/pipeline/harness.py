@@ -28,20 +28,25 @@ from typing import Any
 import numpy as np
 
 from mrv2_prof import __version__
-from mrv2_prof.job import Outcome, RunJob
-from mrv2_prof.lifetime import RunnerLifetime, exit_code, stop_reason
-from mrv2_prof.live_stats import LiveStats
-from mrv2_prof.open_loop import drive
-from mrv2_prof.probe_results import arrow_tables, store_probe_results
+from mrv2_prof.pipeline.job import Outcome, RunJob
+from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
+from mrv2_prof.pipeline.live_stats import LiveStats
+from mrv2_prof.pipeline.open_loop import drive
+from mrv2_prof.pipeline.probe_results import arrow_tables, store_probe_results
+from mrv2_prof.pipeline.request_rows import InFlightRows
+from mrv2_prof.pipeline.request_texts import RequestTexts
+from mrv2_prof.pipeline.run_environment import finish_environment, load_average, run_environment
+from mrv2_prof.pipeline.runner_threads import (
+    ThreadChoice,
+    apply_threads,
+    available_cores,
+    choose_threads,
+)
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.host_sampler import HostSampler
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
-from mrv2_prof.request_rows import InFlightRows
-from mrv2_prof.request_texts import RequestTexts
-from mrv2_prof.run_environment import finish_environment, load_average, run_environment
-from mrv2_prof.runner_threads import ThreadChoice, apply_threads, available_cores, choose_threads
 from mrv2_prof.store import BackgroundWriter, Store, StoreError
 from mrv2_prof.store.opening import DiskFullError, disk_full
 
@@ -165,7 +170,7 @@ def _finish_in_database(db_path: str, outcome: Outcome, ended_ns: int) -> None:
 def _run(
     job: RunJob, store: Store, run_id: str, emit, should_stop, began: float, set_threads: bool
 ) -> Outcome:
-    from mrv2_prof.effective_scenario import engine_as_run
+    from mrv2_prof.pipeline.effective_scenario import engine_as_run
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
     from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml

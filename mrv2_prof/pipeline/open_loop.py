@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mrv2_prof.live_stats import LiveStats
+    from mrv2_prof.pipeline.live_stats import LiveStats
     from mrv2_prof.probes.recording import RecordingProbe
     from mrv2_prof.probes.session import ProbeSession
 

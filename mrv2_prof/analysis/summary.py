@@ -2,7 +2,7 @@
 
 Returns rich renderables; the CLI prints them. Numbers come from ``store.metrics`` only, so the
 live run, ``show`` and the tests all read the same definitions. The summary opens with the
-run's findings, ranked (``mrv2_prof.findings``).
+run's findings, ranked (``mrv2_prof.analysis.findings``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from mrv2_prof.findings import Finding, findings
-from mrv2_prof.run_environment import environment_line
+from mrv2_prof.analysis.findings import Finding, findings
+from mrv2_prof.pipeline.run_environment import environment_line
 from mrv2_prof.store import Store
 from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mrv2_prof.probes.recording import RecordingProbe
-from mrv2_prof.snapshot import Snapshot
+from mrv2_prof.views.snapshot import Snapshot
 
 ITL_WINDOW = 8192  # live ITL percentiles cover the most recent gaps
 TOP_SYNC_SITES = 5  # sites with the most syncs, in the snapshot
