@@ -10,9 +10,11 @@ string, or a list of named templates: the one named ``default``)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from mrv2_prof.inputs.input_file import InputError, check_regular_file
 from mrv2_prof.text.errors import TokenizerError
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -39,6 +41,12 @@ def check_json(path: Path, text: str) -> dict[str, Any]:
 
 
 def read_text(path: Path) -> str:
+    """A tokenizer file: a regular file (a FIFO or a device is refused, never opened, so it cannot
+    block), UTF-8, at most ``MAX_BYTES``."""
+    try:
+        check_regular_file(path, "tokenizer file")
+    except InputError as exc:
+        raise TokenizerError(str(exc)) from None
     try:
         if path.stat().st_size > MAX_BYTES:
             raise TokenizerError(f"{path}: larger than {MAX_BYTES >> 20} MiB")
@@ -61,7 +69,7 @@ def token_text(path: Path, key: str, value: Any) -> str | None:
 def hf_settings(directory: Path) -> dict[str, Any]:
     """What the directory's ``tokenizer_config.json`` and template file say (all optional)."""
     config_path = directory / CONFIG_JSON
-    config = read_json(config_path) if config_path.is_file() else {}
+    config = read_json(config_path) if os.path.lexists(config_path) else {}
     settings: dict[str, Any] = {
         name: token_text(config_path, name, config.get(name)) for name in NAMED
     }
@@ -76,7 +84,7 @@ def hf_settings(directory: Path) -> dict[str, Any]:
             raise TokenizerError(f"{config_path}: {flag}: {config[flag]!r} is not a bool")
         settings[flag] = config.get(flag)
     template_path = directory / TEMPLATE_FILE
-    if template_path.is_file():
+    if os.path.lexists(template_path):  # present: read (a FIFO is refused, not skipped)
         settings["chat_template"] = read_text(template_path)
         settings["template_source"] = template_path
     else:

@@ -11,6 +11,7 @@ alone, the ``tokenizer.json`` document handed to the library whole), against ~3 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def _from_directory(directory: Path) -> TextTokenizer | None:
     from tokenizers import Tokenizer
 
     json_path = directory / TOKENIZER_JSON
-    if not json_path.is_file():
+    if not os.path.lexists(json_path):  # present: read (a FIFO or a directory is refused)
         return None
     settings = hf_settings(directory)
     backend = _backend(Tokenizer, json_path, read_text(json_path))

@@ -5,6 +5,9 @@ whose template does not compile or fails when rendered."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+
 import pytest
 from gguf_files import LLAMA_CONFIG, write_gguf
 
@@ -135,6 +138,22 @@ def test_a_bad_directory_is_one_line(checkpoint, name, text, says):
         load_tokenizer(checkpoint)
     message = str(err.value)
     assert "\n" not in message and str(checkpoint / name) in message and says in message
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"])
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_tokenizer_file_that_is_not_a_regular_file_is_refused_not_skipped(checkpoint, name, kind):
+    """A FIFO would block the read forever, and skipping it would load another tokenizer than
+    the checkpoint's: both are one line naming the file, at once."""
+    path = checkpoint / name
+    path.unlink()
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    done = concurrent.futures.ThreadPoolExecutor(1).submit(load_tokenizer, checkpoint)
+    with pytest.raises(TokenizerError) as err:
+        done.result(timeout=20)  # a blocked open would hang here, not fail
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message, message
+    assert ("FIFO" in message) if kind == "fifo" else ("directory" in message), message
 
 
 def test_a_template_failing_when_rendered_is_one_line(checkpoint):
