@@ -70,7 +70,10 @@ def timeline(data: RunData) -> Figure:
     s = data.steps
     if data.num_steps == 0:
         return NotMeasured("timeline", title, "the run has no steps")
-    t0_ns = int(s["cpu_start_ns"][0])
+    starts = s["cpu_start_ns"].astype(np.float64)
+    if np.isnan(starts).all():  # rows written by hand or by an older writer without CPU times
+        return NotMeasured("timeline", title, "no step has a CPU start time (steps.cpu_start_ns)")
+    t0_ns = int(np.nanmin(starts))
     fig = go.Figure()
     fig.add_trace(_trace("CPU step", "step", s["cpu_start_ns"], s["cpu_end_ns"], s["step"],
                          t0_ns, LANES["CPU step"], STEP_COLOR))  # fmt: skip
@@ -108,8 +111,8 @@ def timeline(data: RunData) -> Figure:
             "span. The view opens on that window: double-click to see the whole run."
         )
         if in_window.any():
-            lo = (s["cpu_start_ns"][in_window].min() - t0_ns) / 1e6
-            hi = (s["cpu_end_ns"][in_window].max() - t0_ns) / 1e6
+            lo = (np.nanmin(s["cpu_start_ns"][in_window].astype(np.float64)) - t0_ns) / 1e6
+            hi = (np.nanmax(s["cpu_end_ns"][in_window].astype(np.float64)) - t0_ns) / 1e6
             fig.update_xaxes(range=[lo, hi])
     fig.update_layout(
         height=380, hovermode="closest", dragmode="zoom",
