@@ -150,6 +150,14 @@ def _first_line(exc: BaseException) -> str:
 def _check_file(path: Path, read_only: bool) -> None:
     """What can be told from the file system before DuckDB touches the file."""
     try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # bytes the file system allows but DuckDB cannot take
+        shown = str(path).encode("utf-8", "backslashreplace").decode()
+        raise StoreError(
+            f"{shown}: the name is not valid UTF-8, which DuckDB cannot open; "
+            "rename the file or pass a different --db"
+        ) from None
+    try:
         st = path.stat()
     except FileNotFoundError:
         if read_only:
