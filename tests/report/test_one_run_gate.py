@@ -7,9 +7,6 @@ defaults, --only and --replace-defaults narrow them."""
 from __future__ import annotations
 
 import json
-import queue
-import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,28 +14,14 @@ from typer.testing import CliRunner
 
 from mrv2_prof.cli import app
 from mrv2_prof.report.gate import DEFAULT_THRESHOLDS
-from mrv2_prof.store import Store
+from tests.report.quickstart_in_process import run_quickstart
 
 runner = CliRunner()
-QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 LOCKSTEP = [f"p{q}_{kind}" for kind in ("ttft", "tpot") for q in (50, 95, 99)]
 
 
 def _run(db: Path) -> str:
-    from mrv2_prof.pipeline.harness import runner_main
-    from mrv2_prof.pipeline.job import RunJob
-    from mrv2_prof.scenario import load_scenario, scenario_yaml
-
-    s = load_scenario(QUICKSTART, [])
-    data = s.model_dump(mode="json")
-    job = RunJob(data, scenario_yaml(data), s.name, None, str(db))
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, queue.Queue(), threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
-    with Store.open(db, read_only=True) as store:
-        return store.resolve_run("latest")
+    return run_quickstart(db)
 
 
 @pytest.fixture(scope="module")

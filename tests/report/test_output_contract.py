@@ -5,11 +5,8 @@ note, a leak counter) and the gate must name what changed."""
 from __future__ import annotations
 
 import json
-import queue
 import shlex
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,28 +14,15 @@ from typer.testing import CliRunner
 
 from mrv2_prof.cli import app
 from mrv2_prof.store import Store
+from tests.report.quickstart_in_process import run_quickstart
 
 runner = CliRunner()
-QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
 SETS = ("runner.device=cpu", "workload.num_requests=6", "workload.output_len.value=8")
 ONLY_ERRORS = ("--only", "errors")  # a load stage that timing noise cannot move (errors: +0)
 
 
 def _run(db: Path, *sets: str) -> str:
-    from mrv2_prof.pipeline.harness import runner_main
-    from mrv2_prof.pipeline.job import RunJob
-    from mrv2_prof.scenario import load_scenario, scenario_yaml
-
-    s = load_scenario(QUICKSTART, [*SETS, *sets])
-    data = s.model_dump(mode="json")
-    job = RunJob(data, scenario_yaml(data), s.name, None, str(db))
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        runner_main(job, queue.Queue(), threading.Event())
-    finally:
-        signal.signal(signal.SIGINT, sigint)
-    with Store.open(db, read_only=True) as store:
-        return store.resolve_run("latest")
+    return run_quickstart(db, *SETS, *sets)
 
 
 @pytest.fixture(scope="module")
