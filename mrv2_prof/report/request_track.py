@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from mrv2_prof.report.chrome_trace import Event, Slice
 from mrv2_prof.report.trace_tracks import TrackQuery
+from mrv2_prof.store.latency import E2E_MS, TTFT_MS
 
 REQUEST_PID = 3
 REQUEST_CATEGORY = "request"
@@ -69,7 +70,7 @@ def request_slices(q: TrackQuery, lanes: list[int]) -> Iterator[Slice]:
     """The requests' slices, in arrival order, each on its lane (thread ``1 + lane``)."""
     columns = (
         "req_id, arrival_ns, end_ns, prompt_tokens, output_tokens, finish_reason, "
-        "(first_token_ns - arrival_ns) / 1e6, (finish_ns - arrival_ns) / 1e6, "
+        f"{TTFT_MS}, {E2E_MS}, "
         "prompt_text, output_text"
     )
     rows = q.rows(_requests_sql(q, columns))

@@ -1,9 +1,10 @@
 """What the report draws, read from the store in one pass: ``RunData`` (numpy columns).
 
-The queries follow the store's definitions (``store.metrics``): latencies cover
-completed requests only; a captured graph key is *replayed* when a dispatch chose its mode and
-padded size. For a run with more steps than ``detail_steps`` only a window of steps gets its
-phase spans loaded (``detail_window``); every step keeps its overall CPU and GPU span.
+The latencies are those of ``store.latency``, the summary's (completed requests; the ITL gaps
+that end inside a kernel-trace window left out, as ``show`` leaves them out); a captured graph
+key is *replayed* when a dispatch chose its mode and padded size. For a run with more steps than
+``detail_steps`` only a window of steps gets its phase spans loaded (``detail_window``); every
+step keeps its overall CPU and GPU span.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import numpy as np
 import yaml
 
 from mrv2_prof.store.db import Store, no_run_error
+from mrv2_prof.store.latency import METRICS, latency_values
 from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
 
 DETAIL_STEPS = 2000  # phase detail on the timeline for at most this many steps
-_COMPLETED = "finish_reason IN ('stop', 'length')"
 _STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "gpu_start_ns", "gpu_end_ns", "num_tokens",
     "graph_mode", "overlap_frac", "host_prep_ns", "hidden_prep_ns", "bubble_ns", "bubble_kind",
@@ -132,20 +133,12 @@ def _replayed_keys(store: Store, run_id: str, info: dict[str, Any]) -> set[tuple
 
 
 def _latencies(store: Store, run_id: str) -> dict[str, np.ndarray]:
-    completed = f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED}"
-    queries = {
-        "ttft": f"SELECT (first_token_ns - arrival_ns) / 1e6 AS v FROM ({completed})",
-        "tpot": f"SELECT (finish_ns - first_token_ns) / 1e6 / (output_tokens - 1) AS v "
-        f"FROM ({completed}) WHERE output_tokens > 1",
-        "itl": "SELECT (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) / 1e6 "
-        f"AS v FROM tokens t JOIN ({completed}) r USING (run_id, req_id)",
-        "e2e": f"SELECT (finish_ns - arrival_ns) / 1e6 AS v FROM ({completed})",
+    """TTFT, TPOT, ITL and E2E by the definitions of ``store.latency``, as the summary has them
+    (the ITL gaps that end inside the perturbed window left out)."""
+    return {
+        name: np.asarray(latency_values(store.connection, run_id, name), dtype=np.float64)
+        for name in METRICS
     }
-    out = {}
-    for name, sql in queries.items():
-        values = _columns(store, f"SELECT v FROM ({sql}) WHERE v IS NOT NULL ORDER BY v", [run_id])
-        out[name] = values["v"].astype(np.float64)
-    return out
 
 
 def load_run_data(

@@ -1,9 +1,9 @@
 """The run summary, computed in SQL from the stored tables.
 
-Latency metrics cover completed requests only (finish reason ``stop`` or ``length``); percentiles
-use DuckDB's ``quantile_cont``, the same linear interpolation as numpy's default percentile and
-vLLM's ``bench serve``. TTFT = first token − arrival; TPOT = (finish − first token) / (output
-tokens − 1); ITL = the gaps between a request's consecutive tokens; E2E = finish − arrival.
+Latency metrics (TTFT, TPOT, ITL, E2E: which requests and gaps count, how each is computed) are
+those of ``store.latency``, the tool's one definition; percentiles use DuckDB's
+``quantile_cont``, the same linear interpolation as numpy's default percentile and vLLM's
+``bench serve``.
 Run overlap = hidden host prep / all host prep and bubbles summed, over the per-step values the
 step timeline stored (``probes.overlap``). Bubbles count the device's idle time between steps
 and its starved time inside them (``steps.starved_ns``); both are host-bound when the device
@@ -27,15 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrv2_prof.store.db import Store, no_run_error
+from mrv2_prof.store.latency import (
+    COMPLETED,
+    IN_FLIGHT,
+    METRICS,
+    PERTURBED,
+    perturbed_steps,
+    values_sql,
+)
 from mrv2_prof.store.rank_steps import RankSummary, rank_summary
 from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
 
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
 _NS_PER_MS = 1e6
-_COMPLETED = "finish_reason IN ('stop', 'length')"
-# a partial run's TTFT and ITL: completed, or in flight when the run stopped (no finish yet)
-_COMPLETED_OR_IN_FLIGHT = f"({_COMPLETED} OR finish_reason IS NULL)"
 _PARTIAL_STATUSES = ("aborted", "failed")
 
 
@@ -104,54 +109,31 @@ def _row(store: Store, sql: str, run_id: str) -> tuple[Any, ...]:
     return row
 
 
-def _percentiles(store: Store, values_sql: str, run_id: str) -> Percentiles:
-    """Percentiles over column ``v`` of ``values_sql`` (a query with one ``?`` for the run id)."""
+def _percentiles(store: Store, sql: str, run_id: str) -> Percentiles:
+    """Percentiles over column ``v`` of ``sql`` (a query with parameter ``$run``)."""
     quantiles = ", ".join(str(q) for q in PERCENTILES)
-    qs, mean, count = _row(
-        store,
+    row = store.connection.execute(
         f"SELECT quantile_cont(v, [{quantiles}]), avg(v), count(v) "
-        f"FROM ({values_sql}) WHERE v IS NOT NULL",
-        run_id,
-    )
+        f"FROM ({sql}) WHERE v IS NOT NULL",
+        {"run": run_id},
+    ).fetchone()
+    assert row is not None  # an aggregate without GROUP BY always returns a row
+    qs, mean, count = row
     p50, p90, p95, p99 = qs if qs is not None else (None,) * len(PERCENTILES)
     return Percentiles(p50=p50, p90=p90, p95=p95, p99=p99, mean=mean, count=int(count))
 
 
 def _latencies(
-    store: Store, run_id: str, itl_filter: str = "", partial: bool = False
+    store: Store, run_id: str, include_perturbed: bool, partial: bool
 ) -> dict[str, Percentiles]:
-    completed = f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED}"
-    # TTFT and ITL: a partial run's requests in flight at the stop count too
-    started = (
-        f"SELECT * FROM requests WHERE run_id = ? AND {_COMPLETED_OR_IN_FLIGHT}"
-        if partial
-        else completed
-    )
-    ms = f"/ {_NS_PER_MS}"
+    """TTFT, TPOT, ITL and E2E by the definitions of ``store.latency``."""
     return {
-        "ttft_ms": _percentiles(
-            store, f"SELECT (first_token_ns - arrival_ns) {ms} AS v FROM ({started})", run_id
-        ),
-        "tpot_ms": _percentiles(
+        f"{metric}_ms": _percentiles(
             store,
-            f"SELECT (finish_ns - first_token_ns) {ms} / (output_tokens - 1) AS v "
-            f"FROM ({completed}) WHERE output_tokens > 1",
+            values_sql(metric, partial=partial, include_perturbed=include_perturbed),
             run_id,
-        ),
-        "itl_ms": _percentiles(
-            store,
-            f"""
-            SELECT v FROM (
-              SELECT t.t_ns,
-                     (t.t_ns - lag(t.t_ns) OVER (PARTITION BY t.req_id ORDER BY t.idx)) {ms} AS v
-              FROM tokens t JOIN ({started}) r USING (run_id, req_id)
-            ) {itl_filter}
-            """,
-            run_id,
-        ),
-        "e2e_ms": _percentiles(
-            store, f"SELECT (finish_ns - arrival_ns) {ms} AS v FROM ({completed})", run_id
-        ),
+        )
+        for metric in METRICS
     }
 
 
@@ -169,16 +151,6 @@ def serving_ns(store: Store, run_id: str, partial: bool) -> int:
         [run_id, run_id] if partial else [run_id],
     ).fetchone()
     return max(int(row[0]), 0) if row is not None else 0
-
-
-def perturbed_window(store: Store, run_id: str) -> tuple[int, int] | None:
-    """Host time from the first perturbed step's start to the last one's end (None: none)."""
-    lo, hi = _row(
-        store,
-        "SELECT min(cpu_start_ns), max(cpu_end_ns) FROM steps WHERE run_id = ? AND perturbed",
-        run_id,
-    )
-    return None if lo is None else (int(lo), int(hi))
 
 
 def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> RunSummary:
@@ -206,9 +178,9 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         store,
         f"""
         SELECT count(*),
-               count(*) FILTER (WHERE {_COMPLETED}),
+               count(*) FILTER (WHERE {COMPLETED}),
                count(*) FILTER (WHERE finish_reason = 'abort'),
-               count(*) FILTER (WHERE finish_reason IS NULL),
+               count(*) FILTER (WHERE {IN_FLIGHT}),
                coalesce(sum(prompt_tokens), 0)::BIGINT,
                coalesce(sum(output_tokens), 0)::BIGINT,
                coalesce(sum(num_preemptions), 0)::BIGINT,
@@ -226,11 +198,8 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         "FROM staged_writes WHERE run_id = ?",
         run_id,
     )
-    (num_perturbed,) = _row(
-        store, "SELECT count(*) FROM steps WHERE run_id = ? AND perturbed", run_id
-    )
-    window = None if include_perturbed else perturbed_window(store, run_id)
-    keep = "true" if include_perturbed else "NOT coalesce(perturbed, false)"
+    num_perturbed = perturbed_steps(store.connection, run_id)
+    keep = "true" if include_perturbed else f"NOT {PERTURBED}"
     num_syncs, sync_blocked_ns = _row(
         store,
         "SELECT count(*), coalesce(sum(blocked_ns), 0)::BIGINT FROM syncs WHERE run_id = ? "
@@ -286,12 +255,7 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         output_tokens=output_tokens,
         requests_per_s=num_completed / duration_s if duration_s > 0 else 0.0,
         output_tokens_per_s=output_tokens / duration_s if duration_s > 0 else 0.0,
-        **_latencies(
-            store,
-            run_id,
-            "" if window is None else f"WHERE t_ns NOT BETWEEN {window[0]} AND {window[1]}",
-            partial,
-        ),
+        **_latencies(store, run_id, include_perturbed, partial),
         num_preemptions=num_preemptions,
         prefix_cache_hit_rate=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
         staged_bytes=staged_bytes,

@@ -1,7 +1,7 @@
 """A run's requests as the views list them: latencies, finish and the decoded texts.
 
 One row per request (``RequestRow``) with TTFT, TPOT and E2E by the definitions of
-``store.metrics`` (ms; None where the request has no such time: TPOT needs two output tokens)
+``store.latency`` (ms; None where the request has no such time: TPOT needs two output tokens)
 and ``requests.prompt_text`` / ``output_text`` (NULL on a run whose model had no tokenizer, and
 the output of a request never finished). ``request_page`` orders and pages them (the browser's
 request table), ``request_sample`` picks the slowest and some typical ones (the report),
@@ -14,14 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mrv2_prof.store.db import Store
+from mrv2_prof.store.latency import COMPLETED, E2E_MS, TPOT_MS, TTFT_MS
 
-_COMPLETED = "finish_reason IN ('stop', 'length')"
-_SELECT = """
+_SELECT = f"""
     SELECT req_id, arrival_ns, prompt_tokens, output_tokens, finish_reason,
-           (first_token_ns - arrival_ns) / 1e6 AS ttft_ms,
-           CASE WHEN output_tokens > 1
-                THEN (finish_ns - first_token_ns) / 1e6 / (output_tokens - 1) END AS tpot_ms,
-           (finish_ns - arrival_ns) / 1e6 AS e2e_ms,
+           {TTFT_MS} AS ttft_ms, {TPOT_MS} AS tpot_ms, {E2E_MS} AS e2e_ms,
            prompt_text, output_text
     FROM requests WHERE run_id = $run"""
 # The orders of ``request_page``: a column of ``RequestRow`` -> its SQL (the key to sort by).
@@ -96,7 +93,7 @@ def request_sample(
     completed ones of the rest whose E2E is nearest the median E2E (in E2E order), each named
     ``"slowest"`` or ``"typical"``."""
     ranked = f"""
-        WITH done AS (SELECT * FROM ({_SELECT}) WHERE {_COMPLETED} AND e2e_ms IS NOT NULL),
+        WITH done AS (SELECT * FROM ({_SELECT}) WHERE {COMPLETED} AND e2e_ms IS NOT NULL),
         ranked AS (SELECT *, row_number() OVER (ORDER BY e2e_ms DESC, req_id) AS rank FROM done)
         SELECT * EXCLUDE (rank) FROM ranked"""
     worst = _rows(store, f"{ranked} WHERE rank <= $n ORDER BY rank", run=run_id, n=slowest)

@@ -1,4 +1,4 @@
-"""Latency so far: TTFT, TPOT and ITL at p50 and p99 (the definitions of ``store.metrics``)."""
+"""Latency so far: TTFT, TPOT and ITL at p50 and p99 (the definitions of ``store.latency``)."""
 
 from __future__ import annotations
 
