@@ -99,17 +99,23 @@ def stopped_run(tmp_path_factory) -> tuple[str, str, Path]:
             if re.search(r"output tokens [1-9]", line):
                 producing.set()
 
+    out: list[str] = []
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    # stdout in its own reader: communicate() would read stderr too, and take lines from `read`
+    out_reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    out_reader.start()
     try:
         assert producing.wait(180), "".join(lines)
         time.sleep(1.5)  # past a flush: steps and tokens are stored
         os.kill(proc.pid, signal.SIGINT)
-        stdout = proc.communicate(timeout=120)[0]
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     reader.join(10)
+    out_reader.join(10)
+    stdout = "".join(out)
     assert proc.returncode == 130, "".join(lines)
     return stdout, "".join(lines), db
 
