@@ -69,12 +69,11 @@ import torch
 from bench_io import environment, write_results
 from repeat_prompts import repeat_prompts
 
-from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.shipped import SHIPPED
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 PROMPT, SEGMENT = 128, 8  # the random workload's prompts
 OUTPUT = {"repeat": 128, "random": 64}  # --output's default

@@ -8,6 +8,7 @@ A node of the import graph is a folder of ``mrv2_prof`` (``runner``, ``probes``,
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,124 @@ def test_no_two_folders_import_each_other():
     assert both_ways == []
 
 
+PACKAGES = {m for m, p in MODULES.items() if p.name == "__init__.py"}
+
+
+def _member(module: str, level: str) -> str:
+    """The child of package ``level`` that holds ``module``: a sub-folder or a module."""
+    return f"{level}.{module[len(level) + 1 :].split('.')[0]}"
+
+
+def _sibling_edges(imports: dict[str, set[str]], modules: set[str]) -> set[tuple[str, str]]:
+    """Every import between two modules, lifted to the level where they part: the children of
+    their deepest common package that hold them (``runner.worker.spec_decode.verify`` importing
+    ``runner.worker.input_batch`` is the edge ``runner.worker.spec_decode`` ->
+    ``runner.worker.input_batch``). A module importing its own package, or a package its own
+    module, is inside one node and no edge."""
+    edges = set()
+    for m, names in imports.items():
+        for n in names & modules:
+            if n == m or n.startswith(f"{m}.") or m.startswith(f"{n}."):
+                continue
+            a, b = m.split("."), n.split(".")
+            common = 0
+            while a[common] == b[common]:
+                common += 1
+            level = ".".join(a[:common])
+            edges.add((_member(m, level), _member(n, level)))
+    return edges
+
+
+def _folder_cycles(
+    imports: dict[str, set[str]], modules: set[str], packages: set[str]
+) -> list[list[str]]:
+    """The import cycles, among the children of any one package, that pass through a folder
+    (sub-packages taken whole, with everything below them): the strongly connected components
+    of more than one node holding a folder. Module-level and function-level imports alike."""
+    graph: dict[str, set[str]] = {}
+    for a, b in _sibling_edges(imports, modules):
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1 and any(c in packages for c in component):
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def _two_way(imports: dict[str, set[str]], modules: set[str], packages: set[str]) -> list[str]:
+    """Two children of one package that import each other, one of them a folder."""
+    edges = _sibling_edges(imports, modules)
+    return sorted(
+        f"{a} <-> {b}"
+        for a, b in edges
+        if a < b and (b, a) in edges and (a in packages or b in packages)
+    )
+
+
+def test_the_cycle_check_finds_cycles_through_folders():
+    """Calibrates the cycle checks on a made-up package: a folder and a module beside it that
+    import each other (one way inside a function, as ``_imports`` reads it), a cycle inside a
+    folder through a folder nested in it, a longer cycle of folders, and what is none."""
+    pkg = {"p", "p.a", "p.b", "p.b.c", "p.d", "p.e", "p.f"}
+    mods = pkg | {"p.top", "p.a.x", "p.a.y", "p.b.z", "p.b.c.w", "p.m1", "p.m2"}
+    mods |= {"p.d.i", "p.e.i", "p.f.i"}
+    imports = {
+        "p.top": {"p.a.x", "p.b.z", "p.m2"},
+        "p.a.x": {"p.m1", "p.a", "p.a.y"},  # its own package: no edge
+        "p.m1": {"p.a.y"},  # closes p.a <-> p.m1
+        "p.b.c.w": {"p.b.z"},  # a nested folder and its parent's module: one level down
+        "p.b.z": {"p.b.c.w"},
+        "p.m2": {"p.top"},  # modules only: no folder rule's business
+        "p.d.i": {"p.e.i"},  # p.d -> p.e -> p.f -> p.d: three folders, no two both ways
+        "p.e.i": {"p.f"},
+        "p.f.i": {"p.d.i"},
+    }
+    assert _folder_cycles(imports, mods, pkg) == [
+        ["p.a", "p.m1"],
+        ["p.b.c", "p.b.z"],
+        ["p.d", "p.e", "p.f"],
+    ]
+    assert _two_way(imports, mods, pkg) == ["p.a <-> p.m1", "p.b.c <-> p.b.z"]
+
+
+def test_no_folder_and_a_neighbour_import_each_other():
+    """At every level of the package, a folder and a folder or module beside it never import
+    each other (function-level imports included): docs/architecture.md, "Folders and who may
+    import whom"."""
+    assert _two_way(IMPORTS, set(MODULES), PACKAGES) == []
+
+
+def test_the_runner_folders_form_a_tree():
+    """Inside ``runner/`` no import cycle of any length passes through a folder: ``engine`` over
+    ``worker/`` (speculative decoding nested in it, ``worker/spec_decode/``), over
+    ``parallel/``, ``core/`` and ``model/``, with ``config.py`` at the bottom."""
+    cycles = _folder_cycles(IMPORTS, set(MODULES), PACKAGES)
+    assert [c for c in cycles if c[0].startswith("mrv2_prof.runner.")] == []
+    config = _internal(IMPORTS["mrv2_prof.runner.config"])
+    assert {n for n in config if n.startswith("mrv2_prof.runner")} == set()
+
+
 def test_no_module_is_over_the_size_limit():
     lines = {
         str(p.relative_to(PACKAGE.parent)): len(p.read_text().splitlines())
@@ -177,3 +296,36 @@ def test_the_package_root_holds_only_the_modules_the_doc_lists():
     assert found == ROOT_MODULES
     doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
     assert all(f"{name}.py" in doc for name in ROOT_MODULES - {"__init__"})
+
+
+# The latency definitions' SQL (store/latency.py), each marker as the normalised source spells
+# it: TTFT, TPOT, E2E, the ITL gap, the completed-request filter.
+LATENCY_DEFINITIONS = "mrv2_prof.store.latency"
+LATENCY_MARKERS = (
+    "first_token_ns-arrival_ns",
+    "finish_ns-first_token_ns",
+    "finish_ns-arrival_ns",
+    "lag(t_ns)",
+    "'stop','length'",
+)
+
+
+def _latency_markers(path: Path) -> set[str]:
+    """The markers in ``path``'s source, lower case with whitespace and table qualifiers
+    (``t.``, ``q.``) removed, so a reformatted or aliased copy is found too."""
+    text = re.sub(r"\s+", "", path.read_text().lower())
+    text = re.sub(r"\b[a-z_]\w*\.(?=[a-z_])", "", text)
+    return {m for m in LATENCY_MARKERS if m in text}
+
+
+def test_latency_is_defined_in_one_module():
+    """TTFT, TPOT, ITL, E2E and the completed-request filter are spelled out only in
+    ``store/latency.py``; every other module reads them from there, so no view's figure drifts
+    from the summary's."""
+    assert _latency_markers(MODULES[LATENCY_DEFINITIONS]) == set(LATENCY_MARKERS)
+    copies = {
+        m: sorted(found)
+        for m, path in MODULES.items()
+        if m != LATENCY_DEFINITIONS and (found := _latency_markers(path))
+    }
+    assert copies == {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
+from mrv2_prof.runner.config import SpecDecodeConfig
 from mrv2_prof.scenario import ScenarioError
 from mrv2_prof.scenario.schema import Scenario
 

@@ -83,7 +83,7 @@ def _model_bounds(config: RunnerConfig, args: ModelArgs, on_gpu: bool) -> None:
         if problem is not None:
             raise invalid("tensor_parallel_size", problem)
     if config.spec_decode.method == "draft_model":  # the draft model against the target
-        from mrv2_prof.runner.spec_decode.draft_model import check_draft, draft_args_for
+        from mrv2_prof.runner.worker.spec_decode.draft_model import check_draft, draft_args_for
 
         check_draft(config.spec_decode, args, draft_args_for(config.spec_decode, args))
     if config.max_model_len > args.max_position_embeddings:
@@ -117,7 +117,7 @@ def memory_needs(
     }
     spec = config.spec_decode
     if spec.method == "draft_model":  # its weights (none of its own when self-drafting), cache
-        from mrv2_prof.runner.spec_decode.draft_model import draft_args_for
+        from mrv2_prof.runner.worker.spec_decode.draft_model import draft_args_for
 
         draft = draft_args_for(spec, args)
         own = 0 if spec.draft_target_layers is not None else 1

@@ -29,7 +29,7 @@ from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
 from mrv2_prof.runner.worker.async_output import ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.staged_write import WriteStats
-from mrv2_prof.runner.worker.startup import start_up
+from mrv2_prof.runner.worker.startup import rank_runner, start_up
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Engine:
         self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
     ) -> None:
         self.probe = probe if probe is not None else Probe()
-        self.runner = ModelRunner(config, model_spec, self.probe)
+        self.runner = ModelRunner(config, model_spec, self.probe, rank_runner=rank_runner)
         config = self.config = self.runner.config  # max_model_len resolved against the model
         num_blocks = start_up(self.runner)  # KV cache, warm-up, CUDA graphs
         self.kv_cache_manager = KVCacheManager(
@@ -176,6 +176,9 @@ class Engine:
         return self.scheduler.num_unfinished > 0 or self._in_flight is not None
 
     def step(self) -> StepResult:
+        """One step in phases, the probe's at their boundaries: draft (speculative decoding),
+        schedule, execute (the step queued on the runner), the tokens read (of the step before
+        under async scheduling, else of this one), update, and the step recorded."""
         p = self.probe
         t0 = time.perf_counter_ns()
         p.step_begin(self.step_index)
@@ -187,105 +190,132 @@ class Engine:
             spec.draft(self.scheduler.running, self.config.max_model_len)
             p.end(probes.DRAFT)
         p.begin(probes.SCHEDULE)
-        so = self.scheduler.schedule(settle_later=True)  # settled once the step is queued
-        if self.adaptive is not None:  # a decode-only step is timed to the next one's start
+        so = self._schedule(spec, t0)
+        p.switch(probes.SCHEDULE, probes.EXECUTE)
+        pending = self.runner.queue_step(so)
+        p.end(probes.EXECUTE)
+        self.scheduler.settle()  # the requests' counters, while the device runs the step
+        num_prefill = self._num_prefill_tokens(so) if p.enabled else 0
+        done, out = self._read_output(so, pending)
+        before = self._verify_lengths(done, out)
+        p.begin(probes.UPDATE)
+        finishes = self.scheduler.num_finishes
+        updated = self._update(done, out)
+        p.end(probes.UPDATE)
+        finished = self._after_update(spec, out, updated, finishes)
+        if spec is not None:
+            self._record_spec_step(spec)
+        if p.enabled:
+            self._record_step(so, out, updated, finished, before, num_prefill)
+        result = StepResult(
+            self.step_index, so, out, updated, finished, pending.write_stats,
+            host_ns=time.perf_counter_ns() - t0,
+        )  # fmt: skip
+        self.step_index += 1
+        return result
+
+    def _schedule(self, spec: SpecScheduling | None, t0: int) -> SchedulerOutput:
+        """The step's schedule (settled once the step is queued); under dynamic k a decode-only
+        step is timed to the next one's start."""
+        so = self.scheduler.schedule(settle_later=True)
+        if self.adaptive is not None:
             decode = not so.scheduled_new_reqs and so.num_reqs > 0
             reserved = spec.num_reserved
             k = reserved // so.num_reqs if decode else -1
             if decode and so.total_num_scheduled_tokens == so.num_reqs * (1 + k):
                 self._timed = (so.num_reqs, k, t0)
-        p.switch(probes.SCHEDULE, probes.EXECUTE)
-        pending = self.runner.queue_step(so)
-        p.end(probes.EXECUTE)
-        self.scheduler.settle()  # the requests' counters, while the device runs the step
-        num_prefill = 0
-        if p.enabled:
-            num_prefill = so.num_prefill_tokens
-            if num_prefill is None:  # it reads the (settled) requests
-                num_prefill = self._num_prefill_tokens(so)
+        return so
+
+    def _read_output(
+        self, so: SchedulerOutput, pending: PendingOutput
+    ) -> tuple[tuple[SchedulerOutput, PendingOutput] | None, ModelRunnerOutput]:
+        """The step whose tokens are read now, and its tokens: this one, or under async
+        scheduling the one before (this one runs meanwhile; None: none was in flight)."""
         if not self.config.async_scheduling:
             done = (so, pending)
-        else:  # wait for the step before this one; this one runs meanwhile
+        else:
             done, self._in_flight = self._in_flight, (so, pending)
             if pending.batch is None:  # nothing queued: nothing to overlap with
                 self._in_flight = None
         out = self.runner.wait_output(done[1]) if done is not None else ModelRunnerOutput([], [])
-        before = {}  # a verify step: the output lengths of its verifying requests
+        return done, out
+
+    def _verify_lengths(self, done, out: ModelRunnerOutput) -> dict[str, int]:
+        """A verify step: the output lengths of its verifying requests before the update."""
+        before = {}
         if out.spec_token_ids is not None:
             requests = self.scheduler.requests
             for rid in done[0].scheduled_spec_decode_tokens:
                 if rid in requests:
                     before[rid] = requests[rid].num_output_tokens
-        p.begin(probes.UPDATE)
-        finishes = self.scheduler.num_finishes
-        updated = (
-            self.scheduler.update_from_output(
-                done[0],
-                out.sampled_token_ids,
-                out.logprobs,
-                out.prompt_logprobs,
-                out.spec_token_ids,
-                out.spec_num_drafts,
-            )
-            if done is not None
-            else []
+        return before
+
+    def _update(self, done, out: ModelRunnerOutput) -> list[Request]:
+        """The requests updated from the tokens read (they received a token)."""
+        if done is None:
+            return []
+        return self.scheduler.update_from_output(
+            done[0],
+            out.sampled_token_ids,
+            out.logprobs,
+            out.prompt_logprobs,
+            out.spec_token_ids,
+            out.spec_num_drafts,
         )
-        p.end(probes.UPDATE)
-        if spec is not None and out.draft_token_ids is not None:  # the draft model's proposals
+
+    def _after_update(
+        self, spec: SpecScheduling | None, out, updated: list[Request], finishes: int
+    ) -> list[Request]:
+        """The draft model's proposals handed to the scheduler; the requests that finished
+        (only a step in which a request finished has any to look for)."""
+        if spec is not None and out.draft_token_ids is not None:
             spec.take_model_drafts(out.req_ids, out.draft_token_ids, updated)
-        # only a step in which a request finished has any to look for
-        finished = (
-            [r for r in updated if r.is_finished] if self.scheduler.num_finishes != finishes else []
+        if self.scheduler.num_finishes == finishes:
+            return []
+        return [r for r in updated if r.is_finished]
+
+    def _record_spec_step(self, spec: SpecScheduling) -> None:
+        """Speculative decoding's figures of the step, dynamic k's observations first."""
+        reclaimed, outcomes = spec.num_reclaimed, spec.outcomes
+        verifies = spec.take_verifies()
+        adaptive = self.adaptive
+        if adaptive is not None:
+            adaptive.observe_verifies(outcomes)
+        # real drafts, not placeholders (known only with the tokens when on the device)
+        drafted = sum(v[1] for v in verifies) if spec.on_device else spec.num_drafted
+        self.probe.spec_step(
+            spec.k,
+            drafted,
+            verifies,
+            reserved=spec.num_reserved,
+            reclaimed=reclaimed,
+            sat_out=spec.num_sat_out,
+            expected_tokens=adaptive.expected_tokens if adaptive is not None else None,
+            cost_ratio=adaptive.cost_ratio if adaptive is not None else None,
         )
-        if spec is not None:
-            reclaimed, outcomes = spec.num_reclaimed, spec.outcomes
-            verifies = spec.take_verifies()
-            adaptive = self.adaptive
-            if adaptive is not None:
-                adaptive.observe_verifies(outcomes)
-            # real drafts, not placeholders (known only with the tokens when on the device)
-            drafted = sum(v[1] for v in verifies) if spec.on_device else spec.num_drafted
-            p.spec_step(
-                spec.k,
-                drafted,
-                verifies,
-                reserved=spec.num_reserved,
-                reclaimed=reclaimed,
-                sat_out=spec.num_sat_out,
-                expected_tokens=adaptive.expected_tokens if adaptive is not None else None,
-                cost_ratio=adaptive.cost_ratio if adaptive is not None else None,
-            )
-        if p.enabled:
-            t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
-            if updated and out.spec_token_ids is not None:
-                self._record_spec_tokens(updated, before, t_ns)
-            elif updated:
-                ids, indices, tokens, first = self.scheduler.token_rows(updated)
-                p.step_tokens(ids, indices, t_ns, tokens, first)
-            for r in finished:
-                self._record_finish(r, t_ns)
-            p.step_end(
-                so.num_reqs,
-                so.total_num_scheduled_tokens,
-                num_prefill,
-                self.num_waiting,
-                self.num_running,
-                self.num_kv_blocks_used,
-                len(so.preempted_req_ids),
-                out.output_wait_ns,
-                self.runner.graph_mode_of_last_step,
-            )
-        result = StepResult(
-            step=self.step_index,
-            scheduler_output=so,
-            runner_output=out,
-            updated=updated,
-            finished=finished,
-            write_stats=pending.write_stats,
-            host_ns=time.perf_counter_ns() - t0,
+
+    def _record_step(self, so, out, updated, finished, before, num_prefill: int) -> None:
+        """The step's tokens, finishes and figures, to an enabled probe."""
+        p = self.probe
+        t_ns = time.perf_counter_ns()  # the tokens are known to the host from here on
+        if updated and out.spec_token_ids is not None:
+            self._record_spec_tokens(updated, before, t_ns)
+        elif updated:
+            ids, indices, tokens, first = self.scheduler.token_rows(updated)
+            p.step_tokens(ids, indices, t_ns, tokens, first)
+        for r in finished:
+            self._record_finish(r, t_ns)
+        p.step_end(
+            so.num_reqs,
+            so.total_num_scheduled_tokens,
+            num_prefill,
+            self.num_waiting,
+            self.num_running,
+            self.num_kv_blocks_used,
+            len(so.preempted_req_ids),
+            out.output_wait_ns,
+            self.runner.graph_mode_of_last_step,
         )
-        self.step_index += 1
-        return result
 
     def _adapt_k(self, spec: SpecScheduling, t0: int) -> None:
         """Dynamic k's decision for the step about to be drafted (core/adaptive_k.py), after
@@ -314,7 +344,10 @@ class Engine:
         self.probe.step_tokens(ids, indices, t_ns, tokens)
 
     def _num_prefill_tokens(self, so: SchedulerOutput) -> int:
-        """Tokens of this step that are not a decode (one new token after the prompt)."""
+        """Tokens of this step that are not a decode (one new token after the prompt): the
+        schedule's count, else read from the (settled) requests."""
+        if so.num_prefill_tokens is not None:
+            return so.num_prefill_tokens
         requests, verifies = self.scheduler.requests, so.scheduled_spec_decode_tokens
         num_prefill = 0
         for rid, n in so.num_scheduled_tokens.items():

@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from mrv2_prof.runner.config import ConfigError
-from mrv2_prof.runner.spec_decode.config import (
+from mrv2_prof.runner.config import (
     MAX_NGRAM,
     MAX_SPECULATIVE_TOKENS,
+    ConfigError,
     SpecDecodeConfig,
 )
 from mrv2_prof.scenario.section import FieldError, PosInt, Section

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_spec_decode import long_run, ngram
 
+from mrv2_prof.runner.config import SpecDecodeConfig
 from mrv2_prof.runner.core.adaptive_k import DECAY, PROBE_EVERY, WARMUP, AdaptiveK, bucket
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 
 def test_expected_tokens_from_the_acceptance_per_position():

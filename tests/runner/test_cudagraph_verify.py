@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 from test_cudagraph_manager import FakeBackend
 
-from mrv2_prof.runner.config import RunnerConfig
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
+from mrv2_prof.runner.config import RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.worker.cudagraph_manager import (
     BatchDescriptor,
     CudaGraphManager,

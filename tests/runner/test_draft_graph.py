@@ -13,9 +13,9 @@ import torch
 from test_spec_decode import run_greedy
 from test_spec_decode_draft_model import self_draft
 
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.draft_graph import DraftGraphs
+from mrv2_prof.runner.config import SpecDecodeConfig
 from mrv2_prof.runner.worker import model_runner
+from mrv2_prof.runner.worker.spec_decode.draft_graph import DraftGraphs
 
 
 def with_stand_in_graphs(sizes: list[int], ks: list[int]):

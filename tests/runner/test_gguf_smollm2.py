@@ -138,8 +138,8 @@ def test_shipped_names_work_where_preset_names_do(monkeypatch):
     scenario naming it resolves max_model_len from the file and sizes its weights; a shipped
     model not on this machine is one line saying how to get it."""
     from mrv2_prof.cli.preflight import memory_needs, preflight
-    from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
-    from mrv2_prof.runner.spec_decode.draft_model import draft_args_for
+    from mrv2_prof.runner.config import SpecDecodeConfig
+    from mrv2_prof.runner.worker.spec_decode.draft_model import draft_args_for
     from mrv2_prof.scenario import load_scenario
 
     with pytest.raises(ConfigError) as unknown:

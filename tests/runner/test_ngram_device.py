@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from mrv2_prof.runner.spec_decode.ngram_device import (
+from mrv2_prof.runner.core.ngram_proposer import propose
+from mrv2_prof.runner.worker.spec_decode.ngram_device import (
     ngram_propose,
     ngram_propose_ref,
     ngram_step,
     ngram_step_ref,
 )
-from mrv2_prof.runner.spec_decode.ngram_proposer import propose
-from mrv2_prof.runner.spec_decode.ngram_triton import ngram_propose_triton, ngram_step_triton
+from mrv2_prof.runner.worker.spec_decode.ngram_triton import ngram_propose_triton, ngram_step_triton
 
 INTERPRET = not torch.cuda.is_available()
 DEVICE = torch.device("cpu" if INTERPRET else "cuda")

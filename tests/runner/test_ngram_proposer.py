@@ -1,10 +1,10 @@
-"""Prompt-lookup drafts (``spec_decode/ngram_proposer.py``) on hand-worked histories."""
+"""Prompt-lookup drafts (``core/ngram_proposer.py``) on hand-worked histories."""
 
 from __future__ import annotations
 
 import pytest
 
-from mrv2_prof.runner.spec_decode.ngram_proposer import propose, propose_batch
+from mrv2_prof.runner.core.ngram_proposer import propose, propose_batch
 
 
 def test_the_tokens_after_the_earlier_occurrence_are_proposed():
@@ -39,7 +39,7 @@ def test_the_incremental_index_agrees_with_the_full_search_as_a_history_grows(wi
     repeats), asked after every appended token and after several at once, for k 0 to 5."""
     import numpy as np
 
-    from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
+    from mrv2_prof.runner.core.ngram_proposer import NgramIndex
 
     rng = np.random.default_rng(sum(window))
     for _ in range(20):
@@ -52,7 +52,7 @@ def test_the_incremental_index_agrees_with_the_full_search_as_a_history_grows(wi
 
 
 def test_an_index_shown_a_shorter_history_starts_again():
-    from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
+    from mrv2_prof.runner.core.ngram_proposer import NgramIndex
 
     index = NgramIndex(1, 2)
     assert index.propose([1, 2, 3, 1, 2], 2) == [3, 1]

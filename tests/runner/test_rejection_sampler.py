@@ -14,9 +14,9 @@ import pytest
 import torch
 from test_sampler import chi2_quantile, pearson_chi2
 
-from mrv2_prof.runner.spec_decode.rejection_sampler import DraftBatch, rejection_sample
-from mrv2_prof.runner.spec_decode.rejection_sampler_triton import rejection_sample_triton
 from mrv2_prof.runner.worker.sampler import SamplingMetadata
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import DraftBatch, rejection_sample
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler_triton import rejection_sample_triton
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -241,8 +241,8 @@ def test_triton_with_the_runners_host_built_rows_equals_the_reference(mode, with
 def test_every_part_of_the_verify_copy_starts_16_byte_aligned(num_drafts):
     """Triton compiles a kernel per pointer alignment: the verify's parts (views of one device
     buffer) must all start 16-byte aligned whatever the layout, or each new layout compiles."""
-    from mrv2_prof.runner.spec_decode.verify import Verifier
     from mrv2_prof.runner.worker.copy_audit import CopyAudit
+    from mrv2_prof.runner.worker.spec_decode.verify import Verifier
 
     verifier = Verifier(8, 4, torch.device("cpu"), CopyAudit(), triton=False)
     req_ids = [f"r{i}" for i in range(len(num_drafts))]

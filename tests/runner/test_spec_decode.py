@@ -12,10 +12,9 @@ import pytest
 import torch
 from test_sampler import chi2_quantile, pearson_chi2
 
-from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import RequestStatus, SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 NUM_REQUESTS = 4
 MAX_TOKENS = 20

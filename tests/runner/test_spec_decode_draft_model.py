@@ -24,10 +24,9 @@ from test_spec_decode import (
     run_greedy,
 )
 
-from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 
 def self_draft(k: int, **kw) -> SpecDecodeConfig:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from test_spec_decode_gpu import generate, make_engine
 
+from mrv2_prof.runner.config import SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 pytestmark = [
     pytest.mark.gpu,

@@ -12,10 +12,9 @@ import random
 import pytest
 import torch
 
-from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+from mrv2_prof.runner.config import PAD_DRAFT, ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor
 
 pytestmark = [

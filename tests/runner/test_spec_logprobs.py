@@ -15,10 +15,10 @@ from test_spec_decode import MAX_TOKENS, make_engine, repetitive_prompts
 from test_spec_decode import ngram as device_ngram
 from test_spec_padding import ngram, padded_engine, padded_steps
 
+from mrv2_prof.runner.config import PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model.attention import AttentionMetadata
-from mrv2_prof.runner.spec_decode.config import PAD_DRAFT, SpecDecodeConfig
 
 NUM_LOGPROBS = 3
 

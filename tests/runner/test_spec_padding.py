@@ -21,11 +21,10 @@ from test_spec_decode import (
 )
 from test_spec_decode import ngram as device_ngram
 
-from mrv2_prof.runner.config import RunnerConfig
+from mrv2_prof.runner.config import DEVICE_DRAFT, PAD_DRAFT, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT, SpecDecodeConfig
 from mrv2_prof.runner.worker.cudagraph_manager import CudaGraphManager, plan_graphs
 
 

@@ -8,8 +8,8 @@ from textual.widgets import Static
 from tui_helpers import POLL_S, FakeSource, make_snapshot, text, wait_for
 
 from mrv2_prof.pipeline.live_stats import spec_decode_counts
+from mrv2_prof.runner.config import SpecDecodeConfig
 from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 from mrv2_prof.tui.dashboard import DashboardApp
 from mrv2_prof.tui.digest import spec_line, throughput_line
 

@@ -28,8 +28,8 @@ when none does the step is not padded. Both are counted by reason and reported a
 run (``notes``). A step that also admits a waiting request is mixed anyway: its verifies were
 padded before the admission was known.
 
-**Drafts on the device** (``on_device``, the default: spec_decode/device_drafts.py). The host
-schedules each decoding request ``1 + s`` slots (``DEVICE_DRAFT``; s = the step's k, capped as
+**Drafts on the device** (``on_device``, the default: worker/spec_decode/device_drafts.py). The
+host schedules each decoding request ``1 + s`` slots (``DEVICE_DRAFT``; s = the step's k, capped as
 above) without knowing its drafts: the device drafted them at the end of the request's last step
 and the verify reads them there; a slot past the drafts it has is a placeholder. Under async
 scheduling that step may still be in flight: the request is scheduled anyway, optimistically,
@@ -54,9 +54,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from mrv2_prof.runner.config import DEVICE_DRAFT, PAD_DRAFT, SpecDecodeConfig
+from mrv2_prof.runner.core.ngram_proposer import NgramIndex
 from mrv2_prof.runner.core.request import Request, RequestStatus
-from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT, SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.ngram_proposer import NgramIndex
 
 
 @dataclass

@@ -1,16 +1,18 @@
 """The ranks of a tensor-parallel runner: one process each, rank 0 the runner's own.
 
 Rank 0 (``ModelRunner`` with ``tensor_parallel_size`` N) starts ranks 1..N-1 as spawned processes
-(``worker_main``) and joins them in one ``torch.distributed`` group (gloo, a rendezvous file in a
-fresh temporary directory). Every rank loads the model, keeps its shard and runs the same start-up
-(KV cache for its KV heads, warm-up), so their collectives pair up. Each step rank 0 broadcasts
-the scheduler's output (``send_step``) before it queues its own part; a worker queues the same
-step, waits for its tokens and times it. Sampling is replicated: the logits are gathered on every
-rank, the seeds are the same, so every rank samples the same tokens; each keeps a digest of them,
-and at the end (``close``) rank 0 gathers the workers' step times, collective times and digests.
-A digest that differs from rank 0's becomes a run note. ``NCCL_NVLS_ENABLE=0`` is set before any
-rank starts (NVLink multicast stays off on multi-GPU hosts). A collective waits at most
-``TIMEOUT_S`` for a rank that died; the run then fails with the error.
+(``worker_main``; each builds its runner with the ``build`` its rank 0 was given, the worker's
+``startup.rank_runner``: this package imports nothing of the worker) and joins them in one
+``torch.distributed`` group (gloo, a rendezvous file in a fresh temporary directory). Every rank
+loads the model, keeps its shard and runs the same start-up (KV cache for its KV heads, warm-up),
+so their collectives pair up. Each step rank 0 broadcasts the scheduler's output (``send_step``)
+before it queues its own part; a worker queues the same step, waits for its tokens and times it.
+Sampling is replicated: the logits are gathered on every rank, the seeds are the same, so every
+rank samples the same tokens; each keeps a digest of them, and at the end (``close``) rank 0
+gathers the workers' step times, collective times and digests. A digest that differs from rank 0's
+becomes a run note. ``NCCL_NVLS_ENABLE=0`` is set before any rank starts (NVLink multicast stays
+off on multi-GPU hosts). A collective waits at most ``TIMEOUT_S`` for a rank that died; the run
+then fails with the error.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -60,7 +63,7 @@ class TokenDigest:
 class TPWorkers:
     """Rank 0's handle on ranks 1..N-1."""
 
-    def __init__(self, world: int, config, model_spec) -> None:
+    def __init__(self, world: int, config, model_spec, build: Callable) -> None:
         self.world = world
         # NVLink multicast stays off in this process and every rank it starts (inherited)
         os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -70,7 +73,7 @@ class TPWorkers:
         self._procs = [
             ctx.Process(
                 target=worker_main,
-                args=(rank, world, rendezvous, config, model_spec),
+                args=(rank, world, rendezvous, build, config, model_spec),
                 name=f"mrv2-tp-rank{rank}",
                 daemon=True,
             )
@@ -112,10 +115,11 @@ class TPWorkers:
         return rows, notes
 
 
-def start_tensor_parallel(runner, model_spec, tp: TPGroup | None) -> None:
+def start_tensor_parallel(runner, model_spec, tp: TPGroup | None, build: Callable | None) -> None:
     """Set ``runner`` (a ``ModelRunner`` with its model loaded) up as one rank: with
-    ``tensor_parallel_size`` N > 1 rank 0 (``tp`` None) starts ranks 1..N-1, and every rank
-    keeps its shard of the model (``parallel/shard.py``)."""
+    ``tensor_parallel_size`` N > 1 rank 0 (``tp`` None) starts ranks 1..N-1, each building its
+    runner with ``build(config, model_spec, tp)`` (picklable: a module-level function), and every
+    rank keeps its shard of the model (``parallel/shard.py``)."""
     world = runner.config.tensor_parallel_size
     runner.tp_workers, runner.tp_digest, runner.tp = None, None, TPGroup()
     if world == 1:
@@ -125,7 +129,9 @@ def start_tensor_parallel(runner, model_spec, tp: TPGroup | None) -> None:
     if problem is not None:
         raise ConfigError(f"runner.tensor_parallel_size: {problem}")
     if tp is None:
-        runner.tp_workers = TPWorkers(world, runner.config, model_spec)
+        if build is None:
+            raise ConfigError("runner.tensor_parallel_size: rank 0 needs the ranks' runner build")
+        runner.tp_workers = TPWorkers(world, runner.config, model_spec, build)
         tp = runner.tp_workers.tp
     runner.tp, runner.tp_digest = tp, TokenDigest()
     runner.model = shard_model(runner.model, tp)
@@ -147,14 +153,13 @@ def close_tensor_parallel(runner) -> list[str]:
     return notes
 
 
-def worker_main(rank: int, world: int, rendezvous: str, config, model_spec) -> None:
-    """A worker rank: its model shard, the start-up, then the steps rank 0 broadcasts."""
-    from mrv2_prof.runner.worker.model_runner import ModelRunner
-    from mrv2_prof.runner.worker.startup import start_up
-
+def worker_main(
+    rank: int, world: int, rendezvous: str, build: Callable, config, model_spec
+) -> None:
+    """A worker rank: its runner (``build``: the model shard and the start-up), then the steps
+    rank 0 broadcasts."""
     tp = init_group(rank, world, rendezvous)
-    runner = ModelRunner(config, model_spec, tp=tp)
-    start_up(runner)
+    runner = build(config, model_spec, tp)
     rows: list[tuple[int, int, int, int, int]] = []
     step = 0
     while True:

@@ -23,11 +23,11 @@ import torch
 
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
-from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.prompt_logprobs import PromptLogprobsPlan, split_by_request
 from mrv2_prof.runner.worker.sampler import SamplerOutput
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import RejectionOutput
 from mrv2_prof.runner.worker.staged_write import WriteStats
 from mrv2_prof.runner.worker.uva import PINNED_RING_DEPTH
 

@@ -17,6 +17,7 @@ without touching any request state or the probe.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from time import perf_counter_ns
 
 import numpy as np
@@ -29,10 +30,6 @@ from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
 from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
-from mrv2_prof.runner.spec_decode.device_drafts import make_device_drafts
-from mrv2_prof.runner.spec_decode.draft_runner import make_drafter
-from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
-from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
@@ -45,12 +42,17 @@ from mrv2_prof.runner.worker.cudagraph_manager import (
     plan_graphs,
 )
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
+from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
-from mrv2_prof.runner.worker.prompt_logprobs import compute_prompt_logprobs, plan_prompt_logprobs
+from mrv2_prof.runner.worker.prompt_logprobs import compute_planned, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
 from mrv2_prof.runner.worker.sampler import SamplerOutput
+from mrv2_prof.runner.worker.spec_decode.device_drafts import make_device_drafts
+from mrv2_prof.runner.worker.spec_decode.draft_runner import make_drafter
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import RejectionOutput
+from mrv2_prof.runner.worker.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.step_advance import advance_step
 from mrv2_prof.runner.worker.step_inputs import HostStep, StepInputs
 from mrv2_prof.runner.worker.step_sampling import prepare_verify, sample_step
@@ -64,6 +66,7 @@ class ModelRunner:
         model_spec: ModelSpec,
         probe: Probe | None = None,
         tp: TPGroup | None = None,  # a worker rank's group (rank 0 starts the workers itself)
+        rank_runner: Callable | None = None,  # rank 0: how a worker rank builds its runner
     ) -> None:
         self.config = config
         self.probe = probe if probe is not None else Probe()
@@ -101,7 +104,7 @@ class ModelRunner:
                 f"max_position_embeddings {self.model_args.max_position_embeddings}"
             )
         self._tp_step = 0  # steps sent to the other ranks
-        start_tensor_parallel(self, model_spec, tp)  # N > 1: rank 0 starts the other ranks
+        start_tensor_parallel(self, model_spec, tp, rank_runner)  # N > 1: rank 0 starts them
 
         apply = self.kernels.apply_writes
         self.req_states = RequestStates(
@@ -184,115 +187,155 @@ class ModelRunner:
         return pending
 
     def _queue_step(self, so: SchedulerOutput) -> PendingOutput:
+        """One step in phases, the probe's at their boundaries: prepare (the scheduler's diff,
+        then the inputs by the FULL-graph path or the general one), forward, sample, then the
+        state advance, the next drafts and the output's copy."""
         p = self.probe
         p.begin(probes.PREPARE)
-        self.graph_mode_of_last_step = "none"  # an empty step runs nothing
-        self.req_states.begin_step()
-        self._update_states(so)
-        if not so.is_empty:
-            p.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
-        write_stats = self.req_states.apply_writes()
-        fs = self.graph_runner.full_step if self.graph_runner is not None else None
-        full_step = fs is not None and not so.scheduled_spec_decode_tokens  # full_step.py
-        if so.is_empty or not full_step:
-            self._apply_block_table(write_stats)
+        write_stats, fs = self._apply_diff(so)
         if so.is_empty:
             p.end(probes.PREPARE)
             return PendingOutput(None, write_stats)
         assert self.kv_caches is not None, "start_up() before queue_step()"
         verify = None
-        if full_step:
-            host = self.step_inputs.host(so)
-            plan = self._plan_prompt_logprobs(host)
-            shape = BatchDescriptor.of(host.num_scheduled_tokens_np, host.num_tokens)
-            d = self.graphs.dispatch(shape, needs_hidden=plan is not None)
-            taken = self.block_tables.take_appends(d.key) if d.mode == FULL else None
-            if taken is None:  # not single entries, or no FULL graph: the staged-write launch
-                self._apply_block_table(write_stats)
-            else:  # the inputs graph writes the new entries
-                if taken[1] is not None:
-                    write_stats["block_table"] = taken[1]
-                self._record_writes(write_stats)
-            if d.mode == FULL:  # the graph builds the inputs
-                batch = fs.upload(d.key, host, taken[0] if taken is not None else [])
-            else:
-                batch = self.step_inputs.device(host, self.kernels)
+        if fs is not None and not so.scheduled_spec_decode_tokens:  # full_step.py
+            batch, plan, d = self._full_graph_path(so, fs, write_stats)
             p.switch(probes.PREPARE, probes.FORWARD)  # dispatched already: the graph follows
         else:
             batch = self._prepare_inputs(so)
-            if so.scheduled_spec_decode_tokens:
-                verify = prepare_verify(
-                    self.verifier, self.drafter, batch, so, self.req_states, self.device_drafts
-                )
-            if self._device_lengths:  # the host's lengths may run ahead of the device's
-                batch.seq_lens_np = batch.seq_lens.cpu().numpy()
-            plan = self._plan_prompt_logprobs(batch)
+            verify, plan = self._general_path(so, batch)
             p.end(probes.PREPARE)
-            d = self.graphs.dispatch(
-                BatchDescriptor.of(batch.num_scheduled_tokens_np),
-                needs_hidden=plan is not None,
-                verify=verify is not None,
-                padded=verify.num_padded if verify is not None else 0,
-            )
-            # a step with drafts never dispatches to a FULL decode graph, which would read the
-            # full step's buffer, not these inputs
-            assert fs is None or d.mode != FULL or d.query_len > 1, d
+            d = self._dispatch(batch, plan, verify, fs)
             p.begin(probes.FORWARD)
+        logits, prompt = self._forward_phase(batch, d, plan)
+        p.switch(probes.FORWARD, probes.SAMPLE)
+        p.gpu_mark(G_SAMPLE)
+        out, num_logprobs, rejection, in_graph = self._sample_phase(batch, logits, d, fs, verify)
+        p.end(probes.SAMPLE)
+        advance = batch.num_scheduled_tokens  # in_graph: the sample graph advanced the state
+        if not in_graph:
+            advance = advance_step(
+                self.kernels, self.req_states, batch, out.sampled_token_ids, verify, rejection,
+                self.config.staged_writes,
+            )  # fmt: skip
+        drafts = self._draft_phase(batch, out, verify, rejection, advance)
+        return self._queue_output(
+            batch, out, write_stats, num_logprobs, prompt, rejection, verify, drafts
+        )
+
+    def _apply_diff(self, so: SchedulerOutput) -> tuple[dict, FullStep | None]:
+        """Prepare, first part: the scheduler's diff into the request slots and its staged
+        writes, the block tables' too unless the FULL-graph path writes them. Returns the write
+        stats and the FULL step's graph side (None: not captured)."""
+        self.graph_mode_of_last_step = "none"  # an empty step runs nothing
+        self.req_states.begin_step()
+        self._update_states(so)
+        if not so.is_empty:
+            self.probe.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
+        write_stats = self.req_states.apply_writes()
+        fs = self.graph_runner.full_step if self.graph_runner is not None else None
+        if so.is_empty or fs is None or so.scheduled_spec_decode_tokens:
+            self._apply_block_table(write_stats)
+        return write_stats, fs
+
+    def _full_graph_path(self, so: SchedulerOutput, fs: FullStep, write_stats: dict):
+        """Prepare, FULL-graph path (no drafts, the full step captured): the host arrays, the
+        dispatch, the block-table entries (the inputs graph writes single ones), the inputs built
+        by the graph (a FULL key) or on the device. Returns the batch, plan and dispatch."""
+        host = self.step_inputs.host(so)
+        plan = self._plan_prompt_logprobs(host)
+        shape = BatchDescriptor.of(host.num_scheduled_tokens_np, host.num_tokens)
+        d = self.graphs.dispatch(shape, needs_hidden=plan is not None)
+        taken = self.block_tables.take_appends(d.key) if d.mode == FULL else None
+        if taken is None:  # not single entries, or no FULL graph: the staged-write launch
+            self._apply_block_table(write_stats)
+        else:  # the inputs graph writes the new entries
+            if taken[1] is not None:
+                write_stats["block_table"] = taken[1]
+            self._record_writes(write_stats)
+        if d.mode == FULL:  # the graph builds the inputs
+            batch = fs.upload(d.key, host, taken[0] if taken is not None else [])
+        else:
+            batch = self.step_inputs.device(host, self.kernels)
+        return batch, plan, d
+
+    def _general_path(self, so: SchedulerOutput, batch: InputBatch):
+        """Prepare, general path, after ``_prepare_inputs``: a verify step's drafts, the device's
+        lengths where the host's may run ahead. Returns the verify inputs and the logprobs plan."""
+        verify = None
+        if so.scheduled_spec_decode_tokens:
+            verify = prepare_verify(
+                self.verifier, self.drafter, batch, so, self.req_states, self.device_drafts
+            )
+        if self._device_lengths:  # the host's lengths may run ahead of the device's
+            batch.seq_lens_np = batch.seq_lens.cpu().numpy()
+        return verify, self._plan_prompt_logprobs(batch)
+
+    def _dispatch(self, batch: InputBatch, plan, verify: VerifyInputs | None, fs):
+        """The general path's graph dispatch, between the prepare and forward phases."""
+        d = self.graphs.dispatch(
+            BatchDescriptor.of(batch.num_scheduled_tokens_np),
+            needs_hidden=plan is not None,
+            verify=verify is not None,
+            padded=verify.num_padded if verify is not None else 0,
+        )
+        # a step with drafts never dispatches to a FULL decode graph, which would read the
+        # full step's buffer, not these inputs
+        assert fs is None or d.mode != FULL or d.query_len > 1, d
+        return d
+
+    def _forward_phase(self, batch: InputBatch, d, plan):
+        """The dispatch recorded, the forward pass (eager or a graph), the prompt logprobs.
+        Returns the logits and the prompt logprobs (None: none asked for)."""
+        p = self.probe
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
-
         p.gpu_mark(G_FORWARD)
         hidden, logits = self._forward(batch, self.kv_caches, d.mode, d.key, d.query_len)
         if d.hit:
             self.graphs.count_replay(d)
-        prompt = None
-        if plan is not None:
-            rows, targets = (
-                self.copies.to_device(torch.from_numpy(a), self.device)
-                for a in (plan.rows, plan.targets)
-            )
-            prompt_out = compute_prompt_logprobs(
-                self.model.compute_logits, hidden, rows, targets, plan.num_top
-            )
-            prompt = (plan, prompt_out)
-        p.switch(probes.FORWARD, probes.SAMPLE)
-        p.gpu_mark(G_SAMPLE)
-        rs = self.req_states
+        if plan is None:
+            return logits, None
+        logits_of, copies = self.model.compute_logits, self.copies
+        return logits, (plan, compute_planned(plan, hidden, logits_of, copies, self.device))
+
+    def _sample_phase(self, batch: InputBatch, logits, d, fs, verify: VerifyInputs | None):
+        """The sample graph for a plain FULL decode (full_step.py), else the (rejection) sampler.
+        Returns the output, the most logprobs a row asked for, the rejection, the graph's use."""
         full_decode = fs is not None and d.mode == FULL and d.query_len == 1
         if full_decode and fs.plain(batch.idx_mapping_np):
-            # the sample graph: plain sampling and the state advance (full_step.py)
             out = SamplerOutput(self.graph_runner.replay_sample(d.key, batch.num_reqs), None, None)
-            num_logprobs, rejection, advance = 0, None, batch.num_scheduled_tokens
-            p.end(probes.SAMPLE)
-        else:
-            out, num_logprobs, rejection = self._sample(batch, logits, verify)
-            p.end(probes.SAMPLE)
-            advance = advance_step(
-                self.kernels,
-                rs,
-                batch,
-                out.sampled_token_ids,
-                verify,
-                rejection,
-                self.config.staged_writes,
-            )
-        drafts = None
-        if self.drafter is not None:  # k draft steps from each request's new length
+            return out, 0, None, True
+        out, num_logprobs, rejection = self._sample(batch, logits, verify)
+        return out, num_logprobs, rejection, False
+
+    def _draft_phase(self, batch, out, verify, rejection, advance):
+        """The next step's drafts: the draft model's k steps from each request's new length,
+        kept on the device (None to the host) or handed to the host."""
+        rs, drafts = self.req_states, None
+        if self.drafter is not None:
             start = batch.seq_lens - batch.num_scheduled_tokens + advance
             drafts = self.drafter.run(batch, rs, out.sampled_token_ids, start)
         dd = self.device_drafts
-        if dd is not None:  # the next step's drafts, kept on the device
-            if rejection is None:
-                dd.after_step(batch, rs, out.sampled_token_ids, None, None, dd.spec.max_k, drafts)
-            else:
-                dd.after_step(
-                    batch, rs, rejection.output_token_ids, rejection.num_accepted,
-                    verify.drafts.num_slots, dd.spec.max_k, drafts,
-                )  # fmt: skip
-            drafts = None  # never to the host
+        if dd is None:
+            return drafts
+        if rejection is None:
+            dd.after_step(batch, rs, out.sampled_token_ids, None, None, dd.spec.max_k, drafts)
+        else:
+            dd.after_step(
+                batch, rs, rejection.output_token_ids, rejection.num_accepted,
+                verify.drafts.num_slots, dd.spec.max_k, drafts,
+            )  # fmt: skip
+        return None  # never to the host
+
+    def _queue_output(
+        self, batch, out, write_stats, num_logprobs, prompt, rejection, verify, drafts
+    ) -> PendingOutput:
+        """The output's copy to the host, queued; ``queue`` marks G_END after the copies and
+        waits on the probe's event for it."""
+        rs, dd = self.req_states, self.device_drafts
         per_row = rs.num_logprobs_np[batch.idx_mapping_np] if num_logprobs > 0 else None
         rows = verify.cu_rows_np if verify is not None else None
-        # queue() marks G_END after the copies and waits on the probe's event for it
         num_draft = verify.drafts.num_draft if verify is not None and dd is not None else None
         return self.output.queue(
             batch, out, write_stats, per_row, prompt, rejection, rows, drafts, num_draft

@@ -81,6 +81,16 @@ def compute_prompt_logprobs(
     return ids, logprobs
 
 
+def compute_planned(
+    plan: PromptLogprobsPlan, hidden: torch.Tensor, compute_logits: Callable, copies, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``compute_prompt_logprobs`` over the rows ``plan`` picked, its host arrays copied to
+    ``device`` through ``copies`` (the step's copy audit)."""
+    arrays = (plan.rows, plan.targets)
+    rows, targets = (copies.to_device(torch.from_numpy(a), device) for a in arrays)
+    return compute_prompt_logprobs(compute_logits, hidden, rows, targets, plan.num_top)
+
+
 def split_by_request(
     plan: PromptLogprobsPlan, ids: list[list[int]], logprobs: list[list[float]]
 ) -> dict[str, tuple[int, list[list[tuple[int, float]]]]]:

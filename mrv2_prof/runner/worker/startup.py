@@ -13,21 +13,18 @@ the time each part takes goes into ``RuntimeInfo``.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
-from mrv2_prof.runner.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
+from mrv2_prof.runner.worker.model_runner import ModelRunner
+from mrv2_prof.runner.worker.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
-
-if TYPE_CHECKING:
-    from mrv2_prof.runner.worker.model_runner import ModelRunner
 
 
 def start_up(runner: ModelRunner) -> int:
@@ -37,6 +34,14 @@ def start_up(runner: ModelRunner) -> int:
     capture_graphs(runner)
     capture_draft_graphs(runner)  # speculative decoding's fused draft graphs (draft_model)
     return num_blocks
+
+
+def rank_runner(config, model_spec, tp) -> ModelRunner:
+    """A worker rank of a tensor-parallel runner (``parallel/tp_workers.py`` spawns it): its
+    model runner, started up as rank 0's is, so their collectives pair up."""
+    runner = ModelRunner(config, model_spec, tp=tp)
+    start_up(runner)
+    return runner
 
 
 def initialize_kv_cache(runner: ModelRunner) -> int:

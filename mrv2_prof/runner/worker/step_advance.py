@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:  # the kernel set imports this module
-    from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
-    from mrv2_prof.runner.spec_decode.verify import VerifyInputs
     from mrv2_prof.runner.worker.input_batch import InputBatch
     from mrv2_prof.runner.worker.kernel_set import KernelSet
     from mrv2_prof.runner.worker.request_states import RequestStates
+    from mrv2_prof.runner.worker.spec_decode.rejection_sampler import RejectionOutput
+    from mrv2_prof.runner.worker.spec_decode.verify import VerifyInputs
 
 
 def advance_state_ref(

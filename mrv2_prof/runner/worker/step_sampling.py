@@ -14,14 +14,14 @@ from __future__ import annotations
 import torch
 
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
-from mrv2_prof.runner.spec_decode.device_drafts import DeviceDrafts
-from mrv2_prof.runner.spec_decode.draft_runner import DraftRunner
-from mrv2_prof.runner.spec_decode.rejection_sampler import RejectionOutput
-from mrv2_prof.runner.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.kernel_set import KernelSet
 from mrv2_prof.runner.worker.request_states import RequestStates
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplerOutput, SamplingMetadata
+from mrv2_prof.runner.worker.spec_decode.device_drafts import DeviceDrafts
+from mrv2_prof.runner.worker.spec_decode.draft_runner import DraftRunner
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import RejectionOutput
+from mrv2_prof.runner.worker.spec_decode.verify import Verifier, VerifyInputs
 
 
 def prepare_verify(

@@ -26,7 +26,7 @@ def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str |
             "sampling parameters are copied to the device"
         )
     spec = config.spec_decode
-    if spec.enabled and config.async_scheduling and not drafts_on_device(config):
+    if spec.enabled and config.async_scheduling and not config.drafts_on_device:
         why = "draft_on: host" if spec.draft_on == "host" else (
             "staged_writes: false re-sends the host's computed counts, which device drafts run "
             "ahead of"
@@ -37,15 +37,6 @@ def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str |
             "complete history), so speculating requests step every other step"
         )
     return unsupported
-
-
-def drafts_on_device(config: RunnerConfig) -> bool:
-    """Speculative decoding keeps its drafts on the device (spec_decode/device_drafts.py):
-    ``draft_on`` auto or device, unless async scheduling with dense writes forces the host."""
-    spec = config.spec_decode
-    if not spec.on_device:
-        return False
-    return config.staged_writes or not config.async_scheduling
 
 
 def check_strict(config: RunnerConfig) -> None:

@@ -31,11 +31,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.ngram_device import ngram_step
+from mrv2_prof.runner.config import ConfigError, SpecDecodeConfig
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.request_states import RequestStates
+from mrv2_prof.runner.worker.spec_decode.ngram_device import ngram_step
 
 
 class DeviceDrafts:
@@ -130,19 +130,16 @@ class DeviceDrafts:
 
 def make_device_drafts(runner) -> DeviceDrafts | None:
     """The device's drafts of ``runner`` (a ``ModelRunner``), or None where the host drafts
-    (``draft_on: host``, or what forces it: ``worker/switches.drafts_on_device``, whose note the
+    (``draft_on: host``, or what forces it: ``RunnerConfig.drafts_on_device``, whose note the
     runner's switch check adds). Sets ``runner._device_lengths``: the host's sequence lengths
     may run ahead of the device's (async scheduling schedules before the accepted counts are
     back), so a consumer that needs them on the host (the torch attention, the draft model's
     with torch kernels) reads the device's."""
-    from mrv2_prof.runner.config import ConfigError
-    from mrv2_prof.runner.worker.switches import drafts_on_device
-
     c, spec = runner.config, runner.config.spec_decode
     runner._device_lengths = False
     if not spec.enabled:
         return None
-    on_device = drafts_on_device(c)
+    on_device = c.drafts_on_device
     runner.info.spec_drafts_on = "device" if on_device else "host"
     if not on_device:
         return None

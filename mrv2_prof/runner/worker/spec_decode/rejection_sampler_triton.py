@@ -25,14 +25,14 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.spec_decode.rejection_sampler import (
+from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
+from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, log, row_key, uniform
+from mrv2_prof.runner.worker.sampler_triton import top_k_top_p_threshold
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import (
     DraftBatch,
     RejectionOutput,
     row_params,
 )
-from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
-from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, log, row_key, uniform
-from mrv2_prof.runner.worker.sampler_triton import top_k_top_p_threshold
 from mrv2_prof.runner.worker.triton_launch import Launcher
 from mrv2_prof.runner.worker.uva import take  # the parameters may be UVA (pinned host)
 

@@ -160,7 +160,7 @@ def ngram_propose(
 ) -> None:
     """``ngram_propose_triton`` when ``triton``, else ``ngram_propose_ref`` (same contract)."""
     if triton:
-        from mrv2_prof.runner.spec_decode.ngram_triton import ngram_propose_triton
+        from mrv2_prof.runner.worker.spec_decode.ngram_triton import ngram_propose_triton
 
         ngram_propose_triton(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
     else:
@@ -276,7 +276,7 @@ def ngram_step(
         num_accepted, num_slots, k, min_n, max_n,
     )  # fmt: skip
     if triton:
-        from mrv2_prof.runner.spec_decode.ngram_triton import ngram_step_triton
+        from mrv2_prof.runner.worker.spec_decode.ngram_triton import ngram_step_triton
 
         ngram_step_triton(*args)
     else:

@@ -18,13 +18,13 @@ import torch
 
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import Probe
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
-from mrv2_prof.runner.spec_decode.draft_proposer import DraftState, draft_steps
-from mrv2_prof.runner.spec_decode.verify import VerifyInputs
+from mrv2_prof.runner.config import ConfigError, SpecDecodeConfig
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.request_states import RequestStates
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE
+from mrv2_prof.runner.worker.spec_decode.draft_proposer import DraftState, draft_steps
+from mrv2_prof.runner.worker.spec_decode.verify import VerifyInputs
 from mrv2_prof.runner.worker.uva import take
 
 
@@ -147,8 +147,7 @@ def make_drafter(runner, model_spec) -> DraftRunner | None:
     """The draft-model hook of ``runner`` (a ``ModelRunner`` with its target loaded), or None
     when the method is not ``draft_model``; what it cannot do as asked is a note (``strict``:
     an error)."""
-    from mrv2_prof.runner.config import ConfigError
-    from mrv2_prof.runner.spec_decode.draft_model import build_draft
+    from mrv2_prof.runner.worker.spec_decode.draft_model import build_draft
 
     c = runner.config
     spec = c.spec_decode

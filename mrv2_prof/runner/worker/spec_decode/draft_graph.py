@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import torch
 
-from mrv2_prof.runner.spec_decode.draft_proposer import DraftState, draft_steps
+from mrv2_prof.runner.worker.spec_decode.draft_proposer import DraftState, draft_steps
 
 
 class DraftGraphs:

@@ -30,15 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mrv2_prof.runner.spec_decode.config import DEVICE_DRAFT, PAD_DRAFT
-from mrv2_prof.runner.spec_decode.rejection_sampler import (
+from mrv2_prof.runner.config import DEVICE_DRAFT, PAD_DRAFT
+from mrv2_prof.runner.worker.copy_audit import CopyAudit
+from mrv2_prof.runner.worker.input_batch import InputBatch
+from mrv2_prof.runner.worker.sampler import SamplingMetadata, compute_topk_logprobs
+from mrv2_prof.runner.worker.spec_decode.rejection_sampler import (
     DraftBatch,
     RejectionOutput,
     rejection_sample,
 )
-from mrv2_prof.runner.worker.copy_audit import CopyAudit
-from mrv2_prof.runner.worker.input_batch import InputBatch
-from mrv2_prof.runner.worker.sampler import SamplingMetadata, compute_topk_logprobs
 from mrv2_prof.runner.worker.uva import PinnedRing
 
 
@@ -153,7 +153,7 @@ class Verifier:
         """Rejection sampling over every row; ``meta.positions`` is each request's first row's
         position (its sequence length less its drafts)."""
         if self.triton:
-            from mrv2_prof.runner.spec_decode.rejection_sampler_triton import (
+            from mrv2_prof.runner.worker.spec_decode.rejection_sampler_triton import (
                 rejection_sample_triton,
             )
 

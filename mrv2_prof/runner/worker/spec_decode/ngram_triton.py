@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.spec_decode.ngram_device import check_args, check_step_args
+from mrv2_prof.runner.worker.spec_decode.ngram_device import check_args, check_step_args
 from mrv2_prof.runner.worker.triton_launch import Launcher
 
 BLOCK = 1024  # window starts compared per loop step (the scan is latency-bound: fewer, wider)

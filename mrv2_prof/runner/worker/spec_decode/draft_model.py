@@ -16,22 +16,19 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from mrv2_prof.runner.config import ConfigError, ModelSpec
+from mrv2_prof.runner.config import ConfigError, ModelSpec, SpecDecodeConfig, invalid
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs
 from mrv2_prof.runner.model.checkpoint_args import model_args_for, preset_names
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.model.model_kernels import ModelKernels
 from mrv2_prof.runner.model.presets import PRESETS
-from mrv2_prof.runner.spec_decode.config import SpecDecodeConfig
 
 
 def draft_args_for(spec: SpecDecodeConfig, target: ModelArgs) -> ModelArgs:
     """The draft model's architecture (no weights read)."""
     if spec.draft_target_layers is not None:
         return replace(target, num_hidden_layers=spec.draft_target_layers)
-    from mrv2_prof.runner.config import invalid
-
     if spec.draft_preset is not None:
         if spec.draft_preset in PRESETS:
             return PRESETS[spec.draft_preset]
@@ -70,8 +67,6 @@ def check_draft(spec: SpecDecodeConfig, target: ModelArgs, draft: ModelArgs) -> 
     """``draft_problem`` as a ``ConfigError`` naming the field."""
     problem = draft_problem(spec, target, draft)
     if problem is not None:
-        from mrv2_prof.runner.config import invalid
-
         raise invalid(f"spec_decode.{problem[0]}", problem[1])
 
 
