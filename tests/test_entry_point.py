@@ -186,7 +186,7 @@ def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     no_traceback(done.stderr.decode(errors="replace"))
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.splitlines()) == 1
-    assert b"\\udcff.duckdb: no such run database" in done.stderr
+    assert b"\\udcff.duckdb: the name is not valid UTF-8" in done.stderr
 
 
 def _loaded(pid: int, marker: str) -> bool:
