@@ -273,6 +273,13 @@ def test_the_runner_folders_form_a_tree():
     assert {n for n in config if n.startswith("mrv2_prof.runner")} == set()
 
 
+def test_no_import_cycle_passes_through_a_folder_anywhere():
+    """The package's top-level folders form a tree as the runner's do: views and the analysis
+    read a stored environment through ``views/environment.py``, not the pipeline that records
+    it, so ``analysis -> pipeline -> tui -> analysis`` cannot close again."""
+    assert _folder_cycles(IMPORTS, set(MODULES), PACKAGES) == []
+
+
 def test_no_module_is_over_the_size_limit():
     lines = {
         str(p.relative_to(PACKAGE.parent)): len(p.read_text().splitlines())

@@ -10,8 +10,8 @@ import duckdb
 import yaml
 
 from mrv2_prof.pipeline.effective_scenario import as_run, graph_mode
-from mrv2_prof.pipeline.run_environment import environment_differences
 from mrv2_prof.scenario import Scenario
+from mrv2_prof.views.environment import environment_differences
 
 
 def _row(job, sql: str):
@@ -149,6 +149,7 @@ def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
     import types
 
     from mrv2_prof.pipeline import run_environment
+    from mrv2_prof.views.environment import environment_line
 
     calls = []
     fake = types.SimpleNamespace(
@@ -165,7 +166,7 @@ def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
     assert calls == [3]  # the first visible device, as CUDA numbers it
     assert facts == {"gpu_driver": "570.1", "gpu_sm_clock_mhz": 1755, "gpu_mem_clock_mhz": 3201,
                      "gpu_max_sm_clock_mhz": 1980, "gpu_max_mem_clock_mhz": 3201}  # fmt: skip
-    line = run_environment.environment_line(
+    line = environment_line(
         {"cpu_model": "EPYC", "cpu_count": 16, "torch": "2.9", "gpu_name": "H200", **facts}
     )
     assert line.endswith("H200, driver 570.1, SM 1755/1980 MHz")

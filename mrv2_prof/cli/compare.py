@@ -19,7 +19,7 @@ REF_HELP = "a run (id, unique prefix, 'latest'), group:ID (its repeats) or basel
 def run_warnings(a, b) -> list[str]:
     """What makes two runs' numbers hard to compare (their environments differ), and the
     perturbed steps each one's figures leave out."""
-    from mrv2_prof.pipeline.run_environment import environment_differences
+    from mrv2_prof.views.environment import environment_differences
 
     lines = [
         f"warning: the runs differ in {d}"

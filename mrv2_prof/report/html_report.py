@@ -170,7 +170,7 @@ def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
 
 def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
     """Starved time, the perturbed steps left out, and the run's environment."""
-    from mrv2_prof.pipeline.run_environment import environment_line
+    from mrv2_prof.views.environment import environment_line
 
     rows = []
     if s.starved_ms is not None:
