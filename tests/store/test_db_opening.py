@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,36 +14,9 @@ import pytest
 
 from mrv2_prof.store import SCHEMA_VERSION, TABLES, Store, StoreError
 from mrv2_prof.store.opening import LOCK_WAIT_S
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _child(code: str, *args: str, **popen: object) -> subprocess.Popen:
-    """A python child process running ``code`` with the repo importable."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args], cwd=REPO_ROOT, env=env, text=True, **popen
-    )
-
-
-def _begin(store: Store, run_id: str, started_ns: int = 1_000, **overrides: object) -> None:
-    fields = dict(
-        scenario_name="decode-heavy",
-        label="decode-heavy[runner.async_scheduling=false]",
-        matrix_combo={"runner.async_scheduling": False},
-        scenario_yaml="name: decode-heavy\n",
-        device="cpu",
-        versions={"mrv2_prof": "0.1.0"},
-        started_ns=started_ns,
-    )
-    fields.update(overrides)
-    store.begin_run(run_id, **fields)
-
-
-def _one_line(err: pytest.ExceptionInfo[StoreError]) -> str:
-    msg = str(err.value)
-    assert "\n" not in msg
-    return msg
+from tests.store.db_helpers import begin as _begin
+from tests.store.db_helpers import child as _child
+from tests.store.db_helpers import one_line as _one_line
 
 
 def test_locked_file_names_the_holder(tmp_path: Path) -> None:
