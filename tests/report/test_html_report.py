@@ -16,12 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from plotly.offline import get_plotlyjs
-from typer.testing import CliRunner
 
-from mrv2_prof.cli import app
-from mrv2_prof.report.html_report import render_run_report, render_sweep_report
-from mrv2_prof.report.sweep import sweep_members
-from mrv2_prof.store import Store, StoreError
+from mrv2_prof.report.html_report import render_run_report
+from mrv2_prof.store import Store
 
 MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
@@ -367,34 +364,6 @@ def test_nvml_series(gpu_page):
     assert np.asarray(clock["y"]).tolist() == [1000.0, 1980.0, 1980.0]
 
 
-def test_many_steps_keep_phase_detail_for_a_window_around_the_slowest(tmp_path):
-    # 10 steps of 1 ms each, step 6 takes 5 ms; detail for 4 steps: 6 - 4 // 2 = 4 -> steps 4..7
-    path = tmp_path / "runs.duckdb"
-    durations = [1, 1, 1, 1, 1, 1, 5, 1, 1, 1]
-    starts = np.cumsum([0, *durations[:-1]])
-    with Store.open(path) as store:
-        _begin(store, "0b0001")
-        store.append("0b0001", "steps", {
-            "step": np.arange(10), "cpu_start_ns": T0 + starts * MS,
-            "cpu_end_ns": T0 + (starts + durations) * MS,
-        })  # fmt: skip
-        store.append("0b0001", "spans", {
-            "step": np.arange(10), "track": ["cpu"] * 10, "name": ["forward"] * 10,
-            "start_ns": T0 + starts * MS, "end_ns": T0 + (starts + durations) * MS,
-        })  # fmt: skip
-        page = render_run_report(store, "0b0001", detail_steps=4)
-        moved = render_run_report(store, "0b0001", detail_steps=4, detail_window=(0, 1))
-    fig = figures_of(page)["timeline"]
-    assert fig["layout"]["meta"]["detail_window"] == [4, 7]
-    assert len(segments_of(trace(fig, "CPU step"))) == 10  # every step's overall span
-    forward = np.asarray(trace(fig, "forward (CPU)")["customdata"])[0::3, 0]
-    assert forward.tolist() == [4, 5, 6, 7]
-    assert fig["layout"]["xaxis"]["range"] == [4.0, 12.0]  # opens on steps 4..7 (ms 4 to 12)
-    assert any("steps 4–7 only" in n for n in fig["layout"]["meta"]["notes"])
-    forward = np.asarray(trace(figures_of(moved)["timeline"], "forward (CPU)")["customdata"])
-    assert forward[0::3, 0].tolist() == [0, 1]
-
-
 # ---- a real quickstart run (CPU) -------------------------------------------------------------
 
 
@@ -450,127 +419,6 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
     assert dict(zip(bars["x"], np.asarray(bars["y"]).tolist(), strict=True)) == totals
     # the scheduler panel draws the stored queue, step by step
     assert list(trace(figs["scheduler"], "running")["y"]) == [r for (r,) in running]
-
-
-@pytest.mark.slow
-def test_a_10k_step_run_reports_in_bounded_time(tmp_path):
-    """The benchmark's 10,000-step run (benchmarks/report_10k.py): well under 30 s and 20 MiB."""
-    import importlib.util
-    import time
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks/report_10k.py"
-    spec = importlib.util.spec_from_file_location("report_10k", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    with Store.open(tmp_path / "runs.duckdb") as store:
-        bench.build_run(store, "b10k01", 10_000)
-        t = time.perf_counter()
-        page = render_run_report(store, "b10k01")
-        elapsed_s = time.perf_counter() - t
-    assert elapsed_s < 30 and len(page) < 20 * 2**20
-    timeline = figures_of(page)["timeline"]
-    assert len(segments_of(trace(timeline, "CPU step"))) == 10_000
-    assert len(segments_of(trace(timeline, "forward (CPU)"))) == 2_000
-
-
-# ---- sweeps --------------------------------------------------------------------------------
-
-
-def test_sweep_members_are_the_consecutive_runs_of_one_matrix(tmp_path):
-    # start order: a {k:1}, b {k:2} (one sweep); c another scenario; d {k:1}, e {k:2} (a second
-    # sweep of the same scenario: d repeats a's combination, so it starts a new sweep)
-    with Store.open(tmp_path / "runs.duckdb") as store:
-        for n, (rid, name, combo) in enumerate([
-            ("a00001", "s", {"runner.k": 1}), ("b00002", "s", {"runner.k": 2}),
-            ("c00003", "other", None), ("d00004", "s", {"runner.k": 1}),
-            ("e00005", "s", {"runner.k": 2}),
-        ]):  # fmt: skip
-            _begin(store, rid, name=name, combo=combo, started_ns=T0 + n * MS)
-        assert sweep_members(store, "b00002") == ["a00001", "b00002"]
-        assert sweep_members(store, "d00004") == ["d00004", "e00005"]
-        with pytest.raises(StoreError, match="not part of a sweep"):
-            sweep_members(store, "c00003")
-
-
-def test_sweep_report_compares_headline_metrics(gpu_db):
-    with Store.open(gpu_db) as store:
-        _begin(store, "9a0002", combo={"runner.async_scheduling": False})
-        fill_gpu_run(store, "9a0002")
-        store.connection.execute(  # the second run hides nothing
-            "UPDATE steps SET hidden_prep_ns = 0 WHERE run_id = '9a0002'"
-        )
-        page = render_sweep_report(store, ["9a0001", "9a0002"])
-    assert_self_contained(page)
-    figs = figures_of(page)
-    assert list(figs) == ["sweep"]
-    values = figs["sweep"]["layout"]["meta"]["values"]
-    assert values["9a0001"]["overlap_pct"] == pytest.approx(100 / 3)
-    assert values["9a0002"]["overlap_pct"] == 0
-    # output tokens 4+3+2+1 = 10 over first arrival (0) to last finish (85 ms)
-    assert values["9a0001"]["output_tokens_per_s"] == pytest.approx(10 / 0.085)
-    assert values["9a0001"]["ttft_p50_ms"] == pytest.approx(10.0)
-    assert values["9a0001"]["bubble_ms"] == pytest.approx(7.0)
-    assert values["9a0001"]["peak_mem_gib"] == pytest.approx(3.0)
-    legend = {t["name"] for t in figs["sweep"]["data"] if t.get("showlegend")}
-    assert legend == {"9a0001 gpu-demo", "9a0002 async_scheduling=false"}
-
-
-# ---- the command line -----------------------------------------------------------------------
-
-cli = CliRunner()
-
-
-def test_cli_writes_the_report_and_prints_its_path(gpu_db, tmp_path):
-    out = tmp_path / "r.html"
-    result = cli.invoke(app, ["report", "9a00", "--db", str(gpu_db), "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    assert str(out) in result.output and "MiB" in result.output
-    assert "timeline" in figures_of(out.read_text())
-
-
-def test_cli_default_output_name_and_sweep(gpu_db, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    result = cli.invoke(app, ["report", "latest", "--db", str(gpu_db)])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "9a0001.report.html").exists()
-    result = cli.invoke(app, ["report", "9a0001", "9a0001", "--db", str(gpu_db)])
-    assert result.exit_code == 0  # the same run twice is one run
-    result = cli.invoke(app, ["report", "9a0001", "--sweep", "--db", str(gpu_db)])
-    assert result.exit_code == 2 and "not part of a sweep" in result.output
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["report", "nope"], "no run 'nope'"),
-        (["report", "9a0001", "--window", "5"], "--window '5'"),
-        (["report", "9a0001", "--window", "9:3"], "--window '9:3'"),
-        (["report", "9a0001", "-o", "/nonexistent/dir/r.html"], "cannot write the report"),
-    ],
-)
-def test_cli_bad_input_is_one_line_and_exit_2(gpu_db, args, message):
-    result = cli.invoke(app, [*args, "--db", str(gpu_db)])
-    assert result.exit_code == 2
-    assert message in result.output
-    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
-
-
-def test_report_modules_import_without_textual_torch_or_the_runner():
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, mrv2_prof.report.html_report, mrv2_prof.report.sweep; "
-        "print(sorted(m for m in sys.modules if m in ('textual', 'torch') "
-        "or m.startswith('mrv2_prof.runner')))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.strip() == "[]"
-
-
-def test_cli_missing_database(tmp_path):
-    result = cli.invoke(app, ["report", "latest", "--db", str(tmp_path / "none.duckdb")])
-    assert result.exit_code == 2 and "no such run database" in result.output
 
 
 def test_spec_decode_figure_from_the_verifies(gpu_page):
