@@ -6,10 +6,10 @@ noise:
 
 * a metric that counts events (errors, aborts, preemptions, syncs, KV blocks, drafts: not
   ``Metric.timed``) FAILs on the two values: a new error is no noise;
-* a latency percentile FAILs when its per-request verdict (``report.one_run_verdict``: 3+
-  distinct values a side, a non-zero interval past the floor, a change beyond the runs'
-  interquartile range) is *worse* and the whole interval is past the limit, in the limit's terms;
-  else it is *inconclusive*, with the verdict's reason;
+* a latency percentile is *inconclusive*, with its per-request verdict and interval
+  (``report.one_run_verdict``) as the evidence: even an interval wholly past the limit is over
+  one run's requests, and two identical runs on a busy 2-core host differ that much (a second
+  quickstart's p50 ITL +41 %, interval [+36.8 %, +45.7 %]), so only repeated runs FAIL it;
 * any other timed metric (throughput, start-up, capture, memory, overlap, …) has one value a run
   and no spread to judge it by: *inconclusive*.
 
@@ -72,4 +72,7 @@ def judge_one_run(r: GateResult, base: Side, cand: Side) -> GateResult:
         bounds = f"[{100 * v.low:+.1f}%, {100 * v.high:+.1f}%]"
         return _unsure(r, f"the requests' 95% interval {bounds} reaches the limit")
     bounds = f"[{100 * v.low:+.1f}%, {100 * v.high:+.1f}%]"
-    return replace(r, message=f"{r.message}; requests' 95% interval {bounds} wholly past it")
+    # the interval is over one run's requests: it cannot tell a slower run from a slower host
+    # (two identical runs on a busy 2-core host differ this much), so only repeats decide
+    return _unsure(r, f"the requests' 95% interval {bounds} is wholly past the limit, but one "
+                      "run cannot tell a slower run from a busier host")  # fmt: skip
