@@ -9,7 +9,8 @@ import json
 import duckdb
 import pytest
 
-from mrv2_prof.store import Store, run_summary
+from mrv2_prof.analysis.metrics import run_summary
+from mrv2_prof.store import Store
 from tests.test_spec_decode_run import SETS, run_ids, tokens_of
 
 

@@ -305,9 +305,9 @@ def test_the_package_root_holds_only_the_modules_the_doc_lists():
     assert all(f"{name}.py" in doc for name in ROOT_MODULES - {"__init__"})
 
 
-# The latency definitions' SQL (store/latency.py), each marker as the normalised source spells
+# The latency definitions' SQL (analysis/latency.py), each marker as the normalised source spells
 # it: TTFT, TPOT, E2E, the ITL gap, the completed-request filter.
-LATENCY_DEFINITIONS = "mrv2_prof.store.latency"
+LATENCY_DEFINITIONS = "mrv2_prof.analysis.latency"
 LATENCY_MARKERS = (
     "first_token_ns-arrival_ns",
     "finish_ns-first_token_ns",
@@ -327,7 +327,7 @@ def _latency_markers(path: Path) -> set[str]:
 
 def test_latency_is_defined_in_one_module():
     """TTFT, TPOT, ITL, E2E and the completed-request filter are spelled out only in
-    ``store/latency.py``; every other module reads them from there, so no view's figure drifts
+    ``analysis/latency.py``; every other module reads them from there, so no view's figure drifts
     from the summary's."""
     assert _latency_markers(MODULES[LATENCY_DEFINITIONS]) == set(LATENCY_MARKERS)
     copies = {

@@ -45,8 +45,7 @@ def test_a_path_in_the_file_replaces_its_preset_and_a_preset_from_set_replaces_a
     s = load_scenario(f, ["model.preset=llama-tiny"])
     assert (s.model.preset, s.model.path) == ("llama-tiny", None)
     assert s.notes == (
-        "model.preset: 'llama-tiny' (from --set) replaces the scenario's model.path "
-        "'/models/mine'",
+        "model.preset: 'llama-tiny' (from --set) replaces the scenario's model.path '/models/mine'",
     )
     assert load_scenario(f).notes == ()  # a path alone replaces nothing
 

@@ -17,8 +17,8 @@ import duckdb
 import numpy as np
 import pytest
 
+from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.metrics import run_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 MS = 1_000_000

@@ -7,7 +7,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from mrv2_prof.store import Store, run_summary
+from mrv2_prof.analysis.metrics import run_summary
+from mrv2_prof.store import Store
 
 SETS = (
     "workload.num_requests=4",

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.host_contention import assess, contention_text
+from mrv2_prof.analysis.metrics import RunSummary, run_summary
 from mrv2_prof.store.db import Store
-from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
-from mrv2_prof.store.metrics import RunSummary, run_summary
 from mrv2_prof.views.downgrades import downgrades
 from mrv2_prof.views.format import format_bytes
 

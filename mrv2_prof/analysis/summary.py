@@ -14,12 +14,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
+from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.analysis.rank_steps import rank_line
+from mrv2_prof.analysis.request_list import first_answers
 from mrv2_prof.store import Store
-from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
-from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
-from mrv2_prof.store.rank_steps import rank_line
-from mrv2_prof.store.request_list import first_answers
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.environment import environment_line
 from mrv2_prof.views.format import format_bytes

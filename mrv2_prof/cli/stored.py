@@ -53,7 +53,7 @@ def show(
     """
     from dataclasses import asdict
 
-    from mrv2_prof.store.metrics import run_summary
+    from mrv2_prof.analysis.metrics import run_summary
 
     try:
         with Store.open(db, read_only=True) as store:
@@ -73,7 +73,7 @@ def show(
 
 def _print_top_host_frames(store: Store, run_id: str) -> None:
     """The host sampler's top frames (self samples), when the run was sampled."""
-    from mrv2_prof.store.host_samples import top_host_frames
+    from mrv2_prof.analysis.host_samples import top_host_frames
 
     top = top_host_frames(store, run_id)
     if top:

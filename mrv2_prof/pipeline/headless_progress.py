@@ -22,8 +22,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mrv2_prof.analysis.metrics import RunSummary, run_summary
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.store.metrics import RunSummary, run_summary
 from mrv2_prof.views.format import format_duration
 from mrv2_prof.views.snapshot import Snapshot
 

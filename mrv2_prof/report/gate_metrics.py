@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.metrics import run_summary
 
 LOWER = "lower"  # lower is better: an increase is a regression
 HIGHER = "higher"  # higher is better: a decrease is a regression

@@ -15,7 +15,10 @@ import html
 
 import plotly.graph_objects as go
 
+from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
+from mrv2_prof.analysis.host_samples import stack_counts
+from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
@@ -30,9 +33,6 @@ from mrv2_prof.report.sweep_scenarios import page_heading
 from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
-from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
-from mrv2_prof.store.host_samples import stack_counts
-from mrv2_prof.store.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.views.format import format_ms, format_percent
 from mrv2_prof.views.staged_writes import staged_writes_text
 
@@ -91,6 +91,8 @@ section.figure{margin:2em 0}.explain{color:#555;margin:.2em 0}
 ol#findings li{margin:.3em 0}td.ran-as{color:#8a6d00}.where{color:#777}
 .sev-2{color:#a01010}.sev-1{color:#8a6d00}td.text{max-width:36em;overflow-wrap:anywhere}
 """
+
+
 def figure_json(fig: go.Figure) -> str:
     """The figure's JSON, safe inside a <script> element (every '<' escaped as \\u003c)."""
     return fig.to_json().replace("<", "\\u003c")

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrv2_prof.analysis.request_list import request_texts
 from mrv2_prof.inputs import limited_yaml
 from mrv2_prof.report.run_sides import RunFacts
 from mrv2_prof.store import Store
-from mrv2_prof.store.request_list import request_texts
 from mrv2_prof.views.request_text import around, asked, first_difference
 from mrv2_prof.views.safe_text import plain
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import html
 
+from mrv2_prof.analysis.request_list import RequestRow, has_text, request_sample
 from mrv2_prof.store.db import Store
-from mrv2_prof.store.request_list import RequestRow, has_text, request_sample
 from mrv2_prof.views.format import NO_VALUE, format_ms
 from mrv2_prof.views.request_text import asked, head
 

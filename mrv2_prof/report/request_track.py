@@ -15,9 +15,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
+from mrv2_prof.analysis.latency import E2E_MS, TTFT_MS
 from mrv2_prof.report.chrome_trace import Event, Slice
 from mrv2_prof.report.trace_tracks import TrackQuery
-from mrv2_prof.store.latency import E2E_MS, TTFT_MS
 
 REQUEST_PID = 3
 REQUEST_CATEGORY = "request"

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from mrv2_prof.analysis.latency import METRICS, latency_values
+from mrv2_prof.analysis.spec_metrics import SpecDecodeSummary, spec_decode_summary
 from mrv2_prof.store.db import Store, no_run_error
-from mrv2_prof.store.latency import METRICS, latency_values
-from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
 
 DETAIL_STEPS = 2000  # phase detail on the timeline for at most this many steps
 _STEP_COLUMNS = (

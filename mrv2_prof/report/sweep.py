@@ -15,9 +15,9 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mrv2_prof.analysis.metrics import RunSummary, run_summary
 from mrv2_prof.report.figure_meta import new_figure
 from mrv2_prof.store.db import Store, StoreError, no_run_error
-from mrv2_prof.store.metrics import RunSummary, run_summary
 from mrv2_prof.views.downgrades import Downgrade, stored_runner_downgrades
 
 # (key, title, unit): the order of the sweep figure's panels

@@ -12,8 +12,8 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
+from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.metrics import run_summary
 
 STEP_PAGE = 2_000  # rows of the step table at a time; a longer run is paged
 

@@ -32,10 +32,10 @@ def test_no_samples_is_not_measured_with_the_reason():
 def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
     from typer.testing import CliRunner
 
+    from mrv2_prof.analysis.host_samples import top_host_frames
     from mrv2_prof.cli import app
     from mrv2_prof.report.html_report import render_run_report
     from mrv2_prof.store import Store
-    from mrv2_prof.store.host_samples import top_host_frames
 
     job, messages = run_in_process("probes.host_sampling_hz=300")
     run_id = messages[-1][1].run_id

@@ -22,11 +22,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
+from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
+from mrv2_prof.analysis.metrics import RunSummary, run_summary
 from mrv2_prof.analysis.summary import summary_tables
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
-from mrv2_prof.store.metrics import RunSummary, run_summary
 from mrv2_prof.tui import run_queries
 from mrv2_prof.tui.run_queries import (
     SLOWEST_FIRST,

@@ -19,8 +19,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
+from mrv2_prof.analysis.request_list import RequestRow, request_page, token_times
 from mrv2_prof.store import Store, StoreError
-from mrv2_prof.store.request_list import RequestRow, request_page, token_times
 from mrv2_prof.views.format import NO_VALUE, format_ms, one_line
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mrv2_prof.analysis.finding_facts import SpecStepFacts, finding_facts
 from mrv2_prof.analysis.findings import findings, run_findings
+from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.finding_facts import SpecStepFacts, finding_facts
-from mrv2_prof.store.metrics import run_summary
 
 MS = 1_000_000
 T0 = 9_000_000_000_000

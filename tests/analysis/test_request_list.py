@@ -8,14 +8,14 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from mrv2_prof.store import SCHEMA_VERSION, Store
-from mrv2_prof.store.request_list import (
+from mrv2_prof.analysis.request_list import (
     first_answers,
     has_text,
     request_page,
     request_sample,
     token_times,
 )
+from mrv2_prof.store import SCHEMA_VERSION, Store
 from tests.text_runs import MS, PLAIN_RUN, TEXT_RUN, add_text_run, answer, prompt
 
 TEXT_COLUMNS = ("prompt_text", "output_text")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mrv2_prof.analysis.spec_metrics import spec_decode_summary
 from mrv2_prof.analysis.summary import _spec_decode
 from mrv2_prof.store import Store
-from mrv2_prof.store.spec_metrics import spec_decode_summary
 
 MS = 1_000_000
 T0 = 5_000_000_000

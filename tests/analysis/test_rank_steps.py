@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mrv2_prof.analysis.rank_steps import rank_line, rank_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.rank_steps import rank_line, rank_summary
 
 MS = 1_000_000
 

@@ -26,8 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mrv2_prof.store.db import Store, no_run_error
-from mrv2_prof.store.latency import (
+from mrv2_prof.analysis.latency import (
     COMPLETED,
     IN_FLIGHT,
     METRICS,
@@ -35,8 +34,9 @@ from mrv2_prof.store.latency import (
     perturbed_steps,
     values_sql,
 )
-from mrv2_prof.store.rank_steps import RankSummary, rank_summary
-from mrv2_prof.store.spec_metrics import SpecDecodeSummary, spec_decode_summary
+from mrv2_prof.analysis.rank_steps import RankSummary, rank_summary
+from mrv2_prof.analysis.spec_metrics import SpecDecodeSummary, spec_decode_summary
+from mrv2_prof.store.db import Store, no_run_error
 
 PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 

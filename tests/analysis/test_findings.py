@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import RULES, findings, run_findings
+from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.store import Store
-from mrv2_prof.store.finding_facts import FindingFacts, finding_facts
-from mrv2_prof.store.metrics import run_summary
 from mrv2_prof.views.downgrades import downgrades, runner_downgrades
 
 MS = 1_000_000

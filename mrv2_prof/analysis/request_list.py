@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrv2_prof.analysis.latency import COMPLETED, E2E_MS, TPOT_MS, TTFT_MS
 from mrv2_prof.store.db import Store
-from mrv2_prof.store.latency import COMPLETED, E2E_MS, TPOT_MS, TTFT_MS
 
 _SELECT = f"""
     SELECT req_id, arrival_ns, prompt_tokens, output_tokens, finish_reason,

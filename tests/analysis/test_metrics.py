@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mrv2_prof.store import Percentiles, Store, StoreError, run_summary
+from mrv2_prof.analysis.metrics import Percentiles, run_summary
+from mrv2_prof.store import Store, StoreError
 
 MS = 1_000_000  # ns
 T0 = 5_000_000_000_000  # a realistic perf_counter_ns origin; only differences matter

@@ -5,8 +5,8 @@ bootstrap these when one run a side is all there is."""
 
 from __future__ import annotations
 
+from mrv2_prof.analysis.latency import latency_values
 from mrv2_prof.store.db import Store
-from mrv2_prof.store.latency import latency_values
 
 
 def latency_samples(store: Store, run_id: str) -> dict[str, list[float]]:
