@@ -35,6 +35,7 @@ from mrv2_prof.analysis.latency import (
     values_sql,
 )
 from mrv2_prof.analysis.rank_steps import RankSummary, rank_summary
+from mrv2_prof.analysis.roofline import Roofline, run_roofline
 from mrv2_prof.analysis.spec_metrics import SpecDecodeSummary, spec_decode_summary
 from mrv2_prof.store.db import Store, no_run_error
 
@@ -98,6 +99,7 @@ class RunSummary:
     includes_perturbed: bool = False
     environment: dict[str, Any] | None = None  # runs.environment (None: not recorded)
     tensor_parallel: RankSummary | None = None  # rank_steps (None: one rank)
+    roofline: Roofline | None = None  # analysis/roofline.py: each step against the machine's peaks
     spec_decode: SpecDecodeSummary | None = None  # speculative decoding (None: no drafts)
     partial: bool = False  # aborted or failed: the figures cover what it produced until the stop
 
@@ -275,6 +277,7 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         includes_perturbed=include_perturbed,
         environment=json.loads(env_json) if env_json else None,
         tensor_parallel=rank_summary(store, run_id),
+        roofline=run_roofline(store, run_id),
         spec_decode=spec_decode_summary(store, run_id),
         partial=partial,
     )

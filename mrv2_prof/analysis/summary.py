@@ -19,6 +19,7 @@ from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.analysis.rank_steps import rank_line
 from mrv2_prof.analysis.request_list import first_answers
+from mrv2_prof.analysis.roofline import roofline_line
 from mrv2_prof.store import Store
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.environment import environment_line
@@ -244,6 +245,8 @@ def summary_tables(
         rows.append(("perturbed", perturbed))
     if s.tensor_parallel is not None:
         rows.append(("tensor parallel", rank_line(s.tensor_parallel)))
+    if s.roofline is not None and (s.roofline.summaries or s.device.startswith("cuda")):
+        rows.append(("roofline", markup_safe(roofline_line(s.roofline))))
     environment = environment_line(s.environment)
     if environment:
         rows.append(("environment", environment))

@@ -44,6 +44,7 @@ from mrv2_prof.pipeline.runner_threads import (
 )
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.host_sampler import HostSampler
+from mrv2_prof.probes.machine_peaks import machine_peaks
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.session import ProbeSession
 from mrv2_prof.probes.support import unavailable_probe_notes
@@ -276,6 +277,9 @@ def _run(
             processes=processes,
             threads_set_by=threads and threads.reason,
         )
+        outcome.facts["machine_peaks"] = machine_peaks(
+            info.device, environment, info.dtype, scenario.probes.hbm_gbps, job.known_peaks
+        )
         ran = engine_as_run(job.scenario, job.db_path, engine, nvtx_anchor_ns is not None)
         if ran.get("workload", {}).get("ignore_eos") is None:  # the default as it ran
             from mrv2_prof.workload import TextModel
@@ -375,6 +379,7 @@ def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) 
         "draft_kv_cache_bytes": info.draft_kv_cache_bytes,  # spec_decode draft_model
         "draft_capture_s": info.draft_capture_s,
         "spec_drafts_on": info.spec_drafts_on,  # spec_decode: where drafts are made and kept
+        "step_cost": info.step_cost,  # the per-step roofline's constants (model/step_cost.py)
         "startup_s": startup_s,
         "num_requests": num_requests,
         "notes": list(info.notes) + notes,

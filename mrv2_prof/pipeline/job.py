@@ -22,6 +22,8 @@ class RunJob:
     run_group: str | None = None  # the repeats of one combination share it (run --repeats N)
     repeat_index: int | None = None
     notes: tuple[str, ...] = ()  # what the scenario as given replaced (Scenario.notes)
+    # GPU UUID -> [HBM read bytes/s, the run that measured it]: the database's measured peaks
+    known_peaks: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -119,7 +119,12 @@ def _nvml_facts(device: str) -> dict[str, Any]:
             "gpu_max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
             "gpu_max_mem_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
         }
-        return {"gpu_driver": driver.decode() if isinstance(driver, bytes) else driver, **clocks}
+        uuid = pynvml.nvmlDeviceGetUUID(h)
+        return {
+            "gpu_driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "gpu_uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+            **clocks,
+        }
     except Exception as exc:
         return {"gpu_note": f"NVML query failed ({type(exc).__name__})"}
     finally:

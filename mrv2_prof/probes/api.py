@@ -60,7 +60,11 @@ class Probe:
         num_preempted: int,
         output_wait_ns: int,
         graph_mode: str,
+        context_tokens: int = -1,
+        attn_pairs: int = -1,
     ) -> None:
+        """The step's figures; ``context_tokens`` and ``attn_pairs``: its attention extent
+        (``SchedulerOutput.attention_extent``; -1: not known, stored as NULL)."""
         pass
 
     def begin(self, phase: int) -> None:

@@ -42,7 +42,7 @@ _NO_SPEC = (0, 0, 0, 0, 0, 0, nan, nan)
 STEP_COLUMNS = (
     "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
     "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
-    "output_wait_ns", "graph_mode", *SPEC_COLUMNS,
+    "output_wait_ns", "graph_mode", "context_tokens", "attn_pairs", *SPEC_COLUMNS,
 )  # fmt: skip
 # The columns of a ``requests`` row the probe records; its text columns are decoded from the
 # token ids on the writer thread (request_texts.py), never here.
@@ -99,6 +99,8 @@ class RecordingProbe(RecordTables, Probe):
         num_preempted: int,
         output_wait_ns: int,
         graph_mode: str,
+        context_tokens: int = -1,
+        attn_pairs: int = -1,
     ) -> None:
         t = perf_counter_ns()
         b = self.steps
@@ -116,6 +118,8 @@ class RecordingProbe(RecordTables, Probe):
         w.kv_used_blocks[i] = kv_used_blocks
         w.num_preempted[i] = num_preempted
         w.output_wait_ns[i] = output_wait_ns
+        w.context_tokens[i] = context_tokens
+        w.attn_pairs[i] = attn_pairs
         mode = self._names.get(graph_mode)
         w.graph_mode[i] = self.intern(graph_mode) if mode is None else mode
         if self._spec is not _NO_SPEC:  # else the columns' defaults

@@ -315,6 +315,7 @@ class Engine:
             len(so.preempted_req_ids),
             out.output_wait_ns,
             self.runner.graph_mode_of_last_step,
+            *so.attention_extent(),
         )
 
     def _adapt_k(self, spec: SpecScheduling, t0: int) -> None:

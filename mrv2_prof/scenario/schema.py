@@ -92,6 +92,9 @@ class ProbesSection(Section):
     sync_finder: bool = False
     copy_audit: bool = False
     nvml_hz: Annotated[float, Field(ge=0)] = 10
+    # HBM read bandwidth of the roofline, GB/s: 0 measures it once per GPU (then cached in the
+    # database by GPU UUID); a number gives it and skips the measurement (probes/machine_peaks.py)
+    hbm_gbps: Annotated[float, Field(ge=0, le=1_000_000)] = 0
     # The host sampler: the runner's Python stack this many times a second (0: off, no thread)
     host_sampling_hz: Annotated[float, Field(ge=0, le=10_000)] = 0
     kernel_trace: bool = False

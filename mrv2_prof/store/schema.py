@@ -10,11 +10,11 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
 # those marked v4, version 4 those marked v5, version 5 those marked v6, version 6 those marked
-# v7; a writable open of such a file adds them (``upgrade_ddl``), a read-only one shows them as
-# NULL (``store.opening``).
+# v7, version 7 those marked v8; a writable open of such a file adds them (``upgrade_ddl``), a
+# read-only one shows them as NULL (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -74,6 +74,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("spec_sat_out", "INTEGER"),  # requests that sat out for speculation (host drafts)
         ("spec_expected_tokens", "DOUBLE"),  # dynamic k: tokens a verify emits at its best k > 0
         ("spec_cost_ratio", "DOUBLE"),  # dynamic k: step time at that k / at k = 0
+        # v8: the step's attention extent (the roofline's KV bytes and attention FLOPs)
+        ("context_tokens", "BIGINT"),  # KV tokens read: each request's context after it
+        ("attn_pairs", "BIGINT"),  # query-key pairs scored (both -1: not known)
     ],
     "spans": [
         ("run_id", "VARCHAR"),
@@ -151,6 +154,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("mem_used_bytes", "BIGINT"),
         ("power_w", "DOUBLE"),
         ("sm_clock_mhz", "DOUBLE"),
+        ("energy_mj", "BIGINT"),  # v8: NVML's total energy counter (mJ since the driver loaded)
     ],
     "copies": [
         ("run_id", "VARCHAR"),
@@ -193,6 +197,16 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
         ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
         ("depth", "INTEGER"),  # frames in the stack
+    ],
+    "compiles": [  # v8: a kernel compiled while the run ran (a launcher cache miss)
+        ("run_id", "VARCHAR"),
+        ("step", "BIGINT"),  # the step it happened in (-1: start-up, before the first step)
+        ("t_ns", "BIGINT"),  # when the compile began
+        ("source", "VARCHAR"),  # triton | torch
+        ("kernel", "VARCHAR"),  # the kernel's name
+        ("key", "VARCHAR"),  # its specialization key (signature, constants, options)
+        ("compile_ms", "DOUBLE"),  # wall time of the compile
+        ("after_warmup", "BOOLEAN"),  # the run had begun serving: a request paid for it
     ],
     "baselines": [  # v4: named baselines (mrv2-prof baseline set NAME RUN_OR_GROUP)
         ("name", "VARCHAR"),  # the key: baseline:NAME names it

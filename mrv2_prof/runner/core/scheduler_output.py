@@ -80,3 +80,25 @@ class SchedulerOutput:
     @property
     def is_empty(self) -> bool:
         return self.total_num_scheduled_tokens == 0
+
+    def attention_extent(self) -> tuple[int, int]:
+        """``(context_tokens, attn_pairs)`` of the step: the KV cache tokens its attention reads
+        (each request's context after the step, its new tokens included) and the query-key
+        pairs it scores (a request with ``c`` tokens computed and ``n`` scheduled scores
+        ``n * c + n * (n + 1) / 2``). With one token per request both are the same sum."""
+        new, cached = self.scheduled_new_reqs, self.scheduled_cached_reqs
+        computed = sum(r.num_computed_tokens for r in new)
+        columns = cached.num_computed_tokens  # an int64 array (a numpy sum: ~1 us) or a list
+        computed += int(columns.sum()) if hasattr(columns, "sum") else sum(columns)
+        total = self.total_num_scheduled_tokens
+        if total == len(self.num_scheduled_tokens):  # one token each (decode): pairs = context
+            return computed + total, computed + total
+        sched = self.num_scheduled_tokens
+        pairs = 0
+        for rid, c in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+            n = sched[rid]
+            pairs += n * int(c) + n * (n + 1) // 2
+        for r in new:
+            n = sched[r.req_id]
+            pairs += n * r.num_computed_tokens + n * (n + 1) // 2
+        return computed + total, pairs

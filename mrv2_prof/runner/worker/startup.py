@@ -18,6 +18,7 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.model.step_cost import step_cost
 from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
@@ -30,6 +31,8 @@ from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
 def start_up(runner: ModelRunner) -> int:
     """KV cache, warm-up, CUDA graphs. Returns the number of KV cache blocks."""
     num_blocks = initialize_kv_cache(runner)
+    per_token = runner.info.kv_cache_bytes // (num_blocks * runner.config.block_size)
+    runner.info.step_cost = step_cost(runner.model, runner.model_args, per_token)
     warm_up(runner)
     capture_graphs(runner)
     capture_draft_graphs(runner)  # speculative decoding's fused draft graphs (draft_model)
