@@ -79,3 +79,25 @@ def test_peer_transformers_cpu_smoke(tmp_path, padded):
     assert ours["decode_tpot_ms"] > 0 and hf["decode_tpot_ms"] > 0
     assert row["batch_tok_s_ratio"] == ours["batch_tok_s"] / hf["batch_tok_s"]
     assert hf["batch_api"] == ("padded generate" if padded else "generate_batch")
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_tools_step_bytes_equal_the_benchmarks(batch, monkeypatch):
+    """The per-step roofline (runner/model/step_cost.py, analysis/roofline.py) counts a decode
+    step's weight and KV bytes as benchmarks/decode_roofline.py does; it adds only the logits
+    rows the step writes."""
+    import numpy as np
+
+    from mrv2_prof.analysis.roofline import step_figures
+    from mrv2_prof.runner.config import ModelSpec, RunnerConfig
+    from mrv2_prof.runner.engine import Engine
+
+    roofline = load_benchmark("decode_roofline", monkeypatch)
+    engine = Engine(RunnerConfig(max_model_len=512), ModelSpec(preset="llama-tiny"))
+    weights, kv = roofline.step_bytes(engine, batch, context_len=100.0)
+    cost = engine.info.step_cost
+    # steps row as analysis/roofline.py selects it: step, reqs, tokens, prefill, drafts, context,
+    # pairs, GPU ns (a decode step: one token per request, 100 tokens of context each)
+    row = np.array([[0, batch, batch, 0, 0, 100 * batch, 100 * batch, 1e6]])
+    ours = step_figures(row, cost, {"hbm_read_bytes_per_s": 1e12})
+    assert ours.bytes[0] == weights + kv + batch * cost["logits_bytes_per_row"]

@@ -336,3 +336,64 @@ def test_latency_is_defined_in_one_module():
         if m != LATENCY_DEFINITIONS and (found := _latency_markers(path))
     }
     assert copies == {}
+
+
+# SQL lives in store/ (the database itself) and analysis/ (what its rows mean); a view renders
+# what analysis computes. A statement's keyword followed by a word it takes, upper case as the
+# package writes SQL; docstrings are prose and not read.
+SQL_HOMES = ("store", "analysis")
+SQL = re.compile(
+    r"\b(SELECT\s+[\w*(]|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TEMP\s+)?"
+    r"(TABLE|INDEX|VIEW)|PRAGMA\s+\w)"
+)
+
+
+def _sql_sites(path: Path) -> list[str]:
+    """``line: what`` for each SQL string and each ``.execute*(`` call in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and SQL.search(node.value):
+                sites.append(f"{node.lineno}: {node.value.strip()[:40]!r}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("execute", "executemany", "sql")  # DuckDB and sqlite3
+        ):
+            sites.append(f"{node.lineno}: .{node.func.attr}(")
+    return sites
+
+
+def test_the_sql_check_finds_sql():
+    """Calibrates ``_sql_sites``: a query, a statement, an execute call; not prose."""
+    sample = PACKAGE.parent / "tests" / "layout_sql_sample.txt"
+    code = (
+        '"""Docs may say SELECT x FROM t."""\n'
+        'Q = "SELECT run_id FROM runs"\n'
+        "def f(con):\n"
+        '    con.execute(f"INSERT INTO t VALUES ({1})")\n'
+        'NOTE = "select a run"\n'
+    )
+    sample.write_text(code)
+    try:
+        found = _sql_sites(sample)
+    finally:
+        sample.unlink()
+    assert sorted(s.split(":")[0] for s in found) == ["2", "4", "4"]
+
+
+def test_no_sql_outside_the_store_and_analysis():
+    """No view, command or pipeline module spells SQL or runs a query of its own."""
+    sites = {
+        m: _sql_sites(p) for m, p in MODULES.items() if _node(m) not in SQL_HOMES and _sql_sites(p)
+    }
+    assert sites == {}

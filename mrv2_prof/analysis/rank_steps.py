@@ -4,13 +4,19 @@ Per rank, ``comm_share`` is its time in collectives over its step time (the sums
 and of ``end_ns - start_ns`` over its rows). A step's *skew* is its slowest rank's step time less
 its fastest rank's; the summary gives the median over the steps every rank has a row for, and
 how many of those steps each rank was the slowest in (ties go to the lower rank).
+``rank_columns``: each rank's step time and its time in collectives, step by step (the report's
+panel).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mrv2_prof.store.db import Store
+
+Ranks = dict[int, dict[str, np.ndarray]]  # rank -> step, step_ms, comm_ms
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,23 @@ def rank_summary(store: Store, run_id: str) -> RankSummary | None:
         skew_p50_ms=p50,
         slowest=slowest,
     )
+
+
+def rank_columns(store: Store, run_id: str) -> Ranks:
+    rows = store.connection.execute(
+        "SELECT rank, step, (end_ns - start_ns) / 1e6, comm_ns / 1e6 FROM rank_steps "
+        "WHERE run_id = ? ORDER BY rank, step",
+        [run_id],
+    ).fetchall()
+    out: Ranks = {}
+    for rank in sorted({int(r[0]) for r in rows}):
+        mine = [r for r in rows if r[0] == rank]
+        out[rank] = {
+            "step": np.array([r[1] for r in mine], dtype=np.int64),
+            "step_ms": np.array([r[2] for r in mine], dtype=np.float64),
+            "comm_ms": np.array([r[3] for r in mine], dtype=np.float64),
+        }
+    return out
 
 
 def rank_line(r: RankSummary) -> str:

@@ -186,3 +186,22 @@ def roofline_line(roof: Roofline) -> str:
     flops = peaks.get("tensor_flops_per_s")
     tensor = f"tensor cores {flops / 1e12:.0f} TFLOP/s" if flops else roof.note
     return "; ".join(parts) + f"; {bw}; {tensor}"
+
+
+def measured_peaks(store: Store) -> dict[str, list[Any]]:
+    """GPU UUID -> [HBM read bytes/s, run id] of the latest run that measured it (the cache a
+    new run on that GPU reads instead of measuring again)."""
+    rows = store.connection.execute(
+        "SELECT run_id, info FROM runs WHERE info IS NOT NULL "
+        "ORDER BY started_at NULLS FIRST, started_ns NULLS FIRST"
+    ).fetchall()
+    known: dict[str, list[Any]] = {}
+    for run_id, text in rows:
+        try:
+            peaks = json.loads(text).get("machine_peaks") or {}
+        except (ValueError, AttributeError):
+            continue
+        uuid, bw = peaks.get("gpu_uuid"), peaks.get("hbm_read_bytes_per_s")
+        if uuid and bw and str(peaks.get("hbm_source", "")).startswith("measured"):
+            known[uuid] = [bw, run_id]
+    return known

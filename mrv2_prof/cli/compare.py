@@ -84,12 +84,12 @@ def compare(
 
     Example:  mrv2-prof compare baseline:main group:3f2a1c --format markdown
     """
+    from mrv2_prof.analysis.run_sides import load_sides
     from mrv2_prof.report.ab_json import compare_document
     from mrv2_prof.report.ab_markdown import compare_markdown
     from mrv2_prof.report.comparability import check
     from mrv2_prof.report.compare import compare_table
     from mrv2_prof.report.metric_stats import metric_stats
-    from mrv2_prof.report.run_sides import load_sides
 
     form = chosen_format(fmt, as_json)
     db_b = db if db_b is None else db_b

@@ -142,13 +142,13 @@ def gate(
       mrv2-prof gate --baseline baseline:main --candidate group:3f2a1c \\
         --thresholds gate.yaml --max-regression p99_itl=5% --format markdown
     """
+    from mrv2_prof.analysis.run_sides import load_sides
     from mrv2_prof.report.ab_json import gate_document
     from mrv2_prof.report.ab_markdown import gate_markdown
     from mrv2_prof.report.comparability import check
     from mrv2_prof.report.gate import GateError, load_thresholds, parse_flags
     from mrv2_prof.report.gate_selection import parse_only, select
     from mrv2_prof.report.gate_stages import GateOptions, run_gate, verdict_text
-    from mrv2_prof.report.run_sides import load_sides
 
     form = chosen_format(fmt, as_json)
     try:

@@ -130,7 +130,10 @@ def run(
             scenario_yaml(given.model_dump(mode="json")),
         )
         combo = _combo(base, scenario)
-        job = RunJob(data, given_yaml, label, combo, str(db_path), group, index, given.notes)
+        job = RunJob(
+            data, given_yaml, label, combo, str(db_path), group, index, given.notes,
+            known_peaks=_known_peaks(db_path),
+        )  # fmt: skip
         runner = _launch(job, live, heartbeat_s)
         outcome = runner.outcome
         outcomes.append(outcome)
@@ -275,6 +278,18 @@ def _kept_in_side_file(db_path: Path, run_id: str | None) -> str | None:
         f"writable open of {db_path} merges it once the database can be written (the next "
         f"mrv2-prof run --db {db_path}, or mrv2-prof baseline set/rm)"
     )
+
+
+def _known_peaks(db_path: Path) -> dict[str, list]:
+    """The database's measured HBM bandwidths by GPU UUID (a run on a known GPU skips the
+    measurement); none when the file cannot be read now."""
+    from mrv2_prof.analysis.roofline import measured_peaks
+
+    try:
+        with Store.open(db_path, read_only=True) as store:
+            return measured_peaks(store)
+    except StoreError:
+        return {}
 
 
 def _ran_steps(db_path: Path, run_id: str) -> bool:

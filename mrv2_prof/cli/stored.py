@@ -19,25 +19,18 @@ def runs(
 
     Example:  mrv2-prof runs --db runs.duckdb
     """
+    from mrv2_prof.analysis.run_infos import run_infos
     from mrv2_prof.store.run_refs import runs_with_groups
 
     try:
         with Store.open(db, read_only=True) as store:  # a repeat's label names its group
             rows = runs_with_groups(store)
-            infos = dict(store.connection.execute("SELECT run_id, info FROM runs").fetchall())
+            infos = run_infos(store)
             for row in rows:  # the model column: its name, from the start-up facts
-                row["info"] = _json_or_none(infos.get(row["run_id"]))
+                row["info"] = infos.get(row["run_id"])
             out.print(render_runs(rows, str(db)))
     except StoreError as exc:
         fail(str(exc))
-
-
-def _json_or_none(text: str | None) -> dict | None:
-    try:
-        value = json.loads(text) if text else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def show(

@@ -56,8 +56,8 @@ def report(
 
     Example:  mrv2-prof report latest -o report.html --db runs.duckdb
     """
+    from mrv2_prof.analysis.sweep_runs import sweep_members
     from mrv2_prof.report.html_report import render_run_report, render_sweep_report
-    from mrv2_prof.report.sweep import sweep_members
     from mrv2_prof.report.trace_export import ExportError, parse_steps
 
     try:
@@ -252,7 +252,7 @@ def nsys_import(
 
     Example:  mrv2-prof nsys import latest rep.sqlite --db runs.duckdb
     """
-    from mrv2_prof.report.nsys_import import NsysImportError, import_nsys, summary_lines
+    from mrv2_prof.analysis.nsys_import import NsysImportError, import_nsys, summary_lines
 
     if not db.is_file():
         fail(f"{db}: no such run database (pass --db with a file runs wrote)")

@@ -19,7 +19,6 @@ written to the run once the runner has closed the database.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -36,6 +35,7 @@ from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.store import Store, StoreError
+from mrv2_prof.store.run_notes import add_run_note
 from mrv2_prof.views.safe_text import markup_safe
 from mrv2_prof.views.snapshot import Snapshot
 
@@ -176,12 +176,7 @@ class RunnerProcess:
             if samples is not None and len(samples["t_ns"]):
                 store.append(self.run_id, "gpu_samples", samples)
             if self._nvml_note is not None:
-                row = store.connection.execute(
-                    "SELECT info FROM runs WHERE run_id = ?", [self.run_id]
-                ).fetchone()
-                info = json.loads(row[0]) if row and row[0] else {}
-                info["notes"] = [*info.get("notes", []), self._nvml_note]
-                store.update_run(self.run_id, info=info)
+                add_run_note(store, self.run_id, self._nvml_note)
 
     # ---- SnapshotSource -------------------------------------------------------------------------
     def poll(self) -> tuple[Snapshot | None, bool]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mrv2_prof.analysis.gate_metrics import METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.comparability import Comparability
 from mrv2_prof.report.gate import GateResult
-from mrv2_prof.report.gate_metrics import METRICS
 from mrv2_prof.report.gate_stages import GateReport
 from mrv2_prof.report.metric_stats import MetricStat
-from mrv2_prof.report.run_sides import Side
 
 SCHEMA_VERSION = 1
 

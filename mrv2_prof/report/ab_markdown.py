@@ -3,13 +3,13 @@ baseline, candidate, Δ, interval and verdict, the gate's stages, and the compar
 
 from __future__ import annotations
 
+from mrv2_prof.analysis.gate_metrics import METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.comparability import Comparability
 from mrv2_prof.report.compare import format_pct
-from mrv2_prof.report.gate_metrics import METRICS
 from mrv2_prof.report.gate_stages import GateReport
 from mrv2_prof.report.metric_stats import MetricStat
 from mrv2_prof.report.one_run_verdict import ONE_RUN, RULE
-from mrv2_prof.report.run_sides import Side
 from mrv2_prof.views.safe_text import plain
 
 HEADER = ("metric", "baseline", "candidate", "Δ", "interval", "verdict")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrv2_prof.analysis.host_contention import LOAD_DIFFERENCE, Contention, assess
+from mrv2_prof.analysis.run_sides import RunFacts, Side
 from mrv2_prof.inputs import limited_yaml
-from mrv2_prof.report.run_sides import RunFacts, Side
 from mrv2_prof.views.safe_text import shown
 
 # (what, environment key, blocking)

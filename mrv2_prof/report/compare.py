@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS, RunMetrics, gate_metrics
 from mrv2_prof.report.one_run_verdict import ONE_RUN, RULE
 from mrv2_prof.store import Store
 from mrv2_prof.views.safe_text import plain

@@ -10,7 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from mrv2_prof.report.run_data import RunData
+from mrv2_prof.analysis.run_data import RunData
 
 TEMPLATE = "plotly_white"
 

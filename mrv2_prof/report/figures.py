@@ -12,8 +12,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mrv2_prof.analysis.run_data import RunData
 from mrv2_prof.report.figure_meta import Figure, NotMeasured, new_figure, why_no_gpu
-from mrv2_prof.report.run_data import RunData
 
 CDF_POINTS = 2000  # a latency CDF with more values is drawn through this many evenly spaced ranks
 LONG_TAIL = 10.0  # a CDF whose largest value is this many times its median gets a log x axis

@@ -31,11 +31,11 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS, RunMetrics
 from mrv2_prof.inputs import limited_yaml
 from mrv2_prof.inputs.finite_numbers import is_json_number, number_problem
 from mrv2_prof.inputs.input_file import InputError, decode_utf8, read_bytes
 from mrv2_prof.report.compare import MetricDelta, format_pct, metric_delta, run_title, titles
-from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics
 from mrv2_prof.views.safe_text import shown
 
 MAX_THRESHOLDS_BYTES = 1 << 20

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.compare import format_pct, metric_delta
 from mrv2_prof.report.gate import (
     FAIL,
@@ -23,9 +25,7 @@ from mrv2_prof.report.gate import (
     asked,
     missing_result,
 )
-from mrv2_prof.report.gate_metrics import LOWER, METRICS
 from mrv2_prof.report.metric_stats import RUNS_TEST
-from mrv2_prof.report.run_sides import Side
 from mrv2_prof.report.verdict import median_difference_interval
 
 MIN_RUNS = 3

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.gate import FAIL, INCONCLUSIVE, GateResult
-from mrv2_prof.report.gate_metrics import LOWER, METRICS
 from mrv2_prof.report.metric_stats import distribution, metric_stat
 from mrv2_prof.report.one_run_verdict import ONE_RUN
-from mrv2_prof.report.run_sides import Side
 from mrv2_prof.report.verdict import WORSE
 
 REPEAT = "repeat the runs (run --repeats 3) to decide"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from mrv2_prof.analysis.gate_metrics import METRICS
 from mrv2_prof.report.gate import GateError, Threshold, default_thresholds
-from mrv2_prof.report.gate_metrics import METRICS
 from mrv2_prof.views.safe_text import shown
 
 

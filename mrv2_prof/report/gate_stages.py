@@ -15,10 +15,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrv2_prof.analysis.gate_metrics import METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.comparability import Comparability
 from mrv2_prof.report.gate import INCONCLUSIVE, GateResult, Threshold, evaluate, exit_status
 from mrv2_prof.report.gate_groups import evaluate_groups
-from mrv2_prof.report.gate_metrics import METRICS
 from mrv2_prof.report.gate_one_run import judge_one_run
 from mrv2_prof.report.output_contract import (
     FAIL,
@@ -27,7 +28,6 @@ from mrv2_prof.report.output_contract import (
     contract_stage,
     static_stage,
 )
-from mrv2_prof.report.run_sides import Side
 from mrv2_prof.store import Store
 
 NOT_RUN = "not run"

@@ -19,13 +19,15 @@ from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.analysis.host_samples import stack_counts
 from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
+from mrv2_prof.analysis.rank_steps import rank_columns
+from mrv2_prof.analysis.run_data import DETAIL_STEPS, load_run_data
+from mrv2_prof.analysis.sweep_runs import scenario_texts
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.plotly_inline import boot_script, plotly_element
-from mrv2_prof.report.ranks_panel import rank_columns, ranks_figure
+from mrv2_prof.report.ranks_panel import ranks_figure
 from mrv2_prof.report.request_sample import requests_html
-from mrv2_prof.report.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.spec_figures import spec_decode, spec_steps
 from mrv2_prof.report.sweep import Headline, headline, sweep_figure
@@ -34,6 +36,7 @@ from mrv2_prof.report.sweep_tables import sweep_tables
 from mrv2_prof.report.timeline import timeline
 from mrv2_prof.store.db import Store
 from mrv2_prof.views.format import format_ms, format_percent
+from mrv2_prof.views.memory_line import memory_rows
 from mrv2_prof.views.staged_writes import staged_writes_text
 
 # figure id -> (heading, what it shows in one sentence), in page order
@@ -166,6 +169,7 @@ def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
         ("staged writes", _staged(s, facts)),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", graphs),
+        *memory_rows(info),
         *_measurement_rows(s),
     ]  # fmt: skip
 
@@ -246,12 +250,7 @@ def sweep_parts(store: Store, run_ids: list[str]) -> tuple[list[Headline], list[
     """The headline metrics and the scenario as run of each of ``run_ids``, read from
     ``store`` (a report over two databases gathers them from each)."""
     runs = [headline(store, rid) for rid in run_ids]
-    yamls = []
-    for rid in run_ids:
-        (yaml_text,) = store.connection.execute(
-            "SELECT scenario_yaml FROM runs WHERE run_id = ?", [rid]
-        ).fetchone()
-        yamls.append(yaml_text or "")
+    yamls = [scenario_texts(store, rid)[2] or "" for rid in run_ids]
     return runs, yamls
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS
+from mrv2_prof.analysis.run_sides import Side
 from mrv2_prof.report.compare import metric_delta
-from mrv2_prof.report.gate_metrics import LOWER, METRICS
 from mrv2_prof.report.one_run_verdict import ONE_RUN, one_run_verdict
-from mrv2_prof.report.run_sides import Side
 from mrv2_prof.report.verdict import INCONCLUSIVE, TEST_NAME, Verdict, verdict
 
 RUNS_TEST = f"{TEST_NAME}, over runs"

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mrv2_prof.analysis.request_list import request_texts
+from mrv2_prof.analysis.request_outputs import finish_reasons, token_ids
+from mrv2_prof.analysis.run_sides import RunFacts
 from mrv2_prof.inputs import limited_yaml
-from mrv2_prof.report.run_sides import RunFacts
 from mrv2_prof.store import Store
 from mrv2_prof.views.request_text import around, asked, first_difference
 from mrv2_prof.views.safe_text import plain
@@ -82,25 +83,6 @@ def _greedy(facts: RunFacts) -> bool:
     return sampling.get("temperature", 0.0) == 0
 
 
-def _requests(store: Store, run_id: str) -> dict[str, tuple[str | None, int]]:
-    rows = store.connection.execute(
-        "SELECT req_id, finish_reason, arrival_ns FROM requests WHERE run_id = ? "
-        "ORDER BY arrival_ns, req_id",
-        [run_id],
-    ).fetchall()
-    return {req: (reason, i) for i, (req, reason, _) in enumerate(rows)}
-
-
-def _tokens(store: Store, run_id: str) -> dict[str, list[int | None]]:
-    rows = store.connection.execute(
-        "SELECT req_id, token_id FROM tokens WHERE run_id = ? ORDER BY req_id, idx", [run_id]
-    ).fetchall()
-    out: dict[str, list[int | None]] = {}
-    for req, token in rows:
-        out.setdefault(req, []).append(token)
-    return out
-
-
 def _text_lines(store_a: Store, a: RunFacts, store_b: Store, b: RunFacts, req: str) -> list[str]:
     """The differing request's prompt and both outputs about their first differing character
     (nothing when neither run stored text)."""
@@ -147,10 +129,10 @@ def _compare_runs(
     store_a: Store, a: RunFacts, store_b: Store, b: RunFacts, greedy: bool
 ) -> tuple[str, list[str]]:
     """(status, lines: a failure first) for candidate run ``b`` against baseline run ``a``."""
-    ta, tb = _tokens(store_a, a.run_id), _tokens(store_b, b.run_id)
+    ta, tb = token_ids(store_a, a.run_id), token_ids(store_b, b.run_id)
     if not (_stored(ta) and _stored(tb)):
         return SKIP, [f"run {b.run_id}: token ids not stored in both runs (not checked)"]
-    ra, rb = _requests(store_a, a.run_id), _requests(store_b, b.run_id)
+    ra, rb = finish_reasons(store_a, a.run_id), finish_reasons(store_b, b.run_id)
     only_a = [r for r in ra if r not in rb]
     only_b = [r for r in rb if r not in ra]
     if only_a:

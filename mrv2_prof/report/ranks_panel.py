@@ -1,35 +1,16 @@
 """The report's tensor-parallel panel (``rank_steps``): each rank's step time and its time in
 collectives, step by step, one line per rank; ``comm_share`` per rank is the sum of its
-collective time over the sum of its step time (as in ``store.rank_steps``)."""
+collective time over the sum of its step time (as in ``analysis.rank_steps``)."""
 
 from __future__ import annotations
 
-import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mrv2_prof.analysis.rank_steps import Ranks
 from mrv2_prof.report.figure_meta import Figure, new_figure
-from mrv2_prof.store.db import Store
 
 TITLE = "Tensor parallel: each rank's step time and its time in collectives"
-Ranks = dict[int, dict[str, np.ndarray]]  # rank -> step, step_ms, comm_ms
-
-
-def rank_columns(store: Store, run_id: str) -> Ranks:
-    rows = store.connection.execute(
-        "SELECT rank, step, (end_ns - start_ns) / 1e6, comm_ns / 1e6 FROM rank_steps "
-        "WHERE run_id = ? ORDER BY rank, step",
-        [run_id],
-    ).fetchall()
-    out: Ranks = {}
-    for rank in sorted({int(r[0]) for r in rows}):
-        mine = [r for r in rows if r[0] == rank]
-        out[rank] = {
-            "step": np.array([r[1] for r in mine], dtype=np.int64),
-            "step_ms": np.array([r[2] for r in mine], dtype=np.float64),
-            "comm_ms": np.array([r[3] for r in mine], dtype=np.float64),
-        }
-    return out
 
 
 def ranks_figure(ranks: Ranks) -> Figure:

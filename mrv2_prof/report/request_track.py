@@ -15,29 +15,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
-from mrv2_prof.analysis.latency import E2E_MS, TTFT_MS
+from mrv2_prof.analysis.trace_rows import request_rows, request_spans
+from mrv2_prof.analysis.trace_window import TrackQuery
 from mrv2_prof.report.chrome_trace import Event, Slice
-from mrv2_prof.report.trace_tracks import TrackQuery
 
 REQUEST_PID = 3
 REQUEST_CATEGORY = "request"
 TEXT_CHARS = 1000
 ELLIPSIS = "…"
-
-
-def _requests_sql(q: TrackQuery, columns: str) -> str:
-    alive = "TRUE"
-    if q.window:
-        first, last = q.time_bounds()
-        alive = f"arrival_ns <= {last} AND end_ns >= {first}"
-    return f"""
-        WITH ends AS (SELECT req_id, max(t_ns) AS last_token_ns FROM tokens
-                      WHERE run_id = $run GROUP BY req_id),
-        r AS (SELECT q.*, coalesce(q.finish_ns, e.last_token_ns, q.first_token_ns,
-                                   q.arrival_ns) AS end_ns
-              FROM requests q LEFT JOIN ends e USING (req_id)
-              WHERE q.run_id = $run AND q.arrival_ns IS NOT NULL)
-        SELECT {columns} FROM r WHERE {alive} ORDER BY arrival_ns, req_id"""
 
 
 def request_lanes(q: TrackQuery) -> list[int]:
@@ -46,7 +31,7 @@ def request_lanes(q: TrackQuery) -> list[int]:
     busy: list[tuple[int, int]] = []  # (end_ns, lane) of the lanes in use
     lanes: list[int] = []
     num_lanes = 0
-    for start, end in q.rows(_requests_sql(q, "arrival_ns, end_ns")):
+    for start, end in request_spans(q):
         while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
@@ -68,12 +53,7 @@ def _shortened(text: str | None, from_end: bool) -> str | None:
 
 def request_slices(q: TrackQuery, lanes: list[int]) -> Iterator[Slice]:
     """The requests' slices, in arrival order, each on its lane (thread ``1 + lane``)."""
-    columns = (
-        "req_id, arrival_ns, end_ns, prompt_tokens, output_tokens, finish_reason, "
-        f"{TTFT_MS}, {E2E_MS}, "
-        "prompt_text, output_text"
-    )
-    rows = q.rows(_requests_sql(q, columns))
+    rows = request_rows(q)
     for lane, row in zip(lanes, rows, strict=False):
         req, start, end, prompt_tokens, output_tokens, reason, ttft, e2e, prompt, output = row
         event: Event = {

@@ -12,8 +12,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from mrv2_prof.analysis.run_data import RunData
 from mrv2_prof.report.figure_meta import Figure, NotMeasured, new_figure
-from mrv2_prof.report.run_data import RunData
 
 TITLE = "Scheduler: queue, KV cache, preemptions and prefix-cache hits per step"
 

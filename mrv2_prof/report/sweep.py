@@ -1,9 +1,7 @@
-"""Comparing the runs of a sweep: which runs form one, their headline metrics, one bar chart.
+"""Comparing the runs of a sweep: their headline metrics, one bar chart.
 
-A sweep is what one ``mrv2-prof run`` of a scenario with a ``matrix`` stores: consecutive runs
-(in start order) of the same ``scenario_name``, each with a ``matrix_combo`` over the same keys
-and no combination twice. ``sweep_members`` finds that group around one of its runs; any list
-of runs can be compared with ``headlines`` and ``sweep_figure``.
+Which runs form a sweep is ``analysis.sweep_runs.sweep_members``; any list of runs can be
+compared with ``headline`` and ``sweep_figure``.
 """
 
 from __future__ import annotations
@@ -16,8 +14,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mrv2_prof.analysis.metrics import RunSummary, run_summary
+from mrv2_prof.analysis.sweep_runs import scenario_texts
 from mrv2_prof.report.figure_meta import new_figure
-from mrv2_prof.store.db import Store, StoreError, no_run_error
+from mrv2_prof.store.db import Store
 from mrv2_prof.views.downgrades import Downgrade, stored_runner_downgrades
 
 # (key, title, unit): the order of the sweep figure's panels
@@ -80,47 +79,11 @@ def _why_not_measured(s: RunSummary, values: dict[str, float | None]) -> dict[st
     return {k: reasons.get(k, "no values") for k, v in values.items() if v is None}
 
 
-def sweep_members(store: Store, run_id: str) -> list[str]:
-    """The runs of the sweep ``run_id`` belongs to, in start order (see the module docstring)."""
-    rows = store.connection.execute(
-        "SELECT run_id, scenario_name, matrix_combo FROM runs "
-        "ORDER BY started_at NULLS FIRST, started_ns NULLS FIRST, run_id"
-    ).fetchall()
-    ids = [r[0] for r in rows]
-    if run_id not in ids:
-        raise no_run_error(store.path, run_id)
-    i = ids.index(run_id)
-    name, combo_json = rows[i][1], rows[i][2]
-    if not combo_json:
-        raise StoreError(f"run {run_id} is not part of a sweep (its scenario has no matrix)")
-    keys = sorted(json.loads(combo_json))
-    seen = {combo_json}
-    lo = hi = i
-
-    def same_sweep(j: int) -> bool:
-        _, other_name, other_combo = rows[j]
-        if other_name != name or not other_combo or other_combo in seen:
-            return False
-        if sorted(json.loads(other_combo)) != keys:
-            return False
-        seen.add(other_combo)
-        return True
-
-    while lo > 0 and same_sweep(lo - 1):
-        lo -= 1
-    while hi + 1 < len(rows) and same_sweep(hi + 1):
-        hi += 1
-    return ids[lo : hi + 1]
-
-
 def headline(store: Store, run_id: str) -> Headline:
     """The headline metrics of one run, from ``run_summary``."""
     s = run_summary(store, run_id)
     peak_mem = s.peak_gpu_mem_bytes
-    combo_json, given_yaml, as_run_yaml = store.connection.execute(
-        "SELECT matrix_combo, scenario_given_yaml, scenario_yaml FROM runs WHERE run_id = ?",
-        [run_id],
-    ).fetchone()
+    combo_json, given_yaml, as_run_yaml = scenario_texts(store, run_id)
     graphs = s.info.get("num_graphs", 0)
     values = {
         "output_tokens_per_s": s.output_tokens_per_s,

@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from mrv2_prof.analysis.run_data import RunData
 from mrv2_prof.probes.api import PHASES
 from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
 from mrv2_prof.report.figure_meta import Figure, NotMeasured, new_figure, why_no_gpu
-from mrv2_prof.report.run_data import RunData
 
 LANES = {"CPU step": 3, "CPU phases": 2, "GPU phases": 1, "GPU step": 0}
 LEAF_PHASES = tuple(p for p in PHASES if p not in ("step", "execute"))

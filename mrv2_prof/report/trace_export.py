@@ -36,6 +36,14 @@ from typing import Any, TextIO
 import duckdb
 
 from mrv2_prof import __version__
+from mrv2_prof.analysis.trace_rows import (
+    GPU_COUNTERS,
+    RUNNER_COUNTERS,
+    gpu_counter_rows,
+    runner_counter_rows,
+    track_counts,
+)
+from mrv2_prof.analysis.trace_window import TrackQuery, first_stored_ns, run_header, step_ids
 from mrv2_prof.probes.nvtx_ranges import DOMAIN, RUN_START_MARK
 from mrv2_prof.report.chrome_trace import Event, Slice, laminar, metadata, write_trace
 from mrv2_prof.report.request_track import REQUEST_PID, request_lanes, request_slices
@@ -43,13 +51,10 @@ from mrv2_prof.report.trace_tracks import (
     COUNTER_TID,
     CPU_PID,
     FIRST_KERNEL_TID,
-    GPU_COUNTERS,
     GPU_PID,
     PHASE_TID,
     RANK_PID,
-    RUNNER_COUNTERS,
     STREAM_TID,
-    TrackQuery,
     counters,
     cpu_slices,
     gpu_slices,
@@ -100,14 +105,10 @@ def export_trace(
 ) -> ExportResult:
     """Write the trace of ``run_id`` (an exact id) to ``out``; ``steps`` selects a window."""
     con = store.connection
-    row = con.execute(
-        "SELECT label, scenario_name, status, device, started_ns, ended_ns, info FROM runs "
-        "WHERE run_id = ?",
-        [run_id],
-    ).fetchall()
-    if not row:
+    row = run_header(con, run_id)
+    if row is None:
         raise no_run_error(store.path, run_id)
-    label, scenario_name, status, device, started_ns, ended_ns, info_json = row[0]
+    label, scenario_name, status, device, started_ns, ended_ns, info_json = row
     info = json.loads(info_json) if info_json else {}
     anchor_ns = info.get("nvtx_anchor_ns")
     window = _step_window(con, run_id, steps)
@@ -154,9 +155,7 @@ def _step_window(
     con: duckdb.DuckDBPyConnection, run_id: str, steps: slice | None
 ) -> tuple[int, int] | None:
     """First and last step id (inclusive) that ``steps`` selects; None for a run without steps."""
-    ids = con.execute(
-        "SELECT step FROM steps WHERE run_id = ? AND step IS NOT NULL ORDER BY step", [run_id]
-    ).fetchnumpy()["step"]
+    ids = step_ids(con, run_id)
     chosen = ids if steps is None else ids[steps]
     if len(chosen):
         return int(chosen[0]), int(chosen[-1])
@@ -168,47 +167,15 @@ def _step_window(
 
 def _availability(q: TrackQuery) -> dict[str, Any]:
     """What the window holds beyond the CPU spans: it decides the tracks and the notes."""
-    w = q.step_filter()
     return {
-        "gpu_spans": q.value(
-            f"SELECT count(*) FROM spans WHERE run_id = $run AND track = 'gpu' AND {w}"
-        ),
-        "gpu_steps": q.value(
-            f"SELECT count(*) FROM steps WHERE run_id = $run AND gpu_start_ns IS NOT NULL AND {w}"
-        ),
-        "step_counters": q.value(
-            f"SELECT count(*) FROM steps WHERE run_id = $run AND cpu_start_ns IS NOT NULL AND {w} "
-            f"AND coalesce({', '.join(RUNNER_COUNTERS)}) IS NOT NULL"
-        ),
-        "streams": [
-            r[0]
-            for r in q.rows(
-                f"SELECT DISTINCT coalesce(stream, -1) FROM kernels WHERE run_id = $run AND {w} "
-                "ORDER BY 1"
-            )
-        ],
-        "gpu_samples": q.value(
-            f"SELECT count(*) FROM gpu_samples WHERE run_id = $run AND {q.time_filter()}"
-        ),
-        "ranks": [
-            r[0]
-            for r in q.rows(
-                f"SELECT DISTINCT rank FROM rank_steps WHERE run_id = $run AND {w} ORDER BY 1"
-            )
-        ],
+        **track_counts(q),
         "request_lanes": request_lanes(q),
     }
 
 
 def _origin_ns(q: TrackQuery, started_ns: int | None, anchor_ns: int | None) -> int:
     """The run's start, or the earliest stored time of the run if one came before it."""
-    first = q.value(
-        "SELECT least("
-        "(SELECT min(start_ns) FROM spans WHERE run_id = $run), "
-        "(SELECT min(least(cpu_start_ns, gpu_start_ns)) FROM steps WHERE run_id = $run), "
-        "(SELECT min(t_ns) FROM gpu_samples WHERE run_id = $run), "
-        "(SELECT min(start_ns) FROM kernels WHERE run_id = $run))"
-    )
+    first = first_stored_ns(q)
     candidates = [t for t in (started_ns, anchor_ns, first) if t is not None]
     return int(min(candidates)) if candidates else 0
 
@@ -291,13 +258,13 @@ def _events(
         mark = Slice(at, at, _anchor_event(run_id, anchor_ns), instant=True)
         cpu = heapq.merge(cpu, [mark], key=lambda s: (s.start_ns, -s.end_ns))
     yield from laminar(cpu)
-    yield from counters(q, CPU_PID, "cpu_start_ns", "steps", RUNNER_COUNTERS, q.step_filter())
+    yield from counters(q, CPU_PID, RUNNER_COUNTERS, runner_counter_rows(q))
     if gpu_timeline:
         yield from laminar(gpu_slices(q))
     for i, stream in enumerate(streams):
         yield from laminar(kernel_slices(q, stream, FIRST_KERNEL_TID + i))
     if has["gpu_samples"]:
-        yield from counters(q, GPU_PID, "t_ns", "gpu_samples", GPU_COUNTERS, q.time_filter())
+        yield from counters(q, GPU_PID, GPU_COUNTERS, gpu_counter_rows(q))
     for rank in has["ranks"]:
         yield from laminar(rank_slices(q, rank))
     if lanes:  # a lane's requests never overlap: no clipping needed

@@ -1,6 +1,6 @@
 """Textual views: the live run dashboard (``dashboard``) and the run browser (``browser``).
 
-Nothing here is imported eagerly: ``source``, ``format``, ``digest`` and ``run_queries`` stay
-importable without Textual, so a headless progress bar (and tests) can share them. Widgets and
-screens live one per module under ``widgets/`` and ``screens/``.
+Nothing here is imported eagerly: ``source``, ``format`` and ``digest`` stay importable
+without Textual, so a headless progress bar (and tests) can share them. Widgets and screens
+live one per module under ``widgets/`` and ``screens/``.
 """

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import duckdb
 
+from mrv2_prof.analysis.run_queries import Headline, RunRow, headline
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.live_runs import live_file
-from mrv2_prof.tui.run_queries import Headline, RunRow, headline
 from mrv2_prof.views.format import one_line
 
 FROM_DATABASE = "database"  # read from the run database

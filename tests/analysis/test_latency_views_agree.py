@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mrv2_prof.analysis.gate_metrics import gate_metrics
 from mrv2_prof.analysis.latency import latency_values, perturbed_window
 from mrv2_prof.analysis.metrics import run_summary
+from mrv2_prof.analysis.run_data import load_run_data
+from mrv2_prof.analysis.run_queries import list_run_rows
 from mrv2_prof.analysis.samples import latency_samples
-from mrv2_prof.report.gate_metrics import gate_metrics
-from mrv2_prof.report.run_data import load_run_data
 from mrv2_prof.store import Store
 from mrv2_prof.tui.run_figures import FROM_DATABASE, run_figures
-from mrv2_prof.tui.run_queries import list_run_rows
 
 MS = 1_000_000
 T0 = 7_000_000_000_000

@@ -79,3 +79,20 @@ def test_a_cpu_run_says_why_it_has_no_roofline(tmp_path):
     with _run(tmp_path, [(0, 1, 1, 0, 0, 5, 5, None, None, False)], info) as store:
         roof = run_roofline(store, "r")
     assert roof.per_step is None and roof.note == "no roofline: the CPU has no device timeline"
+
+
+def test_the_cache_holds_the_latest_measured_bandwidth_per_gpu(tmp_path):
+    from mrv2_prof.analysis.roofline import measured_peaks
+
+    store = Store.open(tmp_path / "c.duckdb")
+    for i, (uuid, bw, source) in enumerate(
+        [("GPU-a", 4.0e12, "measured: ..."), ("GPU-a", 4.1e12, "measured: ..."),
+         ("GPU-a", 9.9e12, "given: probes.hbm_gbps = 9900"), ("GPU-b", 2.0e12, "cached: r0")]
+    ):  # fmt: skip
+        peaks = {"gpu_uuid": uuid, "hbm_read_bytes_per_s": bw, "hbm_source": source}
+        store.begin_run(
+            f"r{i}", scenario_name="s", label="s", matrix_combo=None, scenario_yaml="",
+            device="cuda:0", versions={}, started_ns=i, info={"machine_peaks": peaks},
+        )  # fmt: skip
+    with store:
+        assert measured_peaks(store) == {"GPU-a": [4.1e12, "r1"]}

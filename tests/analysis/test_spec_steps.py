@@ -9,11 +9,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from mrv2_prof.analysis.gate_metrics import gate_metrics
 from mrv2_prof.analysis.spec_metrics import spec_decode_summary
 from mrv2_prof.analysis.summary import _dynamic_k, _spec_slots
 from mrv2_prof.pipeline.probe_results import arrow_tables
 from mrv2_prof.probes.recording import RecordingProbe
-from mrv2_prof.report.gate_metrics import gate_metrics
 from mrv2_prof.store import SCHEMA_VERSION, TABLES, Store
 
 V7_STEPS_COLUMNS = (

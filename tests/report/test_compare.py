@@ -8,8 +8,8 @@ import pytest
 from gate_runs import add_base, add_slight, add_worse, make_db
 from typer.testing import CliRunner
 
+from mrv2_prof.analysis.gate_metrics import METRICS
 from mrv2_prof.cli import app
-from mrv2_prof.report.gate_metrics import METRICS
 
 runner = CliRunner()
 

@@ -15,9 +15,9 @@ from test_html_report import (  # noqa: F401 (gpu_db: the synthetic GPU run's fi
 )
 from typer.testing import CliRunner
 
+from mrv2_prof.analysis.sweep_runs import sweep_members
 from mrv2_prof.cli import app
 from mrv2_prof.report.html_report import render_sweep_report
-from mrv2_prof.report.sweep import sweep_members
 from mrv2_prof.store import Store, StoreError
 
 # ---- sweeps --------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ hand-made sides whose runs' environments hold known loads."""
 
 from __future__ import annotations
 
+from mrv2_prof.analysis.run_sides import RunFacts, Side
 from mrv2_prof.report.comparability import check
-from mrv2_prof.report.run_sides import RunFacts, Side
 
 SCENARIO = "name: q\nseed: 0\n"
 

@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from typer.testing import CliRunner
 
+from mrv2_prof.analysis.nsys_import import NsysImportError, import_nsys
 from mrv2_prof.cli import app
-from mrv2_prof.report.nsys_import import NsysImportError, import_nsys
 from mrv2_prof.store import Store
 
 OFFSET = 123_456_789  # perf_counter_ns = nsys time + OFFSET

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mrv2_prof.analysis.run_sides import run_facts
 from mrv2_prof.report.output_contract import FAIL, contract_stage
-from mrv2_prof.report.run_sides import run_facts
 from mrv2_prof.store import Store
 
 SCENARIO = "name: chat\nseed: 7\nmodel: {preset: smollm2-135m}\nworkload: {sampling: {}}\n"

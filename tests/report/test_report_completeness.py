@@ -15,10 +15,10 @@ import pytest
 from rich.console import Console
 from test_html_report import figures_of, not_measured, trace
 
+from mrv2_prof.analysis.run_data import load_run_data
 from mrv2_prof.analysis.summary import render_comparison
 from mrv2_prof.report import figures
 from mrv2_prof.report.html_report import render_run_report, render_sweep_report
-from mrv2_prof.report.run_data import load_run_data
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.sweep import HEADLINE_METRICS
 from mrv2_prof.store import Store

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from mrv2_prof.analysis.run_data import load_run_data
 from mrv2_prof.report.figures import bubbles
 from mrv2_prof.report.html_report import render_run_report
-from mrv2_prof.report.run_data import load_run_data
 from mrv2_prof.report.trace_export import export_trace
 from mrv2_prof.store import Store
 

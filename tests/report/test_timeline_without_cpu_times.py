@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mrv2_prof.analysis.run_data import RunData
 from mrv2_prof.report.figure_meta import NotMeasured
-from mrv2_prof.report.run_data import RunData
 from mrv2_prof.report.timeline import timeline
 
 NAN = float("nan")

@@ -94,7 +94,7 @@ async def test_enter_opens_a_run_with_its_step_timeline_and_escape_goes_back(run
 
 @pytest.mark.asyncio
 async def test_a_long_run_is_paged_with_brackets(runs_db, monkeypatch) -> None:
-    monkeypatch.setattr("mrv2_prof.tui.run_queries.STEP_PAGE", 2)
+    monkeypatch.setattr("mrv2_prof.analysis.run_queries.STEP_PAGE", 2)
     app = BrowserApp(runs_db)
     async with app.run_test(size=NARROW) as pilot:
         await settle(app, pilot)
@@ -227,5 +227,5 @@ async def test_a_real_quickstart_run_can_be_listed_and_opened(run_in_process) ->
 
 
 def test_the_browser_queries_import_without_textual() -> None:
-    code = "import sys, mrv2_prof.tui.run_queries; assert 'textual' not in sys.modules"
+    code = "import sys, mrv2_prof.analysis.run_queries; assert 'textual' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -233,7 +233,7 @@ async def test_the_step_table_filters(long_db):
 
 @pytest.mark.asyncio
 async def test_g_jumps_to_a_step_across_pages_and_orders(long_db, monkeypatch):
-    monkeypatch.setattr("mrv2_prof.tui.run_queries.STEP_PAGE", 2)
+    monkeypatch.setattr("mrv2_prof.analysis.run_queries.STEP_PAGE", 2)
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         screen, table = await _steps(app, pilot)

@@ -1,7 +1,7 @@
 """Two runs side by side: every gate metric of A and B with B's change and its verdict.
 
 What ``mrv2-prof compare`` prints, from the same functions, computed by a worker thread: the
-sides (``report.run_sides``), each metric's change (coloured by its sign: better or worse) and
+sides (``analysis.run_sides``), each metric's change (coloured by its sign: better or worse) and
 its verdict from the samples (``report.metric_stats``: better, worse, within noise or
 inconclusive; the line under the table gives the highlighted metric's interval, reason and
 test), and above the table what differs between the two runs (``report.comparability``: the
@@ -23,11 +23,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from mrv2_prof.analysis.gate_metrics import LOWER, METRICS, RunMetrics
+from mrv2_prof.analysis.run_sides import load_sides
 from mrv2_prof.report.comparability import Comparability, check
 from mrv2_prof.report.compare import format_pct
-from mrv2_prof.report.gate_metrics import LOWER, METRICS, RunMetrics
 from mrv2_prof.report.metric_stats import MetricStat, metric_stats
-from mrv2_prof.report.run_sides import load_sides
 from mrv2_prof.store import StoreError
 from mrv2_prof.views.format import one_line
 from mrv2_prof.views.safe_text import markup_safe, plain

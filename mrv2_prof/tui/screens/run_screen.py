@@ -22,13 +22,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
 
+from mrv2_prof.analysis import run_queries
 from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.analysis.metrics import RunSummary, run_summary
-from mrv2_prof.analysis.summary import summary_tables
-from mrv2_prof.store import Store, StoreError
-from mrv2_prof.tui import run_queries
-from mrv2_prof.tui.run_queries import (
+from mrv2_prof.analysis.run_queries import (
     SLOWEST_FIRST,
     StepFilter,
     StepOrder,
@@ -37,6 +35,8 @@ from mrv2_prof.tui.run_queries import (
     parse_step_filter,
     step_position,
 )
+from mrv2_prof.analysis.summary import summary_tables
+from mrv2_prof.store import Store, StoreError
 from mrv2_prof.tui.widgets.request_view import RequestView
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_percent, one_line
 from mrv2_prof.views.safe_text import markup_safe, plain

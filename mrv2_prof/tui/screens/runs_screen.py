@@ -24,9 +24,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
+from mrv2_prof.analysis.run_queries import RunRow, list_run_rows
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.tui.run_figures import FROM_DATABASE, LIVE, SO_FAR, UNREAD, RunFigures, run_figures
-from mrv2_prof.tui.run_queries import RunRow, list_run_rows
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_rate, one_line

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrv2_prof.analysis.gate_metrics import METRICS, RunMetrics, gate_metrics
 from mrv2_prof.analysis.samples import latency_samples
-from mrv2_prof.report.gate_metrics import METRICS, RunMetrics, gate_metrics
 from mrv2_prof.store import Store
 from mrv2_prof.store.run_refs import resolve_runs
 

@@ -16,7 +16,7 @@ without an API call, or launched outside every ``mrv2`` range, keep step and pha
 Importing replaces every ``kernels`` row of the run (a capture holds all of the process'
 kernels; keeping an earlier import beside it would count each kernel twice), so importing the
 same file again gives the same table. ``runs.info['nsys_import']`` records file and alignment.
-The export is read through ``report.nsys_export``.
+The export is read through ``analysis.nsys_export``.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
-from mrv2_prof.inputs.finite_numbers import shown_number
-from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
-from mrv2_prof.report.nsys_export import (
+from mrv2_prof.analysis.nsys_export import (
     KERNEL_NAME_COLUMNS,
     NsysExport,
     NsysImportError,
     columns,
     open_export,
 )
+from mrv2_prof.inputs.finite_numbers import shown_number
+from mrv2_prof.probes.nvtx_ranges import NVTX_NAMES
 from mrv2_prof.store import Store
 
 RESIDUAL_WARN_NS = 1_000_000
