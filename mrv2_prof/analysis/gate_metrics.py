@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrv2_prof.analysis.metrics import run_summary
+from mrv2_prof.analysis.roofline import Roofline
 from mrv2_prof.store import Store
 
 LOWER = "lower"  # lower is better: an increase is a regression
@@ -118,6 +119,12 @@ METRICS: dict[str, Metric] = {
         ),
         Metric("peak_kv_usage", "fraction", LOWER, "highest KV blocks in use / KV blocks", False),
         Metric("host_cpu_util", "cores", LOWER, "runner process CPU time / step-loop time"),
+        Metric(
+            "decode_roofline",
+            "fraction",
+            HIGHER,
+            "median decode step's fraction of the roofline (analysis/roofline.py; GPU runs)",
+        ),
     ]
 }
 
@@ -166,6 +173,11 @@ def _peak_kv_usage(store: Store, run_id: str, info: dict[str, Any]) -> float | N
     return peak / blocks if peak is not None and blocks else None
 
 
+def _decode_roofline(roof: Roofline | None) -> float | None:
+    decode = [x for x in (roof.summaries if roof else []) if x.kind == "decode"]
+    return decode[0].fraction_p50 if decode else None
+
+
 def gate_metrics(store: Store, run_id: str) -> RunMetrics:
     """The gate metrics of run ``run_id`` (an exact id; resolve user input with ``resolve_run``)."""
     s = run_summary(store, run_id)
@@ -195,6 +207,7 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         spec_reclaimed_share=spec.reclaimed_share if spec else None,
         peak_kv_usage=_peak_kv_usage(store, run_id, s.info),
         host_cpu_util=_number(s.info.get("runner_cpu_util")),
+        decode_roofline=_decode_roofline(s.roofline),
     )
     values = {name: None if v is None else float(v) for name, v in values.items()}
     assert list(values) == list(METRICS)

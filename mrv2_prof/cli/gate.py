@@ -125,6 +125,7 @@ def gate(
     peak_kv_usage   fraction, up        host_cpu_util   cores, up
     mean_acceptance_length  tokens, down  draft_time_share  fraction, up
     spec_sat_out_steps  count, up         spec_reclaimed_share  fraction, up
+    decode_roofline  fraction, down
 
     The defaults apply: the deployment gate of the MRV2 migration guide
     (its metrics; the numbers are ours). --thresholds, then --max-regression

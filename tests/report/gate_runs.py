@@ -20,6 +20,8 @@ BASE (run aaa111)
   draft slots reserved 4 4 0, reclaimed 1 2 0 (the rejected drafts of the verifies read in steps
     0 and 1) -> spec_reclaimed_share 3/8 = 0.375; no request sat out -> spec_sat_out_steps 0
   KV blocks used 2 5 3 of 10 -> peak_kv_usage 0.5; runner_cpu_util 1.0 -> host_cpu_util 1.0
+  roofline: 1 GB of weights per step at 1 TB/s (1 ms) over 2 ms of GPU time per decode step
+    -> decode_roofline 0.5
 
 WORSE (run bbb222): BASE with
   r0 preempted once; r1 tokens 20 30 40 62; r2 never finished; r3 aborted at 5 ms, no tokens
@@ -32,11 +34,12 @@ WORSE (run bbb222): BASE with
   verifies 2/0 2/1 2/0 2/1 -> 1 + 2/4 = 1.5; draft spans 3 ms -> 6 / (6 + 6) = 0.5
   reclaimed 3 3 0 -> 6/8 = 0.75; requests sat out 0 1 2 -> spec_sat_out_steps 2
   KV blocks used 2 8 3 of 10 -> peak_kv_usage 0.8; runner_cpu_util 1.5 -> host_cpu_util 1.5
+  4 ms of GPU time per step -> decode_roofline 0.25
 
 SLIGHT (run ccc333): BASE with r1's last token at 50.5, no steps and no GPU samples
   ITL [10 10 10 10 10 10.5] -> p50 10, p95 10.375, p99 10 + 0.95*0.5 = 10.475 (+4.75%)
   TPOT [10, 30.5/3]; duration 50.5 ms; peak_gpu_mem, overlap, host_bound_bubble_ms,
-  peak_kv_usage, host_cpu_util: None
+  peak_kv_usage, host_cpu_util, decode_roofline: None
   no drafts: mean_acceptance_length, draft_time_share, spec_sat_out_steps,
     spec_reclaimed_share: None
 """
@@ -145,14 +148,33 @@ def add_run(
     store.finish_run(run_id, "completed", ended_ns=_ns(100))
 
 
+# the roofline's constants: only the weights count (1 GB a step), read at 1 TB/s
+ROOFLINE = {
+    "step_cost": {
+        "weight_bytes": 10**9, "embed_row_bytes": 0, "kv_bytes_per_token": 0,
+        "logits_bytes_per_row": 0, "matmul_flops_per_token": 0, "lm_head_flops_per_row": 0,
+        "attn_flops_per_pair": 0,
+    },
+    "machine_peaks": {"hbm_read_bytes_per_s": 1e12, "hbm_source": "given"},
+}  # fmt: skip
+
+
 def _steps(
     hidden: list[int],
     kinds: list[str],
     kv_used: list[int],
     reclaimed: list[int],
     sat_out: list[int],
+    gpu_ms: float,
 ) -> dict[str, list]:
     return {
+        "num_reqs": [2, 2, 2],
+        "num_tokens": [2, 2, 2],
+        "num_prefill_tokens": [0, 0, 0],
+        "context_tokens": [0, 0, 0],
+        "attn_pairs": [0, 0, 0],
+        "gpu_start_ns": [_ns(10 * i) for i in range(3)],
+        "gpu_end_ns": [_ns(10 * i + gpu_ms) for i in range(3)],
         "kv_used_blocks": kv_used,
         "host_prep_ns": [100, 100, 200],
         "hidden_prep_ns": hidden,
@@ -184,12 +206,18 @@ def add_base(store: Store, run_id: str = "aaa111") -> None:
         requests=[("r0", 0, "stop", 0, None), ("r1", 0, "stop", 0, None)],
         tokens_ms={"r0": [10, 20, 30, 40], "r1": [20, 30, 40, 50]},
         steps=_steps(
-            [50, 100, 50], ["host_bound", "other", "host_bound"], [2, 5, 3], [1, 2, 0], [0, 0, 0]
+            [50, 100, 50], ["host_bound", "other", "host_bound"], [2, 5, 3], [1, 2, 0], [0, 0, 0], 2
         ),
         num_syncs=3,
         hits=(True, True, True, False),
         gpu_mem_gib=(1, 3, 2),
-        info={"capture_s": 2.0, "startup_s": 10.0, "num_kv_blocks": 10, "runner_cpu_util": 1.0},
+        info={
+            "capture_s": 2.0,
+            "startup_s": 10.0,
+            "num_kv_blocks": 10,
+            "runner_cpu_util": 1.0,
+            **ROOFLINE,
+        },  # fmt: skip
         verifies=((0, "r0", 2, 2), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 2)),
         spans=_spec_spans(1.0),
     )
@@ -206,11 +234,17 @@ def add_worse(store: Store, run_id: str = "bbb222") -> None:
             ("r3", 0, "abort", 0, 5),
         ],
         tokens_ms={"r0": [10, 20, 30, 40], "r1": [20, 30, 40, 62]},
-        steps=_steps([50, 50, 50], ["host_bound"] * 3, [2, 8, 3], [3, 3, 0], [0, 1, 2]),
+        steps=_steps([50, 50, 50], ["host_bound"] * 3, [2, 8, 3], [3, 3, 0], [0, 1, 2], 4),
         num_syncs=5,
         hits=(True, False, False, False),
         gpu_mem_gib=(4,),
-        info={"capture_s": 3.0, "startup_s": 11.0, "num_kv_blocks": 10, "runner_cpu_util": 1.5},
+        info={
+            "capture_s": 3.0,
+            "startup_s": 11.0,
+            "num_kv_blocks": 10,
+            "runner_cpu_util": 1.5,
+            **ROOFLINE,
+        },  # fmt: skip
         verifies=((0, "r0", 2, 0), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 1)),
         spans=_spec_spans(3.0),
     )
