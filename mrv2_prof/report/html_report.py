@@ -15,11 +15,13 @@ import html
 
 import plotly.graph_objects as go
 
+from mrv2_prof.analysis.energy import energy_rows
 from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.analysis.host_samples import stack_counts
 from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.analysis.rank_steps import rank_columns
+from mrv2_prof.analysis.roofline import roofline_line
 from mrv2_prof.analysis.run_data import DETAIL_STEPS, load_run_data
 from mrv2_prof.analysis.sweep_runs import scenario_texts
 from mrv2_prof.report import figures
@@ -28,6 +30,7 @@ from mrv2_prof.report.host_flame import host_flame
 from mrv2_prof.report.plotly_inline import boot_script, plotly_element
 from mrv2_prof.report.ranks_panel import ranks_figure
 from mrv2_prof.report.request_sample import requests_html
+from mrv2_prof.report.roofline_figure import roofline_figure
 from mrv2_prof.report.scheduler_panel import scheduler
 from mrv2_prof.report.spec_figures import spec_decode, spec_steps
 from mrv2_prof.report.sweep import Headline, headline, sweep_figure
@@ -74,6 +77,9 @@ FIGURE_GUIDE = {
                    "a phase or frame to zoom."),
     "ranks": ("Tensor parallel", "Each rank's step time and its time in collectives, step "
               "by step (rank_steps); the notes give each rank's collective share."),
+    "roofline": ("Roofline", "Each step at its FLOPs per byte and its achieved TFLOP/s under "
+                 "the GPU's roof (HBM bandwidth x intensity, capped by the tensor-core peak); "
+                 "a step's height under the roof is its fraction of it."),
     "sweep": ("Sweep comparison", "The headline metrics of every run side by side, one bar "
               "(colour) per run."),
 }  # fmt: skip
@@ -169,6 +175,8 @@ def _summary_rows(s: RunSummary, facts: FindingFacts) -> list[tuple[str, str]]:
         ("staged writes", _staged(s, facts)),
         ("sync points", f"{s.num_syncs:,} waits, {s.sync_blocked_ms:,.1f} ms blocked"),
         ("CUDA graphs", graphs),
+        ("roofline", roofline_line(s.roofline) if s.roofline else "-"),
+        *energy_rows(s.energy),
         *memory_rows(info),
         *_measurement_rows(s),
     ]  # fmt: skip
@@ -224,6 +232,7 @@ def render_run_report(
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
     figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
+    figs.append(roofline_figure(summary.roofline))
     if summary.tensor_parallel is not None:  # only a tensor-parallel run has rank rows
         figs.append(ranks_figure(rank_columns(store, run_id)))
     notes = "".join(

@@ -19,12 +19,14 @@ from plotly.offline import get_plotlyjs
 
 from mrv2_prof.report.html_report import render_run_report
 from mrv2_prof.store import Store
+from tests.analysis.test_roofline import COST as ROOFLINE_COST
+from tests.analysis.test_roofline import PEAKS as ROOFLINE_PEAKS
 
 MS = 1_000_000
 T0 = 5_000_000_000_000  # perf_counter_ns of step 0's start
 RUN_FIGURES = ("timeline", "scheduler", "overlap", "bubbles", "sync_sites", "graph_modes",
                "graph_capture", "staged_writes", "latency_cdf", "nvml", "host_flame",
-               "spec_decode", "spec_steps")  # fmt: skip
+               "spec_decode", "spec_steps", "roofline")  # fmt: skip
 MR = "mrv2_prof/runner/worker/model_runner.py:123"
 SAMPLER = "mrv2_prof/runner/worker/sampler.py:45"
 INPUT = "mrv2_prof/runner/worker/input_batch.py:77"
@@ -133,7 +135,8 @@ def _begin(store: Store, run_id: str, *, name="gpu-demo", combo=None, started_ns
         device="cuda:0", versions={}, started_ns=started_ns,
         info={"dtype": "bfloat16", "num_graphs": 4, "capture_s": 2.5, "graph_keys_replayed": 3,
               "unused_capture_s": 0.75, "unused_graph_bytes": 3 * 2**20,
-              "notes": ["synthetic run for the report tests"]},
+              "notes": ["synthetic run for the report tests"],
+              "step_cost": ROOFLINE_COST, "machine_peaks": ROOFLINE_PEAKS},
     )  # fmt: skip
 
 
@@ -145,7 +148,9 @@ def fill_gpu_run(store: Store, run_id: str) -> None:
         "cpu_end_ns": a([T0 + e * MS for _, e in CPU_MS]),
         "gpu_start_ns": a([T0 + s * MS for s, _ in GPU_MS]),
         "gpu_end_ns": a([T0 + e * MS for _, e in GPU_MS]),
-        "num_tokens": [100, 4, 4, 2],
+        "num_tokens": [100, 4, 4, 2], "num_reqs": [2, 3, 2, 1],
+        "num_prefill_tokens": [100, 0, 0, 0], "context_tokens": [100, 40, 44, 30],
+        "attn_pairs": [5050, 40, 44, 30],
         "graph_mode": ["piecewise", "full", "full", "full"],
         "overlap_frac": [0.0, 0.5, 0.25, 1.0],
         "host_prep_ns": a([2 * MS, 2 * MS, 4 * MS, 1 * MS]),
@@ -395,6 +400,7 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
     missing = not_measured(page)
     assert set(missing) == {
         "overlap", "bubbles", "graph_capture", "nvml", "host_flame", "spec_decode", "spec_steps",
+        "roofline",
     }  # fmt: skip
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
     assert missing["host_flame"].endswith("probes.host_sampling_hz was 0")
