@@ -3,7 +3,7 @@
 Times ``paged_attention_triton`` and ``paged_attention_ref`` (median of ``triton.testing.do_bench``
 after its warm-up) for uniform decode batches at a fixed context and one fresh prefill chunk, and
 prints a markdown table with the speed-up and the kernel's achieved KV bandwidth (decode) or
-attention TFLOP/s (prefill). The batches and the reference come from the kernel's test module.
+attention TFLOP/s (prefill). The batches and the reference come from tests/runner/attention_batches.py.
 
     python benchmarks/attention_triton.py --out attention.json
     python benchmarks/attention_triton.py --sweep   # also every tile shape, to tune pick_tiles
@@ -25,7 +25,7 @@ import triton.testing
 from bench_io import write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
-from test_attention_triton import Batch, make_batch  # noqa: E402
+from attention_batches import Batch, make_batch  # noqa: E402
 
 from mrv2_prof.runner.model import PRESETS  # noqa: E402
 from mrv2_prof.runner.model.attention import paged_attention_ref  # noqa: E402

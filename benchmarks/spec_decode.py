@@ -49,7 +49,9 @@ Per (configuration, async mode, batch):
 Dynamic k under FULL (every (batch, 1 + k) captured, ``cudagraph_mode: full_and_piecewise``; the
 verifies of a uniform decode batch padded to one k) against ``cudagraph_mode: piecewise``
 (nothing padded) is the comparison of vLLM's DSD full-CUDA-graph change. ``--markdown`` writes
-one table per async mode for benchmarks/RESULTS.md.
+one table per async mode for benchmarks/RESULTS.md. Beside this script: the configurations
+(``spec_decode_configs.py``), one batch through an engine (``spec_decode_batch.py``) and the
+markdown (``spec_decode_table.py``).
 
     python benchmarks/spec_decode.py --preset smollm2-135m --quick --out spec.json \\
         --markdown spec.md
@@ -61,243 +63,25 @@ from __future__ import annotations
 
 import argparse
 import gc
-import time
 from dataclasses import replace
 
-import numpy as np
 import torch
 from bench_io import environment, write_results
 from repeat_prompts import repeat_prompts
+from spec_decode_batch import SEGMENT, DeviceTimer, random_prompts, run_batch
+from spec_decode_configs import CONFIGS, QUICK, k_values
+from spec_decode_table import markdown
 
-from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
+from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.shipped import SHIPPED
 
-PROMPT, SEGMENT = 128, 8  # the random workload's prompts
+PROMPT = 128  # the random workload's prompts (their segment: spec_decode_batch.SEGMENT)
 OUTPUT = {"repeat": 128, "random": 64}  # --output's default
 # --self-draft-layers' default: of llama-1b's 16 layers, of SmolLM2-135M's 30 (CPU smoke: 1)
 SELF_DRAFT_LAYERS = {"llama-1b": 4, "smollm2-135m": 8}
-DYNAMIC_K = ((1, 4), (8, 2), (64, 1))
-FULL = "full_and_piecewise"
-
-
-def ngram(k: int, **kw) -> SpecDecodeConfig:
-    return SpecDecodeConfig(method="ngram", num_speculative_tokens=k, **kw)
-
-
-def self_draft(k: int) -> SpecDecodeConfig:  # its layers: --self-draft-layers
-    return SpecDecodeConfig(method="draft_model", num_speculative_tokens=k, draft_target_layers=1)
-
-
-CONFIGS = {  # name -> (spec decode, cudagraph_mode)
-    "off": (SpecDecodeConfig(), FULL),
-    "ngram k=2": (ngram(2), FULL),
-    "ngram k=4": (ngram(4), FULL),
-    "ngram k=4, host drafts": (ngram(4, draft_on="host"), FULL),
-    "self-draft k=2": (self_draft(2), FULL),
-    "self-draft k=4": (self_draft(4), FULL),
-    "dynamic k": (ngram(4, dynamic_k=DYNAMIC_K), FULL),
-    "dynamic k, piecewise": (ngram(4, dynamic_k=DYNAMIC_K), "piecewise"),
-}
-QUICK = ("off", "ngram k=4", "ngram k=4, host drafts", "dynamic k")
-
-
-class DeviceTimer:
-    """Device time (CUDA events; host time on the CPU) of every call to ``obj.name``."""
-
-    def __init__(self, obj, name: str) -> None:
-        self.spans: list = []
-        fn = getattr(obj, name)
-        cuda = torch.cuda.is_available() and getattr(obj, "device", None) != torch.device("cpu")
-        self.cuda = cuda
-
-        def timed(*args, **kwargs):
-            if cuda:
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
-                out = fn(*args, **kwargs)
-                end.record()
-            else:
-                start = time.perf_counter()
-                out = fn(*args, **kwargs)
-                end = time.perf_counter()
-            self.spans.append((start, end))
-            return out
-
-        setattr(obj, name, timed)
-
-    def take_ms(self) -> tuple[float, int]:
-        """Milliseconds summed over the calls since the last take, and how many calls."""
-        spans, self.spans = self.spans, []
-        if self.cuda:
-            torch.cuda.synchronize()
-            return sum(s.elapsed_time(e) for s, e in spans), len(spans)
-        return 1e3 * sum(e - s for s, e in spans), len(spans)
-
-
-def random_prompts(batch: int, vocab_size: int, prompt: int) -> list[list[int]]:
-    """The random workload's prompts of a batch: a random segment each, repeated."""
-    rng = np.random.default_rng(batch)
-    return [
-        np.resize(rng.integers(0, vocab_size, size=SEGMENT), prompt).tolist() for _ in range(batch)
-    ]
-
-
-def run_batch(engine: Engine, prompts: list[list[int]], tag: str, params: SamplingParams) -> dict:
-    reqs = [engine.add_request(f"{tag}-{i}", p, params) for i, p in enumerate(prompts)]
-    times: dict[str, list[float]] = {}
-    spec = engine.scheduler.spec
-    stats = spec.stats if spec else None
-    before = ()
-    if stats is not None:
-        before = (stats.num_drafts, stats.num_accepted_tokens, stats.num_padded_slots)
-        before += (list(stats.accepted_per_position),)
-    adaptive = engine.adaptive
-    off_before = adaptive.num_off if adaptive is not None else 0
-    replays_before = dict(engine.runner.graphs.replays)
-    t_first = None
-    steps = sat_out = 0
-    while engine.has_unfinished_requests():
-        res = engine.step()
-        now = time.perf_counter()
-        steps += 1
-        if spec is not None:
-            sat_out += spec.num_sat_out  # requests that sat out the step just scheduled
-        for r in res.updated:
-            got = times.setdefault(r.request_id, [])
-            got.extend([now] * (len(r.output_token_ids) - len(got)))
-        if t_first is None and any(len(t) > 1 for t in times.values()):
-            t_first = now
-    t_end = time.perf_counter()
-    timing = {}
-    timers = getattr(engine, "bench_timers", None)
-    if timers is not None:  # a draft model: its device time against the step's
-        draft_ms, n_draft = timers[0].take_ms()
-        step_ms, n_steps = timers[1].take_ms()
-        timing = {
-            "draft_ms": draft_ms / max(n_steps, 1),
-            "step_ms": step_ms / max(n_steps, 1),
-            "draft_share": draft_ms / step_ms if step_ms > 0 else None,
-            "draft_rounds": n_draft,
-        }
-        graphs = engine.runner.drafter.graphs
-        if graphs is not None:
-            timing["draft_graph_replays"] = sum(graphs.replays.values())
-    tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in times.values() if len(t) > 1]
-    drafts = accepted = padded = 0
-    per_position: list[int] = []
-    if spec is not None:
-        drafts = spec.stats.num_drafts - before[0]
-        accepted = spec.stats.num_accepted_tokens - before[1]
-        padded = spec.stats.num_padded_slots - before[2]  # placeholder draft slots verified
-        was = before[3] + [0] * (len(spec.stats.accepted_per_position) - len(before[3]))
-        per_position = [n - b for n, b in zip(spec.stats.accepted_per_position, was, strict=True)]
-    replayed: dict[str, int] = {}
-    for (mode, key), n in engine.runner.graphs.replays.items():
-        extra = n - replays_before.get((mode, key), 0)
-        name = f"{mode} verify" if isinstance(key, tuple) else mode
-        replayed[name] = replayed.get(name, 0) + extra
-    output_tokens = sum(len(r.output_token_ids) for r in reqs)
-    return {
-        "batch": len(prompts),
-        "tpot_ms": 1e3 * float(np.mean(tpots)) if tpots else None,
-        "tok_s": sum(map(len, times.values())) / (t_end - (t_first or t_end) or 1e-9),
-        "output_tokens": output_tokens,
-        "prompt_tokens": sum(map(len, prompts)),
-        "steps": steps,
-        "sat_out": sat_out,
-        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-        "num_drafts": drafts,
-        "num_accepted_tokens": accepted,
-        "accepted_per_position": per_position,
-        "num_padded_slots": padded,
-        "drafts_on": engine.runner.info.spec_drafts_on or None,
-        "k_off_steps": adaptive.num_off - off_before if adaptive is not None else None,
-        "replays": {k: v for k, v in replayed.items() if v},
-        **timing,
-    }
-
-
-def ratio(value: float | None, base: float | None) -> str:
-    return "-" if value is None or not base else f"{value / base:.2f}x"
-
-
-def markdown(results: list[dict], meta: dict) -> str:
-    """One table per async mode, its rows by batch, then configuration."""
-    env = meta["env"]
-    versions = f"torch {env['torch']}" + (f", triton {env['triton']}" if "triton" in env else "")
-    lines = [
-        f"### Speculative decoding ({meta['preset']}, {meta['workload']} workload, "
-        f"{env['device']})",
-        "",
-        f"{env['date']}; {env['device']}; {versions}. Preset {meta['preset']}; workload "
-        f"{meta['workload']}: {meta['prompts']}; at most {meta['output_len']} output tokens "
-        f"per request, greedy, {meta['eos']}. k: {meta['ks']}. TPOT / off: TPOT over the off "
-        "row's (same async mode and batch); steps / off: engine steps per output token over "
-        "the off row's (steps for the same tokens); sat-out: requests that sat out a step, "
-        "summed over the steps; k-off steps: steps adaptive dynamic k turned off.",
-    ]
-    for mode in dict.fromkeys(r["async_scheduling"] for r in results):
-        rows = [r for r in results if r["async_scheduling"] == mode]
-        lines += [
-            "",
-            f"#### async scheduling {'on' if mode else 'off'}",
-            "",
-            "| config | batch | TPOT (ms) | TPOT / off | tok/s | out tokens | steps | steps / off "
-            "| sat-out | mean acceptance length | k-off steps | draft / step (ms) | replays |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| --- |",
-        ]
-        for batch in dict.fromkeys(r["batch"] for r in rows):
-            of_batch = [r for r in rows if r["batch"] == batch]
-            off = next((r for r in of_batch if r["config"] == "off"), None)
-            for r in of_batch:
-                lines.append(row(r, off))
-    return "\n".join(lines) + "\n"
-
-
-def row(r: dict, off: dict | None) -> str:
-    mal = "-" if r["mean_acceptance_length"] is None else f"{r['mean_acceptance_length']:.2f}"
-    replays = ", ".join(f"{k} {v}" for k, v in sorted(r["replays"].items())) or "-"
-    if r.get("draft_graph_replays"):
-        replays += f", draft graph {r['draft_graph_replays']}"
-    split = "-"
-    if "draft_ms" in r:
-        split = f"{r['draft_ms']:.2f} / {r['step_ms']:.2f}"
-    tpot = "-" if r["tpot_ms"] is None else f"{r['tpot_ms']:.2f}"
-    per_token = r["steps"] / max(r["output_tokens"], 1)
-    off_tpot = off_per_token = None
-    if off is not None:
-        off_tpot, off_per_token = off["tpot_ms"], off["steps"] / max(off["output_tokens"], 1)
-    k_off = "-" if r["k_off_steps"] is None else str(r["k_off_steps"])
-    return (
-        f"| {r['config']} | {r['batch']} | {tpot} | {ratio(r['tpot_ms'], off_tpot)} | "
-        f"{r['tok_s']:,.0f} | {r['output_tokens']:,} | {r['steps']:,} | "
-        f"{ratio(per_token, off_per_token)} | {r['sat_out']:,} | {mal} | {k_off} | {split} | "
-        f"{replays} |"
-    )
-
-
-def k_values(names: list[str], self_draft_layers: int) -> str:
-    """What the k of each configuration run is, for the markdown's header."""
-    out = []
-    for name in names:
-        spec, _ = CONFIGS[name]
-        if not spec.enabled:
-            continue
-        if spec.dynamic_k is not None:
-            table = ", ".join(f"<= {b}: {k}" for b, k in spec.dynamic_k)
-            adaptive = ", adaptive" if spec.is_adaptive else ""
-            out.append(f"{name}: by running requests ({table}; more: 0{adaptive})")
-        elif spec.method == "draft_model":
-            out.append(
-                f"{name}: {spec.num_speculative_tokens} (the first {self_draft_layers} layers)"
-            )
-        else:
-            out.append(f"{name}: {spec.num_speculative_tokens}")
-    return "; ".join(out) or "none"
 
 
 def main() -> None:

@@ -75,6 +75,20 @@ def _run(scenario: Path, db: Path, limit: int | None) -> subprocess.CompletedPro
     return _cli("run", str(scenario), "--db", str(db), "--headless", cwd=db.parent, limit=limit)
 
 
+def _refused(
+    db: Path, scenario_text: str, limit: int, returncode: int, prefix: str
+) -> tuple[str, list[str]]:
+    """``run`` of ``scenario_text`` (written to ``s.yaml`` beside ``db``) into ``db`` under the
+    file size ``limit``: it exits ``returncode`` with a plain stderr. That stderr, and its lines
+    starting with ``prefix``."""
+    scenario = db.parent / "s.yaml"
+    scenario.write_text(scenario_text)
+    done = _run(scenario, db, limit)
+    assert done.returncode == returncode, done.stderr + done.stdout
+    _assert_plain(done.stderr)
+    return done.stderr, [line for line in done.stderr.splitlines() if line.startswith(prefix)]
+
+
 def _stored(db: Path) -> dict[str, tuple[str, str | None]]:
     """run id → (status, error) of the runs in the database itself (read-only, no limit)."""
     with Store.open(db, read_only=True) as store:
@@ -112,13 +126,8 @@ def _copy(earlier: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
 
 
 def test_a_new_database_that_cannot_be_created_is_not_left_half_made(tmp_path: Path) -> None:
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(END_OF_RUN)
     db = tmp_path / "new.duckdb"
-    done = _run(scenario, db, START_LIMIT)
-    assert done.returncode == 2, done.stderr
-    _assert_plain(done.stderr)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    _, errors = _refused(db, END_OF_RUN, START_LIMIT, 2, "error:")
     assert len(errors) == 1 and "file too large" in errors[0] and str(db) in errors[0], errors
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no file, WAL or side file
 
@@ -127,13 +136,8 @@ def test_the_side_file_refused_at_the_start_is_one_line_and_leaves_nothing(
     earlier: tuple[Path, str], tmp_path: Path
 ) -> None:
     db, earlier_id = _copy(earlier, tmp_path)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(END_OF_RUN)
-    done = _run(scenario, db, START_LIMIT)
-    assert done.returncode == 2, done.stderr
-    _assert_plain(done.stderr)
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, done.stderr
+    stderr, errors = _refused(db, END_OF_RUN, START_LIMIT, 2, "error:")
+    assert len(errors) == 1, stderr
     assert "file too large" in errors[0] and f"{live_dir(db)}/" in errors[0], errors
     assert not live_dir(db).exists()  # no side file, marker or directory half made
     assert not db.with_name(db.name + ".wal").exists()
@@ -144,12 +148,7 @@ def test_a_side_file_refused_mid_run_stops_the_run_with_the_cause_named(
     earlier: tuple[Path, str], tmp_path: Path
 ) -> None:
     db, earlier_id = _copy(earlier, tmp_path)
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(MID_RUN)
-    done = _run(scenario, db, MID_RUN_LIMIT)
-    assert done.returncode == 1, done.stderr
-    _assert_plain(done.stderr)
-    (failed,) = [line for line in done.stderr.splitlines() if line.startswith("run failed:")]
+    (failed,) = _refused(db, MID_RUN, MID_RUN_LIMIT, 1, "run failed:")[1]
     assert "file too large" in failed and f"{live_dir(db)}/" in failed, failed
     runs = _stored(db)  # what it wrote before the failure reached the database, marked failed
     assert runs.pop(earlier_id) == ("completed", None)
@@ -171,12 +170,7 @@ def test_a_merge_refused_keeps_the_run_in_its_side_file_until_the_next_writable_
     wal = db.with_name(db.name + ".wal")
     _fill_wal(db, MERGE_LIMIT - MERGE_HEADROOM)
     padded = set(_stored(db))
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(END_OF_RUN)
-    done = _run(scenario, db, MERGE_LIMIT)
-    assert done.returncode == 1, done.stderr + done.stdout
-    _assert_plain(done.stderr)
-    (error,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    (error,) = _refused(db, END_OF_RUN, MERGE_LIMIT, 1, "error:")[1]
     (side,) = live_dir(db).glob("*.duckdb")
     run_id = side.stem
     assert f"run {run_id} did not reach {db}" in error, error

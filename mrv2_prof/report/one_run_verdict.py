@@ -24,11 +24,19 @@ the verdict over runs (``report.verdict.verdict``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from mrv2_prof.report.verdict import BETTER, INCONCLUSIVE, NOISE, WORSE, Verdict
+from mrv2_prof.report.verdict import (
+    BETTER,
+    INCONCLUSIVE,
+    NOISE,
+    WORSE,
+    Bootstrap,
+    Samples,
+    Verdict,
+    finite,
+    worse_positive,
+)
 
 ONE_RUN = "1 run a side"
 RULE = (
@@ -74,21 +82,13 @@ def _iqr(x: np.ndarray) -> float:
 
 
 def one_run_verdict(
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    lower_is_better: bool,
-    q: float = 0.5,
-    floor: float = 0.02,
-    min_distinct: int = 3,
-    level: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
+    a: Samples, b: Samples, *, lower_is_better: bool, min_distinct: int = 3, **settings: float
 ) -> Verdict:
     """The verdict on the ``q`` quantile of ``b`` (the candidate run's samples) against ``a``'s;
-    see the module docstring for the rule."""
-    xa = np.asarray([x for x in a if x is not None and np.isfinite(x)], dtype=np.float64)
-    xb = np.asarray([x for x in b if x is not None and np.isfinite(x)], dtype=np.float64)
+    see the module docstring for the rule. ``settings``: ``verdict.Bootstrap``'s keywords."""
+    s = Bootstrap(**settings)
+    q, floor, level = s.q, s.floor, s.level
+    xa, xb = finite(a), finite(b)
     n_a, n_b = len(xa), len(xb)
     d_a, d_b = len(np.unique(xa)), len(np.unique(xb))
     if d_a < min_distinct or d_b < min_distinct:
@@ -101,9 +101,9 @@ def one_run_verdict(
     if qa == 0:
         why = f"{ONE_RUN}: the baseline's value is 0: no relative difference"
         return Verdict(INCONCLUSIVE, None, None, None, n_a, n_b, why)
-    rng = np.random.default_rng(seed)
-    ra = clustered_quantiles(xa, q, resamples, rng)
-    rb = clustered_quantiles(xb, q, resamples, rng)
+    rng = np.random.default_rng(s.seed)
+    ra = clustered_quantiles(xa, q, s.resamples, rng)
+    rb = clustered_quantiles(xb, q, s.resamples, rng)
     ok = ra != 0
     diffs = (rb[ok] - ra[ok]) / np.abs(ra[ok])
     tail = (1 - level) / 2
@@ -113,8 +113,7 @@ def one_run_verdict(
     if high - low <= 1e-12 * max(1.0, abs(low)):
         why = f"{ONE_RUN}: the {pct} has zero width (the samples do not move the value)"
         return Verdict(INCONCLUSIVE, delta, low, high, n_a, n_b, why)
-    sign = 1 if lower_is_better else -1
-    w_low, w_high = sorted((sign * low, sign * high))  # worse is positive
+    w_low, w_high = worse_positive(low, high, lower_is_better)
     floor_text = f"±{100 * floor:g}% floor"
     if -floor <= w_low and w_high <= floor:
         return Verdict(NOISE, delta, low, high, n_a, n_b, f"the {pct} is inside the {floor_text}")

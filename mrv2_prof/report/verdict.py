@@ -26,6 +26,34 @@ import numpy as np
 
 BETTER, WORSE, NOISE, INCONCLUSIVE = "better", "worse", "within noise", "inconclusive"
 TEST_NAME = "percentile bootstrap of the relative median difference"
+Samples = Sequence[float]  # one side's samples; None and non-finite values are dropped
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """The keywords ``verdict`` and ``one_run_verdict`` both take beside the metric's direction
+    and the least samples a side: the quantile compared (0.5: the median), the noise floor, the
+    interval's level, the bootstrap's resamples and its generator's seed. A keyword that is none
+    of these is a ``TypeError``."""
+
+    q: float = 0.5
+    floor: float = 0.02
+    level: float = 0.95
+    resamples: int = 2000
+    seed: int = 0
+
+
+def finite(samples: Samples) -> np.ndarray:
+    """The samples that are finite numbers (None, NaN and infinities dropped), as float64."""
+    return np.asarray([x for x in samples if x is not None and np.isfinite(x)], dtype=np.float64)
+
+
+def worse_positive(low: float, high: float, lower_is_better: bool) -> tuple[float, float]:
+    """The interval ``[low, high]`` of a difference in "worse is positive" terms (the metric's
+    direction: up is worse for latencies, down for throughput), sorted."""
+    worse_sign = 1 if lower_is_better else -1  # the sign of a worsening difference
+    w_low, w_high = sorted((worse_sign * low, worse_sign * high))
+    return w_low, w_high
 
 
 @dataclass(frozen=True)
@@ -80,32 +108,24 @@ def median_difference_interval(
 
 
 def verdict(
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    lower_is_better: bool,
-    floor: float = 0.02,
-    min_samples: int = 3,
-    level: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-    q: float = 0.5,
+    a: Samples, b: Samples, *, lower_is_better: bool, min_samples: int = 3, **settings: float
 ) -> Verdict:
-    """The verdict on ``b`` (candidate) against ``a`` (baseline); see the module docstring."""
-    xa = [float(x) for x in a if x is not None and np.isfinite(x)]
-    xb = [float(x) for x in b if x is not None and np.isfinite(x)]
+    """The verdict on ``b`` (candidate) against ``a`` (baseline); see the module docstring.
+    ``settings``: ``Bootstrap``'s keywords."""
+    s = Bootstrap(**settings)
+    floor = s.floor
+    xa, xb = finite(a), finite(b)
     if len(xa) < min_samples or len(xb) < min_samples:
         reason = f"{len(xa)} and {len(xb)} samples; at least {min_samples} a side are needed"
         return Verdict(INCONCLUSIVE, None, None, None, len(xa), len(xb), reason)
     try:
         delta, low, high = median_difference_interval(
-            xa, xb, level=level, resamples=resamples, seed=seed, q=q
+            xa, xb, level=s.level, resamples=s.resamples, seed=s.seed, q=s.q
         )
     except ValueError as exc:
         return Verdict(INCONCLUSIVE, None, None, None, len(xa), len(xb), str(exc))
-    worse_sign = 1 if lower_is_better else -1  # the sign of a worsening difference
-    w_low, w_high = sorted((worse_sign * low, worse_sign * high))  # in "worse is positive" terms
-    pct = f"{100 * level:g}% interval"
+    w_low, w_high = worse_positive(low, high, lower_is_better)
+    pct = f"{100 * s.level:g}% interval"
     if -floor <= w_low and w_high <= floor:
         v, why = NOISE, f"the {pct} is inside the ±{100 * floor:g}% noise floor"
     elif w_low > floor:

@@ -13,12 +13,12 @@ import torch
 from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from test_engine import generate, make_engine
-from test_model import ATOL_HF, hf_logits, one_shot_logits, prompt
 
 from mrv2_prof.runner.config import ModelSpec
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.model.gguf_file import read_header
 from mrv2_prof.runner.model.loader import load_model
+from tests.runner.decoder_forward import ATOL_HF, hf_logits, one_shot_logits, prompt
 from tests.runner.gguf_checkpoint import permute, write_gguf
 
 Q = GGMLQuantizationType

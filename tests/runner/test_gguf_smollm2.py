@@ -212,7 +212,7 @@ def test_bfloat16_on_cuda_matches_hf(path, prompts):
     float32: ours must be no further from it than transformers' own bf16 is (slack: 50% on the
     largest error, 25% on the mean), and pick its argmax wherever its top two are more than
     BF16_TIE apart."""
-    from test_model import one_shot_logits
+    from tests.runner.decoder_forward import one_shot_logits
 
     cuda = torch.device("cuda")
     model, _ = load_model(ModelSpec(preset=NAME), cuda, torch.bfloat16)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_sampler import chi2_quantile, pearson_chi2
 
 from mrv2_prof.runner.worker.sampler import SamplingMetadata
 from mrv2_prof.runner.worker.spec_decode.rejection_sampler import DraftBatch, rejection_sample
 from mrv2_prof.runner.worker.spec_decode.rejection_sampler_triton import rejection_sample_triton
+from tests.runner.sampler_cases import chi2_quantile, pearson_chi2
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -4,7 +4,8 @@ Without CUDA the kernels run under the Triton interpreter at small sizes. Intege
 bits, tokens, logprob ids) must be equal; logprob values within ``LOGPROB_ATOL`` (the kernel's
 logsumexp sums in another order). The Gumbel noise is compared bit for bit on CUDA, where both
 sides use libdevice ``logf``; the interpreter's numpy log may differ from torch's CPU log by one
-ulp, so on CPU it is compared within 4e-6 (one ulp of each log, propagated).
+ulp, so on CPU it is compared within 4e-6 (one ulp of each log, propagated). Real sizes on
+CUDA: ``test_sampler_triton_gpu.py``.
 """
 
 from __future__ import annotations
@@ -12,146 +13,28 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import triton
-import triton.language as tl
-from test_sampler import make_meta as _make_meta
 
 from mrv2_prof.runner.worker.gumbel_argmax_triton import gumbel_argmax
-from mrv2_prof.runner.worker.sampler import (
-    SamplerOutput,
-    SamplingMetadata,
-    gumbel_noise,
-    sample,
-    uniform_noise,
-)
-from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, row_key, uniform
+from mrv2_prof.runner.worker.sampler import gumbel_noise, sample, uniform_noise
 from mrv2_prof.runner.worker.sampler_triton import (
     SPLIT_ARGMAX_MAX_ROWS,
     sample_triton,
     top_k_top_p_threshold,
 )
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-LOGPROB_ATOL = 2e-5
-MODES = ("greedy", "temperature", "top_k", "top_p", "top_k_top_p", "mixed")
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-
-
-def make_meta(*args, device: str = DEVICE, **kwargs) -> SamplingMetadata:
-    """``test_sampler.make_meta`` on this module's device."""
-    return _make_meta(*args, device=device, **kwargs)
-
-
-def mode_params(rng: np.random.Generator, mode: str, num: int, vocab_size: int) -> dict:
-    """Per-slot sampling parameters of one kind, or a mix of all kinds (``mixed``)."""
-    kind = {m: i for i, m in enumerate(MODES[:-1])}
-    kinds = rng.integers(0, 5, num) if mode == "mixed" else np.full(num, kind[mode])
-    temperature = np.where(kinds == 0, 0.0, rng.uniform(0.3, 2.0, num))
-    temperature[(kinds == 0) & (np.arange(num) % 3 == 1)] = 5e-6  # below the greedy threshold
-    with_k, with_p = (kinds == 2) | (kinds == 4), (kinds == 3) | (kinds == 4)
-    top_k = np.where(with_k, rng.integers(1, vocab_size // 10 + 2, num), 0)  # k may be V
-    top_p = np.where(with_p, rng.uniform(0.05, 0.95, num), 1.0)
-    seeds = rng.integers(-(2**63), 2**63, num, dtype=np.int64)
-    return dict(temperature=temperature, top_k=top_k, top_p=top_p, seeds=seeds)
-
-
-def mode_flags(mode: str) -> dict:
-    """The host flags a batch builder would set for a batch of this mode."""
-    return dict(
-        all_greedy=mode == "greedy",
-        no_top_k=mode not in ("top_k", "top_k_top_p", "mixed"),
-        no_top_p=mode not in ("top_p", "top_k_top_p", "mixed"),
-    )
-
-
-def meta_for(params: dict, positions, max_num_logprobs: int = 0, **kw) -> SamplingMetadata:
-    return make_meta(
-        **{name: values.tolist() for name, values in params.items()},
-        positions=list(positions),
-        max_num_logprobs=max_num_logprobs,
-        **kw,
-    )
-
-
-def assert_same_output(got: SamplerOutput, want: SamplerOutput) -> None:
-    """Tokens and logprob ids equal; logprob values within ``LOGPROB_ATOL``. On a token mismatch
-    the first differing rows are named."""
-    diff = torch.nonzero(got.sampled_token_ids != want.sampled_token_ids).flatten()[:8].tolist()
-    assert not diff, (
-        f"{len(diff)}+ rows differ, first rows {diff}: "
-        f"{got.sampled_token_ids[diff].tolist()} != {want.sampled_token_ids[diff].tolist()}"
-    )
-    assert got.sampled_token_ids.dtype == torch.int64
-    if want.logprobs is None:
-        assert got.logprobs is None and got.logprob_token_ids is None
-        return
-    assert torch.equal(got.logprob_token_ids, want.logprob_token_ids)
-    assert got.logprobs.dtype == torch.float32
-    torch.testing.assert_close(
-        got.logprobs, want.logprobs, atol=LOGPROB_ATOL, rtol=1e-6, equal_nan=True
-    )
-
-
-def check_against_reference(logits: torch.Tensor, meta: SamplingMetadata) -> SamplerOutput:
-    got = sample_triton(logits, meta)
-    assert_same_output(got, sample(logits, meta))
-    return got
-
-
-def random_logits(rng, num_rows: int, vocab_size: int, scale: float = 3.0) -> torch.Tensor:
-    logits = rng.normal(0, scale, (num_rows, vocab_size)).astype(np.float32)
-    return torch.from_numpy(logits).to(DEVICE)
-
-
-@triton.jit
-def _noise_kernel(
-    seeds_ptr,
-    positions_ptr,
-    out_ptr,
-    vocab_size,
-    BLOCK_SIZE: tl.constexpr,
-    GUMBEL: tl.constexpr,
-    PRECISE: tl.constexpr,
-):
-    """[B, V] uniform (or Gumbel) noise from the sampler's RNG, one row block per program."""
-    row = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    key = row_key(tl.load(seeds_ptr + row), tl.load(positions_ptr + row))
-    noise = gumbel(key, cols, PRECISE) if GUMBEL else uniform(key, cols)
-    tl.store(out_ptr + row.to(tl.int64) * vocab_size + cols, noise, mask=cols < vocab_size)
-
-
-def _noise(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int, as_gumbel: bool):
-    seeds = seeds.to(torch.int64).contiguous()
-    positions = positions.to(torch.int64).contiguous()
-    out = torch.empty(seeds.shape[0], vocab_size, dtype=torch.float32, device=seeds.device)
-    block_size = min(1024, max(16, triton.next_power_of_2(vocab_size)))
-    if out.numel():
-        grid = (seeds.shape[0], triton.cdiv(vocab_size, block_size))
-        _noise_kernel[grid](
-            seeds,
-            positions,
-            out,
-            vocab_size,
-            BLOCK_SIZE=block_size,
-            GUMBEL=as_gumbel,
-            PRECISE=not is_interpreted(),
-        )
-    return out
-
-
-def uniform_noise_triton(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int):
-    """The kernels' uniform noise [B, V] float32: equals ``sampler.uniform_noise`` bit for bit."""
-    return _noise(seeds, positions, vocab_size, as_gumbel=False)
-
-
-def gumbel_noise_triton(seeds: torch.Tensor, positions: torch.Tensor, vocab_size: int):
-    """The kernels' Gumbel noise [B, V] float32 (``sampler.gumbel_noise``; on CUDA bit for bit)."""
-    return _noise(seeds, positions, vocab_size, as_gumbel=True)
-
+from tests.runner.sampler_triton_cases import (
+    DEVICE,
+    LOGPROB_ATOL,
+    MODES,
+    check_against_reference,
+    check_permutation_invariance,
+    gumbel_noise_triton,
+    make_meta,
+    meta_for,
+    mode_flags,
+    mode_params,
+    random_logits,
+    uniform_noise_triton,
+)
 
 # --------------------------------------------------------------------------------------------
 # Noise
@@ -413,19 +296,6 @@ def test_logprobs_equal_the_reference():
     torch.testing.assert_close(out.logprobs.double(), want, atol=LOGPROB_ATOL, rtol=0)
 
 
-def check_permutation_invariance(logits: torch.Tensor, params: dict, positions: np.ndarray):
-    """Permuting the batch rows (with their idx_mapping and positions) permutes the tokens."""
-    num_rows = logits.shape[0]
-    idx_mapping = np.arange(num_rows)
-    base = sample_triton(logits, meta_for(params, positions, idx_mapping=idx_mapping.tolist()))
-    perm = np.random.default_rng(11).permutation(num_rows)
-    meta = meta_for(params, positions[perm], idx_mapping=idx_mapping[perm].tolist())
-    permuted = sample_triton(logits[torch.from_numpy(perm).to(logits.device)], meta)
-    assert torch.equal(
-        permuted.sampled_token_ids, base.sampled_token_ids[torch.from_numpy(perm).to(DEVICE)]
-    )
-
-
 def test_batch_order_independence():
     rng = np.random.default_rng(12)
     num_rows, vocab_size = 16, 250
@@ -444,102 +314,3 @@ def test_empty_batch_and_bad_inputs():
         sample_triton(torch.zeros(1, 10, dtype=torch.int32, device=DEVICE), make_meta([1.0]))
     with pytest.raises(ValueError, match="idx_mapping"):
         sample_triton(torch.zeros(2, 10, device=DEVICE), make_meta([1.0]))
-
-
-# --------------------------------------------------------------------------------------------
-# GPU, real sizes
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-VOCAB_1B = 128256  # the llama-1b preset's vocabulary
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_cuda_noise_bit_exact_at_real_size():
-    rng = np.random.default_rng(20)
-    num_rows = 256
-    seeds = torch.from_numpy(rng.integers(-(2**63), 2**63, num_rows, dtype=np.int64)).cuda()
-    positions = torch.from_numpy(rng.integers(0, 2**40, num_rows)).cuda()
-    assert torch.equal(
-        uniform_noise_triton(seeds, positions, VOCAB_1B), uniform_noise(seeds, positions, VOCAB_1B)
-    )
-    got = gumbel_noise_triton(seeds, positions, VOCAB_1B)
-    want = gumbel_noise(seeds, positions, VOCAB_1B)
-    ulps = (got.view(torch.int32) - want.view(torch.int32)).abs()
-    assert torch.equal(got, want), f"{int((ulps > 0).sum())} values differ, max {int(ulps.max())}"
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("num_rows", [1, 37, 256])
-@pytest.mark.parametrize("mode", MODES)
-def test_cuda_tokens_equal_the_reference_at_real_size(mode: str, num_rows: int, dtype):
-    rng = np.random.default_rng(MODES.index(mode) * 1000 + num_rows)
-    logits = random_logits(rng, num_rows, VOCAB_1B).to(dtype)
-    params = mode_params(rng, mode, num_rows, VOCAB_1B)
-    params["top_k"] = np.where(params["top_k"] > 0, rng.choice([1, 50, 1000], num_rows), 0)
-    positions = rng.integers(0, 2**20, num_rows)
-    check_against_reference(logits, meta_for(params, positions, 20, **mode_flags(mode)))
-    check_against_reference(logits, meta_for(params, positions))
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_cuda_ties_and_batch_order_at_real_size():
-    rng = np.random.default_rng(21)
-    num_rows = 64
-    values = rng.integers(0, 3, (num_rows, VOCAB_1B)).astype(np.float32)
-    values[:8] = 1.0
-    logits = torch.from_numpy(values).cuda().to(torch.bfloat16)
-    for mode in ("greedy", "top_k", "mixed"):
-        params = mode_params(rng, mode, num_rows, VOCAB_1B)
-        check_against_reference(logits, meta_for(params, range(num_rows), **mode_flags(mode)))
-    logits = random_logits(rng, num_rows, VOCAB_1B)
-    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
-    check_permutation_invariance(logits, params, rng.integers(0, 4096, num_rows))
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_cuda_graph_capture_replays_without_host_sync():
-    """The whole sampler (thresholds, kernels, logprobs) captures into a CUDA graph, which fails
-    on any host synchronisation, and a replay on new logits gives the eager tokens."""
-    rng = np.random.default_rng(22)
-    num_rows = 32
-    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
-    meta = meta_for(params, rng.integers(0, 4096, num_rows), max_num_logprobs=5)
-    static_logits = random_logits(rng, num_rows, VOCAB_1B)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        sample_triton(static_logits, meta)  # compiles the kernels outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = sample_triton(static_logits, meta)
-    new_logits = random_logits(rng, num_rows, VOCAB_1B)
-    static_logits.copy_(new_logits)
-    graph.replay()
-    assert_same_output(static_out, sample(new_logits, meta))
-
-
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize("num_rows", [1, 3, 64, 256])
-def test_cuda_one_launch_reduction_equals_the_two_launch_form(num_rows: int):
-    """At the real vocabulary, over many launches (the last-split handoff is a cross-program
-    protocol: a missing fence would show as a wrong token or logsumexp on some launch)."""
-    rng = np.random.default_rng(23)
-    params = mode_params(rng, "mixed", num_rows, VOCAB_1B)
-    meta = meta_for(params, rng.integers(0, 4096, num_rows))
-    for step in range(20):
-        logits = random_logits(rng, num_rows, VOCAB_1B).to(torch.bfloat16)
-        got = gumbel_argmax(logits, meta, with_lse=step % 2 == 1)
-        want = gumbel_argmax(logits, meta, with_lse=step % 2 == 1, fused=False)
-        assert torch.equal(got[0], want[0]), step
-        if step % 2:
-            assert torch.equal(got[1], want[1]), step
-    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
-
-    assert not _workspaces[logits.device].counter.any()

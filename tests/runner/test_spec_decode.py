@@ -10,11 +10,11 @@ import random
 import numpy as np
 import pytest
 import torch
-from test_sampler import chi2_quantile, pearson_chi2
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import RequestStatus, SamplingParams
 from mrv2_prof.runner.engine import Engine
+from tests.runner.sampler_cases import chi2_quantile, pearson_chi2
 
 NUM_REQUESTS = 4
 MAX_TOKENS = 20

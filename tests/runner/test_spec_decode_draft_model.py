@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_sampler import chi2_quantile, pearson_chi2
 from test_spec_decode import (
     assert_no_leaks,
     make_engine,
@@ -27,6 +26,7 @@ from test_spec_decode import (
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
+from tests.runner.sampler_cases import chi2_quantile, pearson_chi2
 
 
 def self_draft(k: int, **kw) -> SpecDecodeConfig:

@@ -4,6 +4,8 @@ and each sparkline says the time it spans."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from textual.widgets import ProgressBar, Sparkline
 from tui_helpers import POLL_S, FakeSource, make_gpu_snapshot, svg_text, text, wait_for
@@ -17,6 +19,7 @@ SIZES = ((80, 24), (120, 40), (160, 48))
 # NVML samples one second apart: 7 s from the oldest to the newest
 SAMPLES = [(i * 1_000_000_000, 10.0 * i, (8 + i) * 2**30, 100.0 + 25 * i, 1800.0) for i in range(8)]
 LONG_SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait_for_the_device_copy"
+at_every_size = pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 
 
 def busy_snapshot(**overrides: object):
@@ -45,6 +48,18 @@ def busy_snapshot(**overrides: object):
     )
     values.update(overrides)
     return make_gpu_snapshot(**values)
+
+
+@contextlib.asynccontextmanager
+async def busy_dashboard(label: str, size: tuple[int, int]):
+    """The dashboard of run ``label`` at ``size`` showing ``busy_snapshot()`` (its syncs counted):
+    the app, its source and the test pilot."""
+    source = FakeSource(samples=SAMPLES)
+    app = DashboardApp(source, label, poll_interval_s=POLL_S)
+    async with app.run_test(size=size) as pilot:
+        source.push(busy_snapshot())
+        await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
+        yield app, source, pilot
 
 
 def screen_lines(app: DashboardApp) -> list[str]:
@@ -91,13 +106,9 @@ def assert_nothing_cut(app: DashboardApp, where: str) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@at_every_size
 async def test_no_value_or_label_is_cut(size: tuple[int, int]) -> None:
-    source = FakeSource(samples=SAMPLES)
-    app = DashboardApp(source, "decode-heavy", poll_interval_s=POLL_S)
-    async with app.run_test(size=size) as pilot:
-        source.push(busy_snapshot())
-        await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
+    async with busy_dashboard("decode-heavy", size) as (app, _, pilot):
         await wait_for(pilot, lambda: text(app, "gpu-util") == "70 %")
         for panel in PANELS:  # one panel each at 80×24, beside the overview at 120
             await pilot.press(panel.KEY)
@@ -109,13 +120,9 @@ async def test_no_value_or_label_is_cut(size: tuple[int, int]) -> None:
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+@at_every_size
 async def test_every_key_the_help_names_shows_what_it_says(size: tuple[int, int]) -> None:
-    source = FakeSource(samples=SAMPLES)
-    app = DashboardApp(source, "mrv2-prof", poll_interval_s=POLL_S)
-    async with app.run_test(size=size) as pilot:
-        source.push(busy_snapshot())
-        await wait_for(pilot, lambda: text(app, "num-syncs") == "412")
+    async with busy_dashboard("mrv2-prof", size) as (app, source, pilot):
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = "\n".join(screen_lines(app))

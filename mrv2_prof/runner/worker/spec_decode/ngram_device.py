@@ -13,15 +13,14 @@ may share a slot among themselves (padding rows pointing at a sink slot): each w
 
 ``ngram_propose_ref`` is the torch reference, vectorised over the batch (a loop over ``n`` only)
 and free of data-dependent host synchronisation, so it also runs on CUDA (and under a CUDA
-graph's capture) as is; ``ngram_propose_triton`` (``ngram_triton.py``) is one launch.
-``ngram_propose`` picks one of the two.
+graph's capture) as is; ``ngram_triton.py``'s step kernel runs the same search in one launch.
 
 ``ngram_step_ref`` is a whole step of ``DeviceDrafts.after_step`` for ``method: ngram``: each
-batch row appends the tokens it emitted to its slot's history, then drafts (``ngram_propose``)
-from it. Its tables carry a sink: ``history [R + 1, L + 1]`` (column ``L`` takes the writes a
-row masks off, row ``R`` is never a real slot) and ``out_tokens [R + 1, K]`` / ``out_num
-[R + 1]`` (padding rows write to row ``R``). Per row ``b`` (slot ``s``, prompt ``p =
-prompt_lens[s]``, sequence length ``seq`` after the step):
+batch row appends the tokens it emitted to its slot's history, then drafts
+(``ngram_propose_ref``) from it. Its tables carry a sink: ``history [R + 1, L + 1]`` (column
+``L`` takes the writes a row masks off, row ``R`` is never a real slot) and ``out_tokens
+[R + 1, K]`` / ``out_num [R + 1]`` (padding rows write to row ``R``). Per row ``b`` (slot
+``s``, prompt ``p = prompt_lens[s]``, sequence length ``seq`` after the step):
 
 * a padding row (``counts[b] == 0``) writes ``out_num[R] = 0`` and nothing else;
 * the row's tokens start at ``first = seq - num_slots[b]`` (``seq`` for a plain step) and it
@@ -54,7 +53,7 @@ def check_args(
     out_tokens: torch.Tensor,
     out_num: torch.Tensor,
 ) -> None:
-    """Shape and window checks shared by the reference and the kernel (host values only)."""
+    """``ngram_propose_ref``'s shape and window checks (host values only)."""
     check_table(history, k, min_n, max_n, out_tokens, out_num)
     check_rows(slots=slots, lengths=lengths, active=active)
 
@@ -144,27 +143,6 @@ def ngram_propose_ref(
     drafts = rows.gather(1, pos).to(out_tokens.dtype)
     keep = out_tokens[slot_idx, :k]
     out_tokens[slot_idx, :k] = torch.where(offsets[None, :] < num[:, None], drafts, keep)
-
-
-def ngram_propose(
-    history: torch.Tensor,
-    slots: torch.Tensor,
-    lengths: torch.Tensor,
-    active: torch.Tensor,
-    k: int,
-    min_n: int,
-    max_n: int,
-    out_tokens: torch.Tensor,
-    out_num: torch.Tensor,
-    triton: bool,
-) -> None:
-    """``ngram_propose_triton`` when ``triton``, else ``ngram_propose_ref`` (same contract)."""
-    if triton:
-        from mrv2_prof.runner.worker.spec_decode.ngram_triton import ngram_propose_triton
-
-        ngram_propose_triton(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
-    else:
-        ngram_propose_ref(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
 
 
 def check_step_args(

@@ -1,29 +1,29 @@
-"""N-gram drafts on the device in one Triton launch: ``ngram_device.ngram_propose_ref``'s contract.
+"""A step of n-gram drafts on the device in one Triton launch: ``ngram_device.ngram_step_ref``.
 
-One program per batch row. For ``n`` from ``MAX_N`` down to ``MIN_N`` it holds the row's last
-``n`` tokens as scalars and scans the window starts of the slot's history ``BLOCK`` at a time,
-from the last start with a token after it back towards 0, comparing each window's ``n`` tokens
-with them; the scan stops at the first block with a match (its largest matching start is the
-right-most occurrence), and once an ``n`` matched the shorter ones scan nothing. Then up to ``k``
-tokens after the occurrence (cut at the history's end) go into ``out_tokens[slot, :]`` and
-their count into ``out_num[slot]``.
+``ngram_step_triton`` runs one program per batch row: it first stores the row's emitted tokens
+(masked, at most ``E``) into its slot's history, then, past a barrier that makes those stores
+visible to all of the program's threads, works out the row's history length and searches it
+(``_search_and_store``: ``ngram_device.ngram_propose_ref``'s search) into its target slot (the
+sink for a padding row). A row's writes and reads touch its own slot's history only, and real
+rows have distinct slots, so programs do not interact.
+
+The search: for ``n`` from ``MAX_N`` down to ``MIN_N`` it holds the row's last ``n`` tokens as
+scalars and scans the window starts of the slot's history ``BLOCK`` at a time, from the last
+start with a token after it back towards 0, comparing each window's ``n`` tokens with them; the
+scan stops at the first block with a match (its largest matching start is the right-most
+occurrence), and once an ``n`` matched the shorter ones scan nothing. Then up to ``k`` tokens
+after the occurrence (cut at the history's end) go into ``out_tokens[slot, :]`` and their count
+into ``out_num[slot]``.
 
 Cost: a row with no match at any ``n`` reads its whole history once per ``n`` (``n`` loads per
 position, ``max_n - min_n + 1`` times; the loads after the first hit the cache), so a step costs
 about ``(max_n - min_n + 1) * len`` window compares per row: O(B * L) work at worst, spread over
 ``B`` programs (a small batch with long histories uses few SMs). A row that matches stops at the
 block of its right-most occurrence. The scan is latency-bound (one block after another per row),
-hence wide blocks: on the H200, 64 rows of 4096 tokens with no match at any n in (2, 4) took
-~11 µs (block 1024, 8 warps; 20 µs with blocks of 256, 14 µs with 4 warps), about the same for
-a batch of 8 or 256 rows; the torch reference took ~1.7 ms there (its many small launches).
-
-``ngram_step_triton`` is ``ngram_device.ngram_step_ref``'s whole step in one launch: each
-program first stores its row's emitted tokens (masked, at most ``E``) into its slot's history,
-then, past a barrier that makes those stores visible to all of the program's threads, works
-out the row's history length and runs the same search (``_search_and_store``, shared with
-``_ngram_kernel``) into its target slot (the sink for a padding row). A row's writes and reads
-touch its own slot's history only, and real rows have distinct slots, so programs do not
-interact.
+hence wide blocks: on the H200, the search alone over 64 rows of 4096 tokens with no match at
+any n in (2, 4) took ~11 µs (block 1024, 8 warps; 20 µs with blocks of 256, 14 µs with 4
+warps), about the same for a batch of 8 or 256 rows; the torch reference took ~1.7 ms there (its
+many small launches).
 """
 
 from __future__ import annotations
@@ -32,44 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.worker.spec_decode.ngram_device import check_args, check_step_args
+from mrv2_prof.runner.worker.spec_decode.ngram_device import check_step_args
 from mrv2_prof.runner.worker.triton_launch import Launcher
 
 BLOCK = 1024  # window starts compared per loop step (the scan is latency-bound: fewer, wider)
-
-
-@triton.jit(do_not_specialize=["k"])
-def _ngram_kernel(
-    history_ptr,  # [R, L] int32
-    history_stride,
-    slots_ptr,  # [B] int: the row's slot
-    lengths_ptr,  # [B] int: the row's history length
-    active_ptr,  # [B] bool
-    out_tokens_ptr,  # [R, K] int64
-    out_tokens_stride,
-    out_num_ptr,  # [R] int32
-    seq_len,  # L
-    k,
-    MIN_N: tl.constexpr,
-    MAX_N: tl.constexpr,
-    K_BLOCK: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    b = tl.program_id(0)
-    slot = tl.load(slots_ptr + b).to(tl.int64)
-    length = tl.minimum(tl.maximum(tl.load(lengths_ptr + b).to(tl.int32), 0), seq_len)
-    length = tl.where(tl.load(active_ptr + b) != 0, length, 0)  # inactive: no match
-    _search_and_store(
-        history_ptr + slot * history_stride,
-        length,
-        out_tokens_ptr + slot * out_tokens_stride,
-        out_num_ptr + slot,
-        k,
-        MIN_N,
-        MAX_N,
-        K_BLOCK,
-        BLOCK,
-    )
 
 
 @triton.jit
@@ -112,9 +78,6 @@ def _search_and_store(
     drafts = tl.load(row_ptr + first + offs, mask=mask, other=0)
     tl.store(out_ptr + offs, drafts.to(out_ptr.dtype.element_ty), mask=mask)
     tl.store(num_ptr, num.to(num_ptr.dtype.element_ty))
-
-
-_propose = Launcher(_ngram_kernel)
 
 
 # The per-step tensors are views at any offset (``counts`` sits behind ``idx_mapping`` in one
@@ -197,48 +160,6 @@ def _ngram_step_kernel(
 _step = Launcher(_ngram_step_kernel)
 
 
-def ngram_propose_triton(
-    history: torch.Tensor,
-    slots: torch.Tensor,
-    lengths: torch.Tensor,
-    active: torch.Tensor,
-    k: int,
-    min_n: int,
-    max_n: int,
-    out_tokens: torch.Tensor,
-    out_num: torch.Tensor,
-    *,
-    block: int = BLOCK,
-    num_warps: int = 8,
-) -> None:
-    """``ngram_propose_ref`` in one launch (none for an empty batch); ``block``: the window
-    starts compared per loop step (a power of two; the tests take small ones to scan several)."""
-    check_args(history, slots, lengths, active, k, min_n, max_n, out_tokens, out_num)
-    num_rows = slots.shape[0]
-    if num_rows == 0:
-        return
-    if history.stride(1) != 1 or out_tokens.stride(1) != 1 or out_num.stride(0) != 1:
-        raise ValueError("history, out_tokens and out_num need unit stride along their rows")
-    _propose(
-        (num_rows,),
-        history,
-        history.stride(0),
-        slots.contiguous(),
-        lengths.contiguous(),
-        active.contiguous(),
-        out_tokens,
-        out_tokens.stride(0),
-        out_num,
-        history.shape[1],
-        k,
-        MIN_N=min_n,
-        MAX_N=max_n,
-        K_BLOCK=triton.next_power_of_2(max(k, 1)),
-        BLOCK=block,
-        num_warps=num_warps,
-    )
-
-
 def ngram_step_triton(
     history: torch.Tensor,
     out_tokens: torch.Tensor,
@@ -258,7 +179,8 @@ def ngram_step_triton(
     num_warps: int = 8,
 ) -> None:
     """``ngram_step_ref`` in one launch (none for an empty batch): one program per batch row
-    appends its tokens, then searches its slot's history; ``block`` as ``ngram_propose_triton``.
+    appends its tokens, then searches its slot's history; ``block``: the window starts compared
+    per loop step (a power of two; the tests take small ones to scan several).
     The sink column is left as it was (the reference writes its masked tokens there)."""
     check_step_args(
         history, out_tokens, out_num, slots, counts, seq_lens, prompt_lens, emitted,
