@@ -3,7 +3,8 @@
 Times ``paged_attention_triton`` and ``paged_attention_ref`` (median of ``triton.testing.do_bench``
 after its warm-up) for uniform decode batches at a fixed context and one fresh prefill chunk, and
 prints a markdown table with the speed-up and the kernel's achieved KV bandwidth (decode) or
-attention TFLOP/s (prefill). The batches and the reference come from tests/runner/attention_batches.py.
+attention TFLOP/s (prefill). The batches and the reference come from
+tests/runner/attention_batches.py.
 
     python benchmarks/attention_triton.py --out attention.json
     python benchmarks/attention_triton.py --sweep   # also every tile shape, to tune pick_tiles

@@ -144,6 +144,34 @@ def test_views_never_import_the_runner():
     assert bad == []
 
 
+def test_analysis_imports_no_view_and_no_command():
+    """``analysis/`` computes what the views render: it never imports ``report/``, ``tui/`` or
+    ``cli/`` (``views/``' formatting helpers it may use)."""
+    bad = [
+        f"{m} imports {n}"
+        for m, names in IMPORTS.items()
+        if _in(m, "analysis")
+        for n in _internal(names)
+        if _node(n) in ("report", "tui", "cli")
+    ]
+    assert bad == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    """What one module needs of another is a public name: no ``from x import _name``."""
+    bad = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.level or "mrv2_prof" in node.module):
+                names = [a.name for a in node.names]
+                bad += [
+                    f"{m} imports {node.module}.{n}"
+                    for n in names
+                    if n.startswith("_") and not n.startswith("__")
+                ]
+    assert bad == []
+
+
 def test_no_two_folders_import_each_other():
     edges = {
         (_node(m), _node(n))

@@ -157,6 +157,7 @@ def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
         nvmlInit=lambda: None, nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda i: calls.append(i) or f"gpu{i}",
         nvmlSystemGetDriverVersion=lambda: b"570.1",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}".encode(),
         nvmlDeviceGetClockInfo=lambda h, c: (1755, 3201)[c],
         nvmlDeviceGetMaxClockInfo=lambda h, c: (1980, 3201)[c],
     )  # fmt: skip
@@ -164,8 +165,9 @@ def test_gpu_driver_and_clocks_come_from_nvml_for_the_runs_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     facts = run_environment._nvml_facts("cuda:0")
     assert calls == [3]  # the first visible device, as CUDA numbers it
-    assert facts == {"gpu_driver": "570.1", "gpu_sm_clock_mhz": 1755, "gpu_mem_clock_mhz": 3201,
-                     "gpu_max_sm_clock_mhz": 1980, "gpu_max_mem_clock_mhz": 3201}  # fmt: skip
+    assert facts == {"gpu_driver": "570.1", "gpu_uuid": "GPU-gpu3", "gpu_sm_clock_mhz": 1755,
+                     "gpu_mem_clock_mhz": 3201, "gpu_max_sm_clock_mhz": 1980,
+                     "gpu_max_mem_clock_mhz": 3201}  # fmt: skip
     line = environment_line(
         {"cpu_model": "EPYC", "cpu_count": 16, "torch": "2.9", "gpu_name": "H200", **facts}
     )

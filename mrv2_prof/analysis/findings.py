@@ -249,6 +249,28 @@ def host_contention(s: RunSummary, f: FindingFacts) -> Finding | None:
     return Finding("host_contention", 2, 1.0, contention_text(c), where)
 
 
+def compiles_after_warmup(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Kernels compiled after warm-up (a launcher's cache miss in a step): a request paid for
+    each; named with its step and specialization key (``analysis/compiles.py``)."""
+    late = f.late_compiles
+    if late.count == 0:
+        return None
+    n = late.count
+    what = "Triton" if all(c.source == "triton" for c in late.compiles) else "kernel"
+    named = "; ".join(
+        f"kernel {c.kernel} at step {c.step} (key {c.key})" for c in late.compiles[:2]
+    )
+    more = f"; and {n - 2} more" if n > 2 else ""
+    text = (
+        f"{n} {what} compile{'' if n == 1 else 's'} after warm-up cost "
+        f"{late.total_ms:,.0f} ms: {named}{more}"
+    )
+    where = "compiles WHERE after_warmup; runner.strict makes one an error"
+    run_ms = 1e3 * s.duration_s
+    weight = min(1.0, late.total_ms / run_ms) if run_ms > 0 else 1.0
+    return Finding("compiles_after_warmup", 2, weight, text, where)
+
+
 def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
     """A run that failed or was stopped: its figures cover only what ran."""
     if s.status in ("completed", "running"):
@@ -259,8 +281,9 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 
 
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
-    not_completed, host_contention, host_bound, implicit_syncs, kv_pressure, spec_costs_more,
-    spec_sat_out, graph_fallback, unused_graphs, downgraded, prefix_cache, perturbed,
+    not_completed, host_contention, host_bound, implicit_syncs, compiles_after_warmup,
+    kv_pressure, spec_costs_more, spec_sat_out, graph_fallback, unused_graphs, downgraded,
+    prefix_cache, perturbed,
 )  # fmt: skip
 
 

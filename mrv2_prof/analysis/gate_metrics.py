@@ -4,7 +4,8 @@ The set follows the deployment gate of vLLM 0.25's MRV2 migration guide (step 3,
 distribution"): TTFT/TPOT/ITL p50/p95/p99, request and token throughput, peak GPU memory,
 start-up and CUDA graph capture time, errors, aborts and preemptions, the KV-cache usage peak
 and the runner process's CPU use; plus the MRV2 mechanism
-metrics the probes measure (overlap, host-bound bubble time, sync count, graph hit rate).
+metrics the probes measure (overlap, host-bound bubble time, sync count, graph hit rate) and
+the energy per output token (``analysis/energy.py``).
 Latencies and throughput come from ``store.metrics.run_summary`` (vLLM ``bench serve``
 definitions) so every view reports the same numbers. A value is ``None`` when the run did not
 measure it (no GPU samples on a CPU run, no completed request, …). Perturbed steps (a kernel
@@ -18,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from mrv2_prof.analysis.compiles import late_compiles
 from mrv2_prof.analysis.metrics import run_summary
 from mrv2_prof.analysis.roofline import Roofline
 from mrv2_prof.store import Store
@@ -31,7 +33,7 @@ _MIB = 2**20
 @dataclass(frozen=True)
 class Metric:
     name: str
-    unit: str  # ms | s | req/s | tok/s | MiB | fraction | count | tokens
+    unit: str  # ms | s | req/s | tok/s | MiB | J | fraction | count | tokens
     direction: str  # LOWER or HIGHER
     description: str
     # read off a clock (a time, a rate, a share of time, a timed memory sample): one run's value
@@ -54,6 +56,8 @@ def _format(value: float, unit: str, *, signed: bool) -> str:
         return f"{value:{sign},.0f}"
     if unit == "fraction":
         return f"{value:{sign}.3f}"
+    if unit == "J":  # three significant digits: a token's energy spans orders of magnitude
+        return f"{value:{sign}.3g} J"
     decimals = 1 if unit in ("tok/s", "MiB") else 2
     return f"{value:{sign},.{decimals}f} {unit}"
 
@@ -90,6 +94,13 @@ METRICS: dict[str, Metric] = {
         Metric("aborts", "count", LOWER, "requests finished by an abort", False),
         Metric("preemptions", "count", LOWER, "preemptions over all requests", False),
         Metric(
+            "compiles_after_warmup",
+            "count",
+            LOWER,
+            "kernels compiled after warm-up (Triton launcher cache misses in a step)",
+            False,
+        ),
+        Metric(
             "mean_acceptance_length",
             "tokens",
             HIGHER,
@@ -124,6 +135,13 @@ METRICS: dict[str, Metric] = {
             "fraction",
             HIGHER,
             "median decode step's fraction of the roofline (analysis/roofline.py; GPU runs)",
+        ),
+        Metric(
+            "joules_per_output_token",
+            "J",
+            LOWER,
+            "NVML energy counter over the serving window / output tokens (analysis/energy.py; "
+            "GPU runs)",
         ),
     ]
 }
@@ -201,6 +219,7 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         errors=s.num_unfinished + (s.status == "failed"),
         aborts=s.num_aborted,
         preemptions=s.num_preemptions,
+        compiles_after_warmup=late_compiles(store, run_id).count,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         draft_time_share=spec.draft_time_share if spec else None,
         spec_sat_out_steps=spec.sat_out_steps if spec else None,
@@ -208,6 +227,7 @@ def gate_metrics(store: Store, run_id: str) -> RunMetrics:
         peak_kv_usage=_peak_kv_usage(store, run_id, s.info),
         host_cpu_util=_number(s.info.get("runner_cpu_util")),
         decode_roofline=_decode_roofline(s.roofline),
+        joules_per_output_token=s.energy.joules_per_output_token if s.energy else None,
     )
     values = {name: None if v is None else float(v) for name, v in values.items()}
     assert list(values) == list(METRICS)

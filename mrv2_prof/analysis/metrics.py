@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mrv2_prof.analysis.energy import Energy, run_energy
 from mrv2_prof.analysis.latency import (
     COMPLETED,
     IN_FLIGHT,
@@ -101,6 +102,7 @@ class RunSummary:
     tensor_parallel: RankSummary | None = None  # rank_steps (None: one rank)
     roofline: Roofline | None = None  # analysis/roofline.py: each step against the machine's peaks
     spec_decode: SpecDecodeSummary | None = None  # speculative decoding (None: no drafts)
+    energy: Energy | None = None  # analysis/energy.py: NVML's energy counter over the window
     partial: bool = False  # aborted or failed: the figures cover what it produced until the stop
 
 
@@ -139,9 +141,10 @@ def _latencies(
     }
 
 
-def serving_ns(store: Store, run_id: str, partial: bool) -> int:
-    """The serving time in ns: first arrival to last finish; for a ``partial`` run, to the last
-    token or finish before the stop (its requests in flight have no finish). 0 without any."""
+def serving_window(store: Store, run_id: str, partial: bool) -> tuple[int, int] | None:
+    """The serving window, host ns: first arrival to last finish; for a ``partial`` run, to the
+    last token or finish before the stop (its requests in flight have no finish). None without
+    an arrival or an end after it."""
     end = "max(finish_ns)"
     if partial:
         end = (
@@ -149,10 +152,12 @@ def serving_ns(store: Store, run_id: str, partial: bool) -> int:
             "coalesce((SELECT max(t_ns) FROM tokens WHERE run_id = ?), 0))"
         )
     row = store.connection.execute(
-        f"SELECT coalesce({end} - min(arrival_ns), 0)::BIGINT FROM requests WHERE run_id = ?",
+        f"SELECT min(arrival_ns), {end} FROM requests WHERE run_id = ?",
         [run_id, run_id] if partial else [run_id],
     ).fetchone()
-    return max(int(row[0]), 0) if row is not None else 0
+    if row is None or row[0] is None or row[1] is None or row[1] < row[0]:
+        return None
+    return int(row[0]), int(row[1])
 
 
 def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> RunSummary:
@@ -192,7 +197,8 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         run_id,
     )
     partial = status in _PARTIAL_STATUSES
-    duration_s = serving_ns(store, run_id, partial) / 1e9
+    window = serving_window(store, run_id, partial)
+    duration_s = 0.0 if window is None else (window[1] - window[0]) / 1e9
 
     staged_bytes, dense_bytes = _row(
         store,
@@ -279,5 +285,6 @@ def run_summary(store: Store, run_id: str, include_perturbed: bool = False) -> R
         tensor_parallel=rank_summary(store, run_id),
         roofline=run_roofline(store, run_id),
         spec_decode=spec_decode_summary(store, run_id),
+        energy=run_energy(store, run_id, window),
         partial=partial,
     )

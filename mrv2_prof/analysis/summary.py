@@ -14,6 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from mrv2_prof.analysis.energy import energy_rows
 from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
 from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
@@ -24,6 +25,7 @@ from mrv2_prof.store import Store
 from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.environment import environment_line
 from mrv2_prof.views.format import format_bytes
+from mrv2_prof.views.memory_line import memory_rows
 from mrv2_prof.views.model_line import model_line, model_name
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
@@ -235,6 +237,7 @@ def summary_tables(
         ("CUDA graphs", _graphs(s)),
         ("CPU/GPU overlap", _overlap(s)),
     ]
+    rows += [(k, markup_safe(v)) for k, v in memory_rows(info)]  # device memory at start-up
     if s.spec_decode is not None:
         rows.append(("spec decode", _spec_decode(s)))
         for name, line in (("spec slots", _spec_slots(s)), ("dynamic k", _dynamic_k(s))):
@@ -247,6 +250,7 @@ def summary_tables(
         rows.append(("tensor parallel", rank_line(s.tensor_parallel)))
     if s.roofline is not None and (s.roofline.summaries or s.device.startswith("cuda")):
         rows.append(("roofline", markup_safe(roofline_line(s.roofline))))
+    rows += energy_rows(s.energy)  # NVML's energy counter (GPU runs)
     environment = environment_line(s.environment)
     if environment:
         rows.append(("environment", environment))

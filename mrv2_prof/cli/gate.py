@@ -93,7 +93,7 @@ def gate(
     run a side that cannot tell a timed metric's crossing from noise).
 
     Prints, e.g.,  FAIL p99_itl: 12.40 ms -> 13.90 ms (+12.1% > 5%)  and a
-    verdict, e.g.  gate: FAIL (1 of 17 metrics).  With one run a side a
+    verdict, e.g.  gate: FAIL (1 of 18 metrics).  With one run a side a
     threshold is checked on the two values: within passes; past it, a
     count (errors, aborts, preemptions, syncs, ...) fails, a latency
     percentile fails only when its requests' 95% interval is wholly past
@@ -120,12 +120,13 @@ def gate(
     peak_gpu_mem    MiB, up      (5%)   startup_s       s, up        (20%)
     capture_s       s, up        (20%)  errors          count, up    (+0)
     aborts          count, up    (+0)   preemptions     count, up    (10%)
+    compiles_after_warmup  count, up  (+0)  Triton compiles in a step
     overlap         fraction, down      graph_hit_rate  fraction, down
     host_bound_bubble_ms  ms, up        sync_count      count, up
     peak_kv_usage   fraction, up        host_cpu_util   cores, up
     mean_acceptance_length  tokens, down  draft_time_share  fraction, up
     spec_sat_out_steps  count, up         spec_reclaimed_share  fraction, up
-    decode_roofline  fraction, down
+    decode_roofline  fraction, down     joules_per_output_token  J, up
 
     The defaults apply: the deployment gate of the MRV2 migration guide
     (its metrics; the numbers are ours). --thresholds, then --max-regression

@@ -62,6 +62,8 @@ def as_run(
         for key in _CUDA_PROBES:
             if probes.get(key):
                 probes[key] = False
+        if probes.get("memory_history") is not None:  # a window, not a switch: none ran
+            probes["memory_history"] = None
     if probes.get("nvtx") and not nvtx:
         probes["nvtx"] = False
     return s

@@ -30,6 +30,7 @@ import numpy as np
 from mrv2_prof import __version__
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
+from mrv2_prof.pipeline.live_roofline import LiveRoofline
 from mrv2_prof.pipeline.live_stats import LiveStats
 from mrv2_prof.pipeline.open_loop import drive
 from mrv2_prof.pipeline.probe_results import arrow_tables, store_probe_results
@@ -304,6 +305,7 @@ def _run(
             run_id, job.label, len(requests), info.num_kv_blocks, probe=probe,
             max_tokens={w.req_id: w.max_tokens for w in requests},
         )  # fmt: skip
+        live.roofline = LiveRoofline.of(info.step_cost, outcome.facts["machine_peaks"])
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
         if scenario.probes.host_sampling_hz > 0:
@@ -380,6 +382,7 @@ def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) 
         "draft_capture_s": info.draft_capture_s,
         "spec_drafts_on": info.spec_drafts_on,  # spec_decode: where drafts are made and kept
         "step_cost": info.step_cost,  # the per-step roofline's constants (model/step_cost.py)
+        "memory": info.memory,  # device memory at start-up (worker/memory_breakdown.py)
         "startup_s": startup_s,
         "num_requests": num_requests,
         "notes": list(info.notes) + notes,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mrv2_prof.pipeline.live_roofline import LiveRoofline
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.views.snapshot import Snapshot
 
@@ -71,6 +72,7 @@ class LiveStats:
         self.spec_reserved = self.spec_reclaimed = self.spec_sat_out = self.spec_k = 0
         self.spec_expected_tokens: float | None = None
         self.spec_cost_ratio: float | None = None
+        self.roofline: LiveRoofline | None = None  # set by the harness once start-up is known
 
     def on_step(self, res, t_ns: int) -> None:
         self.steps += 1
@@ -126,6 +128,8 @@ class LiveStats:
         st = p.steps
         if st.n > self._seen_steps:
             self._count_spec(st, self._seen_steps, st.n)
+            if self.roofline is not None:
+                self.roofline.add_steps(st.w, self._seen_steps, st.n)
             self._seen_steps = st.n
         sy = p.syncs
         for i in range(self._seen_syncs, sy.n):
@@ -233,7 +237,9 @@ class LiveStats:
         if timeline is None:
             return {}
         live = timeline.live
+        roof = self.roofline
         return {
+            "roofline_decode": roof.decode_fraction(live.recent_gpu) if roof else None,
             "overlap_frac": live.overlap,
             # the device starved inside a step waited for the host too (a host-bound bubble)
             "bubble_host_bound_ns": live.host_bound_bubble_ns + live.starved_ns,

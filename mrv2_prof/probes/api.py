@@ -102,6 +102,11 @@ class Probe:
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         pass
 
+    def kernel_compile(self, source: str, kernel: str, key: str, compile_ms: float) -> None:
+        """A kernel compiled (``source``: triton | torch) with specialization ``key``, costing
+        ``compile_ms`` of wall time; before the first step it belongs to start-up."""
+        pass
+
     # Tensor parallelism: one rank's host span of one step and its time in collectives.
     def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:
         pass

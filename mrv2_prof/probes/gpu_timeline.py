@@ -50,6 +50,7 @@ each step through ``probes.overlap.against_previous``, the rule the stored per-s
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -92,6 +93,9 @@ class LiveTotals:
     other_bubble_ns: int = 0
     starved_ns: int = 0  # device waiting for the host inside steps (a host-bound bubble too)
     steps: int = 0
+    # (step, device ns from its first to its last mark) of the last steps resolved: the live
+    # roofline (pipeline/live_roofline.py) pairs them with the steps' rows
+    recent_gpu: deque = field(default_factory=lambda: deque(maxlen=256))
 
     @property
     def overlap(self) -> float | None:
@@ -220,6 +224,7 @@ class GpuTimeline:
                 self._sink(slot.step, i, tt[i], tt[i + 1])
         windows = [(tt[i], tt[i] + starved[i]) for i in range(len(order) - 1) if starved[i] > 0]
         self._account(slot.prep_start_ns, slot.enqueue_end_ns, t[G_PREPARE], t[G_END], windows)
+        self.live.recent_gpu.append((slot.step, tt[-1] - tt[0]))
         if t[G_END] - ref_ns > REBASE_AFTER_NS:
             # The step's last event becomes the reference; the old reference joins the pool.
             self._ref, slot.events[G_END] = slot.events[G_END], ref

@@ -78,6 +78,7 @@ class RecordingProbe(RecordTables, Probe):
         self.copies = self._buffer("copies", 4 * capacity)
         self.ranks = self._buffer("rank_steps", capacity)
         self.verifies = self._buffer("spec_verifies", capacity)
+        self.compiles = self._buffer("compiles", 256)  # rare: a launcher's cache miss
         self._spec = _NO_SPEC  # spec_step's values (SPEC_COLUMNS) until step_end
         self.timeline = None  # a probes.gpu_timeline.GpuTimeline on CUDA with cuda_events
 
@@ -280,6 +281,18 @@ class RecordingProbe(RecordTables, Probe):
         w.kind[i] = self.intern(kind) if k is None else k
         w.site[i] = self.intern(site) if s is None else s
         w.blocked_ns[i] = blocked_ns
+        b.n = i + 1
+
+    def kernel_compile(self, source: str, kernel: str, key: str, compile_ms: float) -> None:
+        b = self.compiles
+        i = b.reserve()
+        b.step[i] = self.step
+        b.t_ns[i] = perf_counter_ns() - int(compile_ms * 1e6)  # when it began
+        b.source[i] = self.intern(source)
+        b.kernel[i] = self.intern(kernel)
+        b.key[i] = self.intern(key)
+        b.compile_ms[i] = compile_ms
+        b.after_warmup[i] = self.step >= 0  # a step has begun: a request paid for it
         b.n = i + 1
 
     def rank_step(self, rank: int, step: int, start_ns: int, end_ns: int, comm_ns: int) -> None:

@@ -1,22 +1,26 @@
 """The switchable probes of one run, set up from the scenario's ``probes`` section.
 
 ``ProbeSession`` turns the section into what the run records on its device: the GPU timeline
-(``cuda_events``), the copy audit (``copy_audit``), the sync finder (``sync_finder``) and the
-kernel trace window (``kernel_trace``). A probe asked for that the run cannot record (a CPU run
-has no CUDA events, syncs or kernels) becomes a note on the run, never a silent skip. The
-harness calls ``after_step`` after every engine step (the backstop of the GPU timeline's
-resolution, which runs in the runner's output wait while the device is busy; drive the kernel
-trace window), ``at_idle`` while it waits for arrivals (re-anchor the GPU clock) and
-``finish`` at the end (resolve everything, take the last anchor, collect the facts to store).
+(``cuda_events``), the copy audit (``copy_audit``), the sync finder (``sync_finder``), the
+kernel trace window (``kernel_trace``) and the memory-history window (``memory_history``: its
+file in ``memory_history/`` beside ``trace_dir``, the database's ``kernel_traces/``). A probe
+asked for that the run cannot record (a CPU run has no CUDA events, syncs, kernels or device
+memory) becomes a note on the run, never a silent skip. The harness calls ``after_step`` after
+every engine step (the backstop of the GPU timeline's resolution, which runs in the runner's
+output wait while the device is busy; drive the kernel trace and memory-history windows),
+``at_idle`` while it waits for arrivals (re-anchor the GPU clock) and ``finish`` at the end
+(resolve everything, take the last anchor, collect the facts to store).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from time import perf_counter_ns
 from typing import Any
 
+from mrv2_prof.probes.memory_history import CPU_NOTE, MemoryHistory
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.probes.support import cpu_probe_notes
 
@@ -36,10 +40,12 @@ class ProbeSession:
         self.cuda = device.startswith("cuda")
         self.timeline = None
         self.kernel_trace = None
+        self.memory_history: MemoryHistory | None = None
         self._next_anchor = 0
         self.find_syncs = bool(probes.get("sync_finder")) and self.cuda
         if not self.cuda:
             notes.extend(cpu_probe_notes(probes))
+            notes.extend([CPU_NOTE] if probes.get("memory_history") else [])
             return
         if probes.get("cuda_events"):
             from mrv2_prof.probes.gpu_timeline import GpuTimeline
@@ -53,6 +59,10 @@ class ProbeSession:
 
             start, count = probes.get("kernel_trace_steps") or (10, 20)
             self.kernel_trace = KernelTrace(start, count, trace_dir)
+        if probes.get("memory_history"):
+            start, count = probes["memory_history"]
+            where = trace_dir and os.path.join(os.path.dirname(trace_dir), "memory_history")
+            self.memory_history = MemoryHistory(start, count, where)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -70,12 +80,16 @@ class ProbeSession:
             finally:
                 if self.kernel_trace is not None:
                     self.kernel_trace.stop()
+                if self.memory_history is not None:
+                    self.memory_history.stop()
 
     def after_step(self, step: int) -> None:
         if self.timeline is not None:  # resolved in the output wait; this is the backstop
             self.timeline.backstop()
         if self.kernel_trace is not None:
             self.kernel_trace.after_step(step, self.probe)
+        if self.memory_history is not None:
+            self.memory_history.after_step(step)
 
     def at_idle(self) -> None:
         now = perf_counter_ns()
@@ -85,11 +99,12 @@ class ProbeSession:
 
     def perturbed_steps(self) -> list[int]:
         """Steps a probe slowed: the kernel-trace window's, and the step after it (its start
-        waited for the trace's export)."""
+        waited for the trace's export); the memory-history window's likewise."""
         kt = self.kernel_trace
-        if kt is None or not kt.traced_steps:
-            return []
-        return [*kt.traced_steps, kt.traced_steps[-1] + 1]
+        steps = [*kt.traced_steps, kt.traced_steps[-1] + 1] if kt and kt.traced_steps else []
+        if self.memory_history is not None:
+            steps += self.memory_history.perturbed_steps()
+        return sorted(set(steps))
 
     def finish(self, facts: dict[str, Any]) -> None:
         """End of the run (also a stopped or failed one): the facts the run row keeps."""
@@ -98,3 +113,6 @@ class ProbeSession:
             facts["gpu_timeline"] = self.timeline.summary()
         if self.kernel_trace is not None:
             facts["kernel_trace"] = self.kernel_trace.summary()
+        if self.memory_history is not None:
+            facts["memory_history"] = self.memory_history.summary()
+            facts["memory_history_file"] = self.memory_history.path

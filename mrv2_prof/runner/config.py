@@ -429,4 +429,5 @@ class RuntimeInfo:
     draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
     spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)
     step_cost: dict[str, int] = field(default_factory=dict)  # model/step_cost.py: the roofline's
+    memory: dict[str, Any] = field(default_factory=dict)  # worker/memory_breakdown.py
     notes: list[str] = field(default_factory=list)

@@ -27,6 +27,7 @@ from mrv2_prof.runner.core.request import Request, SamplingParams
 from mrv2_prof.runner.core.scheduler import Scheduler, SchedulerOutput
 from mrv2_prof.runner.core.spec_scheduling import SpecScheduling
 from mrv2_prof.runner.worker.async_output import ModelRunnerOutput, PendingOutput
+from mrv2_prof.runner.worker.compile_watch import CompileWatch
 from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.staged_write import WriteStats
 from mrv2_prof.runner.worker.startup import rank_runner, start_up
@@ -48,9 +49,12 @@ class Engine:
         self, config: RunnerConfig, model_spec: ModelSpec, probe: Probe | None = None
     ) -> None:
         self.probe = probe if probe is not None else Probe()
+        # Triton compiles to the probe, start-up's too (step -1); late ones refused under strict
+        self.compiles = CompileWatch(self.probe, config.strict).attach()
         self.runner = ModelRunner(config, model_spec, self.probe, rank_runner=rank_runner)
         config = self.config = self.runner.config  # max_model_len resolved against the model
         num_blocks = start_up(self.runner)  # KV cache, warm-up, CUDA graphs
+        self.compiles.warm()
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -166,6 +170,7 @@ class Engine:
     def close(self) -> list[str]:
         """Release what the engine started besides this process (a tensor-parallel runner's
         worker ranks); the notes this adds to the run."""
+        self.compiles.detach()
         notes = self.runner.close()
         if self.scheduler.spec is not None:
             notes = notes + self.scheduler.spec.notes()
@@ -211,6 +216,8 @@ class Engine:
             self.step_index, so, out, updated, finished, pending.write_stats,
             host_ns=time.perf_counter_ns() - t0,
         )  # fmt: skip
+        if self.compiles.late is not None:  # strict: a compile after warm-up fails the run
+            self.compiles.check(self.step_index)
         self.step_index += 1
         return result
 

@@ -103,6 +103,16 @@ class ProbesSection(Section):
         tuple[Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=1, strict=True)]],
         FROM_YAML,
     ] = (10, 20)
+    # [first step, number of steps] of the allocator's memory history (probes/memory_history.py)
+    memory_history: (
+        Annotated[
+            tuple[
+                Annotated[int, Field(ge=0, strict=True)], Annotated[int, Field(ge=1, strict=True)]
+            ],
+            FROM_YAML,
+        ]
+        | None
+    ) = None
 
 
 class StoreSection(Section):

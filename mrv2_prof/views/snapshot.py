@@ -40,6 +40,7 @@ class Snapshot:
     tpot_ms_p99: float | None = None
     # GPU timeline: None / 0 where there is none (a CPU run, or not measured yet).
     overlap_frac: float | None = None  # hidden / total host prep time so far
+    roofline_decode: float | None = None  # recent decode steps' median fraction of the roofline
     bubble_host_bound_ns: int = 0  # GPU idle time while it waited for the host
     bubble_other_ns: int = 0  # the rest of the GPU idle time between steps
     # Sync points (all kinds, as ``syncs`` rows): count, blocked time where measured, and the

@@ -33,13 +33,15 @@ HOOKS = (
     "step_tokens",
     "request_finish",
     "spec_step",
+    "kernel_compile",
 )
 SITE = "mrv2_prof/runner/worker/async_output.py:AsyncOutput.wait"
 COLUMNS = {
     "steps": [
         "step", "cpu_start_ns", "cpu_end_ns", "num_reqs", "num_tokens", "num_prefill_tokens",
         "num_decode_tokens", "num_waiting", "num_running", "kv_used_blocks", "num_preempted",
-        "output_wait_ns", "graph_mode", "spec_k", "num_draft_tokens", "num_accepted_tokens",
+        "output_wait_ns", "graph_mode", "context_tokens", "attn_pairs", "spec_k",
+        "num_draft_tokens", "num_accepted_tokens",
         "spec_reserved", "spec_reclaimed", "spec_sat_out", "spec_expected_tokens",
         "spec_cost_ratio",
     ],
@@ -58,6 +60,7 @@ COLUMNS = {
     "copies": ["step", "direction", "bytes", "pinned", "contiguous", "non_blocking", "host_ns"],
     "rank_steps": ["rank", "step", "start_ns", "end_ns", "comm_ns"],
     "spec_verifies": ["step", "req_id", "num_draft_tokens", "num_accepted_tokens"],
+    "compiles": ["step", "t_ns", "source", "kernel", "key", "compile_ms", "after_warmup"],
 }  # fmt: skip
 
 
@@ -151,6 +154,14 @@ class Scripted:
         self.spec = (k, drafted, accepted, *given)
         self.want["spec_verifies"].extend((self.step, *v) for v in verifies)
 
+    def kernel_compile(self, source: str, kernel: str, key: str, compile_ms: float) -> None:
+        """Stored at the probe's step (-1 before the first), begun ``compile_ms`` before the
+        reading after it; after warm-up once a step has begun."""
+        self.p.kernel_compile(source, kernel, key, compile_ms)
+        began_ns = self.clock.last - int(compile_ms * 1e6)
+        row = (self.step, began_ns, source, kernel, key, compile_ms, self.step >= 0)
+        self.want["compiles"].append(row)
+
     def token(self, *args) -> None:
         self.p.token(*args)
         self.want["tokens"].append(args)
@@ -179,6 +190,7 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
     p.request_arrival("none", 50, 1)  # the same string as a graph mode: one intern table
     modes = ("none", "piecewise", "full")
     reasons = ("padded → 8", "captured: 8 tokens", "")
+    s.kernel_compile("triton", "_advance_kernel", "int64@16, =1", 0.002)  # start-up: step -1
     for k in range(3):
         s.step_begin(10 + k)
         with s.phase(api.SCHEDULE):
@@ -191,6 +203,8 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
                 s.copy("h2d", 64 + k, True, True, True, 900 + k)
                 if k == 2:
                     s.copy("d2h", 1 << 33, False, k != 2, True, 5_000)  # a flagged one
+                if k == 1:  # a launcher's cache miss in a step: after warm-up
+                    s.kernel_compile("triton", "_advance_kernel", "int64@16, %16", 0.005)
             s.graph_dispatch(5 + k, 8, "full", modes[k], k == 1, reasons[k])
             for phase in (api.FORWARD, api.SAMPLE, api.OUTPUT_WAIT):
                 with s.phase(phase):
@@ -207,7 +221,7 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
         if k == 2:
             s.spec_step(3, 6, [("a", 2, 2), ("b", 3, 0)], reserved=6, reclaimed=3, sat_out=2,
                         expected_tokens=1.75, cost_ratio=1.25)  # fmt: skip
-        s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k])
+        s.step_end(2 + k, 9 + k, 4, 3 - k, 2, 17 + k, k % 2, 11 * k, modes[k], 40 + k, 90 + k)
         if k >= 1:  # the previous step's device spans resolve a step late
             for g in range(3):
                 s.gpu_span(9 + k, g, 100_000 * k + 10 * g, 100_000 * k + 10 * g + 9, g * 3)

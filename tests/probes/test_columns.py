@@ -56,5 +56,5 @@ def test_rows_become_columns_of_the_declared_types():
     empty = from_rows("gpu_samples", [])
     assert {k: (len(v), v.dtype) for k, v in empty.items()} == {
         "t_ns": (0, np.int64), "gpu_util": (0, np.float64), "mem_used_bytes": (0, np.int64),
-        "power_w": (0, np.float64), "sm_clock_mhz": (0, np.float64),
+        "power_w": (0, np.float64), "sm_clock_mhz": (0, np.float64), "energy_mj": (0, np.int64),
     }  # fmt: skip

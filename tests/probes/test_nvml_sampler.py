@@ -1,5 +1,6 @@
 """NVML telemetry in the parent: samples from a fake NVML at the asked rate, the GPU picked as
-CUDA picks it, a missing NVML as one note, and the samples of a real run in ``gpu_samples``."""
+CUDA picks it, a missing NVML as one note, the energy counter (NULL and one note where the GPU
+does not report it), and the samples of a real run in ``gpu_samples``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from mrv2_prof.pipeline import launcher
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 
-COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz")  # of gpu_samples
+COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz", "energy_mj")
 
 
 class NotSupported(Exception):
@@ -24,11 +25,13 @@ class NotSupported(Exception):
 class FakeNvml:
     NVML_CLOCK_SM = 1
 
-    def __init__(self, power_supported: bool = True) -> None:
+    def __init__(self, power_supported: bool = True, energy_supported: bool = True) -> None:
         self.power_supported = power_supported
+        self.energy_supported = energy_supported
         self.opened = None
         self.shut = False
         self.reads = 0
+        self.energy_mj = 5_000_000  # mJ since the driver loaded
 
     def nvmlInit(self) -> None:
         pass
@@ -60,6 +63,12 @@ class FakeNvml:
         assert clock == self.NVML_CLOCK_SM
         return 1980
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if not self.energy_supported:
+            raise NotSupported("energy readings are not supported")
+        self.energy_mj += 7  # 7 mJ more at each read
+        return self.energy_mj
+
 
 def test_samples_at_the_asked_rate_with_the_gpu_values(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -75,6 +84,8 @@ def test_samples_at_the_asked_rate_with_the_gpu_values(monkeypatch):
     assert np.all(np.diff(cols["t_ns"]) > 0)
     assert set(cols["gpu_util"]) == {37.0} and set(cols["sm_clock_mhz"]) == {1980.0}
     assert set(cols["mem_used_bytes"]) == {12 * 2**30} and set(cols["power_w"]) == {412.5}
+    assert cols["energy_mj"].tolist() == list(range(5_000_007, 5_000_007 + 7 * n, 7))
+    assert cols["energy_mj"].dtype == np.int64 and s.energy_note is None
     time.sleep(0.05)
     assert nvml.reads == n  # stopped: no more reads
 
@@ -85,6 +96,29 @@ def test_a_quantity_the_gpu_does_not_report_is_nan():
     cols = s.stop()
     assert len(cols["t_ns"]) >= 1 and np.isnan(cols["power_w"]).all()
     assert (cols["gpu_util"] == 37).all()
+
+
+def test_an_energy_counter_the_gpu_does_not_report_is_null_and_one_note(tmp_path):
+    from mrv2_prof.store import Store
+
+    s = NvmlSampler(200, "cuda:0", nvml=FakeNvml(energy_supported=False))
+    assert s.start() and s.note is None
+    time.sleep(0.05)
+    cols = s.stop()
+    assert len(cols["t_ns"]) >= 2 and cols["energy_mj"].mask.all()
+    assert s.energy_note == (
+        "probes.nvml_hz: this GPU does not report NVML's energy counter; no energy per token"
+    )
+    with Store.open(tmp_path / "runs.duckdb") as store:
+        store.begin_run(
+            "r1", scenario_name="s", label=None, matrix_combo=None, scenario_yaml="name: s\n",
+            device="cuda:0", versions={}, started_ns=0,
+        )  # fmt: skip
+        store.append("r1", "gpu_samples", cols)
+        nulls, n = store.connection.execute(
+            "SELECT count(*) FILTER (WHERE energy_mj IS NULL), count(*) FROM gpu_samples"
+        ).fetchone()
+    assert nulls == n == len(cols["t_ns"])
 
 
 @pytest.mark.parametrize(
@@ -139,7 +173,10 @@ def test_a_run_stores_its_samples_or_the_note(quickstart_job, monkeypatch):
         first_step, last_step = con.execute(
             "SELECT min(cpu_start_ns), max(cpu_end_ns) FROM steps"
         ).fetchone()
-    assert n >= 1 and util == 37.0
+        (energy,) = con.execute(
+            "SELECT count(energy_mj) FROM gpu_samples WHERE run_id = ?", [outcome.run_id]
+        ).fetchone()
+    assert n >= 1 and util == 37.0 and energy == n
     assert lo <= last_step and hi >= first_step  # the same clock as the runner's records
 
     monkeypatch.undo()  # the real sampler: this run is on the CPU

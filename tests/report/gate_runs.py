@@ -20,8 +20,11 @@ BASE (run aaa111)
   draft slots reserved 4 4 0, reclaimed 1 2 0 (the rejected drafts of the verifies read in steps
     0 and 1) -> spec_reclaimed_share 3/8 = 0.375; no request sat out -> spec_sat_out_steps 0
   KV blocks used 2 5 3 of 10 -> peak_kv_usage 0.5; runner_cpu_util 1.0 -> host_cpu_util 1.0
+  one compile at start-up (step -1) -> compiles_after_warmup 0
   roofline: 1 GB of weights per step at 1 TB/s (1 ms) over 2 ms of GPU time per decode step
     -> decode_roofline 0.5
+  NVML energy counter 1000 mJ at 5 ms, 1700 mJ at 45 ms; tokens in (5, 45]: r0 10 20 30 40,
+    r1 20 30 40 -> joules_per_output_token 0.7 / 7 = 0.1
 
 WORSE (run bbb222): BASE with
   r0 preempted once; r1 tokens 20 30 40 62; r2 never finished; r3 aborted at 5 ms, no tokens
@@ -34,12 +37,14 @@ WORSE (run bbb222): BASE with
   verifies 2/0 2/1 2/0 2/1 -> 1 + 2/4 = 1.5; draft spans 3 ms -> 6 / (6 + 6) = 0.5
   reclaimed 3 3 0 -> 6/8 = 0.75; requests sat out 0 1 2 -> spec_sat_out_steps 2
   KV blocks used 2 8 3 of 10 -> peak_kv_usage 0.8; runner_cpu_util 1.5 -> host_cpu_util 1.5
+  a compile at start-up and one in step 1 -> compiles_after_warmup 1
   4 ms of GPU time per step -> decode_roofline 0.25
+  energy counter 1000 mJ at 5 ms, 2400 mJ at 45 ms -> 1.4 / 7 = 0.2 J per output token
 
 SLIGHT (run ccc333): BASE with r1's last token at 50.5, no steps and no GPU samples
   ITL [10 10 10 10 10 10.5] -> p50 10, p95 10.375, p99 10 + 0.95*0.5 = 10.475 (+4.75%)
   TPOT [10, 30.5/3]; duration 50.5 ms; peak_gpu_mem, overlap, host_bound_bubble_ms,
-  peak_kv_usage, host_cpu_util, decode_roofline: None
+  peak_kv_usage, host_cpu_util, decode_roofline, joules_per_output_token: None
   no drafts: mean_acceptance_length, draft_time_share, spec_sat_out_steps,
     spec_reclaimed_share: None
 """
@@ -74,6 +79,8 @@ def add_run(
     info: dict | None = None,
     verifies: tuple[tuple[int, str, int, int], ...] = (),
     spans: tuple[tuple[int, str, float, float], ...] = (),
+    energy: tuple[tuple[float, int], ...] = (),
+    compiles: tuple[int, ...] = (),
 ) -> None:
     """``requests``: (req_id, arrival_ms, finish_reason, num_preemptions, finish_ms or None for
     the last token's time)."""
@@ -129,6 +136,12 @@ def add_run(
                 "mem_used_bytes": np.array([round(g * GIB) for g in gpu_mem_gib], dtype=np.int64),
             },
         )
+    if energy:  # NVML energy counter samples: (ms, mJ)
+        store.append(
+            run_id,
+            "gpu_samples",
+            {"t_ns": [_ns(ms) for ms, _ in energy], "energy_mj": [mj for _, mj in energy]},
+        )
     if verifies:
         names = ("step", "req_id", "num_draft_tokens", "num_accepted_tokens")
         columns = zip(names, zip(*verifies, strict=True), strict=True)
@@ -143,6 +156,19 @@ def add_run(
                 "name": [n for _, n, _, _ in spans],
                 "start_ns": [_ns(a) for _, _, a, _ in spans],
                 "end_ns": [_ns(b) for _, _, _, b in spans],
+            },
+        )
+    if compiles:  # Triton compiles at these steps (-1: start-up), 250 ms each
+        store.append(
+            run_id,
+            "compiles",
+            {
+                "step": list(compiles),
+                "source": ["triton"] * len(compiles),
+                "kernel": ["_advance_kernel"] * len(compiles),
+                "key": ["int64@16, =1"] * len(compiles),
+                "compile_ms": [250.0] * len(compiles),
+                "after_warmup": [s >= 0 for s in compiles],
             },
         )
     store.finish_run(run_id, "completed", ended_ns=_ns(100))
@@ -220,6 +246,8 @@ def add_base(store: Store, run_id: str = "aaa111") -> None:
         },  # fmt: skip
         verifies=((0, "r0", 2, 2), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 2)),
         spans=_spec_spans(1.0),
+        energy=((5, 1000), (45, 1700)),
+        compiles=(-1,),
     )
 
 
@@ -247,6 +275,8 @@ def add_worse(store: Store, run_id: str = "bbb222") -> None:
         },  # fmt: skip
         verifies=((0, "r0", 2, 0), (0, "r1", 2, 1), (1, "r0", 2, 0), (1, "r1", 2, 1)),
         spans=_spec_spans(3.0),
+        energy=((5, 1000), (45, 2400)),
+        compiles=(-1, 1),
     )
 
 

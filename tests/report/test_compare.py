@@ -20,9 +20,11 @@ BASE = {
     "req_throughput": 40, "tok_throughput": 160, "peak_gpu_mem": 3072,
     "overlap": 0.5, "host_bound_bubble_ms": 5, "sync_count": 3, "graph_hit_rate": 0.75,
     "capture_s": 2, "startup_s": 10, "errors": 0, "aborts": 0, "preemptions": 0,
+    "compiles_after_warmup": 0,
     "mean_acceptance_length": 2.25, "draft_time_share": 0.25,
     "spec_sat_out_steps": 0, "spec_reclaimed_share": 0.375,
     "peak_kv_usage": 0.5, "host_cpu_util": 1.0, "decode_roofline": 0.5,
+    "joules_per_output_token": 0.1,
 }  # fmt: skip
 WORSE = {
     "p50_ttft": 15, "p95_ttft": 19.5, "p99_ttft": 19.9,
@@ -31,9 +33,11 @@ WORSE = {
     "req_throughput": 2 / 0.062, "tok_throughput": 8 / 0.062, "peak_gpu_mem": 4096,
     "overlap": 0.375, "host_bound_bubble_ms": 7, "sync_count": 5, "graph_hit_rate": 0.25,
     "capture_s": 3, "startup_s": 11, "errors": 1, "aborts": 1, "preemptions": 1,
+    "compiles_after_warmup": 1,
     "mean_acceptance_length": 1.5, "draft_time_share": 0.5,
     "spec_sat_out_steps": 2, "spec_reclaimed_share": 0.75,
     "peak_kv_usage": 0.8, "host_cpu_util": 1.5, "decode_roofline": 0.25,
+    "joules_per_output_token": 0.2,
 }  # fmt: skip
 UNCHANGED = {"p50_ttft", "p95_ttft", "p99_ttft", "p50_itl"}
 

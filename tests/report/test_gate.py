@@ -147,7 +147,7 @@ def test_default_thresholds(db):
     failed = {line.split()[1].rstrip(":") for line in lines if line.startswith("FAIL ")}
     unsure = {line.split()[1].rstrip(":") for line in lines if line.startswith("inconclusive ")}
     within = {"p50_ttft", "p95_ttft", "p99_ttft", "p50_itl", "startup_s"}
-    assert failed == {"errors", "aborts", "preemptions"}
+    assert failed == {"errors", "aborts", "preemptions", "compiles_after_warmup"}
     assert unsure == set(DEFAULT_THRESHOLDS) - within - failed
     assert result.exit_code == 1
 
@@ -183,7 +183,7 @@ def test_thresholds_file_and_flags_override_it(db, tmp_path):
     assert result.exit_code == 0, result.output
     result = gate(db, "aaa111", "bbb222", "--thresholds", str(path), *limits("sync_count=off"))
     assert result.stdout.strip().endswith("gate: PASS (1 metric)")
-    # without --replace-defaults the file is laid over the defaults: 17 + sync_count
+    # without --replace-defaults the file is laid over the defaults: 18 + sync_count
     result = gate(db, "ccc333", "ccc333", "--thresholds", str(path))
     n = len(DEFAULT_THRESHOLDS) + 1 - 1  # peak_gpu_mem measured in neither run: skipped
     assert result.stdout.strip().endswith(f"gate: PASS ({n} metrics, 1 skipped)"), result.output

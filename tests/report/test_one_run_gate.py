@@ -89,10 +89,10 @@ def test_max_regression_keeps_the_other_defaults(two_runs):
     db, _, b = two_runs
     _, data = gate_json(db, b, "--max-regression", "p99_itl=5%")
     limits = {r["metric"]: r["threshold"] for r in data["results"]}
-    assert set(limits) == set(DEFAULT_THRESHOLDS)  # all 17, peak_gpu_mem skipped on a CPU
+    assert set(limits) == set(DEFAULT_THRESHOLDS)  # all 18, peak_gpu_mem skipped on a CPU
     assert limits["p99_itl"] == "5%" and limits["p95_itl"] == DEFAULT_THRESHOLDS["p95_itl"]
     load = next(s for s in data["stages"] if s["name"] == "load")
-    summary = "thresholds: the defaults (mrv2-prof gate --help), with p99_itl=5%; 17 in force"
+    summary = "thresholds: the defaults (mrv2-prof gate --help), with p99_itl=5%; 18 in force"
     assert summary in load["lines"]
     # off drops a default; the other 16 stay
     _, data = gate_json(db, b, "--max-regression", "startup_s=off")

@@ -124,10 +124,10 @@ def read_model_args(directory: Path) -> ModelArgs:
     config_path = directory / "config.json"
     if not os.path.lexists(config_path):
         raise CheckpointError(f"{config_path}: config.json is missing")
-    args = ModelArgs.from_hf_config(_read_json(config_path, "config"), str(config_path))
+    args = ModelArgs.from_hf_config(read_json(config_path, "config"), str(config_path))
     generation_path = directory / "generation_config.json"
     if os.path.lexists(generation_path):  # read when present: a FIFO is refused, not skipped
-        generation = _read_json(generation_path, "generation config")
+        generation = read_json(generation_path, "generation config")
         source, vocab = str(generation_path), args.vocab_size
         eos = token_ids_in(generation, "eos_token_id", vocab, source)
         bos = token_ids_in(generation, "bos_token_id", vocab, source)
@@ -136,7 +136,7 @@ def read_model_args(directory: Path) -> ModelArgs:
     return args
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
+def read_json(path: Path, what: str) -> dict[str, Any]:
     """A checkpoint's small JSON file: a regular file (never a FIFO or a device, which are
     refused before they are opened) of at most ``MAX_CONFIG_BYTES``."""
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 from mrv2_prof.runner.config import ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError
-from mrv2_prof.runner.model.checkpoint_args import _read_json, is_gguf
+from mrv2_prof.runner.model.checkpoint_args import is_gguf, read_json
 from mrv2_prof.runner.model.shipped import SHIPPED, require_shipped
 
 MAX_NAME_CHARS = 200
@@ -41,7 +41,7 @@ def model_identity(spec: ModelSpec) -> dict[str, str]:
             source = "general.name"
             fallback = (path.stem, "file name")
         else:
-            cfg = _read_json(path / "config.json", "config")
+            cfg = read_json(path / "config.json", "config")
             name, source = _text(cfg.get("_name_or_path")), "_name_or_path"
             archs = cfg.get("architectures")
             arch = _text(archs[0]) if isinstance(archs, list) and archs else None

@@ -23,6 +23,7 @@ from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
+from mrv2_prof.runner.worker.memory_breakdown import memory_breakdown
 from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
@@ -36,6 +37,7 @@ def start_up(runner: ModelRunner) -> int:
     warm_up(runner)
     capture_graphs(runner)
     capture_draft_graphs(runner)  # speculative decoding's fused draft graphs (draft_model)
+    runner.info.memory = memory_breakdown(runner)  # what holds the device memory now
     return num_blocks
 
 

@@ -22,22 +22,33 @@ interpreter (``TRITON_INTERPRET=1``), when ``set_fast_launch(False)`` or
 ``MRV2_TRITON_FAST_LAUNCH=0`` turns it off, or when this triton's compiled kernel lacks the
 launcher it needs; the reason is recorded once per kernel (``notes()``), never silently.
 Each launcher counts its calls, hits, misses and JIT-path calls.
+
+A miss is timed, and reported to the compile listener when one is set
+(``set_compile_listener``: the engine hands its probe's ``kernel_compile`` over) with the
+launcher's name and the key as a short readable string (``key_text``). On the JIT path every
+call goes through triton and nothing is reported per call: a note says compiles are not
+recorded there (the interpreter compiles nothing, so it is left out).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 import torch
 
 _ENV = "MRV2_TRITON_FAST_LAUNCH"
-_state = {"enabled": os.environ.get(_ENV, "1") != "0"}
+_state: dict[str, Any] = {"enabled": os.environ.get(_ENV, "1") != "0", "listener": None}
 _notes: dict[str, None] = {}  # ordered set: one line per kernel that takes the JIT path
 _launchers: list[Launcher] = []  # every launcher made, for the counts (benchmarks)
 _LAUNCHER_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
 _I32 = range(-(2**31), 2**31)
+_KEY_CHARS = 200  # a key's text is cut to this many characters
+_UNRECORDED = (
+    "runner.kernels: Triton compiles are not recorded for kernels that launch through the JIT"
+)
 
 # per runtime parameter: 0 = specialised, 1 = not on its value, 2 = not on alignment, 3 = neither
 _FULL, _NO_VALUE, _NO_ALIGN, _NONE = 0, 1, 2, 3
@@ -46,6 +57,43 @@ _FULL, _NO_VALUE, _NO_ALIGN, _NONE = 0, 1, 2, 3
 def set_fast_launch(enabled: bool) -> None:
     """Turn the cached-kernel path on or off for every launcher (off: the JIT path each call)."""
     _state["enabled"] = enabled
+
+
+def set_compile_listener(listener: Callable[[str, str, float], None] | None) -> None:
+    """Call ``listener(kernel, key, compile_ms)`` on every cache miss from now on (None: stop):
+    the kernel's launcher name, ``key_text`` of the key, and the JIT call's wall time."""
+    _state["listener"] = listener
+
+
+def compile_listener() -> Callable[[str, str, float], None] | None:
+    """The listener ``set_compile_listener`` set, or None."""
+    return _state["listener"]
+
+
+def _arg_text(k: Any) -> str:
+    """One runtime argument's part of a key, readably: ``int32@16`` (a tensor, 16-byte
+    aligned), ``=1`` / ``%16`` / ``i32`` / ``i64`` (an integer's class)."""
+    if isinstance(k, torch.dtype):
+        return str(k).removeprefix("torch.")
+    if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype):
+        return str(k[0]).removeprefix("torch.") + ("@16" if k[1] else "")
+    if isinstance(k, tuple) and all(isinstance(x, bool) for x in k) and len(k) in (2, 4):
+        *value, in32, u64 = k
+        if value and value[0]:
+            return "=1"
+        if value and value[1]:
+            return "%16"
+        return "u64" if u64 else "i32" if in32 else "i64"
+    return repr(k)
+
+
+def key_text(key: tuple) -> str:
+    """A launcher's key (device, runtime-argument classes, keyword arguments) as one short
+    line: ``BLOCK=256; int32@16, %16, =1`` (cut to ~200 characters)."""
+    _, arg_keys, kwargs = key
+    text = ", ".join(f"{k}={v}" for k, v in kwargs)
+    text += ("; " if text else "") + ", ".join(_arg_text(k) for k in arg_keys)
+    return text if len(text) <= _KEY_CHARS else text[: _KEY_CHARS - 1] + "…"
 
 
 def notes() -> list[str]:
@@ -134,7 +182,8 @@ class Launcher:
         self.fallback: str | None = None  # why the JIT path is taken, once known
         self._noted_off = False
         _launchers.append(self)
-        if type(fn).__name__ == "InterpretedFunction":
+        self._interpreted = type(fn).__name__ == "InterpretedFunction"  # it compiles nothing
+        if self._interpreted:
             self._fall_back("the Triton interpreter runs it (TRITON_INTERPRET=1)")
             return
         shape = _param_modes(fn)
@@ -170,6 +219,8 @@ class Launcher:
                 self._noted_off = True
                 self._note(f"fast launch turned off: {_ENV}=0 or set_fast_launch(False)")
             self.slow += 1
+            if _state["listener"] is not None and not self._interpreted:
+                _notes[_UNRECORDED] = None  # no miss to see: triton binds every call
             self.fn[grid](*args, **kwargs)
             return
         if self._runtime is None:
@@ -187,7 +238,11 @@ class Launcher:
         if entry is None:
             self.misses += 1
             self.slow += 1
+            t0 = perf_counter_ns()
             self._fill(key, grid, args, kwargs)
+            listener = _state["listener"]
+            if listener is not None:
+                listener(self.name, key_text(key), (perf_counter_ns() - t0) / 1e6)
             return
         self.hits += 1
         kernel, tail = entry

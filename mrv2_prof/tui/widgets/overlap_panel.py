@@ -18,7 +18,8 @@ from mrv2_prof.views.snapshot import Snapshot
 
 EXPLAINED = (
     "overlap: host prep of step N+1 hidden under GPU work of step N. "
-    "bubble: GPU idle before a step; host-bound when it waited for the host."
+    "bubble: GPU idle before a step; host-bound when it waited for the host. "
+    "decode roofline: the last decode steps' median fraction of the roofline (docs/roofline.md)."
 )
 
 
@@ -30,13 +31,15 @@ class OverlapPanel(Panel):
         yield ValueRow("host-bound bubbles", "bubble-host-bound")
         yield ValueRow("other bubbles", "bubble-other")
         yield ValueRow("host-bound share", "bubble-share")
+        yield ValueRow("decode roofline", "roofline")
         yield Static(EXPLAINED, classes="hint", markup=False)
 
     def show(self, snapshot: Snapshot) -> None:
         s = snapshot
         if not has_gpu_timeline(s):
             na = gpu_only(s.device, None)
-            for value_id in ("overlap-frac", "bubble-host-bound", "bubble-other", "bubble-share"):
+            for value_id in ("overlap-frac", "bubble-host-bound", "bubble-other", "bubble-share",
+                             "roofline"):  # fmt: skip
                 self.set_value(value_id, na)
             return
         total = s.bubble_host_bound_ns + s.bubble_other_ns
@@ -44,3 +47,4 @@ class OverlapPanel(Panel):
         self.set_value("bubble-host-bound", format_ns_ms(s.bubble_host_bound_ns))
         self.set_value("bubble-other", format_ns_ms(s.bubble_other_ns))
         self.set_value("bubble-share", format_share(s.bubble_host_bound_ns, total))
+        self.set_value("roofline", format_percent(s.roofline_decode))

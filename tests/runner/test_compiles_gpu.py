@@ -1,0 +1,111 @@
+"""Compiles after warm-up on a CUDA device: a compile planted in step 50 (a staged-write apply
+on a dtype no staged tensor has, a new specialization of a step-path launcher) is recorded at
+that step with its kernel and key, the finding names it and ``strict`` fails the run on it; a
+warmed run of a shipped scenario records no compile after warm-up."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from test_run import cli, query
+
+from mrv2_prof.probes.recording import RecordingProbe
+from mrv2_prof.runner.config import ConfigError, ModelSpec, RunnerConfig
+from mrv2_prof.runner.core.request import SamplingParams
+from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.worker.staged_write_triton import apply_packed_writes_triton
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = "_apply_packed_writes_kernel"
+CONFIG = RunnerConfig(
+    device="cuda",
+    max_num_reqs=16,
+    max_num_seqs=4,
+    max_model_len=256,
+    num_kv_blocks=64,
+    kernels="triton",
+    cudagraph_mode="full_and_piecewise",
+    cudagraph_capture_sizes=(1, 2, 4),
+)
+
+
+def _planted_run(
+    config: RunnerConfig, at_step: int = 50, dtype: torch.dtype = torch.float64
+) -> tuple[Engine, RecordingProbe]:
+    """An engine warmed and serving four requests for 70 steps; inside step ``at_step`` the
+    step-path staged-write launcher gets a base of ``dtype`` (an empty write: nothing changes;
+    the launchers are process-wide, so each test plants its own dtype)."""
+    probe = RecordingProbe()
+    engine = Engine(config, ModelSpec(preset="llama-tiny"), probe)
+    queue_step = engine.runner.queue_step
+
+    def planted(so):
+        if engine.step_index == at_step:
+            base = torch.zeros(2, 8, dtype=dtype, device="cuda")
+            apply_packed_writes_triton(base, torch.zeros(4, dtype=torch.int32, device="cuda"), 1, 0)
+        return queue_step(so)
+
+    engine.runner.queue_step = planted
+    params = SamplingParams(max_tokens=70, ignore_eos=True)
+    for i in range(4):
+        engine.add_request(f"r{i}", list(range(5 + i, 30 + i)), params)
+    return engine, probe
+
+
+def test_gpu_a_compile_planted_at_step_50_is_recorded_with_its_kernel_and_key():
+    engine, probe = _planted_run(CONFIG)
+    try:
+        while engine.has_unfinished_requests():
+            engine.step()
+    finally:
+        engine.close()
+    rows = probe.drain()["compiles"]
+    late = [
+        (int(s), k, key, float(ms))
+        for s, k, key, ms, after in zip(
+            rows["step"], rows["kernel"], rows["key"], rows["compile_ms"], rows["after_warmup"],
+            strict=True,
+        )
+        if after
+    ]  # fmt: skip
+    print("compiles after warm-up:", late)
+    assert (rows["step"][~rows["after_warmup"]] == -1).all()  # start-up's: step -1
+    planted = [c for c in late if c[1] == KERNEL and "float64" in c[2]]
+    assert len(planted) == 1, late
+    step, _, key, ms = planted[0]
+    assert step == 50 and key.startswith("BLOCK=") and ms > 0
+    assert late == [planted[0]], "the warmed engine compiled something besides the planted"
+
+
+def test_gpu_strict_fails_the_step_that_compiled():
+    strict = dataclasses.replace(CONFIG, strict=True)
+    engine, _ = _planted_run(strict, at_step=30, dtype=torch.int16)
+    try:
+        with pytest.raises(ConfigError, match=rf"Triton kernel {KERNEL} compiled at step 30"):
+            while engine.has_unfinished_requests():
+                engine.step()
+        assert engine.step_index == 30
+    finally:
+        engine.close()
+
+
+def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    args = ["run", str(ROOT / "scenarios/decode_heavy.yaml"), "--headless", "--db", str(db)]
+    for s in ("model.preset=llama-tiny", "runner.num_kv_blocks=4096", "workload.num_requests=24",
+              "workload.output_len.value=48"):  # fmt: skip
+        args += ["--set", s]
+    proc = cli(*args, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    startup = query(db, "SELECT count(*) FROM compiles WHERE NOT after_warmup AND step = -1")
+    late = query(db, "SELECT step, kernel, key FROM compiles WHERE after_warmup")
+    assert startup[0][0] > 0  # the warm-up's compiles are recorded
+    assert late == []
