@@ -46,7 +46,7 @@ def test_record_buffer_fill_and_growth():
 def test_tiny_capacity_grows_without_losing_or_reordering(clock):  # noqa: F811
     p = RecordingProbe(capacity=2)
     s = Scripted(p, clock)
-    counts = (1, 1, 1, 0, 1, 1, 0, 0, "none")
+    counts = (1, 1, 1, 0, 1, 1, 0, 0, "none", 3, 6)
     assert p.fill == 0.0
     s.step_begin(0)
     s.step_end(*counts)

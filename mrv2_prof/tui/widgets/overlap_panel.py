@@ -18,8 +18,7 @@ from mrv2_prof.views.snapshot import Snapshot
 
 EXPLAINED = (
     "overlap: host prep of step N+1 hidden under GPU work of step N. "
-    "bubble: GPU idle before a step; host-bound when it waited for the host. "
-    "decode roofline: the last decode steps' median fraction of the roofline (docs/roofline.md)."
+    "bubble: GPU idle before a step; host-bound when it waited for the host."
 )
 
 
