@@ -55,6 +55,8 @@ class Engine:
         config = self.config = self.runner.config  # max_model_len resolved against the model
         num_blocks = start_up(self.runner)  # KV cache, warm-up, CUDA graphs
         self.compiles.warm()
+        if self.compiles.note and self.runner.is_cuda:  # a triton too old for its JIT hooks
+            self.runner.info.notes.append(self.compiles.note)
         self.kv_cache_manager = KVCacheManager(
             num_blocks, config.block_size, config.enable_prefix_caching
         )

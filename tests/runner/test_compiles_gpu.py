@@ -109,3 +109,43 @@ def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path
     late = query(db, "SELECT step, kernel, key FROM compiles WHERE after_warmup")
     assert startup[0][0] > 0  # the warm-up's compiles are recorded
     assert late == []
+
+
+def test_gpu_a_kernel_launched_directly_is_caught_by_tritons_hooks():
+    """A kernel launched with ``kernel[grid]`` (no launcher, as the model's kernels are) first
+    launched at step 40 is recorded at that step by triton's JIT hooks, with its name."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _planted_direct_kernel(x_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 1)
+
+    probe = RecordingProbe()
+    engine = Engine(CONFIG, ModelSpec(preset="llama-tiny"), probe)
+    queue_step = engine.runner.queue_step
+
+    def planted(so):
+        if engine.step_index == 40:
+            _planted_direct_kernel[(1,)](torch.zeros(32, device="cuda"), BLOCK=32)
+        return queue_step(so)
+
+    engine.runner.queue_step = planted
+    for i in range(2):
+        engine.add_request(
+            f"r{i}", list(range(5, 30)), SamplingParams(max_tokens=50, ignore_eos=True)
+        )
+    try:
+        while engine.has_unfinished_requests():
+            engine.step()
+    finally:
+        engine.close()
+    rows = probe.drain()["compiles"]
+    found = [
+        (int(s), str(key)) for s, k, key in zip(rows["step"], rows["kernel"], rows["key"],
+                                                strict=True)
+        if k == "_planted_direct_kernel"
+    ]  # fmt: skip
+    assert len(found) == 1 and found[0][0] == 40, found
+    assert "_planted_direct_kernel" in found[0][1]

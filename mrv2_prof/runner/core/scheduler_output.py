@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from mrv2_prof.runner.core.request import SamplingParams
 
 
@@ -94,10 +96,9 @@ class SchedulerOutput:
         if total == len(self.num_scheduled_tokens):  # one token each (decode): pairs = context
             return computed + total, computed + total
         sched = self.num_scheduled_tokens
-        pairs = 0
-        for rid, c in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-            n = sched[rid]
-            pairs += n * int(c) + n * (n + 1) // 2
+        n = np.fromiter(map(sched.__getitem__, cached.req_ids), np.int64, len(cached.req_ids))
+        c = np.asarray(columns, dtype=np.int64)
+        pairs = int((n * c + n * (n + 1) // 2).sum())
         for r in new:
             n = sched[r.req_id]
             pairs += n * r.num_computed_tokens + n * (n + 1) // 2

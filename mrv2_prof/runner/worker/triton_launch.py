@@ -65,6 +65,11 @@ def set_compile_listener(listener: Callable[[str, str, float], None] | None) -> 
     _state["listener"] = listener
 
 
+def in_launcher_miss() -> bool:
+    """True while a launcher's cache miss is on triton's JIT path (its listener reports it)."""
+    return _state.get("in_miss", False)
+
+
 def compile_listener() -> Callable[[str, str, float], None] | None:
     """The listener ``set_compile_listener`` set, or None."""
     return _state["listener"]
@@ -239,7 +244,11 @@ class Launcher:
             self.misses += 1
             self.slow += 1
             t0 = perf_counter_ns()
-            self._fill(key, grid, args, kwargs)
+            _state["in_miss"] = True  # triton's own compile hooks leave this compile to us
+            try:
+                self._fill(key, grid, args, kwargs)
+            finally:
+                _state["in_miss"] = False
             listener = _state["listener"]
             if listener is not None:
                 listener(self.name, key_text(key), (perf_counter_ns() - t0) / 1e6)
