@@ -60,14 +60,19 @@ def _planted_run(
     return engine, probe
 
 
-def test_gpu_a_compile_planted_at_step_50_is_recorded_with_its_kernel_and_key():
-    engine, probe = _planted_run(CONFIG)
+def _compiles_to_the_end(engine: Engine, probe: RecordingProbe) -> dict:
+    """Step ``engine`` until its requests are done, close it; the ``compiles`` rows recorded."""
     try:
         while engine.has_unfinished_requests():
             engine.step()
     finally:
         engine.close()
-    rows = probe.drain()["compiles"]
+    return probe.drain()["compiles"]
+
+
+def test_gpu_a_compile_planted_at_step_50_is_recorded_with_its_kernel_and_key():
+    engine, probe = _planted_run(CONFIG)
+    rows = _compiles_to_the_end(engine, probe)
     late = [
         (int(s), k, key, float(ms))
         for s, k, key, ms, after in zip(
@@ -136,12 +141,7 @@ def test_gpu_a_kernel_launched_directly_is_caught_by_tritons_hooks():
         engine.add_request(
             f"r{i}", list(range(5, 30)), SamplingParams(max_tokens=50, ignore_eos=True)
         )
-    try:
-        while engine.has_unfinished_requests():
-            engine.step()
-    finally:
-        engine.close()
-    rows = probe.drain()["compiles"]
+    rows = _compiles_to_the_end(engine, probe)
     found = [
         (int(s), str(key)) for s, k, key in zip(rows["step"], rows["kernel"], rows["key"],
                                                 strict=True)
