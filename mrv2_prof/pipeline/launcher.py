@@ -69,6 +69,7 @@ class RunnerProcess:
         self.nvml_hz = float(job.scenario.get("probes", {}).get("nvml_hz", 0) or 0)
         self.nvml: NvmlSampler | None = None
         self._nvml_note: str | None = None
+        self._notes_to_store: list[str] = []
         self._gpu_recent: deque[tuple[int, float, int, float, float]] = deque(
             maxlen=GPU_SAMPLE_WINDOW
         )
@@ -163,8 +164,10 @@ class RunnerProcess:
     def _finish_nvml(self) -> None:
         """After the runner exited: store the samples, or the note of why there are none."""
         samples = self.nvml.stop() if self.nvml is not None else None
+        energy_note = self.nvml.energy_note if self.nvml is not None else None
         self.nvml = None
-        if self.run_id is None or (self._nvml_note is None and samples is None):
+        self._notes_to_store = [n for n in (self._nvml_note, energy_note) if n is not None]
+        if self.run_id is None or (not self._notes_to_store and samples is None):
             return
         try:
             self._store_nvml(samples)
@@ -175,8 +178,8 @@ class RunnerProcess:
         with Store.open(self.job.db_path) as store:
             if samples is not None and len(samples["t_ns"]):
                 store.append(self.run_id, "gpu_samples", samples)
-            if self._nvml_note is not None:
-                add_run_note(store, self.run_id, self._nvml_note)
+            for note in self._notes_to_store:  # NVML missing, or a GPU without its energy counter
+                add_run_note(store, self.run_id, note)
 
     # ---- SnapshotSource -------------------------------------------------------------------------
     def poll(self) -> tuple[Snapshot | None, bool]:

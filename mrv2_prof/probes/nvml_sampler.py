@@ -26,7 +26,7 @@ import numpy as np
 from mrv2_prof.probes.columns import from_rows
 
 _NO_ENERGY = -1  # the energy counter not reported (a counter in mJ is never negative)
-_ENERGY_NOTE = "probes.nvml_hz: this GPU does not report NVML's energy counter; no energy per token"
+ENERGY_NOTE = "probes.nvml_hz: this GPU does not report NVML's energy counter; no energy per token"
 
 
 class NvmlSampler:
@@ -60,7 +60,7 @@ class NvmlSampler:
             return False
         self.sample()  # one sample at once, so even a short run has one
         if self._rows[-1][-1] == _NO_ENERGY:
-            self.energy_note = _ENERGY_NOTE
+            self.energy_note = ENERGY_NOTE
         self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
         self._thread.start()
         return True

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mrv2_prof.pipeline import launcher
-from mrv2_prof.probes.nvml_sampler import NvmlSampler
+from mrv2_prof.probes.nvml_sampler import ENERGY_NOTE, NvmlSampler
 
 COLUMNS = ("t_ns", "gpu_util", "mem_used_bytes", "power_w", "sm_clock_mhz", "energy_mj")
 
@@ -205,3 +205,19 @@ def test_nvml_off_samples_nothing_and_says_nothing(quickstart_job, monkeypatch):
         (n,) = con.execute("SELECT count(*) FROM gpu_samples").fetchone()
     assert outcome.status == "completed" and made == [] and n == 0
     assert not any("nvml" in note for note in json.loads(info)["notes"])
+
+
+def test_a_gpu_without_the_energy_counter_leaves_its_note_on_the_run(quickstart_job, monkeypatch):
+    fake = FakeNvml(energy_supported=False)
+    monkeypatch.setattr(
+        launcher, "NvmlSampler", lambda hz, device: NvmlSampler(hz, "cuda:0", nvml=fake)
+    )
+    job = quickstart_job("probes.nvml_hz=50", "workload.num_requests=8")
+    runner = launcher.RunnerProcess(job)
+    runner.start()
+    outcome = runner.join()
+    assert outcome.status == "completed"
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        (info,) = con.execute("SELECT info FROM runs WHERE run_id = ?", [outcome.run_id]).fetchone()
+    notes = json.loads(info)["notes"]
+    assert [n for n in notes if "energy" in n] == [ENERGY_NOTE]
