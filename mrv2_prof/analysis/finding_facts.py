@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from mrv2_prof.analysis.compiles import LateCompiles, late_compiles
+from mrv2_prof.analysis.kernel_roofline import KernelRoofline, kernel_roofline
 from mrv2_prof.store.db import Store
 
 # CPU phases that are host work (the containers and the wait for the device are not)
@@ -64,6 +65,7 @@ class FindingFacts:
     scenario_as_run: dict[str, Any] = field(default_factory=dict)  # after every downgrade
     spec: SpecStepFacts = field(default_factory=SpecStepFacts)
     late_compiles: LateCompiles = field(default_factory=LateCompiles)  # after warm-up
+    kernel_roofline: KernelRoofline | None = None  # per op, the kernel-trace window's
 
 
 def _yaml(text: str | None) -> dict[str, Any]:
@@ -144,6 +146,7 @@ def finding_facts(store: Store, run_id: str, include_perturbed: bool = False) ->
         scenario_as_run=_yaml(as_run),
         spec=spec_step_facts(store, run_id, keep),
         late_compiles=late_compiles(store, run_id),
+        kernel_roofline=kernel_roofline(store, run_id),
     )
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.host_contention import assess, contention_text
+from mrv2_prof.analysis.kernel_roofline import kernels_far_from_roof
 from mrv2_prof.analysis.metrics import RunSummary, run_summary
 from mrv2_prof.store.db import Store
 from mrv2_prof.views.downgrades import downgrades
@@ -283,7 +285,7 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
     not_completed, host_contention, host_bound, implicit_syncs, compiles_after_warmup,
     kv_pressure, spec_costs_more, spec_sat_out, graph_fallback, unused_graphs, downgraded,
-    prefix_cache, perturbed,
+    prefix_cache, perturbed, partial(kernels_far_from_roof, Finding),
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from mrv2_prof.analysis.sweep_runs import scenario_texts
 from mrv2_prof.report import figures
 from mrv2_prof.report.figure_meta import Figure, NotMeasured
 from mrv2_prof.report.host_flame import host_flame
+from mrv2_prof.report.kernel_table import kernel_table
 from mrv2_prof.report.plotly_inline import boot_script, plotly_element
 from mrv2_prof.report.ranks_panel import ranks_figure
 from mrv2_prof.report.request_sample import requests_html
@@ -80,6 +81,9 @@ FIGURE_GUIDE = {
     "roofline": ("Roofline", "Each step at its FLOPs per byte and its achieved TFLOP/s under "
                  "the GPU's roof (HBM bandwidth x intensity, capped by the tensor-core peak); "
                  "a step's height under the roof is its fraction of it."),
+    "kernel_ops": ("Kernels per op", "Each op of the model over the kernel-trace window, layers "
+                   "summed: launches and device time per step, achieved TB/s and TFLOP/s from its "
+                   "shapes' bytes and FLOPs, and its share of the binding roof."),
     "sweep": ("Sweep comparison", "The headline metrics of every run side by side, one bar "
               "(colour) per run."),
 }  # fmt: skip
@@ -233,6 +237,7 @@ def render_run_report(
     figs = [make(data) for make in RUN_FIGURES]
     figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
     figs.append(roofline_figure(summary.roofline))
+    figs.append(kernel_table(facts.kernel_roofline))
     if summary.tensor_parallel is not None:  # only a tensor-parallel run has rank rows
         figs.append(ranks_figure(rank_columns(store, run_id)))
     notes = "".join(

@@ -428,6 +428,6 @@ class RuntimeInfo:
     draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
     draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
     spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)
-    step_cost: dict[str, int] = field(default_factory=dict)  # model/step_cost.py: the roofline's
+    step_cost: dict[str, Any] = field(default_factory=dict)  # model/step_cost.py: the roofline's
     memory: dict[str, Any] = field(default_factory=dict)  # worker/memory_breakdown.py
     notes: list[str] = field(default_factory=list)

@@ -45,7 +45,7 @@ def test_quickstart_report_draws_the_stored_rows(run_in_process):
     missing = not_measured(page)
     assert set(missing) == {
         "overlap", "bubbles", "graph_capture", "nvml", "host_flame", "spec_decode", "spec_steps",
-        "roofline",
+        "roofline", "kernel_ops",
     }  # fmt: skip
     assert all(why.startswith("not measured on this run: ") for why in missing.values())
     assert missing["host_flame"].endswith("probes.host_sampling_hz was 0")

@@ -15,6 +15,19 @@ context and query-key pairs. Counted from the loaded parameters, so a checkpoint
 * ``attn_flops_per_pair``: 4 x layers x query heads x head dim per query-key pair (QK^T, PV).
 
 The draft model of speculative decoding is not counted: the roofline is the target's.
+
+``ops`` (nested in the same dict, with ``layers``) splits the step into the model's ops for the
+per-kernel roofline (``analysis/kernel_roofline.py``): per op, the bytes and FLOPs of one launch
+(one layer's) as ``weight_bytes`` (read once per launch) plus ``bytes_per_token``,
+``bytes_per_row`` (logits rows) and ``bytes_per_context`` (KV tokens read) times the step's
+counts, and ``flops_per_token``, ``flops_per_row`` and ``flops_per_pair`` likewise (a key left
+out is 0). The projections (``qkv``, ``o``, ``gate_up``, ``down``) and ``lm_head`` are their
+weights (as above); ``attention`` reads one layer's K and V per context token and does
+4 x heads x head dim FLOPs per pair. The elementwise ops count their activations read and
+written per token: ``norm`` (RMSNorm: a row in, a row out), ``add_norm`` (the residual add and
+the post-attention norm: two rows in, two out), ``qk_rope`` (q and k in and out, v in, and the
+layer's K and V written to the cache), ``kv_write`` (k and v in, K and V out), ``silu_mul``
+(gate and up in, one row out).
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from typing import Any
 import torch
 
 
-def step_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dict[str, int]:
+def step_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dict[str, Any]:
     """The constants above for ``model`` (``ModelArgs`` ``args``)."""
     params = list(model.parameters())
     itemsize = params[0].element_size()
@@ -41,4 +54,40 @@ def step_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dic
         "lm_head_flops_per_row": 2 * table,
         "attn_flops_per_pair": 4 * args.num_hidden_layers * args.num_attention_heads
         * args.head_dim,
+        "layers": args.num_hidden_layers,
+        "ops": op_cost(model, args, kv_bytes_per_token),
     }  # fmt: skip
+
+
+def _weight(linear: torch.nn.Module) -> tuple[int, int]:
+    """(bytes of weight and bias, 2 x the weight's elements: FLOPs per token)."""
+    params = [p for p in (linear.weight, getattr(linear, "bias", None)) if p is not None]
+    return sum(p.numel() * p.element_size() for p in params), 2 * linear.weight.numel()
+
+
+def op_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dict[str, dict]:
+    """Per op, one launch's bytes and FLOPs (the module doc's ``ops``), from layer 0's shapes."""
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    item = attn.qkv_proj.weight.element_size()
+    hidden, inter = args.hidden_size, args.intermediate_size
+    q, kv = attn.num_heads * attn.head_dim, attn.num_kv_heads * attn.head_dim
+    kv_layer = int(kv_bytes_per_token) // args.num_hidden_layers  # K and V of one token
+    ops: dict[str, dict] = {}
+    for name, linear in (("qkv", attn.qkv_proj), ("o", attn.o_proj),
+                         ("gate_up", mlp.gate_up_proj), ("down", mlp.down_proj)):  # fmt: skip
+        nbytes, flops = _weight(linear)
+        ops[name] = {"weight_bytes": nbytes, "flops_per_token": flops}
+    ops["attention"] = {"bytes_per_context": kv_layer, "flops_per_pair": 4 * q}
+    table = args.vocab_size * hidden
+    ops["lm_head"] = {"weight_bytes": table * item, "bytes_per_row": args.vocab_size * item,
+                      "flops_per_row": 2 * table}  # fmt: skip
+    norm = {"weight_bytes": hidden * item}
+    ops["norm"] = {**norm, "bytes_per_token": 2 * hidden * item}
+    ops["add_norm"] = {**norm, "bytes_per_token": 4 * hidden * item}
+    qk_norm = 2 * attn.head_dim * item if attn.q_norm is not None else 0
+    ops["qk_rope"] = {"weight_bytes": qk_norm,
+                      "bytes_per_token": (2 * (q + kv) + kv) * item + kv_layer}  # fmt: skip
+    ops["kv_write"] = {"bytes_per_token": 2 * kv * item + kv_layer}
+    ops["silu_mul"] = {"bytes_per_token": 3 * inter * item}
+    return ops

@@ -1,0 +1,167 @@
+"""The roofline per op of the model, over the steps whose kernels were recorded (the kernel-trace
+window, ``probes.kernel_trace``, or an ``nsys import``).
+
+Each kernel of a recorded step is put with its op and layer (``kernel_ops.py``: our Triton
+kernels by name, GEMMs by their order in the forward). Per op, over the window's steps:
+
+* launches per step and device time per step (the kernels' ``end_ns - start_ns``, summed);
+* bytes and FLOPs per step: per launch, the op's ``runs.info['step_cost']['ops']`` entry at the
+  step's counts (``weight_bytes`` + ``bytes_per_token`` x tokens + ``bytes_per_row`` x logits
+  rows + ``bytes_per_context`` x context tokens; FLOPs per token, row and query-key pair
+  likewise), summed over the op's launches (a GEMM's split-K reduction adds time, not bytes);
+* achieved TB/s and TFLOP/s: bytes and FLOPs over the op's device time;
+* the fraction of the roof: max(bytes / HBM read bandwidth, FLOPs / tensor-core peak) over the
+  device time (peaks of ``runs.info['machine_peaks']``), and which roof binds.
+
+``other`` (sampling, input preparation, copies) and ``unattributed`` kernels have time only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mrv2_prof.analysis.kernel_ops import OTHER, UNATTRIBUTED, attribute_step
+from mrv2_prof.store import Store
+
+FAR_FROM_ROOF = 0.5  # an op under this fraction of its roof is a finding ...
+MIN_TIME_SHARE = 0.10  # ... when it takes at least this share of the window's kernel time
+NO_KERNELS = "no kernels recorded (probes.kernel_trace on a CUDA run, or nsys import)"
+_KERNELS = """
+    SELECT step, name, end_ns - start_ns FROM kernels
+    WHERE run_id = ? AND step >= 0 AND end_ns >= start_ns
+    ORDER BY step, start_ns, end_ns"""
+_STEPS = """
+    SELECT step, num_tokens, num_reqs + coalesce(num_draft_tokens, 0),
+           greatest(coalesce(context_tokens, 0), 0), greatest(coalesce(attn_pairs, 0), 0)
+    FROM steps WHERE run_id = ? AND step IN (SELECT DISTINCT step FROM kernels WHERE run_id = ?)"""
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op over the window, per step (means over its steps)."""
+
+    op: str
+    launches: float
+    us: float  # device time per step
+    share: float  # of all the window's kernel time
+    bytes: float
+    flops: float
+    bytes_per_s: float | None  # None: no device time, or an op without a cost (other)
+    flops_per_s: float | None
+    fraction: float | None  # of the binding roof
+    bound: str | None  # "HBM" or "tensor-core"
+
+
+@dataclass(frozen=True)
+class KernelRoofline:
+    steps: int = 0  # steps with kernels recorded
+    tokens_per_step: float = 0.0
+    rows: list[OpRow] = field(default_factory=list)  # most device time first
+    notes: list[str] = field(default_factory=list)  # unattributed steps, the peaks' limits
+    why: str | None = None  # why there is no table
+
+
+def op_bytes_flops(cost: dict[str, int], counts: tuple[int, int, int, int]) -> tuple[int, int]:
+    """One launch's bytes and FLOPs at a step's (tokens, logits rows, context, pairs)."""
+    tokens, rows, context, pairs = counts
+    g = cost.get
+    nbytes = (g("weight_bytes", 0) + g("bytes_per_token", 0) * tokens
+              + g("bytes_per_row", 0) * rows + g("bytes_per_context", 0) * context)  # fmt: skip
+    flops = g("flops_per_token", 0) * tokens + g("flops_per_row", 0) * rows
+    return nbytes, flops + g("flops_per_pair", 0) * pairs
+
+
+def kernel_roofline(store: Store, run_id: str) -> KernelRoofline:
+    """The per-op table of the run's recorded kernels, or why there is none."""
+    con = store.connection
+    (info,) = con.execute("SELECT info FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    info = json.loads(info) if info else {}
+    cost, peaks = info.get("step_cost") or {}, info.get("machine_peaks") or {}
+    kernels = con.execute(_KERNELS, [run_id]).fetchall()
+    if not kernels:
+        return KernelRoofline(why=NO_KERNELS)
+    if "ops" not in cost or not cost.get("layers"):
+        return KernelRoofline(why="the run recorded no per-op cost (stored before it was)")
+    steps = con.execute(_STEPS, [run_id, run_id]).fetchall()
+    counts = {int(r[0]): tuple(int(v) for v in r[1:]) for r in steps}
+    by_step: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for step, name, ns in kernels:
+        by_step[int(step)].append((name, int(ns)))
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0])  # launches, ns, B, FLOP
+    reasons: dict[str, int] = defaultdict(int)
+    for step, rows in by_step.items():
+        ops, why = attribute_step([n for n, _ in rows], int(cost["layers"]))
+        if why:
+            reasons[why] += 1
+        for (_, ns), k in zip(rows, ops, strict=True):
+            t = totals[k.op]
+            t[0] += 0 if k.joins else 1
+            t[1] += ns
+            if k.op in cost["ops"] and not k.joins and step in counts:
+                nbytes, flops = op_bytes_flops(cost["ops"][k.op], counts[step])
+                t[2], t[3] = t[2] + nbytes, t[3] + flops
+    n = len(by_step)
+    tokens = sum(counts[s][0] for s in by_step if s in counts) / n
+    all_ns = sum(t[1] for t in totals.values()) or 1
+    rows = [_row(op, t, n, all_ns, peaks, op in cost["ops"]) for op, t in totals.items()]
+    rows.sort(key=lambda r: -r.us)
+    notes = [f"{c} of {n} steps unattributed: {why}" for why, c in reasons.items()]
+    if not peaks.get("hbm_read_bytes_per_s"):
+        notes.append("no HBM bandwidth recorded: no fraction of the roof")
+    elif not peaks.get("tensor_flops_per_s"):
+        notes.append(f"memory roof only ({peaks.get('tensor_source', 'no tensor-core peak')})")
+    return KernelRoofline(n, tokens, rows, notes)
+
+
+def _row(op: str, t: list[float], n: int, all_ns: float, peaks: dict[str, Any], costed: bool):
+    launches, ns, nbytes, flops = t
+    s = ns / 1e9
+    bw, peak = peaks.get("hbm_read_bytes_per_s"), peaks.get("tensor_flops_per_s")
+    fraction = bound = None
+    if costed and s > 0 and bw:
+        memory_s, compute_s = nbytes / bw, flops / peak if peak else 0.0
+        fraction = max(memory_s, compute_s) / s
+        bound = "tensor-core" if compute_s > memory_s else "HBM"
+    return OpRow(
+        op=op, launches=launches / n, us=ns / n / 1e3, share=ns / all_ns, bytes=nbytes / n,
+        flops=flops / n, bytes_per_s=nbytes / s if costed and s > 0 else None,
+        flops_per_s=flops / s if costed and s > 0 else None, fraction=fraction, bound=bound,
+    )  # fmt: skip
+
+
+def far_from_roof(table: KernelRoofline | None, most: int = 2) -> list[OpRow]:
+    """The ops (at most ``most``, most time first) that take ``MIN_TIME_SHARE`` of the window's
+    kernel time at under ``FAR_FROM_ROOF`` of their roof."""
+    if table is None:
+        return []
+    far = [r for r in table.rows if r.fraction is not None and r.fraction < FAR_FROM_ROOF
+           and r.share >= MIN_TIME_SHARE and r.op not in (OTHER, UNATTRIBUTED)]  # fmt: skip
+    return far[:most]
+
+
+def op_line(r: OpRow) -> str:
+    """``qkv at 1.60 TB/s, 39 % of the HBM roof: 120 µs per step (22 % of kernel time)``."""
+    speed = (f"{r.flops_per_s / 1e12:.3g} TFLOP/s" if r.bound == "tensor-core"
+             else f"{(r.bytes_per_s or 0) / 1e12:.2f} TB/s")  # fmt: skip
+    return (
+        f"{r.op} at {speed}, {100 * (r.fraction or 0):.0f} % of the {r.bound} roof: "
+        f"{r.us:,.1f} µs per step ({100 * r.share:.0f} % of kernel time, "
+        f"{r.launches:g} launch{'' if r.launches == 1 else 'es'} per step)"
+    )
+
+
+def kernels_far_from_roof(make: Callable[..., Any], s: Any, f: Any) -> Any:
+    """The findings rule (``make``: the ``Finding`` class, bound where the rule is registered):
+    the top ops of the kernel-trace window far from their roof, with their figures."""
+    table = getattr(f, "kernel_roofline", None)
+    far = far_from_roof(table)
+    if not far:
+        return None
+    batch = f"{table.tokens_per_step:.3g} tokens per step"
+    text = f"kernels far from their roof ({batch}): " + "; ".join(op_line(r) for r in far)
+    where = "report: Kernels per op; the kernels table (kernel-trace window)"
+    return make("kernels_far_from_roof", 1, sum(r.share for r in far), text, where)
