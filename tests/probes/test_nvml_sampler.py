@@ -154,16 +154,22 @@ def test_no_nvml_or_no_gpu_is_one_note():
     assert {k: len(v) for k, v in s.stop().items()} == dict.fromkeys(COLUMNS, 0)
 
 
-def test_a_run_stores_its_samples_or_the_note(quickstart_job, monkeypatch):
-    """A real runner process; the parent samples a fake GPU while it runs."""
+def _run_on_a_fake_gpu(quickstart_job, monkeypatch, fake: FakeNvml, requests: int):
+    """A quickstart in a real runner process while the parent samples ``fake`` at 50 Hz."""
     monkeypatch.setattr(
-        launcher, "NvmlSampler", lambda hz, device: NvmlSampler(hz, "cuda:0", nvml=FakeNvml())
+        launcher, "NvmlSampler", lambda hz, device: NvmlSampler(hz, "cuda:0", nvml=fake)
     )
-    job = quickstart_job("probes.nvml_hz=50", "workload.num_requests=64")
+    job = quickstart_job("probes.nvml_hz=50", f"workload.num_requests={requests}")
     runner = launcher.RunnerProcess(job)
     runner.start()
     outcome = runner.join()
     assert outcome.status == "completed"
+    return job, outcome
+
+
+def test_a_run_stores_its_samples_or_the_note(quickstart_job, monkeypatch):
+    """A real runner process; the parent samples a fake GPU while it runs."""
+    job, outcome = _run_on_a_fake_gpu(quickstart_job, monkeypatch, FakeNvml(), 64)
     with duckdb.connect(job.db_path, read_only=True) as con:
         n, lo, hi, util = con.execute(
             "SELECT count(*), min(t_ns), max(t_ns), avg(gpu_util) FROM gpu_samples "
@@ -209,14 +215,7 @@ def test_nvml_off_samples_nothing_and_says_nothing(quickstart_job, monkeypatch):
 
 def test_a_gpu_without_the_energy_counter_leaves_its_note_on_the_run(quickstart_job, monkeypatch):
     fake = FakeNvml(energy_supported=False)
-    monkeypatch.setattr(
-        launcher, "NvmlSampler", lambda hz, device: NvmlSampler(hz, "cuda:0", nvml=fake)
-    )
-    job = quickstart_job("probes.nvml_hz=50", "workload.num_requests=8")
-    runner = launcher.RunnerProcess(job)
-    runner.start()
-    outcome = runner.join()
-    assert outcome.status == "completed"
+    job, outcome = _run_on_a_fake_gpu(quickstart_job, monkeypatch, fake, 8)
     with duckdb.connect(job.db_path, read_only=True) as con:
         (info,) = con.execute("SELECT info FROM runs WHERE run_id = ?", [outcome.run_id]).fetchone()
     notes = json.loads(info)["notes"]
