@@ -12,11 +12,14 @@ from typing import Any
 import typer
 
 from mrv2_prof.analysis.summary import render_comparison, render_summary
+from mrv2_prof.cli import metrics_port as metrics_option
 from mrv2_prof.cli.console import checked_db, err, fail, out
 from mrv2_prof.cli.preflight import preflight
 from mrv2_prof.cli.repeats import repeated
+from mrv2_prof.pipeline.executors.cells import CellRun, Executor, ExecutorError
 from mrv2_prof.pipeline.job import RunJob
 from mrv2_prof.pipeline.lifetime import exit_code
+from mrv2_prof.pipeline.resume import completed_cells, memo_key, skipped_line
 from mrv2_prof.scenario import (
     Scenario,
     ScenarioError,
@@ -85,6 +88,61 @@ def run(
         "group (compare/gate group:ID). Default: the scenario's repeats (1).",
         show_default=False,
     ),
+    executor_name: str = typer.Option(
+        "local",
+        "--executor",
+        metavar="local|ray",
+        help="Where the cells run: local (this host) or ray (tasks on a Ray cluster; "
+        "pip install 'mrv2-prof[ray]').",
+    ),
+    max_parallel: int = typer.Option(
+        None,
+        "--max-parallel",
+        metavar="N",
+        help="Cells at once: local, up to N, one device id (GPU) each; ray, at most N tasks "
+        "out. Default: local 1, ray every cell.",
+        show_default=False,
+    ),
+    ray_address: str = typer.Option(
+        None,
+        "--ray-address",
+        metavar="ADDR",
+        help="The Ray cluster (--executor ray). Default: RAY_ADDRESS, else auto.",
+        show_default=False,
+    ),
+    stage_dir: Path = typer.Option(
+        None,
+        "--stage-dir",
+        metavar="DIR",
+        help="A directory shared by the Ray workers and this host, for run files too large to "
+        "return through Ray's object store (--executor ray).",
+        show_default=False,
+    ),
+    metrics_port: int = typer.Option(
+        None,
+        "--metrics-port",
+        metavar="PORT",
+        min=1,
+        max=65535,
+        help=metrics_option.PORT_HELP,
+        show_default=False,
+    ),
+    metrics_linger: float = typer.Option(
+        0.0,
+        "--metrics-linger",
+        metavar="SECONDS",
+        min=0,
+        max=metrics_option.LINGER_MAX_S,
+        help=metrics_option.LINGER_HELP,
+        show_default=False,
+    ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Skip each cell (combination and repeat) that already has a completed run in the "
+        "database of the same scenario, code version, GPU model, driver and torch; a failed or "
+        "stopped one runs again.",
+    ),
 ) -> None:
     """Run a scenario (every combination of its matrix) and store it in DuckDB.
 
@@ -102,6 +160,7 @@ def run(
 
     _refuse_a_flag_value(scenario_file)
     heartbeat_s = _heartbeat_seconds(heartbeat)
+    metrics_option.serve_metrics(metrics_port, metrics_linger)  # bound before anything is written
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
         if scenario_file is None:
@@ -115,35 +174,49 @@ def run(
     except (ScenarioError, ConfigError, CheckpointError) as exc:
         fail(str(exc))
     db_path = db if db is not None else checked_db(Path(base.store.db))
+    executor = _executor(
+        executor_name, max_parallel, ray_address, stage_dir, combos, headless, heartbeat_s
+    )
     try:
         with Store.open(db_path) as store:  # the one writable open before the runs: it upgrades
             _say_what_opening_did(store)
     except StoreError as exc:
         fail(str(exc))
+    # every cell's memo key is stored, so a sweep run without --resume can be resumed later
+    keys = [memo_key(s.model_dump(mode="json"), index) for _, (_, s), _, index in runs]
+    if resume:
+        runs, keys = _cells_not_done(db_path, runs, keys)
+        if not runs:
+            return
 
     live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
-    outcomes = []
+    cells: dict[int, CellRun] = {}  # the landed cells by index, in the order they landed
     unstored: list[str] = []  # runs left in their side files (the database refused the merge)
-    for label, (given, scenario), group, index in runs:
+
+    def make_job(index: int) -> RunJob:
+        label, (given, scenario), group, repeat_index = runs[index]
         data, given_yaml = (
             scenario.model_dump(mode="json"),
             scenario_yaml(given.model_dump(mode="json")),
         )
         combo = _combo(base, scenario)
-        job = RunJob(
-            data, given_yaml, label, combo, str(db_path), group, index, given.notes,
-            known_peaks=_known_peaks(db_path),
+        return RunJob(
+            data, given_yaml, label, combo, str(db_path), group, repeat_index, given.notes,
+            known_peaks=_known_peaks(db_path), memo_key=keys[index],
         )  # fmt: skip
-        runner = _launch(job, live, heartbeat_s)
-        outcome = runner.outcome
-        outcomes.append(outcome)
+
+    def landed(cell: CellRun) -> bool:
+        """One cell's run is in the database (or in its side file): its summary and errors;
+        False stops the sweep."""
+        cells[cell.index] = cell
+        outcome = cell.outcome
         kept = _kept_in_side_file(db_path, outcome.run_id)
         if kept is not None:  # the run is whole in its side file, not in the database
             unstored.append(outcome.run_id)
         if outcome.run_id is not None and _ran_steps(db_path, outcome.run_id):
             # (a run that failed at start-up has no steps); the notes the headless start line
             # printed are printed once
-            shown = () if live or not runner.facts else tuple(runner.facts.get("notes", ()))
+            shown = () if live or not cell.facts else tuple(cell.facts.get("notes", ()))
             _print_summary(db_path, outcome.run_id, shown)
         if outcome.exit_code == 2:  # before its row existed (the database could not be opened)
             fail(outcome.error or "bad input")
@@ -152,10 +225,12 @@ def run(
             err.print(f"[bold red]run failed:[/] {text}", highlight=False, soft_wrap=True)
         if kept is not None:
             err.print(f"[bold red]error:[/] {markup_safe(kept)}", highlight=False, soft_wrap=True)
-        elif runner.store_error:
-            err.print(f"note: {runner.store_error}", markup=False, highlight=False, soft_wrap=True)
-        if runner.interrupted or outcome.status == "aborted":
-            break
+        elif cell.store_error:
+            err.print(f"note: {cell.store_error}", markup=False, highlight=False, soft_wrap=True)
+        return not (cell.interrupted or outcome.status == "aborted")
+
+    stopped_by = executor.run(len(runs), make_job, landed)  # the sweep: every cell lands here
+    outcomes = [cells[i].outcome for i in sorted(cells)]
     stored = [o.run_id for o in outcomes if o.run_id and o.run_id not in unstored]
     if len(outcomes) > 1 and stored:
         try:
@@ -163,10 +238,10 @@ def run(
                 out.print(render_comparison(store, stored))
         except StoreError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-    _print_groups(runs, outcomes)
+    _print_groups([(runs[i], cells[i].outcome) for i in sorted(cells)])
+    if stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
+        raise typer.Exit(exit_code(stopped_by))
     last = outcomes[-1]
-    if runner.stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
-        raise typer.Exit(exit_code(runner.stopped_by))
     if last.status == "aborted" and last.exit_code > 128:  # a signal to the runner itself
         raise typer.Exit(last.exit_code)
     if unstored or any(o.status == "failed" for o in outcomes):
@@ -206,14 +281,37 @@ def _heartbeat_seconds(text: str) -> float:
     return seconds
 
 
-def _print_groups(runs, outcomes) -> None:
-    """With repeats, each combination's group, to compare or gate as group:ID."""
+def _print_groups(landed) -> None:
+    """With repeats, each combination's group, to compare or gate as group:ID; ``landed``:
+    (run, outcome) of each cell that ran, in the sweep's order."""
     groups: dict[str, tuple[str, int]] = {}
-    for (label, _, group, _), outcome in zip(runs, outcomes, strict=False):
+    for (label, _, group, _), outcome in landed:
         if group is not None and outcome.run_id is not None:
             groups[group] = (label, groups.get(group, (label, 0))[1] + 1)
     for group, (label, n) in groups.items():
         out.print(f"group:{group}  {n} runs  {label}", markup=False, highlight=False)
+
+
+def _executor(
+    name, max_parallel, ray_address, stage_dir, combos, headless, heartbeat_s
+) -> Executor:
+    """The executor of ``--executor`` and its options, refused in one line (exit 2) before
+    anything is written."""
+    from mrv2_prof.pipeline.executors.choice import choose_executor
+
+    live = not headless and sys.stdout.isatty() and sys.stdin.isatty()
+    try:
+        return choose_executor(
+            name,
+            max_parallel=max_parallel,
+            ray_address=ray_address,
+            stage_dir=stage_dir,
+            gpu=any(str(s.runner.device).startswith("cuda") for _, (_, s) in combos),
+            launch=lambda job: _launch(job, live, heartbeat_s),
+            console=err,
+        )
+    except ExecutorError as exc:
+        fail(str(exc))
 
 
 def _exit_interrupted(signum, frame) -> None:
@@ -278,6 +376,19 @@ def _kept_in_side_file(db_path: Path, run_id: str | None) -> str | None:
         f"writable open of {db_path} merges it once the database can be written (the next "
         f"mrv2-prof run --db {db_path}, or mrv2-prof baseline set/rm)"
     )
+
+
+def _cells_not_done(db_path: Path, runs: list, keys: list[str]) -> tuple[list, list[str]]:
+    """``--resume``: the cells without a completed run of their memo key, and the line saying
+    how many were skipped."""
+    try:
+        done = completed_cells(db_path, keys)
+    except StoreError as exc:
+        fail(str(exc))
+    if any(done):
+        out.print(skipped_line(done), markup=False, highlight=False, soft_wrap=True)
+    keep = [i for i, run_id in enumerate(done) if run_id is None]
+    return [runs[i] for i in keep], [keys[i] for i in keep]
 
 
 def _known_peaks(db_path: Path) -> dict[str, list]:

@@ -263,6 +263,7 @@ def _run(
         notes += workload_notes
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
+        outcome.facts.update({"memo_key": job.memo_key} if job.memo_key else {})  # --resume
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
         session = ProbeSession(

@@ -24,6 +24,7 @@ class RunJob:
     notes: tuple[str, ...] = ()  # what the scenario as given replaced (Scenario.notes)
     # GPU UUID -> [HBM read bytes/s, the run that measured it]: the database's measured peaks
     known_peaks: dict[str, list[Any]] = field(default_factory=dict)
+    memo_key: str | None = None  # the cell's key (pipeline/resume.py), kept in runs.info
 
 
 @dataclass

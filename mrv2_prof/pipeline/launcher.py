@@ -10,7 +10,8 @@ has its run row marked ``failed`` by the parent; one whose parent dies stops by 
 (``lifetime``).
 
 The runner writes its own side file while it is live (``store.live_runs``); once it has
-exited, the parent makes sure that file is merged into the database.
+exited, the parent makes sure that file is merged into the database. With ``--metrics-port``
+every snapshot received also goes to the metrics exporter (``metrics_exporter``).
 
 NVML telemetry (``probes.nvml_hz``) is sampled here, in the parent, from the moment the runner
 reports it started until it is done; the samples (or the note saying why there are none) are
@@ -33,6 +34,7 @@ from mrv2_prof.pipeline.harness import runner_process_main
 from mrv2_prof.pipeline.headless_progress import with_progress_bar, with_progress_lines
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS, stop_signals_blocked
+from mrv2_prof.pipeline.metrics_exporter import serving
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.run_notes import add_run_note
@@ -66,6 +68,7 @@ class RunnerProcess:
         self._stop_asked_at: float | None = None
         self.on_started: Callable[[dict], None] | None = None
         self._latest: Snapshot | None = None
+        self.metrics = serving()  # --metrics-port: every snapshot received goes to it too
         self.nvml_hz = float(job.scenario.get("probes", {}).get("nvml_hz", 0) or 0)
         self.nvml: NvmlSampler | None = None
         self._nvml_note: str | None = None
@@ -85,10 +88,14 @@ class RunnerProcess:
         elif kind == "started":
             self.facts = payload
             self._start_nvml(payload)
+            if self.metrics is not None:
+                self.metrics.begin_run(payload["run_id"], str(payload["model"].get("name", "")))
             if self.on_started is not None:
                 self.on_started(payload)
         elif kind == "snapshot":
             self._latest = payload
+            if self.metrics is not None:
+                self.metrics.update(payload)
         elif kind == "done":
             self.outcome = payload
 
@@ -193,6 +200,8 @@ class RunnerProcess:
             self.stopped_by = signum
             self.interrupted = True
             self.stop_signal.value = signum
+            if self.metrics is not None:  # the user wants out: no --metrics-linger
+                self.metrics.stop_lingering()
         if self._stop_asked_at is None and not self.stop_event.is_set():
             self._stop_asked_at = time.monotonic()
         self.stop_event.set()

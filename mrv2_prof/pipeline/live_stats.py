@@ -2,7 +2,8 @@
 
 ``LiveStats`` is updated from each engine step's result (tokens, TTFT/TPOT/ITL, staged bytes)
 and from the rows the recording probe added since the last look (sync points, CUDA graph
-dispatches); ``snapshot()`` turns them into the small plain-data ``Snapshot`` the parent shows.
+dispatches); ``snapshot()`` turns them into the small plain-data ``Snapshot`` the parent shows,
+with the latencies observed since the previous one (``live_latencies``, for the metrics exporter).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from mrv2_prof.pipeline.live_latencies import NewLatencies
 from mrv2_prof.pipeline.live_roofline import LiveRoofline
 from mrv2_prof.probes.recording import RecordingProbe
 from mrv2_prof.views.snapshot import Snapshot
@@ -51,6 +53,8 @@ class LiveStats:
         self.num_requests, self.num_kv_blocks = num_requests, num_kv_blocks
         self.t0_ns = time.perf_counter_ns()
         self.steps = self.output_tokens = self.num_finished = self.num_aborted = 0
+        self.prompt_tokens = 0  # of the requests with a first token (Snapshot.prompt_tokens)
+        self.new = NewLatencies()  # seconds, not yet in a snapshot (the metrics' histograms)
         self.staged_bytes = self.dense_bytes = 0
         self.ttft_ms: list[float] = []
         self.tpot_ms: list[float] = []
@@ -86,15 +90,20 @@ class LiveStats:
             prev = self.last_token_ns.get(rid)
             if prev is None:
                 self.ttft_ms.append((t_ns - r.arrival_time * 1e9) / 1e6)
+                self.new.ttft.append((t_ns - r.arrival_time * 1e9) / 1e9)
+                self.prompt_tokens += getattr(r, "num_prompt_tokens", 0)
                 self.first_token_ns[rid] = t_ns
             else:
                 self.itl_ms[self.num_itl % ITL_WINDOW] = (t_ns - prev) / 1e6
+                self.new.itl.append((t_ns - prev) / 1e9)
                 self.num_itl += 1
             if r.is_finished:
                 self.last_token_ns.pop(rid, None)
                 first_ns = self.first_token_ns.pop(rid, t_ns)
                 completed = r.finish_reason != "abort"
                 self.num_finished += completed
+                if completed:
+                    self.new.e2e.append((t_ns - r.arrival_time * 1e9) / 1e9)
                 if completed and r.num_output_tokens > 1:
                     self.tpot_ms.append((t_ns - first_ns) / 1e6 / (r.num_output_tokens - 1))
             else:
@@ -229,6 +238,9 @@ class LiveStats:
             spec_cost_ratio=self.spec_cost_ratio,
             tokens_left=self.tokens_left,
             tokens_due=self.tokens_due,
+            prompt_tokens=self.prompt_tokens,
+            # the run's last snapshot (nothing left to run) carries every latency left
+            **self.new.take(everything=not _has_work(engine)),
         )
 
     def _gpu_timeline(self) -> dict[str, Any]:
@@ -245,6 +257,12 @@ class LiveStats:
             "bubble_host_bound_ns": live.host_bound_bubble_ns + live.starved_ns,
             "bubble_other_ns": live.other_bubble_ns,
         }
+
+
+def _has_work(engine) -> bool:
+    """Whether ``engine`` still has requests to run (True when it cannot say)."""
+    has_unfinished = getattr(engine, "has_unfinished_requests", None)
+    return bool(has_unfinished()) if has_unfinished is not None else True
 
 
 def spec_decode_counts(engine) -> dict[str, int]:

@@ -3,9 +3,11 @@
 Each run's stored facts (``runs.scenario_yaml``, ``device``, ``info``, ``environment``) are set
 against the baseline's first run. A *blocking* difference (the scenario as run, the model, the
 device, torch or CUDA, the GPU, its driver or maximum clocks, the host's CPU or thread settings)
-makes ``gate`` refuse unless ``--allow-different``; the others (the host's name, the SM clock at
-the start, which an idle GPU lowers) are listed and never refuse. A run stored without an
-environment is not checked there, and says so.
+makes ``gate`` refuse unless ``--allow-different``; the others (the host's name, the GPU's UUID:
+another card of the same model, the SM clock at the start, which an idle GPU lowers, and the
+other processes on the GPU at the start) are listed and never refuse. Runs of a group spread
+over hosts or GPUs are each set against the baseline's first run, so a side that ran elsewhere
+is said. A run stored without an environment is not checked there, and says so.
 
 The host's load is set against the baseline's too (``host_contention``: the load beyond the run
 at the start and end, the higher of the two over the host's cores): two runs whose load per core
@@ -104,6 +106,14 @@ def _load(c: Contention) -> str:
     return text + (f", contended: {'; '.join(c.reasons)}" if c.contended else "")
 
 
+def _cotenants(env: dict[str, Any]) -> str | None:
+    """The other processes on the run's GPU at its start, counted (None: not recorded)."""
+    found = env.get("gpu_cotenants")
+    if not isinstance(found, list):
+        return None
+    return f"{len(found)} other process{'es' if len(found) != 1 else ''}" if found else "none"
+
+
 def _load_difference(base: RunFacts, other: RunFacts) -> Difference | None:
     """The hosts' load, when it differs materially or either host was contended (module doc)."""
     a, b = assess(base.environment), assess(other.environment)
@@ -154,6 +164,13 @@ def _differences(base: RunFacts, other: RunFacts) -> tuple[list[Difference], lis
         for what, key, blocking in _ENVIRONMENT:
             blocking = blocking and not (key == "torch_threads" and chosen)
             add(what, key, base.environment.get(key), other.environment.get(key), blocking)
+        # where it ran (recorded lately: set against a run from before, nothing is said)
+        for key, a, b in (
+            ("gpu_uuid", base.environment.get("gpu_uuid"), other.environment.get("gpu_uuid")),
+            ("co-tenants", _cotenants(base.environment), _cotenants(other.environment)),
+        ):
+            if a is not None and b is not None:
+                add("GPU", key, a, b, blocking=False)
         load = _load_difference(base, other)
         if load is not None:
             out.append(load)

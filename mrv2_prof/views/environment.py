@@ -1,6 +1,7 @@
 """A run's stored environment (``runs.environment``, recorded by ``pipeline/run_environment.py``)
-as the views show it: one line for the summary and the report, and the settings in which two runs
-differ for ``compare``."""
+as the views show it: one line for the summary and the report (where it ran: the host, the GPU
+and the other processes on it at the start, as well), and the settings in which two runs differ
+for ``compare``."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def environment_line(env: dict | None) -> str | None:
         return None
     load = env.get("load_avg_start")
     end = env.get("load_avg_end")
-    parts = [f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}"]
+    parts = [f"host {_short(str(env['host']))}"] if env.get("host") else []
+    parts.append(f"{env.get('cpu_model', '?')} x{env.get('cpu_count', '?')}")
     if load:
         parts.append(f"load {load[0]:.2f}" + (f" -> {end[0]:.2f}" if end else ""))
     threads = env.get("OMP_NUM_THREADS") or "unset"
@@ -47,5 +49,21 @@ def environment_line(env: dict | None) -> str | None:
             gpu += f", driver {env['gpu_driver']}"
         if env.get("gpu_sm_clock_mhz") is not None:
             gpu += f", SM {env['gpu_sm_clock_mhz']}/{env.get('gpu_max_sm_clock_mhz', '?')} MHz"
+        if env.get("gpu_cotenants"):
+            gpu += f", {cotenants_text(env['gpu_cotenants'])}"
         parts.append(gpu)
     return "; ".join(parts)
+
+
+def cotenants_text(cotenants: list[dict[str, Any]]) -> str:
+    """The other processes on a run's GPU at its start, in a few words: how many, the memory
+    they held, the first names."""
+    n = len(cotenants)
+    mib = sum(c.get("used_mib") or 0 for c in cotenants)
+    names = sorted({str(c["name"]) for c in cotenants if c.get("name")})
+    named = f": {_short(', '.join(names[:3]))}" if names else ""
+    return f"shared with {n} other process{'es' if n != 1 else ''} ({mib:,} MiB{named})"
+
+
+def _short(text: str, width: int = 32) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -73,6 +73,13 @@ class Snapshot:
     # The workload's total of max_tokens (None where not known): 1 - tokens_left / tokens_due is
     # the dashboard's progress, which moves in a burst run (every request finishing at the end).
     tokens_due: int | None = None
+    # For the metrics exporter's counters and histograms: the prompt tokens of the requests that
+    # got their first token so far, and each latency observed since the previous snapshot, in
+    # seconds (TTFT, ITL, E2E of completed requests; pipeline/live_latencies.py).
+    prompt_tokens: int = 0
+    new_ttft_s: tuple[float, ...] = ()
+    new_itl_s: tuple[float, ...] = ()
+    new_e2e_s: tuple[float, ...] = ()
 
     @property
     def num_done(self) -> int:
