@@ -5,21 +5,11 @@ inside the serving window over the tokens between them, computed here from the s
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import duckdb
 import pytest
 import torch
-
-QUICKSTART = Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mrv2_prof", *args], capture_output=True, text=True, timeout=600
-    )
+from test_run import QUICKSTART, cli
 
 
 @pytest.mark.gpu
@@ -30,9 +20,8 @@ def test_energy_per_token_is_the_counter_difference_over_the_tokens(tmp_path):
         "runner.device=cuda", "probes.nvml_hz=100", "workload.num_requests=8",
         "workload.output_len.value=800",  # 800 decode steps: a window of many samples
     )  # fmt: skip
-    proc = cli(
-        "run", str(QUICKSTART), "--headless", "--db", db, *(a for s in sets for a in ("--set", s))
-    )
+    args = (a for s in sets for a in ("--set", s))
+    proc = cli("run", str(QUICKSTART), "--headless", "--db", db, *args, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "J per output token" in proc.stdout, proc.stdout
 
