@@ -1,6 +1,7 @@
 """The completed run a cell's memo key names (``run --resume``; the key: ``pipeline/resume.py``,
 stored in ``runs.info['memo_key']``). Only a ``completed`` run counts: a failed or stopped one
-leaves its cell to run again."""
+leaves its cell to run again. ``run_groups``: the groups the completed runs are in, which the
+re-run repeats of their combination join."""
 
 from __future__ import annotations
 
@@ -24,3 +25,13 @@ def completed_run_for(store: Store, key: str) -> str | None:
         if isinstance(info, dict) and info.get("memo_key") == key:
             return run_id
     return None
+
+
+def run_groups(store: Store, run_ids: list[str]) -> dict[str, str | None]:
+    """Each of ``run_ids``'s ``runs.run_group`` (None: a run of no group)."""
+    if not run_ids:
+        return {}
+    rows = store.connection.execute(
+        "SELECT run_id, run_group FROM runs WHERE list_contains(?, run_id)", [list(run_ids)]
+    ).fetchall()
+    return dict(rows)

@@ -40,3 +40,12 @@ def serve_metrics(port: int | None, linger_s: float) -> None:
     except MetricsPortError as exc:
         fail(str(exc))
     get_current_context().call_on_close(lambda: exporter.close(linger_s))
+
+
+def stop_lingering() -> None:
+    """A signal ended the command: the exporter, if one serves, closes without its linger."""
+    from mrv2_prof.pipeline.metrics_exporter import serving
+
+    exporter = serving()
+    if exporter is not None:
+        exporter.stop_lingering()

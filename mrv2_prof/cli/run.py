@@ -19,7 +19,7 @@ from mrv2_prof.cli.repeats import repeated
 from mrv2_prof.pipeline.executors.cells import CellRun, Executor, ExecutorError
 from mrv2_prof.pipeline.job import RunJob
 from mrv2_prof.pipeline.lifetime import exit_code
-from mrv2_prof.pipeline.resume import completed_cells, memo_key, skipped_line
+from mrv2_prof.pipeline.resume import memo_key, resume_plan
 from mrv2_prof.scenario import (
     Scenario,
     ScenarioError,
@@ -184,8 +184,9 @@ def run(
         fail(str(exc))
     # every cell's memo key is stored, so a sweep run without --resume can be resumed later
     keys = [memo_key(s.model_dump(mode="json"), index) for _, (_, s), _, index in runs]
+    skipped: list = []  # --resume: the cells skipped, with their completed runs
     if resume:
-        runs, keys = _cells_not_done(db_path, runs, keys)
+        runs, keys, skipped = _cells_not_done(db_path, runs, keys, executor)
         if not runs:
             return
 
@@ -238,7 +239,7 @@ def run(
                 out.print(render_comparison(store, stored))
         except StoreError as exc:
             err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-    _print_groups([(runs[i], cells[i].outcome) for i in sorted(cells)])
+    _print_groups(skipped + [(runs[i], cells[i].outcome) for i in sorted(cells)])
     if stopped_by is not None:  # Ctrl-C, SIGTERM, SIGHUP: 130, 143, 129
         raise typer.Exit(exit_code(stopped_by))
     last = outcomes[-1]
@@ -317,6 +318,7 @@ def _executor(
 def _exit_interrupted(signum, frame) -> None:
     """Ctrl-C before or after the runs: nothing is being written; exit 130, no traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # once: more while it exits change nothing
+    metrics_option.stop_lingering()  # a signal ends --metrics-linger too
     err.print("interrupted", markup=False, highlight=False)
     raise typer.Exit(exit_code(signal.SIGINT))
 
@@ -378,17 +380,16 @@ def _kept_in_side_file(db_path: Path, run_id: str | None) -> str | None:
     )
 
 
-def _cells_not_done(db_path: Path, runs: list, keys: list[str]) -> tuple[list, list[str]]:
-    """``--resume``: the cells without a completed run of their memo key, and the line saying
-    how many were skipped."""
+def _cells_not_done(db_path: Path, runs: list, keys: list[str], executor) -> tuple:
+    """``--resume``: the cells without a completed run of their memo key (on Ray: under any
+    node's class), their keys, the skipped cells, and the line saying how many were skipped."""
     try:
-        done = completed_cells(db_path, keys)
+        plan = resume_plan(db_path, runs, getattr(executor, "node_classes", None))
     except StoreError as exc:
         fail(str(exc))
-    if any(done):
-        out.print(skipped_line(done), markup=False, highlight=False, soft_wrap=True)
-    keep = [i for i, run_id in enumerate(done) if run_id is None]
-    return [runs[i] for i in keep], [keys[i] for i in keep]
+    if plan.line is not None:
+        out.print(plan.line, markup=False, highlight=False, soft_wrap=True)
+    return plan.runs, [keys[i] for i in plan.kept], plan.skipped
 
 
 def _known_peaks(db_path: Path) -> dict[str, list]:

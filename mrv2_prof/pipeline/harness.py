@@ -6,7 +6,9 @@ second and written by a background thread (the drain and hand-over is the ``flus
 DuckDB insert stays off the step loop); and the row is finished as ``completed``, ``aborted``
 (SIGINT or a stop request from the parent) or ``failed`` (with the error). The step loop itself
 is the open-loop client (``open_loop.drive``); the parent never touches the engine, it gets
-``Snapshot``s (``live_stats``).
+``Snapshot``s (``live_stats``); once the step loop has ended, completed, stopped or failed, a
+final one carries the run's totals and every latency left, so ``--metrics-port``'s counters and
+histograms end at what is stored.
 
 Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 ``("started", facts)``, ``("snapshot", Snapshot)``, ``("done", outcome)``.
@@ -214,6 +216,7 @@ def _run(
     in_flight = InFlightRows()
     texts: RequestTexts | None = None  # the requests' text columns (None: no tokenizer)
     sampler: HostSampler | None = None
+    live: LiveStats | None = None
 
     def flush() -> None:
         probe.begin(probes.FLUSH)
@@ -263,7 +266,9 @@ def _run(
         notes += workload_notes
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
-        outcome.facts.update({"memo_key": job.memo_key} if job.memo_key else {})  # --resume
+        from mrv2_prof.pipeline.resume import run_key  # --resume: this environment's key
+
+        outcome.facts.update(run_key(job.scenario, job.repeat_index, job.memo_key))
         if nvtx_anchor_ns is not None:
             outcome.facts["nvtx_anchor_ns"] = nvtx_anchor_ns
         session = ProbeSession(
@@ -319,7 +324,6 @@ def _run(
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
             _loop_facts(outcome.facts, engine, cpu0, wall0)
         outcome.status = "completed" if done else "aborted"
-        emit(("snapshot", live.snapshot(engine)))
     except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
         # (the CLI checks what it can before a row exists): the run started and failed, exit 1
         outcome.error, outcome.exit_code = _one_line(exc), 1
@@ -331,6 +335,9 @@ def _run(
         else:  # a runner bug: keep the data and the traceback
             outcome.facts["traceback"] = traceback.format_exc()  # stored below, once written
     finally:
+        if live is not None:  # the loop ran: its last snapshot, whatever ended it
+            with contextlib.suppress(Exception):
+                emit(("snapshot", live.snapshot(engine, final=True)))
         if sampler is not None:
             sampler.stop()
             outcome.facts.update(sampler.facts())

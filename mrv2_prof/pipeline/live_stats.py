@@ -183,7 +183,9 @@ class LiveStats:
         )
         return tuple(pairs[:top])
 
-    def snapshot(self, engine) -> Snapshot:
+    def snapshot(self, engine, final: bool = False) -> Snapshot:
+        """The run so far; ``final``: the run's last (its loop has ended, whatever ended it),
+        carrying every latency not yet handed over, as does one with nothing left to run."""
         if self.probe is None and isinstance(getattr(engine, "probe", None), RecordingProbe):
             self.probe = engine.probe
             self._count_probe_rows()
@@ -239,8 +241,8 @@ class LiveStats:
             tokens_left=self.tokens_left,
             tokens_due=self.tokens_due,
             prompt_tokens=self.prompt_tokens,
-            # the run's last snapshot (nothing left to run) carries every latency left
-            **self.new.take(everything=not _has_work(engine)),
+            # the run's last snapshot (or one with nothing left to run) carries every latency left
+            **self.new.take(everything=final or not _has_work(engine)),
         )
 
     def _gpu_timeline(self) -> dict[str, Any]:

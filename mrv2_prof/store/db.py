@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from mrv2_prof.store.live_runs import (
+    adopt_run_file,
     live_dir,
     live_file,
     live_runs,
@@ -135,6 +136,19 @@ class Store:
         ``MERGE_WAIT_S`` for readers); returns the ids merged."""
         with cls.open(db, lock_wait_s=MERGE_WAIT_S) as main:
             return main.live_merged
+
+    @classmethod
+    def merge_run_file(cls, db: str | Path, source: Path, run_id: str) -> str:
+        """Merge ``source``, a finished run's own database made elsewhere (a Ray cell's) that
+        holds run ``run_id``, into ``db``. Returns the id it is stored under: ``run_id``, or a
+        new one when ``db`` has that run id already (or a live run holds it), so that no run
+        is overwritten or dropped (``live_runs.adopt_run_file``)."""
+        db = Path(db)
+        with cls.open(db, lock_wait_s=MERGE_WAIT_S) as main:  # held: no id is chosen meanwhile
+            taken = main._run_exists(run_id) or live_file(db, run_id).exists()
+            stored_id = main.new_run_id() if taken else run_id
+            adopt_run_file(main._con, db, source, run_id, stored_id)
+        return stored_id
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:

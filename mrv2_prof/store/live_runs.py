@@ -14,6 +14,11 @@ side file no live process holds (its DuckDB lock says so; a read-only attach rep
 and the orphan pass then marks a row still ``running`` ``failed``. A merge is idempotent (a run
 already in the database is not copied again, its side files are just removed), and a side file
 that cannot be merged (another schema version, damaged) is left where it is, never deleted.
+
+A finished run's file made elsewhere (a Ray cell's, whose worker chose its run id in a database of
+its own) is adopted under the database's write lock (``adopt_run_file``): when the database
+already has that run id, or a live run holds it, the file's run is given a new id first, so a
+merge never drops the newcomer as a run already there.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from mrv2_prof.store.opening import StoreError
 from mrv2_prof.store.orphans import this_writer, writer_alive
 from mrv2_prof.store.schema import META_TABLE, SCHEMA_VERSION, TABLES, quote
 
@@ -181,6 +188,37 @@ def merge_one(con: duckdb.DuckDBPyConnection, db: Path, path: Path) -> list[str]
     with contextlib.suppress(OSError):
         path.parent.rmdir()
     return ids
+
+
+def adopt_run_file(
+    con: duckdb.DuckDBPyConnection, db: Path, source: Path, run_id: str, stored_id: str
+) -> list[str]:
+    """Merge ``source``, a finished run's own database holding run ``run_id``, into ``con`` (the
+    database ``db``, open for writing: no other id is chosen meanwhile) as run ``stored_id``.
+    The file is moved in as ``<stored_id>.duckdb.incoming`` (a name no merge takes), its run
+    given ``stored_id`` when that differs, then renamed to that run's side file and merged. A
+    file whose id could not be changed stays where it is: never merged over another run."""
+    side = live_file(db, stored_id)
+    incoming = side.with_name(side.name + ".incoming")
+    live_dir(db).mkdir(exist_ok=True)
+    shutil.move(source, incoming)
+    if stored_id != run_id:
+        _change_run_id(incoming, run_id, stored_id)
+    os.replace(incoming, side)
+    return merge_one(con, db, side)
+
+
+def _change_run_id(path: Path, old: str, new: str) -> None:
+    """Every row of run ``old`` in run file ``path`` becomes run ``new``, in one transaction."""
+    try:
+        with duckdb.connect(str(path)) as con:
+            con.execute("BEGIN TRANSACTION")
+            for table in RUN_TABLES:
+                con.execute(f"UPDATE {quote(table)} SET run_id = ? WHERE run_id = ?", [new, old])
+            con.execute("COMMIT")
+    except duckdb.Error as exc:
+        detail = " ".join(str(exc).split())
+        raise StoreError(f"{path}: cannot give run {old} the id {new} ({detail})") from exc
 
 
 def _same_schema(con: duckdb.DuckDBPyConnection) -> bool:

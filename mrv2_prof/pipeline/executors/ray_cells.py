@@ -2,7 +2,14 @@
 on a worker exactly as a local run does (``launcher.RunnerProcess``) into a database of its own
 in a temporary directory, and returns that file's bytes (through ``--stage-dir`` when it is
 larger than ``INLINE_MAX_BYTES``); the driver writes it as a side file of ``--db`` and merges it
-(``store.live_runs``) as it lands.
+(``store.live_runs``) as it lands. The worker chose the run's id in its own database: one
+``--db`` already has (another cell's, an earlier run's, a live run's) is replaced by a new one
+as the run is merged (``Store.merge_run_file``), so no run is overwritten or lost, and the cell's
+outcome names the id it is stored under.
+
+With ``--metrics-port`` the worker's runner records its snapshots (``metrics_replay``) and the
+driver replays them into its exporter as the cell lands: a Ray cell's series appear then, not
+while it runs.
 
 A task asks for one GPU for a CUDA scenario, else one CPU; ``MRV2_PROF_RAY_CELL_RESOURCE``
 names a custom resource to ask for instead (a testing aid: a CPU cluster started with
@@ -35,8 +42,10 @@ from mrv2_prof.pipeline.executors.cells import (
     host_name,
     record_placement,
 )
+from mrv2_prof.pipeline.executors.metrics_replay import MetricsRecorder, replay
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS
+from mrv2_prof.pipeline.metrics_exporter import serving
 from mrv2_prof.views.safe_text import markup_safe
 
 EXTRA = "pip install 'mrv2-prof[ray]'"
@@ -53,11 +62,13 @@ def _torch_version() -> str | None:
         return None
 
 
-def worker_versions() -> tuple[str, str, str | None]:
-    """On a worker: its host, mrv2-prof version and installed torch version (torch not loaded)."""
+def worker_versions() -> tuple[str, str, str | None, dict[str, Any]]:
+    """On a worker: its host, mrv2-prof version and installed torch version (torch not loaded),
+    and its class for ``--resume`` (code version and a GPU cell's environment class there)."""
     from mrv2_prof import __version__
+    from mrv2_prof.pipeline.resume import node_class
 
-    return socket.gethostname(), __version__, _torch_version()
+    return socket.gethostname(), __version__, _torch_version(), node_class()
 
 
 def run_cell(job: RunJob, stage_dir: str | None) -> dict[str, Any]:
@@ -80,6 +91,7 @@ def run_cell(job: RunJob, stage_dir: str | None) -> dict[str, Any]:
         with Store.open(db):
             pass
         runner = RunnerProcess(dataclasses.replace(job, db_path=str(db)))
+        recorder = runner.metrics = MetricsRecorder()  # no exporter here: replayed by the driver
         runner.start()
         try:
             outcome = runner.join()
@@ -90,6 +102,7 @@ def run_cell(job: RunJob, stage_dir: str | None) -> dict[str, Any]:
             record_placement(db, outcome.run_id, placement)
         result = {"outcome": outcome, "facts": runner.facts, "placement": placement}
         result["store_error"] = runner.store_error
+        result["metrics"] = recorder.recorded()
         size = db.stat().st_size
         if stage_dir is not None and size > INLINE_MAX_BYTES:
             staged = Path(stage_dir) / f"{outcome.run_id or os.getpid()}-{time.time_ns()}.duckdb"
@@ -158,12 +171,14 @@ class RayCells:
             if n.get("Alive")
         ]
         mine = (__version__, _torch_version())
-        for host, version, torch in self.ray.get(refs):
+        self.node_classes: list[dict[str, Any]] = []  # --resume matches under each of them
+        for host, version, torch, *node in self.ray.get(refs):  # (an older worker: no class)
             if (version, torch) != mine:
                 raise ExecutorError(
                     f"--executor ray: worker {host} has mrv2-prof {version} and torch {torch}, "
                     f"this host mrv2-prof {mine[0]} and torch {mine[1]}: install the same on both"
                 )
+            self.node_classes += [c for c in node[:1] if c not in self.node_classes]
 
     def run(self, count: int, make_job: MakeJob, landed: Landed) -> int | None:
         ray = self.ray
@@ -216,6 +231,9 @@ class RayCells:
     def _stop(self, signum, frame) -> None:
         if not self.stopped_by:
             self.stopped_by = signum
+        exporter = serving()
+        if exporter is not None:  # the user wants out: no --metrics-linger (as a local run)
+            exporter.stop_lingering()
 
     def _land(self, index: int, job: RunJob, ref, running: int, count: int) -> CellRun | None:
         """Merge the cell's run into the database; a task that failed is stored ``failed``."""
@@ -235,6 +253,9 @@ class RayCells:
         else:
             cell = CellRun(index, result["outcome"], result["facts"], placement=placement)
             cell.store_error = self._merge(job, result)
+            exporter = serving()
+            if exporter is not None:  # --metrics-port: the cell's series, now that it landed
+                replay(exporter, result.get("metrics"), cell.outcome.run_id)
         outcome = cell.outcome
         self.counts["failed" if outcome.status == "failed" else "done"] += 1
         host = markup_safe(str(placement.get("host")))
@@ -248,23 +269,60 @@ class RayCells:
         return cell
 
     def _merge(self, job: RunJob, result: dict[str, Any]) -> str | None:
+        """Merge the cell's run file into ``--db``; its outcome (and facts) then name the id
+        the run is stored under. Returns what could not be stored, else None."""
         from mrv2_prof.store import Store, StoreError
-        from mrv2_prof.store.live_runs import live_dir
 
-        run_id = result["outcome"].run_id
-        if run_id is None:
+        outcome = result["outcome"]
+        if outcome.run_id is None:
             return None
-        side = live_dir(Path(job.db_path)) / f"{run_id}.duckdb"
-        side.parent.mkdir(exist_ok=True)
-        if "path" in result:
-            shutil.move(result["path"], side)
-        else:
-            side.write_bytes(result["bytes"])
+        db = Path(job.db_path)
+        source = Path(result["path"]) if "path" in result else None
         try:
-            Store.merge_ended_runs(job.db_path)
-        except StoreError as exc:
-            return f"run {run_id} is still in its side file ({exc})"
+            if source is None:
+                source = _landing_file(db, outcome.run_id, result["bytes"])
+            stored_id = Store.merge_run_file(db, source, outcome.run_id)
+        except (StoreError, OSError) as exc:
+            why = exc if isinstance(exc, StoreError) else (exc.strerror or exc)
+            kept = _keep_for_later(db, source, outcome.run_id)
+            return f"run {outcome.run_id} is not merged into {db} ({why}){kept}"
+        if stored_id != outcome.run_id:
+            outcome.run_id = stored_id
+            if isinstance(result.get("facts"), dict):
+                result["facts"]["run_id"] = stored_id
         return None
+
+
+def _landing_file(db: Path, run_id: str, data: bytes) -> Path:
+    """A returned run file written beside ``db`` (so it is moved in by a rename); a partly
+    written one is removed."""
+    fd, name = tempfile.mkstemp(dir=db.parent, prefix=f".{db.name}.{run_id}.")
+    try:
+        with os.fdopen(fd, "wb") as landing:
+            landing.write(data)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _keep_for_later(db: Path, source: Path | None, run_id: str) -> str:
+    """A run file that could not be merged now (the database held too long, the disk): made
+    the run's side file, which the next writable open of ``db`` merges, when no other run has
+    that name; says where it is."""
+    from mrv2_prof.store.live_runs import live_file
+
+    if source is None or not source.exists():
+        return ""
+    side = live_file(db, run_id)
+    try:
+        if not side.exists():
+            side.parent.mkdir(exist_ok=True)
+            shutil.move(source, side)
+            return f"; kept in {side}, merged by the next writable open"
+    except OSError:
+        pass
+    return f"; its file is kept as {source}"
 
 
 def _last_line(exc: BaseException) -> str:
