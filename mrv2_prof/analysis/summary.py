@@ -26,6 +26,7 @@ from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.environment import environment_line
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.memory_line import memory_rows
+from mrv2_prof.views.startup_line import startup_line
 from mrv2_prof.views.model_line import model_line, model_name
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
@@ -212,6 +213,7 @@ def summary_tables(
         ("device / dtype", markup_safe(f"{s.device} / {info.get('dtype', '?')}")),
         ("model", markup_safe(_model(info, params))),
         ("KV cache", f"{info.get('num_kv_blocks', '?')} blocks"),
+        ("start-up", startup_line(info).removeprefix("start-up ")),
         (
             "requests",
             f"{s.num_requests} ({s.num_completed} completed, {s.num_aborted} aborted, "

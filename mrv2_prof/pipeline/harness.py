@@ -247,7 +247,9 @@ def _run(
         from mrv2_prof.workload import build_workload, model_tokenizer
 
         t0 = time.perf_counter()
+        launched = None if job.launched_at is None else max(0.0, time.time() - job.launched_at)
         engine = Engine(scenario.runner_config(), scenario.model_spec(), probe)
+        t_engine = time.perf_counter()
         info = engine.info
         tokenizer = model_tokenizer(scenario.model_spec(), scenario.workload, scenario.source)
         workload_notes: list[str] = []  # the values the workload could not honour as given
@@ -265,6 +267,8 @@ def _run(
         notes = [*job.notes, *unavailable_probe_notes(scenario.probes.model_dump())]
         notes += workload_notes
         outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
+        outcome.facts["engine_s"] = t_engine - t0  # the rest of start-up: the workload's
+        outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
         from mrv2_prof.pipeline.resume import run_key  # --resume: this environment's key
 

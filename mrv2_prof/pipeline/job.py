@@ -25,6 +25,7 @@ class RunJob:
     # GPU UUID -> [HBM read bytes/s, the run that measured it]: the database's measured peaks
     known_peaks: dict[str, list[Any]] = field(default_factory=dict)
     memo_key: str | None = None  # the cell's key (pipeline/resume.py), kept in runs.info
+    launched_at: float | None = None  # time.time() as the parent spawned the runner process
 
 
 @dataclass

@@ -20,6 +20,7 @@ written to the run once the runner has closed the database.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -40,6 +41,7 @@ from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.run_notes import add_run_note
 from mrv2_prof.views.safe_text import markup_safe
 from mrv2_prof.views.snapshot import Snapshot
+from mrv2_prof.views.startup_line import startup_line
 
 _JOIN_TIMEOUT_S = 60.0
 STOP_GRACE_S = 60.0  # a runner asked to stop that has not stopped by then is killed
@@ -50,6 +52,7 @@ class RunnerProcess:
     """One spawned runner and its message queue; also a ``SnapshotSource`` for the dashboard."""
 
     def __init__(self, job: RunJob) -> None:
+        job = dataclasses.replace(job, launched_at=time.time())  # the process start, timed
         self.job = job
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
@@ -275,7 +278,7 @@ def run_headless(job: RunJob, console: Console, heartbeat_s: float = 10.0) -> Ru
             f"on {markup_safe(facts['device'])} "
             f"({facts['dtype']}): "
             f"{facts['model_params'] / 1e6:.1f}M params, {facts['num_kv_blocks']} KV blocks, "
-            f"start-up {facts['startup_s']:.1f} s"
+            f"{markup_safe(startup_line(facts))}"
         )
         for note in facts["notes"]:
             console.print(f"  [yellow]note[/] {markup_safe(note)}")

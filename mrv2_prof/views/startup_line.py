@@ -1,0 +1,55 @@
+"""The start-up line of a headless run: the seconds from the runner process's spawn to its first
+step, and the phases they went to, from the run's start-up facts (``runs.info``).
+
+* ``process``: the parent spawning the runner until the runner begins building the engine (a
+  fresh interpreter, torch and the runner's imports, the database opened): ``process_start_s``,
+  wall-clock time between the two processes (``RunJob.launched_at``).
+* ``weights``, ``profile run``, ``KV cache``, ``warm-up``, ``graphs`` (with the keys captured),
+  ``draft graphs``: the engine's own timings (``RuntimeInfo``: ``weight_load_s``,
+  ``profile_run_s``, ``kv_alloc_s``, ``kernel_warmup_s``, ``capture_s``, ``draft_capture_s``).
+* ``other``: the rest of ``startup_s`` (the engine built, then the workload and tokenizer,
+  until the first step): ``startup_s`` less the engine's phases.
+
+The total is ``process_start_s + startup_s``; the line leaves out a phase under 0.05 s (it would
+read 0.0 s), and ``process`` for a run whose facts do not have it (stored before it was recorded).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PHASES = (
+    ("weight_load_s", "weights"),
+    ("profile_run_s", "profile run"),
+    ("kv_alloc_s", "KV cache"),
+    ("kernel_warmup_s", "warm-up"),
+    ("capture_s", "graphs"),
+    ("draft_capture_s", "draft graphs"),
+)
+
+
+def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
+    """(phase, seconds) in order, ``other`` last; phases of zero seconds left out."""
+    process = facts.get("process_start_s")
+    phases = [("process", float(process))] if process is not None else []
+    engine = [(name, float(facts.get(key) or 0.0)) for key, name in PHASES]
+    phases += engine
+    other = float(facts.get("startup_s") or 0.0) - sum(s for _, s in engine)
+    phases.append(("other", max(other, 0.0)))
+    return [(name, s) for name, s in phases if s > 0]
+
+
+def startup_line(facts: dict[str, Any]) -> str:
+    """``start-up 8.3 s (process 2.1 s, weights 1.2 s, ..., graphs 2.0 s / 86 keys, other
+    0.4 s)``."""
+    phases = startup_phases(facts)
+    total = float(facts.get("process_start_s") or 0.0) + float(facts.get("startup_s") or 0.0)
+    parts = []
+    for name, seconds in phases:
+        if seconds < 0.05:
+            continue
+        text = f"{name} {seconds:.1f} s"
+        if name == "graphs" and facts.get("num_graphs"):
+            text += f" / {facts['num_graphs']} keys"
+        parts.append(text)
+    return f"start-up {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")

@@ -1,0 +1,55 @@
+"""The start-up line: the phases from the run's facts, hand-worked, and a real run's line whose
+total is the process's spawn-to-engine time plus the engine's start-up."""
+
+from __future__ import annotations
+
+import re
+
+from test_run import QUICKSTART, cli, query
+
+from mrv2_prof.views.startup_line import startup_line, startup_phases
+
+FACTS = {
+    "process_start_s": 2.25,
+    "startup_s": 6.0,
+    "weight_load_s": 1.25,
+    "profile_run_s": 0.25,
+    "kv_alloc_s": 0.02,  # under 0.05 s: out of the line, in the phases
+    "kernel_warmup_s": 1.5,
+    "capture_s": 2.0,
+    "draft_capture_s": 0.0,
+    "num_graphs": 86,
+}
+
+
+def test_phases_are_the_engines_timings_and_other_is_the_rest_of_startup():
+    phases = dict(startup_phases(FACTS))
+    assert "draft graphs" not in phases  # zero
+    # other = 6.0 - (1.25 + 0.25 + 0.02 + 1.5 + 2.0) = 0.98
+    assert abs(phases["other"] - 0.98) < 1e-9
+    assert phases["process"] == 2.25 and phases["KV cache"] == 0.02
+    line = startup_line(FACTS)
+    assert line == (
+        "start-up 8.2 s (process 2.2 s, weights 1.2 s, profile run 0.2 s, warm-up 1.5 s, "
+        "graphs 2.0 s / 86 keys, other 1.0 s)"
+    )
+
+
+def test_a_run_stored_before_the_process_time_was_recorded_has_no_process_phase():
+    old = {k: v for k, v in FACTS.items() if k != "process_start_s"}
+    assert [name for name, _ in startup_phases(old)][0] == "weights"
+    assert startup_line(old).startswith("start-up 6.0 s (weights 1.2 s")
+
+
+def test_a_headless_runs_line_totals_process_and_engine_startup(tmp_path):
+    db = tmp_path / "runs.duckdb"
+    proc = cli("run", str(QUICKSTART), "--headless", "--db", str(db))
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join((proc.stdout + proc.stderr).split())  # the progress console may wrap it
+    got = re.search(r"start-up (\d+\.\d) s \(process (\d+\.\d) s", text)
+    assert got, text
+    (info,) = query(db, "SELECT info->>'process_start_s', info->>'startup_s' FROM runs")
+    process, startup = float(info[0]), float(info[1])
+    assert 0.1 < process < 60  # a fresh interpreter importing torch takes a while
+    assert float(got.group(1)) == round(process + startup, 1)
+    assert float(got.group(2)) == round(process, 1)
