@@ -26,11 +26,11 @@ from mrv2_prof.views.downgrades import matrix_cell, stored_runner_downgrades
 from mrv2_prof.views.environment import environment_line
 from mrv2_prof.views.format import format_bytes
 from mrv2_prof.views.memory_line import memory_rows
-from mrv2_prof.views.startup_line import startup_line
 from mrv2_prof.views.model_line import model_line, model_name
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
 from mrv2_prof.views.staged_writes import staged_writes_text
+from mrv2_prof.views.startup_line import startup_line
 
 
 def _ms(v: float | None) -> str:
