@@ -1,0 +1,86 @@
+"""Start-up to the first step, per phase, and the compiles after warm-up, of real runs.
+
+Each ``--presets`` model runs ``scenarios/decode_heavy.yaml`` (default settings: its runner
+section as shipped; ``--set`` adds overrides) through the CLI, ``--repeats`` times, each in a
+fresh runner process as a user's run is. From each run's stored start-up facts (``runs.info``,
+``views/startup_line.py``): the seconds from the spawn of the runner process to the first step
+(``process_start_s + startup_s``) and the phases (process, weights, profile run, KV cache,
+warm-up, graph capture with its keys, other), and the compiles recorded after warm-up (the
+``compiles`` table). The first repeat of a preset may pay Triton's first compiles into its disk
+cache; later repeats read them from it, as a user's second run does: both are printed.
+
+    python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
+    python benchmarks/startup.py --presets llama-tiny --set runner.device=cpu  # a CPU smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import duckdb
+from bench_io import write_results
+
+from mrv2_prof.views.startup_line import startup_phases
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "decode_heavy.yaml"
+
+
+def one_run(preset: str, db: Path, sets: list[str], requests: int) -> dict:
+    args = [sys.executable, "-m", "mrv2_prof", "run", str(SCENARIO), "--headless", "--db", str(db)]
+    for s in [f"model.preset={preset}", f"workload.num_requests={requests}",
+              "workload.output_len.value=16", *sets]:  # fmt: skip
+        args += ["--set", s]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"{preset}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    con = duckdb.connect(str(db), read_only=True)
+    run_id, info = con.execute("SELECT run_id, info FROM runs ORDER BY started_ns DESC").fetchone()
+    info = json.loads(info) if isinstance(info, str) else info
+    late = con.execute(
+        "SELECT count(*), coalesce(sum(compile_ms), 0) FROM compiles "
+        "WHERE run_id = ? AND after_warmup",
+        [run_id],
+    ).fetchone()
+    con.close()
+    total = float(info.get("process_start_s") or 0) + float(info["startup_s"])
+    return {
+        "preset": preset,
+        "to_first_step_s": total,
+        "phases": dict(startup_phases(info)),
+        "num_graphs": info.get("num_graphs"),
+        "compiles_after_warmup": int(late[0]),
+        "compile_ms_after_warmup": float(late[1]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", nargs="+", default=["llama-1b", "llama-3-8b"])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="an override")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in args.presets:
+            for repeat in range(args.repeats):
+                row = one_run(preset, Path(tmp) / f"{preset}.duckdb", args.sets, args.requests)
+                row["repeat"] = repeat
+                rows.append(row)
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
+                print(f"{preset} #{repeat}: {row['to_first_step_s']:.2f} s to the first step "
+                      f"({phases}; {row['num_graphs']} graph keys); "
+                      f"{row['compiles_after_warmup']} compiles after warm-up "
+                      f"({row['compile_ms_after_warmup']:.0f} ms)", flush=True)  # fmt: skip
+    write_results(args.out, {"scenario": str(SCENARIO.name), "sets": args.sets}, rows)
+
+
+if __name__ == "__main__":
+    main()
