@@ -14,6 +14,14 @@ KV cache of every request at the median context length of the timed steps. Activ
 logits written are not counted. Bandwidth: ``torch.sum`` over a 4 GiB bf16 tensor, bytes read
 over the best of 10 timed sums (CUDA events), so the utilisation is bytes / TPOT / bandwidth.
 
+FLOPs per step (the engine's own constants, ``runner/model/step_cost.py``): B x (the matmul FLOPs
+per token + the lm_head's per row) + the attention's per (query, key) pair x B x the context.
+Against the GPU's dense 16-bit tensor-core peak (``probes/machine_peaks.py``' datasheet table):
+the compute utilisation is FLOPs / TPOT / peak. The binding roof is the one whose lower bound on
+the step time (bytes / bandwidth or FLOPs / peak) is the larger, and ``roofline`` is that bound /
+TPOT: memory at small batches, compute where a batch's FLOPs outgrow its bytes (batch 256 of an
+8B model). A GPU not in the table, or a float32 run, has no compute roof: memory is then used.
+
 Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady decode steps before
 the timed ones; each kernel is put with the launch that made it (its correlation id): a
 ``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input preparation, sampling).
@@ -39,6 +47,7 @@ import numpy as np
 import torch
 from bench_io import write_results
 
+from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
@@ -212,6 +221,25 @@ def step_bytes(engine: Engine, batch: int, context_len: float) -> tuple[int, int
     return weights, round(batch * context_len * kv_per_token)
 
 
+def step_flops(cost: dict, batch: int, context_len: float) -> float:
+    """FLOPs of one decode step of ``batch`` requests at ``context_len`` (``step_cost``'s
+    constants): every token's matmuls and lm_head row, and each (query, key) pair's attention."""
+    per_token = cost["matmul_flops_per_token"] + cost["lm_head_flops_per_row"]
+    return batch * per_token + cost["attn_flops_per_pair"] * batch * context_len
+
+
+def rooflines(r: dict, bandwidth: float, peak: float | None) -> dict:
+    """Memory and compute utilisation of a row, and the binding roof's bound over TPOT."""
+    seconds = r["tpot_ms"] / 1e3
+    t_mem = r["step_bytes"] / bandwidth
+    t_comp = r["step_flops"] / peak if peak else 0.0
+    return {
+        "compute_utilisation": (r["step_flops"] / seconds / peak) if peak else None,
+        "binding": "compute" if t_comp > t_mem else "memory",
+        "roofline": max(t_mem, t_comp) / seconds,
+    }
+
+
 def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
     cuda = torch.cuda.is_available() and not args.cpu_smoke
     max_model_len = args.prompt_len + args.output_len + 1
@@ -235,6 +263,9 @@ def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
     engine = Engine(config, ModelSpec(preset=preset))
     startup_s = time.perf_counter() - t0
     layers = engine.runner.model_args.num_hidden_layers
+    gpu = torch.cuda.get_device_name() if cuda else None
+    peak, peak_how = tensor_peak(gpu, str(engine.info.dtype).removeprefix("torch."))
+    print(f"{preset}: tensor-core peak {peak_how}", flush=True)
     rows = []
     for b in args.batches:
         r = decode_run(engine, b, args.prompt_len, args.output_len, args.trace_steps)
@@ -248,6 +279,9 @@ def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
             achieved_bytes_per_s=(weights + kv) / (r["tpot_ms"] / 1e3),
         )
         r["utilisation"] = r["achieved_bytes_per_s"] / bandwidth
+        r["step_flops"] = step_flops(engine.info.step_cost, b, r["context_len"])
+        r["tensor_peak_flops"] = peak
+        r.update(rooflines(r, bandwidth, peak))
         if "graph_kernels_per_step" in r:
             r["graph_kernels_per_layer"] = r["graph_kernels_per_step"] / layers
         rows.append(r)
@@ -255,6 +289,8 @@ def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
             f"{preset:11} batch {b:4d}: TPOT {r['tpot_ms']:7.3f} ms {r['tok_s']:9,.0f} tok/s  "
             f"reads {r['step_bytes'] / 1e9:6.3f} GB ({kv / 1e9:.3f} KV) -> "
             f"{r['achieved_bytes_per_s'] / 1e9:6,.0f} GB/s = {100 * r['utilisation']:4.1f}%  "
+            f"{r['step_flops'] / 1e9:,.1f} GFLOP = {_pct(r['compute_utilisation'])} of the "
+            f"tensor peak; {r['binding']}-bound roofline {100 * r['roofline']:4.1f}%  "
             f"kernels/step graph {r.get('graph_kernels_per_step', 0):.0f} "
             f"({r.get('graph_kernels_per_layer', 0):.1f}/layer) eager "
             f"{r.get('eager_kernels_per_step', 0):.0f}  dispatch {','.join(r['modes'])}",
@@ -269,14 +305,20 @@ def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
     return rows
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     lines = [
         f"HBM read bandwidth (torch.sum over {gib:g} GiB bf16, best of 10): "
         f"{bandwidth / 1e9:,.0f} GB/s",
         "",
         "| preset | batch 1 path | batch | TPOT ms | tok/s | GB read / step | of it KV | GB/s "
-        "| utilisation | graph kernels / step | / layer | eager kernels / step |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| utilisation | GFLOP / step | of tensor peak | binding roof | roofline "
+        "| graph kernels / step | / layer | eager kernels / step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
@@ -284,6 +326,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
             f"{r['tpot_ms']:.3f} | {r['tok_s']:,.0f} | "
             f"{r['step_bytes'] / 1e9:.3f} | {r['kv_bytes'] / 1e9:.3f} | "
             f"{r['achieved_bytes_per_s'] / 1e9:,.0f} | {100 * r['utilisation']:.1f}% | "
+            f"{r['step_flops'] / 1e9:,.1f} | {_pct(r['compute_utilisation'])} | "
+            f"{r['binding']} | {100 * r['roofline']:.1f}% | "
             f"{r.get('graph_kernels_per_step', 0):.0f} | "
             f"{r.get('graph_kernels_per_layer', 0):.1f} | "
             f"{r.get('eager_kernels_per_step', 0):.0f} |"
