@@ -1,7 +1,8 @@
 """Compiles after warm-up on a CUDA device: a compile planted in step 50 (a staged-write apply
 on a dtype no staged tensor has, a new specialization of a step-path launcher) is recorded at
 that step with its kernel and key, the finding names it and ``strict`` fails the run on it; a
-warmed run of a shipped scenario records no compile after warm-up."""
+warmed run of a shipped scenario (decode_heavy at length; each one but the smollm2 ones
+shortened) records no compile after warm-up."""
 
 from __future__ import annotations
 
@@ -114,6 +115,29 @@ def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path
     late = query(db, "SELECT step, kernel, key FROM compiles WHERE after_warmup")
     assert startup[0][0] > 0  # the warm-up's compiles are recorded
     assert late == []
+
+
+# every shipped scenario but the smollm2 ones (a downloaded model), each matrix cell run
+SHIPPED = sorted(p for p in (ROOT / "scenarios").glob("*.yaml") if "smollm2" not in p.stem)
+# a scenario's requests, cut to a few so that each runs in seconds; its other settings as shipped
+SHORTER = {"mixed_poisson": 12, "prefix_sharing": 12, "prefill_heavy": 8, "spec_decode": 6}
+
+
+@pytest.mark.parametrize("scenario", SHIPPED, ids=lambda p: p.stem)
+def test_gpu_each_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path, scenario):
+    """Each shipped scenario's step shapes (its batch sizes, sampling flags, chunked prefill,
+    preemption, speculation, graph modes) on llama-tiny: every Triton specialization a step
+    launches was compiled by the warm-up or the capture."""
+    db = tmp_path / "runs.duckdb"
+    args = ["run", str(scenario), "--headless", "--db", str(db)]
+    sets = ["model.preset=llama-tiny", f"workload.num_requests={SHORTER.get(scenario.stem, 8)}"]
+    for s in sets:
+        args += ["--set", s]
+    proc = cli(*args, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert query(db, "SELECT count(*) FROM steps")[0][0] > 0
+    late = query(db, "SELECT run_id, step, kernel, key FROM compiles WHERE after_warmup")
+    assert late == [], f"{scenario.name}: compiled after warm-up (run, step, kernel, key): {late}"
 
 
 def test_gpu_a_kernel_launched_directly_is_caught_by_tritons_hooks():

@@ -278,7 +278,9 @@ def _split_size(num_rows: int, vocab_size: int, block_size: int, device: torch.d
 class _Workspace:
     """Per device: the split partials (value | logsumexp max | sum, float32; index, int32) and
     the rows' counters (int32, zero between launches). It grows, never shrinks, and a grown-out
-    buffer is kept (a captured graph may still read it)."""
+    buffer is kept (a captured graph may still read it). Its cell count is a multiple of 4, so
+    the partials' three views are 16-byte aligned whatever the size: triton specialises a
+    pointer on that, and a size's alignment must not pick another compile."""
 
     def __init__(self) -> None:
         self.partials = self.index = self.counter = None
@@ -296,6 +298,7 @@ class _Workspace:
             if self.counter is not None:
                 self._kept += [self.partials, self.index, self.counter]
             cells = max(cells, 2 * (0 if self.index is None else self.index.numel()))
+            cells = -(-cells // 4) * 4  # each third of ``partials`` 16-byte aligned, at any size
             rows = max(num_rows, 2 * (0 if self.counter is None else self.counter.numel()))
             self.partials = torch.empty(3, cells, dtype=torch.float32, device=device)
             self.index = torch.empty(cells, dtype=torch.int32, device=device)
@@ -345,7 +348,9 @@ def gumbel_argmax(
         device, num_rows, num_splits
     )
     lse_out = lse if lse is not None else split_val  # unread without LOGPROBS
-    block_splits = max(16, triton.next_power_of_2(num_splits))
+    # one value for every row count (masked lanes past num_splits): no variant per batch size
+    most_splits = max(num_splits, triton.cdiv(vocab_size, block_size) // _MIN_SPLIT_BLOCKS)
+    block_splits = max(16, triton.next_power_of_2(most_splits))
     _scan(
         (num_rows, num_splits),
         logits,

@@ -12,6 +12,7 @@ the time each part takes goes into ``RuntimeInfo``.
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -25,6 +26,7 @@ from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 from mrv2_prof.runner.worker.memory_breakdown import memory_breakdown
 from mrv2_prof.runner.worker.model_runner import ModelRunner
+from mrv2_prof.runner.worker.sampler import SamplingMetadata
 from mrv2_prof.runner.worker.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
 
@@ -136,6 +138,7 @@ def warm_up(runner: ModelRunner) -> None:
     # (the draft model's catch-up too), compiled here rather than inside the first step
     if c.max_num_seqs > 1 and prefill > 2:
         dummy_run(runner, prefill - 1 if prefill % 2 == 0 else prefill, 2, True)
+    warm_sampling(runner)
     # Input prep, the staged-write apply and the state advance are not part of a dummy run:
     # call them in the variants the steps launch, writing only the step's input buffers (which
     # every step rewrites), nothing (an empty write) or scratch.
@@ -176,6 +179,33 @@ def warm_up(runner: ModelRunner) -> None:
     for note in triton_launch.notes():  # kernels that launch through the JIT, and why
         if note not in runner.info.notes:
             runner.info.notes.append(note)
+
+
+def warm_sampling(runner: ModelRunner) -> None:
+    """The sampler in every variant a step can launch: all greedy or not, a top-k / top-p
+    threshold or not, logprobs or not (the host flags pick the kernel's constexprs; the row
+    count picks none). One row, its logits from the LM head and the request tables read as a
+    step reads them; the flags are set here, so no request state is written or needed."""
+    batch = dummy_batch(1, 1, runner.config.max_num_reqs, runner.device, runner.block_tables)
+    hidden = torch.zeros(1, runner.model_args.hidden_size, dtype=runner.dtype, device=runner.device)
+    logits = runner.model.logits(hidden)
+    rs = runner.req_states
+    for greedy, threshold, logprobs in itertools.product((True, False), repeat=3):
+        if greedy and threshold:
+            continue  # greedy rows are never masked
+        meta = SamplingMetadata(
+            idx_mapping=batch.idx_mapping,
+            positions=batch.seq_lens,
+            temperature=rs.temperature,
+            top_k=rs.top_k,
+            top_p=rs.top_p,
+            seeds=rs.seeds,
+            max_num_logprobs=int(logprobs),
+            all_greedy=greedy,
+            no_top_k=not threshold,
+            no_top_p=not threshold,
+        )
+        runner.kernels.sample(logits, meta)
 
 
 def capture_graphs(runner: ModelRunner) -> None:

@@ -28,6 +28,13 @@ A miss is timed, and reported to the compile listener when one is set
 launcher's name and the key as a short readable string (``key_text``). On the JIT path every
 call goes through triton and nothing is reported per call: a note says compiles are not
 recorded there (the interpreter compiles nothing, so it is left out).
+
+The specialization census (``specializations()``): every launcher's keys so far, by kernel
+name. On the fast path they are the cache's keys (a hit adds nothing). Under the interpreter,
+which specialises nothing, each call's key is computed from the parameters of a
+``JITFunction`` built over the interpreted function (that compiles nothing), so a CPU run sees
+the specializations a GPU run would compile; where that cannot be built the kernel has no
+census, and its note says why. Calls on the JIT path otherwise are not counted in it.
 """
 
 from __future__ import annotations
@@ -92,13 +99,13 @@ def _arg_text(k: Any) -> str:
     return repr(k)
 
 
-def key_text(key: tuple) -> str:
+def key_text(key: tuple, cut: bool = True) -> str:
     """A launcher's key (device, runtime-argument classes, keyword arguments) as one short
-    line: ``BLOCK=256; int32@16, %16, =1`` (cut to ~200 characters)."""
+    line: ``BLOCK=256; int32@16, %16, =1`` (cut to ~200 characters unless ``cut`` is off)."""
     _, arg_keys, kwargs = key
     text = ", ".join(f"{k}={v}" for k, v in kwargs)
     text += ("; " if text else "") + ", ".join(_arg_text(k) for k in arg_keys)
-    return text if len(text) <= _KEY_CHARS else text[: _KEY_CHARS - 1] + "…"
+    return text if not cut or len(text) <= _KEY_CHARS else text[: _KEY_CHARS - 1] + "…"
 
 
 def notes() -> list[str]:
@@ -109,6 +116,25 @@ def notes() -> list[str]:
 def launchers() -> list[Launcher]:
     """Every launcher made so far (one per kernel), with its counters."""
     return list(_launchers)
+
+
+def specializations() -> dict[str, set[str]]:
+    """Per kernel (launcher name), the whole ``key_text`` of every specialization launched so
+    far: the compiled ones on the fast path, the ones the interpreter ran under
+    ``TRITON_INTERPRET``."""
+    out: dict[str, set[str]] = {}
+    for launcher in _launchers:
+        texts = out.setdefault(launcher.name, set())
+        texts.update(key_text(k, cut=False) for k in launcher.launched())
+    return out
+
+
+def forget_interpreted_specializations() -> None:
+    """Empty the interpreter's census (one engine's launches at a time, in tests); the fast
+    path's keys stay, as they are its cache of compiled kernels."""
+    for launcher in _launchers:
+        if launcher._seen is not None:
+            launcher._seen.clear()
 
 
 def _runtime() -> tuple[Callable[[], int], Callable[[int], int], Any]:
@@ -138,6 +164,18 @@ def _param_modes(fn) -> tuple[list[int], list[str]] | str:
             no_value = getattr(p, "do_not_specialize", False)
             modes.append(_NO_VALUE * bool(no_value) + _NO_ALIGN * bool(no_align))
     return modes, constexprs
+
+
+def _interpreted_modes(fn) -> tuple[list[int], list[str]] | str:
+    """``_param_modes`` of the kernel an interpreted function wraps, read from a
+    ``JITFunction`` built over it (compiling nothing); or why it cannot be built."""
+    try:
+        from triton.runtime.jit import JITFunction
+
+        jit = JITFunction(fn.fn, **fn.kwargs)
+    except Exception as exc:  # a triton whose interpreter or JIT differs: no census
+        return f"its JIT parameters cannot be read ({type(exc).__name__}: {exc})"
+    return _param_modes(jit)
 
 
 def _arg_key(a: Any, mode: int) -> Any:
@@ -188,8 +226,15 @@ class Launcher:
         self._noted_off = False
         _launchers.append(self)
         self._interpreted = type(fn).__name__ == "InterpretedFunction"  # it compiles nothing
+        self._seen: set[tuple] | None = None  # the interpreter's keys (census), when it has one
         if self._interpreted:
-            self._fall_back("the Triton interpreter runs it (TRITON_INTERPRET=1)")
+            shape = _interpreted_modes(fn)
+            census = "" if not isinstance(shape, str) else f"; no specialization census: {shape}"
+            self._fall_back(f"the Triton interpreter runs it (TRITON_INTERPRET=1){census}")
+            if not isinstance(shape, str):
+                self._modes, self._constexprs = shape
+                self._key = _key_function(self._modes)
+                self._seen = set()
             return
         shape = _param_modes(fn)
         if isinstance(shape, str):
@@ -206,6 +251,10 @@ class Launcher:
         _notes[f"runner.kernels: Triton kernel {self.name} launches through the JIT ({reason})"] = (
             None
         )
+
+    def launched(self) -> set[tuple]:
+        """Every key launched so far (with the device first, as the cache holds them)."""
+        return set(self._cache) | (self._seen or set())
 
     def key(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple:
         """The specialization key of a launch (see the module docstring)."""
@@ -226,6 +275,8 @@ class Launcher:
             self.slow += 1
             if _state["listener"] is not None and not self._interpreted:
                 _notes[_UNRECORDED] = None  # no miss to see: triton binds every call
+            if self._seen is not None:  # the interpreter's census (the device is left out)
+                self._seen.add((None, *self.key(args, kwargs)))
             self.fn[grid](*args, **kwargs)
             return
         if self._runtime is None:
