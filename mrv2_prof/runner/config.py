@@ -285,13 +285,17 @@ class RunnerConfig:
     uva: bool = True
     cudagraph_mode: CudagraphMode = "full_and_piecewise"
     full_step_graph: bool = True  # a FULL decode step's input build and sampling in graphs too
-    # None: vLLM's default sizes
+    # None: vLLM's default sizes, bounded by the workload (``plan_graphs``)
     cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
     tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)
     strict: bool = False
     seed: int = setting(0, in_scenario=False)  # the scenario's top-level seed
     # the scenario's runner.spec_decode section (scenario/spec_decode_section.py)
     spec_decode: SpecDecodeConfig = setting(SpecDecodeConfig(), in_scenario=False)
+    # Set from the scenario's workload, not user settings (None: unknown before it is built): its
+    # most requests and the most tokens one step of it can schedule; they bound auto capture sizes
+    workload_max_reqs: int | None = setting(None, ge=1, in_scenario=False)
+    workload_max_step_tokens: int | None = setting(None, ge=1, in_scenario=False)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -8,6 +8,7 @@ and ``Scenario.runner_config`` is the one bridge to it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -191,7 +192,11 @@ class Scenario(Section):
         return self._source
 
     def runner_config(self) -> RunnerConfig:
-        return self.runner.to_runner_config(self.seed)
+        """The runner's config, with the workload's bounds (``WorkloadSection.step_bounds``)
+        that its auto CUDA graph capture sizes are cut to."""
+        reqs, tokens = self.workload.step_bounds()
+        config = self.runner.to_runner_config(self.seed)
+        return dataclasses.replace(config, workload_max_reqs=reqs, workload_max_step_tokens=tokens)
 
     def model_spec(self) -> ModelSpec:
         return self.model.to_model_spec(self.seed)

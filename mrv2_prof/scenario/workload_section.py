@@ -96,6 +96,11 @@ class LognormalLen(_Bounded):
         return self
 
 
+def longest(dist: FixedLen | _Bounded) -> int | None:
+    """The largest length ``dist`` draws; None for a normal or lognormal without ``max``."""
+    return dist.value if isinstance(dist, FixedLen) else dist.max
+
+
 LengthDist = Annotated[
     Union[FixedLen, UniformLen, NormalLen, LognormalLen],  # noqa: UP007
     Field(discriminator="dist"),
@@ -207,6 +212,23 @@ class WorkloadSection(Section):
                     f"over the limit of {MAX_ARRIVAL_S:,.0f} s ({ARRIVAL_REASON})",
                 )
         return self
+
+    def step_bounds(self) -> tuple[int | None, int | None]:
+        """What the runner's auto CUDA graph sizes are bounded by, known before the workload is
+        built (None: unknown): the most requests (a trace or dataset without ``num_requests``:
+        unknown) and the most tokens one step can schedule, ``num_requests`` x (longest prompt
+        + longest output), which also holds a preempted request's recompute (known for
+        synthetic lengths with a largest value only: a trace's or dataset's are read later)."""
+        n = self.num_requests
+        if self.trace is not None or self.dataset is not None:
+            return n, None
+        n = DEFAULT_NUM_REQUESTS if n is None else n
+        prompt, output = longest(self.prompt_len), longest(self.output_len or DEFAULT_OUTPUT_LEN)
+        if prompt is None or output is None:
+            return n, None
+        if self.shared_prefix is not None:  # a prompt is made longer than its shared prefix
+            prompt = max(prompt, self.shared_prefix.len + 1)
+        return n, n * (prompt + output)
 
     @field_validator("trace")
     @classmethod

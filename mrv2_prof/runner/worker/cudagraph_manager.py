@@ -74,7 +74,8 @@ class GraphPlan:
 
 def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
     """The graphs this runner can capture for ``config``; each downgrade is a note, or with
-    ``strict`` a ``ConfigError`` naming it."""
+    ``strict`` a ``ConfigError`` naming it. Auto sizes are vLLM's ladder bounded by the
+    workload (``_bound_by_workload``), with a note that is not a downgrade."""
     requested = config.cudagraph_mode
     if requested == NONE:
         return GraphPlan(requested)
@@ -110,15 +111,56 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
     if notes and config.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")
     reason = notes[-1] if not full and not piecewise else "mode none requested"
-    spec = config.spec_decode
-    verify = [
-        (s, 1 + k)
-        for k in spec.possible_ks(config.max_num_seqs)
-        if k > 0
-        for s in full
-        if s * (1 + k) <= config.max_num_batched_tokens
-    ]
+    verify = _verify_shapes(config, full)
+    if auto:  # not a downgrade: every size left out is one no step of this workload reaches
+        full, piecewise, note = _bound_by_workload(config, full, piecewise, len(verify))
+        verify = _verify_shapes(config, full)
+        notes += [note] if note else []
     return GraphPlan(requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify))
+
+
+def _verify_shapes(config: RunnerConfig, full: list[int]) -> list[tuple[int, int]]:
+    """The FULL verify shapes (batch size, 1 + k) of every k > 0 a step can choose."""
+    ks = config.spec_decode.possible_ks(config.max_num_seqs)
+    limit = config.max_num_batched_tokens
+    return [(s, 1 + k) for k in ks if k > 0 for s in full if s * (1 + k) <= limit]
+
+
+def _up_to(sizes: list[int], bound: int | None) -> list[int]:
+    """``sizes`` (ascending) up to the smallest one >= ``bound``; all of them for None."""
+    return sizes if bound is None else sizes[: bisect.bisect_left(sizes, bound) + 1]
+
+
+def _bound_by_workload(
+    config: RunnerConfig, full: list[int], piecewise: list[int], num_verify: int
+) -> tuple[list[int], list[int], str | None]:
+    """The auto sizes bounded by the workload (``RunnerConfig.workload_*``), and a note when
+    that leaves keys out. vLLM captures its whole ladder because a server cannot know its
+    traffic; a run knows its workload before start-up. No decode batch holds more requests than
+    exist; no step schedules more tokens than its requests' prompts and outputs (a preempted
+    request's recompute included) or, verifying, 1 + k slots each."""
+    reqs, tokens = config.workload_max_reqs, config.workload_max_step_tokens
+    if reqs is None:  # a count known only once the workload is built: the whole ladder
+        return full, piecewise, None
+    if tokens is not None:
+        tokens = max(tokens, reqs * (1 + config.spec_decode.max_k))
+    new_full, new_piecewise = _up_to(full, reqs), _up_to(piecewise, tokens)
+    before = len(full) + len(piecewise) + num_verify
+    after = len(new_full) + len(new_piecewise) + len(_verify_shapes(config, new_full))
+    if after == before:
+        return full, piecewise, None
+    parts = []
+    if new_full:
+        why = f" ({reqs:,} request{'s' * (reqs != 1)})" if new_full != full else ""
+        parts.append(f"FULL up to {new_full[-1]}{why}")
+    if new_piecewise:
+        why = f" (at most {tokens:,} tokens in a step)" if new_piecewise != piecewise else ""
+        parts.append(f"PIECEWISE up to {new_piecewise[-1]}{why}")
+    note = (
+        f"runner.cudagraph_capture_sizes: auto, bounded by the workload: {', '.join(parts)}; "
+        f"{after} keys instead of {before}"
+    )
+    return new_full, new_piecewise, note
 
 
 def _downgrade(config, requested, full, piecewise, note) -> GraphPlan:
