@@ -38,6 +38,8 @@ TRITON_OPS = {
     "_write_kv_kernel": "kv_write",
     "_paged_attention_kernel": "attention",
     "_paged_decode_kernel": "attention",
+    "_split_kv_decode_kernel": "attention",  # split-KV decode (attention_split_kv_triton.py)
+    "_split_kv_reduce_kernel": "attention",
     "_silu_and_mul_kernel": "silu_mul",
 }
 OTHER, UNATTRIBUTED = "other", "unattributed"

@@ -12,7 +12,8 @@ Why a second kernel: the general kernel maps programs to requests by a binary se
 ``query_start_loc`` (eight dependent loads at 256 requests) and gives a program ``BLOCK_Q``
 tokens of one request, so a decode batch launches two programs a request, one of which exits.
 Here program ``(i, h)`` is request ``i``, kv head ``h``: its ``G`` query heads are the rows of the
-``tl.dot`` (padded to 16), and ``attend_keys`` (shared with the general kernel) walks the keys.
+``tl.dot`` (padded to 16), and ``attend_keys`` (shared with the general kernel) walks the keys;
+its unnormalised form ``attend_key_range`` walks one split's in ``attention_split_kv_triton.py``.
 On an H200 this is 1-7 % faster than the general kernel's decode launch at batch 64 and 256
 (``benchmarks/RESULTS.md``, the fourth host-path round). ``num_reqs`` is taken, unused, so that
 both kernels have one signature.
@@ -37,6 +38,55 @@ def is_decode_batch(num_tokens: int, num_reqs: int) -> bool:
 
 
 @triton.jit
+def attend_key_range(
+    q,  # [BLOCK_M, HEAD_DIM] the program's query rows
+    q_pos,  # [BLOCK_M] int32: each row's position; it sees keys at positions <= its own
+    kv_start,  # keys to walk: [kv_start, kv_end), kv_start <= every row's position
+    kv_end,  # <= the last row's position + 1
+    block_row,  # the request's block-table row
+    k_cache_ptr,
+    v_cache_ptr,
+    head_off,  # the kv head's offset in a cache slot
+    cache_stride_block,
+    cache_stride_slot,
+    qk_scale,  # softmax scale * log2(e)
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """The online softmax of ``q``'s rows over the cached keys ``[kv_start, kv_end)`` of a
+    request, gathered per slot through its block-table row ``BLOCK_N`` at a time, in float32
+    (``exp2``, the scale folded in): ``(acc, m, l)``, the unnormalised output, the running max
+    (log2 domain) and the sum of weights. Keys are masked by position only (``k_pos <= q_pos``),
+    so a caller that stops short of a row's last key (a split of the context) ends its range a
+    multiple of ``BLOCK_N`` past ``kv_start``: no tile reaches past it. An empty range
+    (``kv_start >= kv_end``) gives ``(0, -inf, 0)``."""
+    dims = tl.arange(0, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for n_start in range(kv_start, kv_end, BLOCK_N):
+        k_pos = n_start + tl.arange(0, BLOCK_N)
+        k_ok = k_pos < kv_end
+        block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
+        kv_off = block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
+        k = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
+        qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
+        qk = tl.where(k_pos[None, :] <= q_pos[:, None], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key kv_start is visible to every row
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
+        v = v.to(q.dtype)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
 def attend_keys(
     q,  # [BLOCK_M, HEAD_DIM] the program's query rows
     q_pos,  # [BLOCK_M] int32: each row's position; it sees keys at positions <= its own
@@ -54,29 +104,13 @@ def attend_keys(
     BLOCK_N: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """Causal attention of ``q``'s rows over a request's cached keys, gathered per slot through
-    its block-table row ``BLOCK_N`` at a time, with an online softmax in float32 (``exp2``, the
-    scale folded in): the rows' float32 outputs. Both attention kernels walk their keys here."""
-    dims = tl.arange(0, HEAD_DIM)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for n_start in range(0, kv_end, BLOCK_N):
-        k_pos = n_start + tl.arange(0, BLOCK_N)
-        k_ok = k_pos < kv_end
-        block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-        kv_off = block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
-        k = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
-        qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
-        qk = tl.where(k_pos[None, :] <= q_pos[:, None], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key 0 is visible to every row
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
-        v = v.to(q.dtype)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
-        m_i = m_new
+    """Causal attention of ``q``'s rows over a request's cached keys ``[0, kv_end)``
+    (``attend_key_range``, normalised): the rows' float32 outputs. Both attention kernels walk
+    their keys here."""
+    acc, m_i, l_i = attend_key_range(
+        q, q_pos, 0, kv_end, block_row, k_cache_ptr, v_cache_ptr, head_off, cache_stride_block,
+        cache_stride_slot, qk_scale, BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
+    )  # fmt: skip
     return acc / l_i[:, None]
 
 

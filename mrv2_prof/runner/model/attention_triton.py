@@ -39,9 +39,12 @@ Decode batches (no more tokens than requests, a host-int test) go to a kernel of
 ``attention_decode_triton.py``: one program per request and kv head, no search. Here, tile sizes
 are chosen from host ints only: decode-heavy batches (on average <= 4 query tokens a
 request) take 16 rows, so a decode wastes few rows; prefill-heavy batches take 64 rows (one
-Hopper warp-group MMA) for better tensor-core use; float32 takes small tiles. Not done: splitting
-one request's context over several programs (split-KV / flash-decoding), which would help a few
-long decodes fill the GPU, and skipping the causal mask on tiles wholly below the diagonal.
+Hopper warp-group MMA) for better tensor-core use; float32 takes small tiles. Splitting one
+request's context over several programs (split-KV / flash-decoding, so that a few long decodes
+fill the GPU) is built in ``attention_split_kv_triton.py``: a decode batch goes there when its
+``split_count`` (host ints: requests, kv heads, SMs and the block table's width) is above 1,
+which is off by default until it is measured on the GPU. Not done: skipping the causal mask on
+tiles wholly below the diagonal.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
     paged_decode_triton,
 )
+from mrv2_prof.runner.model.attention_split_kv_triton import paged_decode_split_kv, split_count
 
 
 @dataclass(frozen=True)
@@ -250,9 +254,9 @@ def paged_attention_triton(
     """Causal attention of each request's chunk over its cached context plus the chunk itself.
 
     By default a batch with no more tokens than requests (a decode step) goes to the decode
-    kernel (``attention_decode_triton.py``) and any other to this module's, with the tiles of
-    ``pick_tiles``; ``tiles`` forces this module's kernel with that launch shape (benchmarks,
-    tests).
+    kernel (``attention_decode_triton.py``), or its split-KV form when ``split_count`` says so,
+    and any other to this module's, with the tiles of ``pick_tiles``; ``tiles`` forces this
+    module's kernel with that launch shape (benchmarks, tests).
     """
     if kv_cache is None:
         return paged_attention_ref(query, key, value, kv_cache, meta, scale)
@@ -277,6 +281,12 @@ def paged_attention_triton(
     if tiles is None and is_decode_batch(num_tokens, meta.num_reqs):
         # CUDA-core dots in float32 take small key tiles (FLOAT32_TILES), tensor cores 64 keys
         keys = (FLOAT32_TILES if query.dtype == torch.float32 else DECODE_TILES).block_n
+        max_context = meta.block_table.shape[1] * meta.block_size  # a shape: same for the key
+        splits = split_count(meta.num_reqs, num_kv_heads, max_context, query.device)
+        if splits > 1:
+            return paged_decode_split_kv(
+                query, kv_cache, meta, scale, out, num_splits=splits, block_n=keys
+            )
         return paged_decode_triton(query, kv_cache, meta, scale, out, block_n=keys)
     group = num_heads // num_kv_heads
     tiles = tiles or pick_tiles(num_tokens, meta.num_reqs, query.dtype)

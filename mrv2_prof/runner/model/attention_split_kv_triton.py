@@ -1,0 +1,285 @@
+"""Split-KV (flash-decoding) paged attention for decode batches: a request's keys over programs.
+
+At small batch the decode kernel (``attention_decode_triton.py``) launches ``num_reqs x kv_heads``
+programs, too few to fill the GPU (8 at batch 1 of an 8-kv-head model, on 132 SMs), and each
+walks its whole context alone. Here program ``(i, h, s)`` walks split ``s`` of request ``i``'s
+keys for kv head ``h`` (``attend_key_range``, the decode kernel's loop) and writes its partial
+``(max, sum, acc)`` per query head to a workspace; the splits of a row are then combined in key
+order with the usual rescaling. The contract is ``paged_attention_ref``'s for decode batches,
+as for the decode kernel: a request with no query tokens (padding) exits at once, one with
+several (beside padding requests) has its tokens walked one after the other.
+
+CUDA-graph safety: the split count is a host int (``split_count``: the number of requests, kv
+heads and SMs and an upper bound of the context from shapes), so every batch of one graph key
+launches the same grid; each request's share is computed on the device from ``seq_lens``
+(``cdiv(seq_len, num_splits)`` rounded up to ``BLOCK_N``, so no tile crosses a split's end). A
+split with no keys for a token writes nothing and the reduction reads only the splits that hold
+keys. The workspace (partials and counters) grows only outside a capture, as the sampler's does
+(``runner/worker/gumbel_argmax_triton.py``).
+
+The reduction runs in the same launch by default (``fused``): each program of a (request, kv
+head) row counts itself done on the row's counter (acquire-release at GPU scope, after a
+barrier of its threads); the row's last program reduces every token of the request, reading
+the partials past L1, and resets the counter to 0 for the next launch. ``fused=False`` launches
+a second, reduce-only kernel instead; the benchmark times both.
+
+Policy: ``split_count`` returns 1 (no split) until the split kernel is measured against the
+decode kernel on the GPU (``benchmarks/attention_split_kv.py``); ``proposed_split_count`` is the
+rule it would apply, and ``FORCED_SPLITS`` forces a count for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
+
+# OFF until measured: the default decode path stays the unsplit kernel (split_count returns 1).
+SPLIT_KV_ENABLED = False
+FORCED_SPLITS: int | None = None  # tests and benchmarks: this count for every decode batch
+PROGRAMS_PER_SM = 2  # split until the grid has about this many programs per SM
+MIN_KEYS_PER_SPLIT = 256  # of the largest context the batch's shapes allow
+MAX_SPLITS = 32
+
+
+@functools.lru_cache(maxsize=8)
+def num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def proposed_split_count(num_reqs: int, num_kv_heads: int, max_context: int, sms: int) -> int:
+    """Splits per request so that the grid has about ``PROGRAMS_PER_SM`` programs per SM, at
+    most one per ``MIN_KEYS_PER_SPLIT`` keys of ``max_context`` and at most ``MAX_SPLITS``."""
+    want = PROGRAMS_PER_SM * sms // max(1, num_reqs * num_kv_heads)
+    return max(1, min(want, max_context // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
+
+
+def split_count(num_reqs: int, num_kv_heads: int, max_context: int, device: torch.device) -> int:
+    """Splits of each request's keys for a decode batch, from host ints only (the same for every
+    batch of a CUDA-graph key); 1 = the unsplit decode kernel. ``max_context`` is a bound from
+    shapes (the block table's width times the block size), never the batch's own lengths."""
+    if FORCED_SPLITS is not None:
+        return FORCED_SPLITS
+    if not SPLIT_KV_ENABLED:
+        return 1
+    return proposed_split_count(num_reqs, num_kv_heads, max_context, num_sms(device))
+
+
+@triton.jit
+def _reduce_request(
+    out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
+    num_heads, out_stride_t, out_stride_h,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CACHE: tl.constexpr,
+):  # fmt: skip
+    """Each of the request's tokens: its splits' partials combined in key order, written out."""
+    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    rows = tl.arange(0, BLOCK_M)
+    head = kv_head * G + rows
+    row_ok = rows < G
+    dims = tl.arange(0, HEAD_DIM)
+    for t in range(q_len):
+        tok = (q_start + t).to(tl.int64)
+        base = (tok * num_heads + head) * num_splits  # [BLOCK_M] the token's split 0, per head
+        m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_run = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for s in range(tl.cdiv(seq_len - q_len + t + 1, chunk)):  # the splits holding keys
+            m_s = tl.load(max_ptr + base + s, mask=row_ok, other=0.0, cache_modifier=CACHE)
+            l_s = tl.load(sum_ptr + base + s, mask=row_ok, other=1.0, cache_modifier=CACHE)
+            a_off = (base + s)[:, None] * HEAD_DIM + dims[None, :]
+            a_s = tl.load(acc_ptr + a_off, mask=row_ok[:, None], other=0.0, cache_modifier=CACHE)
+            m_new = tl.maximum(m_run, m_s)  # finite: every split read holds a key
+            alpha = tl.math.exp2(m_run - m_new)
+            beta = tl.math.exp2(m_s - m_new)
+            l_run = l_run * alpha + l_s * beta
+            acc = acc * alpha[:, None] + a_s * beta[:, None]
+            m_run = m_new
+        o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
+        out = acc / l_run[:, None]
+        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
+
+
+# Values that change from step to step are not specialised on: a new value must
+# never trigger a compile in the middle of a run.
+@triton.jit(do_not_specialize=["num_reqs", "num_splits"])
+def _split_kv_decode_kernel(
+    out_ptr,  # [T, h, d]
+    query_ptr,  # [T, h, d]
+    k_cache_ptr,  # [num_blocks, block_size, kvh, d]
+    v_cache_ptr,  # same shape and strides as k_cache
+    query_start_loc_ptr,  # [B + 1] int32
+    seq_lens_ptr,  # [B] int32
+    block_table_ptr,  # [B, max_blocks] int32
+    acc_ptr,  # [T * h * num_splits, d] float32: each split's unnormalised output
+    max_ptr,  # [T * h * num_splits] float32: its running max (log2 domain)
+    sum_ptr,  # [T * h * num_splits] float32: its sum of weights
+    counter_ptr,  # [B * kvh] int32, zero between launches (FUSED)
+    qk_scale,  # softmax scale * log2(e)
+    num_reqs,
+    num_splits,
+    num_heads,
+    query_stride_t,
+    query_stride_h,
+    out_stride_t,
+    out_stride_h,
+    cache_stride_block,
+    cache_stride_slot,
+    cache_stride_head,
+    block_table_stride,
+    G: tl.constexpr,  # query heads per kv head
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,  # tokens per KV-cache block
+    BLOCK_M: tl.constexpr,  # rows: G heads, padded to a power of two >= 16
+    BLOCK_N: tl.constexpr,  # keys per loop step
+    DOT_PRECISION: tl.constexpr,
+    FUSED: tl.constexpr,  # the row's last program reduces it
+):
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    q_start = tl.load(query_start_loc_ptr + req)
+    q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
+    if q_len == 0:  # padding: no program of the row counts itself, none reduces
+        return
+    seq_len = tl.load(seq_lens_ptr + req)
+    ctx_len = seq_len - q_len
+    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N  # keys per split
+    kv_start = split * chunk
+    rows = tl.arange(0, BLOCK_M)
+    head = kv_head * G + rows
+    row_ok = rows < G
+    dims = tl.arange(0, HEAD_DIM)
+    block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
+    head_off = kv_head * cache_stride_head
+    for t in range(q_len):  # one token in a decode
+        kv_end = tl.minimum(ctx_len + t + 1, kv_start + chunk)  # the token's keys in the split
+        if kv_start < kv_end:  # else the split holds none of its keys: nothing written
+            tok = (q_start + t).to(tl.int64)
+            q_off = tok * query_stride_t + head[:, None] * query_stride_h + dims[None, :]
+            q = tl.load(query_ptr + q_off, mask=row_ok[:, None], other=0.0)
+            q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
+            acc, m_i, l_i = attend_key_range(
+                q, q_pos, kv_start, kv_end, block_row, k_cache_ptr, v_cache_ptr, head_off,
+                cache_stride_block, cache_stride_slot, qk_scale,
+                BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
+            )  # fmt: skip
+            cell = (tok * num_heads + head) * num_splits + split
+            tl.store(acc_ptr + cell[:, None] * HEAD_DIM + dims[None, :], acc, row_ok[:, None])
+            tl.store(max_ptr + cell, m_i, row_ok)
+            tl.store(sum_ptr + cell, l_i, row_ok)
+    if FUSED:
+        tl.debug_barrier()  # every thread's partial stores before the release below
+        row = req * tl.num_programs(1) + kv_head
+        done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+        if done == num_splits - 1:  # the row's last split: every partial is visible
+            _reduce_request(
+                out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head,
+                num_splits, num_heads, out_stride_t, out_stride_h,
+                G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
+            )  # fmt: skip
+            tl.store(counter_ptr + row, 0)  # ready for the next launch
+
+
+@triton.jit(do_not_specialize=["num_splits"])
+def _split_kv_reduce_kernel(
+    out_ptr, acc_ptr, max_ptr, sum_ptr, query_start_loc_ptr, seq_lens_ptr, num_splits,
+    num_heads, out_stride_t, out_stride_h,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    req = tl.program_id(0)
+    q_start = tl.load(query_start_loc_ptr + req)
+    q_len = tl.load(query_start_loc_ptr + req + 1) - q_start  # 0 (padding): no token to reduce
+    _reduce_request(
+        out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, tl.load(seq_lens_ptr + req),
+        tl.program_id(1), num_splits, num_heads, out_stride_t, out_stride_h,
+        G, HEAD_DIM, BLOCK_M, BLOCK_N, "",
+    )  # fmt: skip
+
+
+class SplitKVWorkspace:
+    """Per device: the split partials (acc, max, sum; float32) and the rows' counters (int32,
+    zero between launches). It grows, never shrinks, and never during a CUDA graph capture; a
+    grown-out buffer is kept (a captured graph may still read it)."""
+
+    def __init__(self) -> None:
+        self.buffers: tuple[torch.Tensor, ...] = ()
+        self._kept: list[torch.Tensor] = []
+
+    def get(self, device: torch.device, cells: int, head_dim: int, rows: int):
+        """``(acc [>= cells * head_dim], max [>= cells], sum [>= cells], counter [>= rows])``."""
+        have = self.buffers
+        acc, cells_had, _, rows_had = (t.numel() for t in have) if have else (0, 0, 0, 0)
+        if acc >= cells * head_dim and cells_had >= cells and rows_had >= rows:
+            return have
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "the split-KV attention workspace grows during a CUDA graph capture: run a "
+                "decode batch of this size eagerly before capturing"
+            )
+        self._kept += list(have)
+        cells = max(cells, 2 * cells_had)
+        acc = max(cells * head_dim, 2 * acc)
+        rows = max(rows, 2 * rows_had)
+        self.buffers = (
+            torch.empty(acc, dtype=torch.float32, device=device),
+            torch.empty(cells, dtype=torch.float32, device=device),
+            torch.empty(cells, dtype=torch.float32, device=device),
+            torch.zeros(rows, dtype=torch.int32, device=device),
+        )
+        return self.buffers
+
+
+workspaces: dict[torch.device, SplitKVWorkspace] = {}
+
+
+def paged_decode_split_kv(
+    query: torch.Tensor,  # [T, h, d], T <= num_reqs
+    kv_cache: torch.Tensor,  # [2, num_blocks, block_size, kvh, d]
+    meta: AttentionMetadata,
+    scale: float,
+    out: torch.Tensor,  # [T, h, d], rows past query_start_loc[num_reqs] left unwritten
+    *,
+    num_splits: int,
+    block_n: int = 64,
+    fused: bool = True,
+    num_warps: int = 4,
+    num_stages: int = 3,
+) -> torch.Tensor:
+    """Attention of a decode batch (checked by ``paged_attention_triton``, the entry point) with
+    each request's keys split ``num_splits`` ways (>= 1)."""
+    if num_splits < 1:
+        raise ValueError(f"split-KV attention: num_splits must be >= 1, got {num_splits}")
+    num_tokens, num_heads, head_dim = query.shape
+    num_kv_heads = kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    block_m = max(DECODE_ROWS, triton.next_power_of_2(group))
+    device = query.device
+    cells = num_tokens * num_heads * num_splits
+    ws = workspaces.get(device)
+    if ws is None:
+        ws = workspaces[device] = SplitKVWorkspace()
+    acc, maxes, sums, counter = ws.get(device, cells, head_dim, meta.num_reqs * num_kv_heads)
+    _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
+        out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
+        meta.block_table, acc, maxes, sums, counter, scale * LOG2_E, meta.num_reqs, num_splits,
+        num_heads, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
+        kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), meta.block_table.stride(0),
+        G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size, BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32", FUSED=fused,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    if not fused:
+        _split_kv_reduce_kernel[(meta.num_reqs, num_kv_heads)](
+            out, acc, maxes, sums, meta.query_start_loc, meta.seq_lens, num_splits, num_heads,
+            out.stride(0), out.stride(1), G=group, HEAD_DIM=head_dim, BLOCK_M=block_m,
+            BLOCK_N=block_n, num_warps=num_warps,
+        )  # fmt: skip
+    return out
