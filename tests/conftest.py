@@ -153,3 +153,23 @@ def base_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with Store.open(path) as store:
         add_base(store)
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster of 2 CPUs and 2 ``gpu_slot``s (a custom resource standing in for a
+    GPU per cell: ``MRV2_PROF_RAY_CELL_RESOURCE``), its GCS address; one per test process,
+    shared by the Ray tests. Skips the test where Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        address="local",  # a cluster of its own, never one already running on the host
+        num_cpus=2,
+        resources={"gpu_slot": 2},
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()

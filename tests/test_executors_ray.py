@@ -25,32 +25,16 @@ TOKENS = (
 )
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(
-        address="local",  # a cluster of its own, never one already running on the host
-        num_cpus=2,
-        resources={"gpu_slot": 2},
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-
-
 def cli(*args: str, cwd: Path, address: str) -> list[str]:
     env = os.environ | {"MRV2_PROF_RAY_CELL_RESOURCE": "gpu_slot", "RAY_ADDRESS": ""}
     return [sys.executable, "-m", "mrv2_prof", *args, "--ray-address", address], env
 
 
-def test_a_matrix_on_ray_stores_each_cell_as_a_local_run_does(tmp_path, cluster):
+def test_a_matrix_on_ray_stores_each_cell_as_a_local_run_does(tmp_path, ray_cluster):
     matrix = ("--set", "matrix={runner.async_scheduling: [true, false]}")
     db, local_db = tmp_path / "ray.duckdb", tmp_path / "local.duckdb"
     command, env = cli("run", "--headless", "--db", str(db), "--executor", "ray", *matrix, *SMALL,
-                       cwd=tmp_path, address=cluster)  # fmt: skip
+                       cwd=tmp_path, address=ray_cluster)  # fmt: skip
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cell 2/2 completed on" in done.stderr
@@ -88,11 +72,11 @@ def _kill_task(name: str) -> bool:
     return False
 
 
-def test_a_cell_whose_worker_dies_is_failed_and_the_others_complete(tmp_path, cluster):
+def test_a_cell_whose_worker_dies_is_failed_and_the_others_complete(tmp_path, ray_cluster):
     matrix = ("--set", "matrix={workload.num_requests: [4, 3000]}")
     db = tmp_path / "runs.duckdb"
     command, env = cli("run", "--headless", "--db", str(db), "--executor", "ray", *matrix,
-                       cwd=tmp_path, address=cluster)  # fmt: skip
+                       cwd=tmp_path, address=ray_cluster)  # fmt: skip
     proc = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
     kills, deadline = 0, time.monotonic() + 180
     while proc.poll() is None and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ import urllib.request
 import duckdb
 import pytest
 
-from tests.test_executors_ray import cli, cluster  # noqa: F401 (cluster: a fixture)
+from tests.test_executors_ray import cli
 from tests.test_metrics_exporter import free_port
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -38,12 +38,12 @@ def scrape_by_run(port: int) -> dict[str, dict[str, float]] | None:
     return runs
 
 
-def test_ray_cells_reach_the_drivers_metrics_with_their_stored_totals(tmp_path, cluster):  # noqa: F811
+def test_ray_cells_reach_the_drivers_metrics_with_their_stored_totals(tmp_path, ray_cluster):
     matrix = ("--set", "matrix={workload.num_requests: [3, 5]}")
     db, port = tmp_path / "runs.duckdb", free_port()
     command, env = cli("run", "--headless", "--db", str(db), "--executor", "ray", *matrix,
                        "--metrics-port", str(port), "--metrics-linger", "20",
-                       cwd=tmp_path, address=cluster)  # fmt: skip
+                       cwd=tmp_path, address=ray_cluster)  # fmt: skip
     stderr = tmp_path / "stderr"
     with stderr.open("w") as err:
         proc = subprocess.Popen(

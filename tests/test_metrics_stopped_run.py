@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import time
-import urllib.request
 
 import pytest
 
@@ -17,20 +16,9 @@ from mrv2_prof.pipeline.live_stats import LiveStats
 from mrv2_prof.pipeline.metrics_exporter import serve
 from mrv2_prof.store import Store
 from tests.test_metrics_exporter import NS, Engine, Req, Result, free_port
+from tests.test_metrics_run import scrape
 
 parser = pytest.importorskip("prometheus_client.parser")
-
-
-def scrape(port: int) -> dict[str, float]:
-    """``{sample name: value}`` of one run's series (graph modes summed, buckets left out)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples: dict[str, float] = {}
-    for family in parser.text_string_to_metric_families(text):
-        for s in family.samples:
-            if "le" not in s.labels:
-                samples[s.name] = samples.get(s.name, 0.0) + s.value
-    return samples
 
 
 def test_the_last_snapshot_of_a_stopped_loop_carries_every_latency_left():

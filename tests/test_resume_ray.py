@@ -17,22 +17,6 @@ ray = pytest.importorskip("ray")
 TINY = ("runner.device=cpu", "workload.num_requests=2", "workload.output_len.value=4")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(
-        address="local",  # a cluster of its own, never one already running on the host
-        num_cpus=2,
-        resources={"gpu_slot": 2},
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-    )
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-
-
 def _run(db: Path, address: str, *args: str) -> subprocess.CompletedProcess:
     sets = [arg for s in TINY for arg in ("--set", s)]
     cmd = [sys.executable, "-m", "mrv2_prof", "run", "--headless", "--db", str(db), *sets,
@@ -41,15 +25,15 @@ def _run(db: Path, address: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_resume_after_a_ray_sweep_runs_nothing_again(tmp_path, cluster):
+def test_resume_after_a_ray_sweep_runs_nothing_again(tmp_path, ray_cluster):
     db = tmp_path / "runs.duckdb"
-    first = _run(db, cluster, "--repeats", "2")
+    first = _run(db, ray_cluster, "--repeats", "2")
     assert first.returncode == 0, first.stderr[-3000:]
     with duckdb.connect(str(db), read_only=True) as con:
         ids = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY started_ns").fetchall()]
     assert len(ids) == 2
 
-    again = _run(db, cluster, "--repeats", "2", "--resume")
+    again = _run(db, ray_cluster, "--repeats", "2", "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "skipped 2 cells (already in the database: " in again.stdout
     assert sorted(again.stdout.split("database: ")[1].split(")")[0].split(", ")) == sorted(ids)
@@ -59,13 +43,13 @@ def test_resume_after_a_ray_sweep_runs_nothing_again(tmp_path, cluster):
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
 
 
-def test_each_node_says_its_class_for_resume(cluster):
+def test_each_node_says_its_class_for_resume(ray_cluster):
     from rich.console import Console
 
     from mrv2_prof.pipeline.executors.ray_cells import RayCells
     from mrv2_prof.pipeline.resume import code_version, environment_class
 
-    cells = RayCells(cluster, None, Console())
+    cells = RayCells(ray_cluster, None, Console())
     cells.ray = ray
     cells._check_versions()
     # the one node is this host: its checkout and its (GPU-less, or first GPU's) class
