@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mrv2_prof.pipeline.effective_scenario import as_run
-from mrv2_prof.runner.worker.cudagraph_manager import plan_graphs
+from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
 from mrv2_prof.scenario import ScenarioError
 from mrv2_prof.scenario.schema import Scenario
 from mrv2_prof.views.downgrades import downgrades

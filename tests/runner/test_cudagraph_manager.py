@@ -11,10 +11,8 @@ from mrv2_prof.runner.worker.cudagraph_manager import (
     BatchDescriptor,
     CudaGraphManager,
     GraphBackend,
-    GraphPlan,
-    default_capture_sizes,
-    plan_graphs,
 )
+from mrv2_prof.runner.worker.cudagraph_plan import GraphPlan, default_capture_sizes, plan_graphs
 
 
 def test_default_capture_sizes_follow_vllm():

@@ -8,11 +8,8 @@ import numpy as np
 from test_cudagraph_manager import FakeBackend
 
 from mrv2_prof.runner.config import RunnerConfig, SpecDecodeConfig
-from mrv2_prof.runner.worker.cudagraph_manager import (
-    BatchDescriptor,
-    CudaGraphManager,
-    plan_graphs,
-)
+from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor, CudaGraphManager
+from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
 
 
 class VerifyBackend(FakeBackend):

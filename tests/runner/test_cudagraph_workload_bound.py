@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mrv2_prof.runner.config import RunnerConfig, SpecDecodeConfig
-from mrv2_prof.runner.worker.cudagraph_manager import plan_graphs
+from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
 
 # vLLM's ladder written out for max_num_seqs 256 and 8192 batched tokens (limit 512)
 LADDER = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]

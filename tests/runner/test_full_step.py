@@ -107,7 +107,7 @@ class _EagerGraph:
 def _engine(monkeypatch, graphs: bool, full_step: bool, async_scheduling: bool):
     import mrv2_prof.runner.worker.model_runner as model_runner
     from mrv2_prof.runner.worker import cudagraph_runner
-    from mrv2_prof.runner.worker.cudagraph_manager import GraphPlan
+    from mrv2_prof.runner.worker.cudagraph_plan import GraphPlan
 
     if graphs:
         plan = GraphPlan("full", full_sizes=(1, 4))

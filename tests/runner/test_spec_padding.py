@@ -25,7 +25,8 @@ from mrv2_prof.runner.config import DEVICE_DRAFT, PAD_DRAFT, RunnerConfig, SpecD
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.worker.cudagraph_manager import CudaGraphManager, plan_graphs
+from mrv2_prof.runner.worker.cudagraph_manager import CudaGraphManager
+from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
 
 
 def ngram(k: int, **kw) -> SpecDecodeConfig:

@@ -28,7 +28,8 @@ import torch
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.worker.cudagraph_bodies import PiecewiseBody, full_body
-from mrv2_prof.runner.worker.cudagraph_manager import GraphBackend, GraphPlan
+from mrv2_prof.runner.worker.cudagraph_manager import GraphBackend
+from mrv2_prof.runner.worker.cudagraph_plan import GraphPlan
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers

@@ -33,14 +33,8 @@ from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_te
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
-from mrv2_prof.runner.worker.cudagraph_manager import (
-    FULL,
-    NONE,
-    PIECEWISE,
-    BatchDescriptor,
-    CudaGraphManager,
-    plan_graphs,
-)
+from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor, CudaGraphManager
+from mrv2_prof.runner.worker.cudagraph_plan import FULL, NONE, PIECEWISE, plan_graphs
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch

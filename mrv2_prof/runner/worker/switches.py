@@ -3,7 +3,7 @@
 A switch that cannot be honoured is a visible note in ``RuntimeInfo`` (the run goes on without
 it), or under ``strict`` a ``ConfigError`` naming it. ``check_strict`` asks the same questions
 without building a runner, so the CLI can refuse a run before it writes anything. CUDA graphs
-answer for themselves (``cudagraph_manager.plan_graphs``).
+answer for themselves (``cudagraph_plan.plan_graphs``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from mrv2_prof.runner.config import ConfigError, RunnerConfig
-from mrv2_prof.runner.worker.cudagraph_manager import plan_graphs
+from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 
 
