@@ -6,7 +6,9 @@ value the runner resolved or downgraded — the device, dtype, kernel set, UVA, 
 mode and capture sizes that were captured, the KV blocks, the ``max_model_len`` ``auto`` took —
 and the probes that could record on
 that device. Running the stored ``scenario_yaml`` again asks for exactly what ran (a round trip:
-``as_run`` of it changes nothing).
+``as_run`` of it changes nothing). Auto capture sizes that the workload bounded stay ``auto``: a
+list cannot say that FULL graphs stop below PIECEWISE ones, and a re-run of the same workload
+bounds them alike (the captured keys are in the ``graph_captures`` rows).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def as_run(
     num_kv_blocks: int,
     nvtx: bool,
     max_model_len: int | None = None,
+    bounded_by_workload: bool = False,
 ) -> dict[str, Any]:
     """``given`` (a scenario's ``model_dump``) with what the run resolved (``max_model_len``:
     the length ``auto`` resolved to, when given)."""
@@ -51,7 +54,7 @@ def as_run(
     runner["uva"] = bool(uva)
     mode = graph_mode(full_sizes, piecewise_sizes)
     runner["cudagraph_mode"] = mode
-    if mode != "none":
+    if mode != "none" and not bounded_by_workload:
         runner["cudagraph_capture_sizes"] = sorted(set(full_sizes) | set(piecewise_sizes))
     runner["num_kv_blocks"] = int(num_kv_blocks)
     if max_model_len is not None:
@@ -86,4 +89,5 @@ def engine_as_run(given: dict[str, Any], db_path: str, engine: Any, nvtx: bool) 
         num_kv_blocks=info.num_kv_blocks,
         nvtx=nvtx,
         max_model_len=engine.config.max_model_len,
+        bounded_by_workload=plan.bounded_by_workload,
     )

@@ -40,6 +40,9 @@ class GraphPlan:
     none_reason: str = "mode none requested"  # why nothing is captured, when nothing is
     # FULL verify graphs: (batch size, query length 1 + k), k > 0
     verify_shapes: tuple[tuple[int, int], ...] = ()
+    # auto sizes the workload bounded: no list of sizes asks for them again (the scenario as run
+    # keeps "auto", which bounds a re-run of the same workload alike)
+    bounded_by_workload: bool = False
 
 
 def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
@@ -82,11 +85,14 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
         raise ConfigError(f"{notes[0]} (strict: true)")
     reason = notes[-1] if not full and not piecewise else "mode none requested"
     verify = _verify_shapes(config, full)
+    note = None
     if auto:  # not a downgrade: every size left out is one no step of this workload reaches
         full, piecewise, note = _bound_by_workload(config, full, piecewise, len(verify))
         verify = _verify_shapes(config, full)
         notes += [note] if note else []
-    return GraphPlan(requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify))
+    return GraphPlan(
+        requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify), bool(note)
+    )
 
 
 def _verify_shapes(config: RunnerConfig, full: list[int]) -> list[tuple[int, int]]:
