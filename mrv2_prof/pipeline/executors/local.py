@@ -27,6 +27,7 @@ from mrv2_prof.pipeline.executors.cells import (
     host_name,
     record_placement,
 )
+from mrv2_prof.pipeline.executors.sweep_progress import SweepProgress
 from mrv2_prof.pipeline.job import RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS
 from mrv2_prof.views.safe_text import markup_safe
@@ -89,8 +90,8 @@ def _nvml_gpu_count() -> int:
 
 class Parallel:
     """Up to ``len(slots)`` cells at once, each runner on a slot no other running cell holds;
-    progress is one line per cell started and landed. Ctrl-C, SIGTERM and SIGHUP stop every
-    running cell (each kept ``aborted``) and start no more."""
+    progress is one line per cell started and landed, and a bar on a terminal. Ctrl-C, SIGTERM
+    and SIGHUP stop every running cell (each kept ``aborted``) and start no more."""
 
     def __init__(self, slots: list[str | None], console: Console) -> None:
         self.slots = slots
@@ -98,8 +99,13 @@ class Parallel:
         self.stopped_by: int | None = None
         self.running: dict[int, tuple[Any, str | None]] = {}
         self.counts = {"done": 0, "failed": 0}
+        self.progress = SweepProgress(console, len(slots))  # lines only until run() shows a bar
 
     def run(self, count: int, make_job: MakeJob, landed: Landed) -> int | None:
+        with SweepProgress(self.console, count) as self.progress:
+            return self._run(count, make_job, landed)
+
+    def _run(self, count: int, make_job: MakeJob, landed: Landed) -> int | None:
         old = {s: signal.signal(s, self._stop) for s in STOP_SIGNALS}
         free, next_index, going = list(self.slots), 0, True
         try:
@@ -143,6 +149,7 @@ class Parallel:
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = before
         self.running[index] = (runner, slot)
+        self._count()
         where = "" if slot is None else f" on device {slot}"
         self._say(f"cell {index + 1}/{count} started{where}: [bold]{markup_safe(job.label)}[/]")
 
@@ -154,6 +161,7 @@ class Parallel:
             note = record_placement(runner.job.db_path, outcome.run_id, placement)
             runner.store_error = runner.store_error or note
         self.counts["failed" if outcome.status == "failed" else "done"] += 1
+        self._count()
         where = "" if slot is None else f" on device {slot}"
         self._say(
             f"cell {index + 1}/{count} {outcome.status}{where}: "
@@ -163,5 +171,8 @@ class Parallel:
         )
         return landed(cell_from_runner(index, runner, placement))
 
+    def _count(self) -> None:
+        self.progress.update(running=len(self.running), **self.counts)
+
     def _say(self, text: str) -> None:
-        self.console.print(text, highlight=False, soft_wrap=True)
+        self.progress.say(text)

@@ -43,6 +43,7 @@ from mrv2_prof.pipeline.executors.cells import (
     record_placement,
 )
 from mrv2_prof.pipeline.executors.metrics_replay import MetricsRecorder, replay
+from mrv2_prof.pipeline.executors.sweep_progress import SweepProgress
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS
 from mrv2_prof.pipeline.metrics_exporter import serving
@@ -134,6 +135,8 @@ class RayCells:
         self.console = console
         self.stopped_by: int | None = None
         self.resource = os.environ.get(CELL_RESOURCE_ENV)
+        self.counts = {"done": 0, "failed": 0}
+        self.progress = SweepProgress(console, 0)  # lines only until run() shows a bar
 
     def connect(self, gpu: bool, max_parallel: int | None) -> None:
         """Join the cluster and refuse, in one line, one that cannot run these cells."""
@@ -181,6 +184,10 @@ class RayCells:
             self.node_classes += [c for c in node[:1] if c not in self.node_classes]
 
     def run(self, count: int, make_job: MakeJob, landed: Landed) -> int | None:
+        with SweepProgress(self.console, count) as self.progress:
+            return self._run(count, make_job, landed)
+
+    def _run(self, count: int, make_job: MakeJob, landed: Landed) -> int | None:
         ray = self.ray
         wants = {"resources": {self.resource: 1}, "num_cpus": 0} if self.resource else {}
         if not wants:
@@ -196,8 +203,8 @@ class RayCells:
                 jobs[index] = job = make_job(index)
                 name = f"mrv2-prof cell {index} {job.label}"
                 refs[task.options(name=name, **wants).remote(job, stage)] = index
+                self.progress.update(running=len(refs), **self.counts)
 
-        self.counts = {"done": 0, "failed": 0}
         old = {s: signal.signal(s, self._stop) for s in STOP_SIGNALS}
         cancelled_at = None
         try:
@@ -258,13 +265,12 @@ class RayCells:
                 replay(exporter, result.get("metrics"), cell.outcome.run_id)
         outcome = cell.outcome
         self.counts["failed" if outcome.status == "failed" else "done"] += 1
+        self.progress.update(running=running, **self.counts)
         host = markup_safe(str(placement.get("host")))
-        self.console.print(
+        self.progress.say(
             f"cell {index + 1}/{count} {outcome.status} on {host}: "
             f"[bold]{markup_safe(job.label)}[/] run [cyan]{outcome.run_id}[/] "
-            f"(done {self.counts['done']}, running {running}, failed {self.counts['failed']})",
-            highlight=False,
-            soft_wrap=True,
+            f"(done {self.counts['done']}, running {running}, failed {self.counts['failed']})"
         )
         return cell
 
