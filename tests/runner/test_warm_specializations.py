@@ -1,11 +1,14 @@
 """A warmed engine serves the shipped scenarios' step shapes with no new Triton specialization.
 
-CPU, ``TRITON_INTERPRET=1``: the engine has every Triton kernel forced in, the launchers'
-specialization census (``triton_launch.specializations``) is taken once start-up is over, and
-requests shaped like the shipped scenarios' (greedy; temperature, top-p and logprobs as
-mixed_poisson; top-k; a batch of one; chunked prefill with preemption; n-gram speculation as
-spec_decode) are served. Every key a step launches must have been launched by the warm-up: on a
-GPU each new key is a compile inside a step.
+CPU, ``TRITON_INTERPRET=1``: the engine has every Triton kernel forced in, the specialization
+census is taken once start-up is over (the launchers', ``triton_launch.specializations``, and
+the directly launched kernels', ``interpreter_census``: the model's norm, rotary, attention,
+GEMV and activation kernels), and requests shaped like the shipped scenarios' (greedy;
+temperature, top-p and logprobs as mixed_poisson; top-k; a batch of one; chunked prefill with
+preemption; n-gram speculation as spec_decode) are served. Every key a step launches must have
+been launched by the warm-up: on a GPU each new key is a compile inside a step (or inside a
+graph capture: every CPU step is eager, a superset of a GPU run's eager steps, so warming such
+a key is right either way).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig, SpecDecodeConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.worker import triton_launch
+from mrv2_prof.runner.worker import interpreter_census, triton_launch
 
 pytestmark = pytest.mark.skipif(
     torch.cuda.is_available(), reason="the GPU version is test_compiles_gpu.py's"
@@ -60,21 +63,34 @@ def _serve(monkeypatch, config: RunnerConfig, waves: list[list[tuple[list[int], 
 
     monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
     triton_launch.forget_interpreted_specializations()  # this engine's launches only
-    engine = Engine(config, ModelSpec(preset="llama-tiny"))
-    try:
-        assert engine.runner.kernels.name == "triton" and engine.info.warmup_s > 0
-        warm, calls = triton_launch.specializations(), _calls()
-        for w, wave in enumerate(waves):
-            reqs = [
-                engine.add_request(f"w{w}r{i}", ids, params, arrival_time=float(i))
-                for i, (ids, params) in enumerate(wave)
-            ]
-            while engine.has_unfinished_requests():
-                engine.step()
-            assert all(len(r.output_token_ids) == r.sampling_params.max_tokens for r in reqs)
-        after, step_calls = triton_launch.specializations(), _calls()
-    finally:
-        engine.close()
+    with interpreter_census.recording():  # the kernels launched directly, too
+        engine = Engine(config, ModelSpec(preset="llama-tiny"))
+        try:
+            return _serve_waves(engine, waves)
+        finally:
+            engine.close()
+
+
+def _specializations() -> dict[str, set[str]]:
+    """Every key so far: the launchers' and the directly launched kernels'."""
+    return {**triton_launch.specializations(), **interpreter_census.specializations()}
+
+
+def _serve_waves(engine: Engine, waves):
+    """The waves served on a started engine (see ``_serve``)."""
+    assert engine.runner.kernels.name == "triton" and engine.info.warmup_s > 0
+    warm, calls = _specializations(), _calls()
+    # calibration: the direct census is on and saw the model's kernels in the warm-up
+    assert {"_rmsnorm_kernel", "_qk_norm_rope_kernel", "_paged_attention_kernel"} <= set(warm)
+    for w, wave in enumerate(waves):
+        reqs = [
+            engine.add_request(f"w{w}r{i}", ids, params, arrival_time=float(i))
+            for i, (ids, params) in enumerate(wave)
+        ]
+        while engine.has_unfinished_requests():
+            engine.step()
+        assert all(len(r.output_token_ids) == r.sampling_params.max_tokens for r in reqs)
+    after, step_calls = _specializations(), _calls()
     new = sorted(
         (kernel, key) for kernel, keys in after.items() for key in keys - warm.get(kernel, set())
     )

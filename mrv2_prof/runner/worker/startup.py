@@ -129,15 +129,7 @@ def warm_up(runner: ModelRunner) -> None:
         return
     c, device = runner.config, runner.device
     t0 = time.perf_counter()
-    num_reqs = min(c.max_num_seqs, 8)
-    dummy_run(runner, num_reqs, num_reqs, with_kv_cache=True)
-    prefill = min(c.max_num_batched_tokens, c.max_model_len - 1, 256)
-    dummy_run(runner, prefill, 1, True)
-    # triton specialises an integer on == 1 and on % 16 == 0: a prefill of several requests
-    # and an odd token count (a run's first step, typically) is another variant of each kernel
-    # (the draft model's catch-up too), compiled here rather than inside the first step
-    if c.max_num_seqs > 1 and prefill > 2:
-        dummy_run(runner, prefill - 1 if prefill % 2 == 0 else prefill, 2, True)
+    warm_forward(runner)
     warm_sampling(runner)
     # Input prep, the staged-write apply and the state advance are not part of a dummy run:
     # call them in the variants the steps launch, writing only the step's input buffers (which
@@ -179,6 +171,36 @@ def warm_up(runner: ModelRunner) -> None:
     for note in triton_launch.notes():  # kernels that launch through the JIT, and why
         if note not in runner.info.notes:
             runner.info.notes.append(note)
+
+
+def warm_forward(runner: ModelRunner) -> None:
+    """Forward passes through the real cache (every slot -1: nothing written) in the batch
+    shapes whose kernels differ. Triton specialises an integer argument on == 1 and on
+    % 16 == 0, and the launch code picks constexprs and kernels from the token and request
+    counts, so the classes are covered rather than the sizes: five dummy runs, so each model
+    kernel gets at most five variants (most get fewer: a token count is mostly a grid size).
+
+    - 1 token: the decode GEMV (a projection's M == 1, its only path) and a count == 1;
+    - a decode batch of up to 8 requests: the decode attention kernel;
+    - two tokens per request (a speculative verify, or decodes beside a short chunk): the
+      prefill attention kernel with the decode tiles (16-bit dtypes);
+    - the longest prefill chunk up to 256 tokens, cut to a multiple of 16 (a count % 16 == 0);
+    - an odd count over two requests (a run's first step, typically: the draft model's
+      catch-up too) with the prefill tiles.
+    """
+    c = runner.config
+    budget = min(c.max_num_batched_tokens, c.max_model_len - 1)
+    num_reqs = min(c.max_num_seqs, 8)
+    prefill = min(budget, 256)
+    prefill -= prefill % 16 if prefill >= 16 else 0
+    shapes = [(1, 1), (num_reqs, num_reqs), (prefill, 1)]
+    pairs = min(c.max_num_seqs, 2)
+    if 2 * pairs <= budget:
+        shapes.append((2 * pairs, pairs))
+    if c.max_num_seqs > 1 and prefill > 2:
+        shapes.append((prefill - 1 if prefill % 2 == 0 else prefill, 2))
+    for num_tokens, reqs in dict.fromkeys(shapes):  # in order, each shape once
+        dummy_run(runner, num_tokens, reqs, with_kv_cache=True)
 
 
 def warm_sampling(runner: ModelRunner) -> None:

@@ -159,11 +159,17 @@ def _param_modes(fn) -> tuple[list[int], list[str]] | str:
         elif constexprs:
             return f"runtime parameter {p.name!r} follows a constexpr"
         else:
-            # an older triton without the alignment switch specialises every pointer on it
-            no_align = getattr(p, "do_not_specialize_on_alignment", False)
-            no_value = getattr(p, "do_not_specialize", False)
-            modes.append(_NO_VALUE * bool(no_value) + _NO_ALIGN * bool(no_align))
+            modes.append(param_mode(p))
     return modes, constexprs
+
+
+def param_mode(p) -> int:
+    """A runtime parameter's specialisation mode (``arg_key``'s ``mode``), from triton's
+    ``KernelParam``: specialised fully, not on its value, not on its alignment, or neither."""
+    # an older triton without the alignment switch specialises every pointer on it
+    no_align = getattr(p, "do_not_specialize_on_alignment", False)
+    no_value = getattr(p, "do_not_specialize", False)
+    return _NO_VALUE * bool(no_value) + _NO_ALIGN * bool(no_align)
 
 
 def _interpreted_modes(fn) -> tuple[list[int], list[str]] | str:
@@ -178,7 +184,7 @@ def _interpreted_modes(fn) -> tuple[list[int], list[str]] | str:
     return _param_modes(jit)
 
 
-def _arg_key(a: Any, mode: int) -> Any:
+def arg_key(a: Any, mode: int) -> Any:
     """What triton specialises one runtime argument on (or finer)."""
     if isinstance(a, torch.Tensor):
         if mode & _NO_ALIGN:
@@ -194,7 +200,7 @@ def _arg_key(a: Any, mode: int) -> Any:
 
 
 def _key_function(modes: list[int]) -> Callable[..., tuple]:
-    """``tuple(map(_arg_key, args, modes))`` written out per parameter, with a tensor's and an
+    """``tuple(map(arg_key, args, modes))`` written out per parameter, with a tensor's and an
     int's key inline (as triton's own binder is generated): about a third of the calls' cost."""
     lo, hi, u64 = -(2**31), 2**31, 2**63
     terms = []
@@ -208,7 +214,7 @@ def _key_function(modes: list[int]) -> Callable[..., tuple]:
             f"else arg_key({a}, {m})"
         )
     args = ", ".join(f"a{i}" for i in range(len(modes)))
-    namespace = {"Tensor": torch.Tensor, "arg_key": _arg_key}
+    namespace = {"Tensor": torch.Tensor, "arg_key": arg_key}
     exec(f"def key({args}):\n    return ({', '.join(terms)},)\n", namespace)
     return namespace["key"]
 

@@ -1,0 +1,52 @@
+"""The warm-up's forward passes (``startup.warm_forward``) cover every class of batch whose
+kernels differ, whatever the limits: a token count == 1, % 16 == 0 and neither; a decode batch
+and a prefill; the prefill attention with decode tiles and with prefill tiles (16-bit dtypes,
+which a CPU run never takes); each shape within the limits and through the real cache."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from mrv2_prof.runner.model.attention_decode_triton import is_decode_batch
+from mrv2_prof.runner.model.attention_triton import DECODE_TILES, PREFILL_TILES, pick_tiles
+from mrv2_prof.runner.worker import startup
+
+
+def _shapes(monkeypatch, seqs: int, tokens: int, model_len: int) -> list[tuple[int, int]]:
+    runs = []
+
+    def record(runner, num_tokens, num_reqs, with_kv_cache=False):
+        assert with_kv_cache  # attends through the real cache: its kernels compile
+        runs.append((num_tokens, num_reqs))
+
+    monkeypatch.setattr(startup, "dummy_run", record)
+    config = types.SimpleNamespace(
+        max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=model_len
+    )
+    startup.warm_forward(types.SimpleNamespace(config=config))
+    return runs
+
+
+@pytest.mark.parametrize(
+    "seqs, tokens, model_len",
+    [(4, 32, 80), (4, 24, 80), (1, 32, 80), (256, 8192, 4096), (128, 2048, 131072), (8, 500, 70)],
+)
+def test_every_class_is_warmed_within_the_limits(monkeypatch, seqs, tokens, model_len):
+    runs = _shapes(monkeypatch, seqs, tokens, model_len)
+    assert len(runs) == len(set(runs)) <= 5  # each shape once: at most five compiles a kernel
+    for n, r in runs:
+        assert 1 <= r <= min(seqs, n) and n <= min(tokens, model_len - 1), (n, r)
+    counts = {n for n, _ in runs}
+    assert 1 in counts
+    assert any(n % 16 == 0 for n in counts), counts
+    assert any(n != 1 and n % 16 for n in counts), counts
+    decode = [(n, r) for n, r in runs if is_decode_batch(n, r)]
+    prefill = [(n, r) for n, r in runs if not is_decode_batch(n, r)]
+    assert decode and prefill
+    tiles = {pick_tiles(n, r, torch.bfloat16) for n, r in prefill}
+    assert tiles == {DECODE_TILES, PREFILL_TILES}
+    if seqs > 1:  # several requests, in a decode batch and in a prefill
+        assert any(r > 1 for _, r in decode) and any(r > 1 for _, r in prefill)
