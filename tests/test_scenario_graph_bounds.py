@@ -26,6 +26,15 @@ def bounds(s: Scenario) -> tuple[int | None, int | None]:
     return c.workload_max_reqs, c.workload_max_step_tokens
 
 
+def _as_run(given: dict[str, Any], plan) -> dict[str, Any]:
+    """The scenario as a GPU run of ``plan`` writes it."""
+    return as_run(
+        given, db_path="runs.duckdb", device="cuda:0", dtype="bfloat16", kernels="triton",
+        uva=True, full_sizes=plan.full_sizes, piecewise_sizes=plan.piecewise_sizes,
+        num_kv_blocks=100, nvtx=True, bounded_by_workload=plan.bounded_by_workload,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "workload, expected",
     [
@@ -84,11 +93,7 @@ def test_one_request_plans_one_full_size_and_384_tokens():
     # the scenario as run keeps "auto" (a list of sizes cannot say FULL stops at 1 while
     # PIECEWISE goes to 384); no downgrade against it, and running it again plans the same
     given = s.model_dump(mode="json")
-    ran = as_run(
-        given, db_path="runs.duckdb", device="cuda:0", dtype="bfloat16", kernels="triton",
-        uva=True, full_sizes=plan.full_sizes, piecewise_sizes=plan.piecewise_sizes,
-        num_kv_blocks=100, nvtx=True, bounded_by_workload=plan.bounded_by_workload,
-    )  # fmt: skip
+    ran = _as_run(given, plan)
     assert ran["runner"]["cudagraph_capture_sizes"] == given["runner"]["cudagraph_capture_sizes"]
     assert ran["runner"]["cudagraph_mode"] == "full_and_piecewise"
     assert downgrades(given, ran) == []
@@ -101,11 +106,7 @@ def test_an_unbounded_auto_plan_is_written_as_its_sizes_and_runs_again_alike():
     plan = plan_graphs(s.runner_config(), "triton", is_cuda=True)
     assert not plan.bounded_by_workload  # 512 requests reach every size of the ladder
     given = s.model_dump(mode="json")
-    ran = as_run(
-        given, db_path="runs.duckdb", device="cuda:0", dtype="bfloat16", kernels="triton",
-        uva=True, full_sizes=plan.full_sizes, piecewise_sizes=plan.piecewise_sizes,
-        num_kv_blocks=100, nvtx=True, bounded_by_workload=plan.bounded_by_workload,
-    )  # fmt: skip
+    ran = _as_run(given, plan)
     assert ran["runner"]["cudagraph_capture_sizes"] == list(plan.piecewise_sizes)
     again = plan_graphs(Scenario.from_data(ran, "as-run.yaml").runner_config(), "triton", True)
     assert (again.full_sizes, again.piecewise_sizes) == (plan.full_sizes, plan.piecewise_sizes)
