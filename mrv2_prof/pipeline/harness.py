@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import platform
 import signal
 import sys
 import time
@@ -29,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from mrv2_prof import __version__
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
 from mrv2_prof.pipeline.live_roofline import LiveRoofline
@@ -39,6 +37,7 @@ from mrv2_prof.pipeline.probe_results import arrow_tables, store_probe_results
 from mrv2_prof.pipeline.request_rows import InFlightRows
 from mrv2_prof.pipeline.request_texts import RequestTexts
 from mrv2_prof.pipeline.run_environment import finish_environment, load_average, run_environment
+from mrv2_prof.pipeline.run_facts import loop_facts, startup_facts, versions
 from mrv2_prof.pipeline.runner_threads import (
     ThreadChoice,
     apply_threads,
@@ -69,23 +68,6 @@ class _Interrupted:
 
     def reason(self) -> str | None:
         return stop_reason(self.signum) if self.flag else None
-
-
-def _versions() -> dict[str, str]:
-    import duckdb
-    import torch
-
-    v = {
-        "mrv2_prof": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "duckdb": duckdb.__version__,
-    }
-    if torch.cuda.is_available():
-        v["cuda"] = str(torch.version.cuda)
-        v["gpu"] = torch.cuda.get_device_name()
-    return v
 
 
 def _one_line(exc: BaseException) -> str:
@@ -195,7 +177,7 @@ def _run(
                 matrix_combo=job.matrix_combo,
                 scenario_yaml=job.scenario_yaml,
                 device=scenario.runner.device,
-                versions=_versions(),
+                versions=versions(),
                 started_ns=time.perf_counter_ns(),
             )
             store.update_run(run_id, scenario_given_yaml=job.scenario_yaml)  # as run: once known
@@ -266,7 +248,7 @@ def _run(
         texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
         notes = [*job.notes, *unavailable_probe_notes(scenario.probes.model_dump())]
         notes += workload_notes
-        outcome.facts = _startup_facts(info, time.perf_counter() - t0, len(requests), notes)
+        outcome.facts = startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         outcome.facts["engine_s"] = t_engine - t0  # the rest of start-up: the workload's
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
@@ -326,7 +308,7 @@ def _run(
             live.t0_ns = time.perf_counter_ns()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             done = drive(engine, requests, probe, flush, emit, live, should_stop, session)
-            _loop_facts(outcome.facts, engine, cpu0, wall0)
+            loop_facts(outcome.facts, engine, cpu0, wall0)
         outcome.status = "completed" if done else "aborted"
     except (ConfigError, CheckpointError, ScenarioError) as exc:  # found only once started
         # (the CLI checks what it can before a row exists): the run started and failed, exit 1
@@ -373,42 +355,6 @@ def _run(
                 outcome.error = _one_line(exc) if full is None else str(full)
             outcome.status, outcome.exit_code = "failed", 1
     return outcome
-
-
-def _startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) -> dict[str, Any]:
-    """The run's start-up facts (``runs.info``) from the engine's ``RuntimeInfo``."""
-    return {
-        "device": info.device,
-        "dtype": info.dtype,
-        "model_params": info.model_params,
-        "num_kv_blocks": info.num_kv_blocks,
-        "kv_cache_bytes": info.kv_cache_bytes,
-        "weight_load_s": info.weight_load_s,
-        "profile_run_s": info.profile_run_s,
-        "kv_alloc_s": info.kv_alloc_s,
-        "kernel_warmup_s": info.warmup_s,
-        "capture_s": info.capture_s,
-        "graph_memory_bytes": info.graph_memory_bytes,
-        "num_graphs": info.num_graphs,
-        "draft_kv_cache_bytes": info.draft_kv_cache_bytes,  # spec_decode draft_model
-        "draft_capture_s": info.draft_capture_s,
-        "spec_drafts_on": info.spec_drafts_on,  # spec_decode: where drafts are made and kept
-        "step_cost": info.step_cost,  # the per-step roofline's constants (model/step_cost.py)
-        "memory": info.memory,  # device memory at start-up (worker/memory_breakdown.py)
-        "startup_s": startup_s,
-        "num_requests": num_requests,
-        "notes": list(info.notes) + notes,
-    }
-
-
-def _loop_facts(facts: dict[str, Any], engine, cpu0: float, wall0: float) -> None:
-    """After the step loop: the runner process's CPU time over the loop's wall time (cores
-    busy, all its threads) and the slots and KV blocks still held (``leaks``: 0 and 0 when
-    every request was finished or aborted and freed what it held)."""
-    wall = time.perf_counter() - wall0
-    if wall > 0:
-        facts["runner_cpu_util"] = (time.process_time() - cpu0) / wall
-    facts["leaks"] = {**engine.held_resources(), "unfinished": len(engine.unfinished_requests())}
 
 
 def _finish_probes(session: ProbeSession, facts: dict[str, Any]) -> None:
