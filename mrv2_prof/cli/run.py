@@ -16,6 +16,7 @@ from mrv2_prof.cli import metrics_port as metrics_option
 from mrv2_prof.cli.console import checked_db, err, fail, out
 from mrv2_prof.cli.preflight import preflight
 from mrv2_prof.cli.repeats import repeated
+from mrv2_prof.cli.run_checks import heartbeat_seconds, refuse_a_flag_value
 from mrv2_prof.pipeline.executors.cells import CellRun, Executor, ExecutorError
 from mrv2_prof.pipeline.job import RunJob
 from mrv2_prof.pipeline.lifetime import exit_code
@@ -158,8 +159,8 @@ def run(
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
 
-    _refuse_a_flag_value(scenario_file)
-    heartbeat_s = _heartbeat_seconds(heartbeat)
+    refuse_a_flag_value(scenario_file)
+    heartbeat_s = heartbeat_seconds(heartbeat)
     metrics_option.serve_metrics(metrics_port, metrics_linger)  # bound before anything is written
     sets = list(overrides) + (["runner.strict=true"] if strict else [])
     try:
@@ -247,39 +248,6 @@ def run(
         raise typer.Exit(last.exit_code)
     if unstored or any(o.status == "failed" for o in outcomes):
         raise typer.Exit(1)
-
-
-_BOOL_WORDS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-
-
-def _refuse_a_flag_value(scenario_file: Path | None) -> None:
-    """``run --headless true``: the flags take no value, so ``true`` came as the SCENARIO;
-    a file of that name is still a scenario."""
-    if scenario_file is None or scenario_file.exists():
-        return
-    if str(scenario_file).lower() in _BOOL_WORDS:
-        fail(
-            f"SCENARIO {str(scenario_file)!r}: --headless and --strict are flags and take no "
-            "value (write --headless, not --headless true)"
-        )
-
-
-HEARTBEAT_MAX_S = 86_400.0  # a day: a longer interval is a typo (0 turns the lines off)
-
-
-def _heartbeat_seconds(text: str) -> float:
-    """``--heartbeat``'s seconds, refused in one line (exit 2) unless a finite number in
-    [0, HEARTBEAT_MAX_S]."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 <= seconds <= HEARTBEAT_MAX_S:  # NaN fails too
-        fail(
-            f"--heartbeat {text!r}: expected seconds between progress lines, a number from 0 "
-            f"(none) to {HEARTBEAT_MAX_S:,.0f}"
-        )
-    return seconds
 
 
 def _print_groups(landed) -> None:
