@@ -410,28 +410,3 @@ def check_fields(c: RunnerConfig) -> Iterator[tuple[str, str]]:
                 (f"size {size} exceeds max_num_batched_tokens {c.max_num_batched_tokens}"),
             )
             break
-
-
-@dataclass
-class RuntimeInfo:
-    """What the runner derived at start-up (never written back into the config)."""
-
-    device: str = "cpu"
-    dtype: str = "float32"
-    num_kv_blocks: int = 0
-    kv_cache_bytes: int = 0
-    model_params: int = 0
-    weight_load_s: float = 0.0
-    profile_run_s: float = 0.0
-    kv_alloc_s: float = 0.0
-    warmup_s: float = 0.0  # compiling the Triton kernels before the first step
-    capture_s: float = 0.0  # capturing the CUDA graphs
-    graph_memory_bytes: int = 0  # reserved memory the graphs' pool grew by
-    num_graphs: int = 0  # captured keys (a PIECEWISE key is one graph per segment)
-    peak_activation_bytes: int = 0
-    draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
-    draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
-    spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)
-    step_cost: dict[str, Any] = field(default_factory=dict)  # model/step_cost.py: the roofline's
-    memory: dict[str, Any] = field(default_factory=dict)  # worker/memory_breakdown.py
-    notes: list[str] = field(default_factory=list)

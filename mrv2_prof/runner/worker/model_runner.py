@@ -25,11 +25,12 @@ import torch
 
 from mrv2_prof.probes import api as probes
 from mrv2_prof.probes.api import G_FORWARD, G_PREPARE, G_SAMPLE, Probe
-from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig, RuntimeInfo
+from mrv2_prof.runner.config import DTYPES, ConfigError, ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.scheduler import SchedulerOutput
 from mrv2_prof.runner.model.loader import load_model
 from mrv2_prof.runner.parallel.tensor_parallel import TPGroup
 from mrv2_prof.runner.parallel.tp_workers import close_tensor_parallel, start_tensor_parallel
+from mrv2_prof.runner.runtime_info import RuntimeInfo
 from mrv2_prof.runner.worker.async_output import AsyncOutput, ModelRunnerOutput, PendingOutput
 from mrv2_prof.runner.worker.block_table import BlockTables
 from mrv2_prof.runner.worker.copy_audit import CopyAudit
