@@ -5,9 +5,11 @@ section as shipped; ``--set`` adds overrides) through the CLI, ``--repeats`` tim
 fresh runner process as a user's run is. From each run's stored start-up facts (``runs.info``,
 ``views/startup_line.py``): the seconds from the spawn of the runner process to the first step
 (``process_start_s + startup_s``) and the phases (process, weights, profile run, KV cache,
-warm-up, graph capture with its keys, other), and the compiles recorded after warm-up (the
-``compiles`` table). The first repeat of a preset may pay Triton's first compiles into its disk
-cache; later repeats read them from it, as a user's second run does: both are printed.
+warm-up, graph capture with its keys, other), and the Triton compiles recorded (the
+``compiles`` table): those of start-up (the warm-up's and the captures': their count and ms, a
+load from triton's disk cache included) and those after warm-up (the target: none). The first
+repeat of a preset may pay Triton's first compiles into its disk cache; later repeats read them
+from it, as a user's second run does: both are printed.
 
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
     python benchmarks/startup.py --presets llama-tiny --set runner.device=cpu  # a CPU smoke run
@@ -42,11 +44,14 @@ def one_run(preset: str, db: Path, sets: list[str], requests: int) -> dict:
     con = duckdb.connect(str(db), read_only=True)
     run_id, info = con.execute("SELECT run_id, info FROM runs ORDER BY started_ns DESC").fetchone()
     info = json.loads(info) if isinstance(info, str) else info
-    late = con.execute(
-        "SELECT count(*), coalesce(sum(compile_ms), 0) FROM compiles "
-        "WHERE run_id = ? AND after_warmup",
-        [run_id],
-    ).fetchone()
+    late, early = (
+        con.execute(
+            "SELECT count(*), coalesce(sum(compile_ms), 0) FROM compiles "
+            f"WHERE run_id = ? AND {'' if after else 'NOT '}after_warmup",
+            [run_id],
+        ).fetchone()
+        for after in (True, False)
+    )
     con.close()
     total = float(info.get("process_start_s") or 0) + float(info["startup_s"])
     return {
@@ -56,6 +61,8 @@ def one_run(preset: str, db: Path, sets: list[str], requests: int) -> dict:
         "num_graphs": info.get("num_graphs"),
         "compiles_after_warmup": int(late[0]),
         "compile_ms_after_warmup": float(late[1]),
+        "startup_compiles": int(early[0]),  # warm-up and capture: their share of start-up
+        "startup_compile_ms": float(early[1]),
     }
 
 
@@ -77,7 +84,9 @@ def main() -> None:
                 phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
                 print(f"{preset} #{repeat}: {row['to_first_step_s']:.2f} s to the first step "
                       f"({phases}; {row['num_graphs']} graph keys); "
-                      f"{row['compiles_after_warmup']} compiles after warm-up "
+                      f"{row['startup_compiles']} compiles in start-up "
+                      f"({row['startup_compile_ms']:.0f} ms), "
+                      f"{row['compiles_after_warmup']} after warm-up "
                       f"({row['compile_ms_after_warmup']:.0f} ms)", flush=True)  # fmt: skip
     write_results(args.out, {"scenario": str(SCENARIO.name), "sets": args.sets}, rows)
 
