@@ -6,7 +6,9 @@ LM head) and M = 1 / 2 / 4 rows, times ``F.linear`` (cuBLAS) and ``gemv_triton``
 CUDA graph of many calls over rotating copies of the weight (more bytes than the L2 holds, so
 every call reads HBM, as a decode step's distinct layers do); the time per call is the graph's
 replay time (median of 7) over the calls. GB/s counts the weight, input and output bytes. The
-down projection is also timed with the residual epilogue against ``addmm_``.
+down projection is also timed with the residual epilogue against ``addmm_``; the QKV and gate/up
+projections at M = 1 with the RMSNorm prologue, its two passes (the row's squares first) against
+``one_pass`` (the squares summed in the weight walk), beside the GEMV without a prologue.
 
     python benchmarks/gemv.py --out gemv.json
     python benchmarks/gemv.py --cpu-smoke   # tiny shapes in Triton's interpreter, no timing
@@ -114,6 +116,13 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
         row["triton_residual_us"] = graph_time_us(
             [lambda w=w: gemv_triton(x, w, residual=res, tiles=picked) for w in ws]
         )
+    if name in ("qkv", "gate_up") and m == 1:
+        g = torch.rand(k, device=dev, dtype=dt) + 0.5
+        for key, one in (("norm_two_pass_us", False), ("norm_one_pass_us", True)):
+            row[key] = graph_time_us(
+                [lambda w=w, one=one: gemv_triton(x, w, norm=(g, 1e-5), tiles=picked, one_pass=one)
+                 for w in ws]
+            )  # fmt: skip
     for key in ("cublas", "triton", "best"):
         if f"{key}_us" in row:
             row[f"{key}_gbps"] = nbytes / row[f"{key}_us"] / 1e3
@@ -153,6 +162,12 @@ def markdown(rows: list[dict]) -> str:
             f"\n{preset}, M = 1, one step's projections ({layers} layers + LM head): cuBLAS "
             f"{total['cublas']:.0f} us, Triton {total['triton']:.0f} us"
         )
+    for r in (r for r in rows if "norm_one_pass_us" in r):
+        out.append(
+            f"\n{r['proj']} + RMSNorm prologue, {r['preset']} M=1: two passes "
+            f"{r['norm_two_pass_us']:.1f} us, one pass {r['norm_one_pass_us']:.1f} us "
+            f"(no prologue {r['triton_us']:.1f} us)"
+        )
     downs = [r for r in rows if "addmm_us" in r]
     for r in downs:
         out.append(
@@ -167,7 +182,10 @@ def cpu_smoke() -> None:
         x, w = torch.randn(m, k), torch.randn(n, k)
         got = gemv_triton(x, w, tiles=GemvTiles(8, 32))
         torch.testing.assert_close(got, gemv_ref(x, w), atol=1e-4, rtol=1e-5)
-    print("cpu smoke: gemv_triton matches gemv_ref")
+        g = torch.rand(k) + 0.5
+        got = gemv_triton(x, w, norm=(g, 1e-5), tiles=GemvTiles(8, 32), one_pass=True)
+        torch.testing.assert_close(got, gemv_ref(x, w, norm=(g, 1e-5)), atol=1e-4, rtol=1e-5)
+    print("cpu smoke: gemv_triton matches gemv_ref (and with the one-pass norm prologue)")
 
 
 def main() -> None:

@@ -17,6 +17,15 @@ kernel before the GEMM at batch 1: ``norm=(weight, eps)`` applies RMSNorm to eac
 ``silu_mul=True`` reads a gate/up row [2K] and multiplies ``silu(gate) * up`` on the fly. Both
 round where their references round (``rmsnorm_ref``, ``silu_and_mul_ref``).
 
+``one_pass=True`` (with ``norm``) drops the RMSNorm prologue's first pass over the row: RMSNorm
+scales a row by one number, ``rstd = rsqrt(mean(x^2) + eps)``, so ``W (g * x * rstd) =
+rstd * W (g * x)``; the program accumulates ``W (g * x)`` and the row's squares in the same walk
+of ``K`` (the slice of ``x`` it loads anyway) and multiplies by ``rstd`` at the end. Nothing is
+read twice, and ``x * g`` stays in float32 (no rounding of the normalised row, so it is closer
+to exact arithmetic than ``rmsnorm_ref``'s roundings, equal to them within a rounding of the
+row's dtype). It is the fused mode's norm without the pass that made it slower on the H200
+(``projections_triton.py``: ``fused_onepass``), not yet measured there.
+
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
 only (``pick_tiles``), so the launch of a CUDA-graph key never changes; the numbers come from
@@ -109,6 +118,7 @@ def _gemv_kernel(
     PROLOGUE: tl.constexpr,  # NO_PROLOGUE | RMSNORM | SILU_MUL
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    ONE_PASS: tl.constexpr = False,  # RMSNORM: the squares summed in the weight walk
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
     col_ok = cols < N
@@ -118,8 +128,8 @@ def _gemv_kernel(
     x_rows = x_ptr + rows[:, None] * x_stride  # [BLOCK_M, 1]
     ks = tl.arange(0, BLOCK_K)
     io_dtype = x_ptr.dtype.element_ty
-    if PROLOGUE == 1:  # RMSNORM: each row's rsqrt(mean(x^2) + eps), from the whole row
-        sum_sq = tl.zeros([BLOCK_M], tl.float32)
+    sum_sq = tl.zeros([BLOCK_M], tl.float32)
+    if PROLOGUE == 1 and not ONE_PASS:  # RMSNORM: each row's rsqrt(mean(x^2) + eps) first
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
             mask = row_ok[:, None] & (k < K)[None, :]
@@ -133,7 +143,12 @@ def _gemv_kernel(
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
         x_mask = row_ok[:, None] & k_ok[None, :]
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
-        if PROLOGUE == 1:  # rmsnorm_ref's roundings: the normalised row, then the weight product
+        if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
+            g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
+            xf = x.to(tl.float32)
+            sum_sq += tl.sum(xf * xf, axis=1)
+            x = g.to(tl.float32)[None, :] * xf
+        if PROLOGUE == 1 and not ONE_PASS:  # rmsnorm_ref's roundings: normalised, then * g
             g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
             x = (x.to(tl.float32) * rstd[:, None]).to(io_dtype)
             x = (g.to(tl.float32)[None, :] * x.to(tl.float32)).to(io_dtype)
@@ -144,6 +159,8 @@ def _gemv_kernel(
             x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
         acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
     y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    if PROLOGUE == 1 and ONE_PASS:  # rstd * W (g * x): the row's scale, once, at the end
+        y *= tl.rsqrt(sum_sq / K + eps)[:, None]
     if HAS_BIAS:
         y += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     out = out_ptr + rows[:, None] * out_stride + cols[None, :]
@@ -162,9 +179,11 @@ def gemv_triton(
     norm: tuple[torch.Tensor, float] | None = None,
     silu_mul: bool = False,
     tiles: GemvTiles | None = None,
+    one_pass: bool = False,
 ) -> torch.Tensor:
     """``gemv_ref`` in one launch. With ``residual`` the sum is written into it (in place) and it
-    is returned; otherwise a new [M, N] tensor of ``x``'s dtype."""
+    is returned; otherwise a new [M, N] tensor of ``x``'s dtype. ``one_pass``: the norm's squares
+    summed in the weight walk (the module docstring)."""
     if norm is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
     k_in = weight.shape[1] * (2 if silu_mul else 1)
@@ -200,6 +219,7 @@ def gemv_triton(
         PROLOGUE=RMSNORM if norm is not None else SILU_MUL if silu_mul else NO_PROLOGUE,
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
+        ONE_PASS=one_pass and norm is not None,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
     )

@@ -24,6 +24,9 @@ place and return it.
   the input norm, o into the residual, gate/up with the post-attention norm, down with
   SiLU-and-mul into the residual): six launches a layer, but measured slower on the H200 (each of
   the N / 4 programs re-reads and re-normalises the whole input row before its weight stream).
+* ``fused_onepass``: ``fused`` with the RMSNorm prologue in one pass (``gemv_triton``'s
+  ``one_pass``: the row's squares summed in the weight walk, its scale applied at the end), so no
+  program reads its input twice. Six launches a layer; not yet measured on the H200.
 * ``off``: cuBLAS for every batch.
 
 A model reads it at each call, so it must be set before a CUDA graph is captured.
@@ -38,18 +41,23 @@ from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
-DECODE_GEMV_MODES = ("fused", "plain", "off")
+DECODE_GEMV_MODES = ("fused", "fused_onepass", "plain", "off")
+FUSED_MODES = ("fused", "fused_onepass")
 DECODE_GEMV = "plain"  # the fastest of the three on the H200 (benchmarks/RESULTS.md)
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 
 
 def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
     """Whether this projection of ``x`` takes the GEMV (with its prologue where ``fused``)."""
-    if DECODE_GEMV == "off" or (fused and DECODE_GEMV != "fused"):
+    if DECODE_GEMV == "off" or (fused and DECODE_GEMV not in FUSED_MODES):
         return False
     if DECODE_GEMV == "plain" and weight.shape[0] > PLAIN_MAX_FEATURES:
         return False
     return x.dim() == 2 and x.stride(-1) == 1 and prefers_gemv(x.shape[0], weight.shape[0])
+
+
+def _one_pass() -> bool:
+    return DECODE_GEMV == "fused_onepass"
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -66,7 +74,7 @@ def norm_linear_triton(
     bias: torch.Tensor | None,
 ) -> torch.Tensor:  # [T, N]
     if _gemv(x, weight):
-        return gemv_triton(x, weight, bias, norm=(norm_weight, eps))
+        return gemv_triton(x, weight, bias, norm=(norm_weight, eps), one_pass=_one_pass())
     return _linear(rmsnorm_triton(x, norm_weight, eps), weight, bias)
 
 
@@ -81,7 +89,7 @@ def add_norm_linear_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # ([T, N], x)
     if _gemv(attn, o_weight) and _gemv(x, weight):
         gemv_triton(attn, o_weight, o_bias, residual=x)
-        return gemv_triton(x, weight, None, norm=(norm_weight, eps)), x
+        return gemv_triton(x, weight, None, norm=(norm_weight, eps), one_pass=_one_pass()), x
     o = _linear(attn, o_weight, o_bias)
     h, x = fused_add_rmsnorm_triton(o, x, norm_weight, eps)
     return _linear(h, weight, None), x
