@@ -51,7 +51,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import projections_triton
+from mrv2_prof.runner.model import gemv_triton, projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -362,7 +362,14 @@ def main() -> None:
         "--decode-gemv",
         action="append",
         choices=DECODE_GEMV_MODES,
-        help="batch-1 projection path(s) to compare, one engine each (default: fused)",
+        help="batch-1 projection path(s) to compare, one engine each (default: plain)",
+    )
+    ap.add_argument(
+        "--pdl",
+        action="append",
+        choices=("off", "on"),
+        help="the batch-1 GEMV launched with programmatic dependent launch (gemv_triton."
+        "LAUNCH_PDL), one engine each; repeat to compare (default: off)",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
@@ -380,8 +387,11 @@ def main() -> None:
     modes = args.decode_gemv or [projections_triton.DECODE_GEMV]
     for preset in presets:
         for mode in modes:  # one engine each: the mode is read while its graphs are captured
-            projections_triton.DECODE_GEMV = mode
-            rows += [{**r, "decode_gemv": mode} for r in run_preset(preset, args, bandwidth)]
+            for pdl in args.pdl or ["off"]:
+                projections_triton.DECODE_GEMV = mode
+                gemv_triton.LAUNCH_PDL = pdl == "on"
+                path = mode if pdl == "off" else f"{mode}+pdl"
+                rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {
         "read_bytes_per_s": bandwidth,

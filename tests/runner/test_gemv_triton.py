@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import mrv2_prof.runner.model.gemv_triton as gemv_triton_module
 from mrv2_prof.runner.model.gemv_triton import (
     GEMV_MAX_ROWS,
     GemvTiles,
@@ -166,3 +167,55 @@ def test_gpu_projection_shapes(m, n, k):
     want = gemv_ref(gate_up, w, residual=r.clone(), silu_mul=True)
     got = gemv_triton(gate_up, w, residual=r.clone(), silu_mul=True)
     torch.testing.assert_close(got, want, atol=2e-2, rtol=1.6e-2)
+
+
+def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
+    """``LAUNCH_PDL`` gives the values of the ordinary launch: on a device without PDL (the
+    interpreter's CPU tensors, a GPU before Hopper) it is the ordinary launch; on Hopper, with
+    its input ready, the waits change nothing."""
+    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", True)
+    x, w, b, r = operands(1, 24, 200, torch.float32, bias=True, residual=True, seed=3)
+    g = torch.rand(200, device=DEVICE) + 0.5
+    tiles = GemvTiles(block_n=8, block_k=64)
+    got = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=tiles)
+    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", False)
+    want = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=tiles)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    INTERPRET or torch.cuda.get_device_capability()[0] < 9, reason="needs a Hopper GPU or later"
+)
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, one_pass):
+    """A chain that rewrites the GEMV's input just before it, each link launched with PDL: the
+    input row is produced by the kernel before (an elementwise op on a large tensor, so it is
+    still running when the GEMV may start), eagerly and replayed in a CUDA graph; every output
+    equals the chain run without PDL (a GEMV that read its input early would differ)."""
+    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", True)
+    k, n = 4096, 6144
+    gen = torch.Generator(DEVICE).manual_seed(0)
+    big = torch.randn(64 * 2**20, generator=gen, device=DEVICE)  # 256 MiB: a long first kernel
+    ws = [torch.randn(n, k, generator=gen, device=DEVICE).bfloat16() / k**0.5 for _ in range(4)]
+    g = (torch.rand(k, generator=gen, device=DEVICE) + 0.5).bfloat16()
+    x = torch.empty(1, k, device=DEVICE, dtype=torch.bfloat16)
+    outs = [torch.empty(1, n, device=DEVICE, dtype=torch.bfloat16) for _ in ws]
+
+    def chain(step: int):
+        for i, w in enumerate(ws):
+            x.copy_((big[: k * 1024].view(k, 1024)[:, (step + i) % 1024] * 0.5).view(1, k))
+            big.mul_(1.0)  # a long kernel between the input's write and the GEMV
+            x.copy_(x + (step + i))  # the input's last write, right before the GEMV
+            outs[i].copy_(gemv_triton(x, w, norm=(g, 1e-5), one_pass=one_pass))
+        return [o.clone() for o in outs]
+
+    got = chain(1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain(2)
+    graph.replay()
+    replayed = [o.clone() for o in outs]
+    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", False)
+    torch.testing.assert_close(got, chain(1), atol=0, rtol=0)
+    torch.testing.assert_close(replayed, chain(2), atol=0, rtol=0)

@@ -26,6 +26,15 @@ to exact arithmetic than ``rmsnorm_ref``'s roundings, equal to them within a rou
 row's dtype). It is the fused mode's norm without the pass that made it slower on the H200
 (``projections_triton.py``: ``fused_onepass``), not yet measured there.
 
+``LAUNCH_PDL`` (off by default, not yet measured): launch the GEMV with Hopper's programmatic
+dependent launch (triton's ``launch_pdl``), so it may start while the kernel before it in the
+stream (or the CUDA graph) finishes. The program then loads its weight tile (the model's own,
+never an output of that kernel) before ``gdc_wait`` (griddepcontrol.wait: the previous grid done
+and its writes visible) and the input row after it; once its walk of ``K`` is done it lets the
+next PDL launch start (``gdc_launch_dependents``) and writes its output. It needs compute
+capability 9.0 or more; elsewhere, and in the interpreter, the launch is the ordinary one. Like
+``DECODE_GEMV`` it is read at each call, so it must be set before a CUDA graph is captured.
+
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
 only (``pick_tiles``), so the launch of a CUDA-graph key never changes; the numbers come from
@@ -34,6 +43,7 @@ only (``pick_tiles``), so the launch of a CUDA-graph key never changes; the numb
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +55,7 @@ from mrv2_prof.runner.model.optional_triton import tl, triton
 
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
 GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
+LAUNCH_PDL = False  # programmatic dependent launch (the module docstring); off until measured
 NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 
 
@@ -119,6 +130,7 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr = False,  # RMSNORM: the squares summed in the weight walk
+    USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
     col_ok = cols < N
@@ -129,6 +141,8 @@ def _gemv_kernel(
     ks = tl.arange(0, BLOCK_K)
     io_dtype = x_ptr.dtype.element_ty
     sum_sq = tl.zeros([BLOCK_M], tl.float32)
+    if USE_GDC and PROLOGUE == 1 and not ONE_PASS:  # the first pass reads x: wait before it
+        tl.extra.cuda.gdc_wait()
     if PROLOGUE == 1 and not ONE_PASS:  # RMSNORM: each row's rsqrt(mean(x^2) + eps) first
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
@@ -141,6 +155,8 @@ def _gemv_kernel(
         k = k0 + ks
         k_ok = k < K
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        if USE_GDC:  # the weights are the model's: loaded before waiting; x after (a no-op
+            tl.extra.cuda.gdc_wait()  # once the previous grid is done)
         x_mask = row_ok[:, None] & k_ok[None, :]
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
         if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
@@ -159,6 +175,8 @@ def _gemv_kernel(
             x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
         acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
     y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
+    if USE_GDC:  # the walk is done: the next PDL launch may start (it waits for our writes)
+        tl.extra.cuda.gdc_launch_dependents()
     if PROLOGUE == 1 and ONE_PASS:  # rstd * W (g * x): the row's scale, once, at the end
         y *= tl.rsqrt(sum_sq / K + eps)[:, None]
     if HAS_BIAS:
@@ -200,6 +218,7 @@ def gemv_triton(
     if m == 0:
         return out
     t = tiles or pick_tiles(m, n, weight.shape[1])
+    pdl = LAUNCH_PDL and _supports_pdl(x.device)
     _gemv_kernel[(triton.cdiv(n, t.block_n),)](
         x,
         weight,
@@ -220,7 +239,18 @@ def gemv_triton(
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         ONE_PASS=one_pass and norm is not None,
+        USE_GDC=pdl,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
+
+
+@functools.cache
+def _supports_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: a CUDA device of compute capability 9.0 or more (never
+    the interpreter, which has no device)."""
+    if device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
