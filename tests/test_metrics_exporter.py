@@ -8,7 +8,6 @@ import json
 import re
 import socket
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from mrv2_prof.pipeline.metrics_exporter import (
     serving,
 )
 from mrv2_prof.views.snapshot import Snapshot
+from tests.tui.test_live_stats import Req, Result
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -155,22 +155,6 @@ def test_new_latencies_come_in_batches_and_the_last_takes_the_rest():
     new.itl.extend([0.6, 0.7])
     assert new.take(everything=True)["new_itl_s"] == (0.5, 0.6, 0.7)
     assert len(new) == 0
-
-
-@dataclass
-class Req:
-    request_id: str
-    arrival_time: float
-    num_output_tokens: int
-    num_prompt_tokens: int
-    is_finished: bool = False
-    finish_reason: str | None = None
-
-
-@dataclass
-class Result:
-    updated: list[Req]
-    write_stats: dict = field(default_factory=dict)
 
 
 class Engine:

@@ -15,8 +15,9 @@ from mrv2_prof.pipeline.launcher import RunnerProcess
 from mrv2_prof.pipeline.live_stats import LiveStats
 from mrv2_prof.pipeline.metrics_exporter import serve
 from mrv2_prof.store import Store
-from tests.test_metrics_exporter import NS, Engine, Req, Result, free_port
+from tests.test_metrics_exporter import NS, Engine, free_port
 from tests.test_metrics_run import scrape
+from tests.tui.test_live_stats import Req, Result
 
 parser = pytest.importorskip("prometheus_client.parser")
 

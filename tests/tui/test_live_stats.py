@@ -26,6 +26,7 @@ class Req:
     request_id: str
     arrival_time: float  # s, perf_counter clock
     num_output_tokens: int
+    num_prompt_tokens: int = 0  # what the prompt-token counter adds when it first schedules
     is_finished: bool = False
     finish_reason: str | None = None
 
