@@ -51,7 +51,8 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import gemv_triton, projections_triton
+from mrv2_prof.runner.model import pdl as pdl_switch
+from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -368,8 +369,8 @@ def main() -> None:
         "--pdl",
         action="append",
         choices=("off", "on"),
-        help="the batch-1 GEMV launched with programmatic dependent launch (gemv_triton."
-        "LAUNCH_PDL), one engine each; repeat to compare (default: off)",
+        help="the model's Triton kernels launched with programmatic dependent launch "
+        "(runner/model/pdl.py), one engine each; repeat to compare (default: off)",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
@@ -389,7 +390,7 @@ def main() -> None:
         for mode in modes:  # one engine each: the mode is read while its graphs are captured
             for pdl in args.pdl or ["off"]:
                 projections_triton.DECODE_GEMV = mode
-                gemv_triton.LAUNCH_PDL = pdl == "on"
+                pdl_switch.LAUNCH_PDL = pdl == "on"
                 path = mode if pdl == "off" else f"{mode}+pdl"
                 rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))

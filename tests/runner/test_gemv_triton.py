@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import mrv2_prof.runner.model.gemv_triton as gemv_triton_module
+from mrv2_prof.runner.model import pdl
 from mrv2_prof.runner.model.gemv_triton import (
     GEMV_MAX_ROWS,
     GemvTiles,
@@ -170,15 +170,15 @@ def test_gpu_projection_shapes(m, n, k):
 
 
 def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
-    """``LAUNCH_PDL`` gives the values of the ordinary launch: on a device without PDL (the
+    """``pdl.LAUNCH_PDL`` gives the values of the ordinary launch: on a device without PDL (the
     interpreter's CPU tensors, a GPU before Hopper) it is the ordinary launch; on Hopper, with
     its input ready, the waits change nothing."""
-    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", True)
+    monkeypatch.setattr(pdl, "LAUNCH_PDL", True)
     x, w, b, r = operands(1, 24, 200, torch.float32, bias=True, residual=True, seed=3)
     g = torch.rand(200, device=DEVICE) + 0.5
     tiles = GemvTiles(block_n=8, block_k=64)
     got = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=tiles)
-    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", False)
+    monkeypatch.setattr(pdl, "LAUNCH_PDL", False)
     want = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=tiles)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
@@ -193,7 +193,7 @@ def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, on
     input row is produced by the kernel before (an elementwise op on a large tensor, so it is
     still running when the GEMV may start), eagerly and replayed in a CUDA graph; every output
     equals the chain run without PDL (a GEMV that read its input early would differ)."""
-    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", True)
+    monkeypatch.setattr(pdl, "LAUNCH_PDL", True)
     k, n = 4096, 6144
     gen = torch.Generator(DEVICE).manual_seed(0)
     big = torch.randn(64 * 2**20, generator=gen, device=DEVICE)  # 256 MiB: a long first kernel
@@ -216,6 +216,6 @@ def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, on
         chain(2)
     graph.replay()
     replayed = [o.clone() for o in outs]
-    monkeypatch.setattr(gemv_triton_module, "LAUNCH_PDL", False)
+    monkeypatch.setattr(pdl, "LAUNCH_PDL", False)
     torch.testing.assert_close(got, chain(1), atol=0, rtol=0)
     torch.testing.assert_close(replayed, chain(2), atol=0, rtol=0)

@@ -4,7 +4,8 @@ The input is the merged gate/up projection's output [T, 2I] (gate in the first I
 the last I); the output is ``silu(gate) * up`` [T, I]. ``silu_and_mul_ref`` is the torch
 decoder's arithmetic (``F.silu`` rounds to the io dtype, then the product rounds again); the
 kernel computes in float32 and rounds where the reference does, one program per row and block of
-``BLOCK`` columns. Any I (the last block is masked); the input may have any row stride.
+``BLOCK`` columns. Any I (the last block is masked); the input may have any row stride. With
+programmatic dependent launch (``pdl.py``) it waits for the kernel before it first.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 BLOCK = 1024  # output columns per program
 
@@ -31,10 +33,14 @@ def _silu_and_mul_kernel(
     out_stride,
     n_cols,  # I
     BLOCK: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py)
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
+    if USE_GDC:  # the gate/up GEMM's output: wait for it; the next kernel may start now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     gate = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     up = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
     g = gate.to(tl.float32)
@@ -55,6 +61,6 @@ def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
     if num_tokens == 0:
         return out
     _silu_and_mul_kernel[(num_tokens, triton.cdiv(n_cols, BLOCK))](
-        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=BLOCK
+        x, out, x.stride(0), out.stride(0), n_cols, BLOCK=BLOCK, **launch_options(use_pdl(x.device))
     )
     return out

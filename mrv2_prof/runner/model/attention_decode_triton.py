@@ -16,7 +16,8 @@ Here program ``(i, h)`` is request ``i``, kv head ``h``: its ``G`` query heads a
 its unnormalised form ``attend_key_range`` walks one split's in ``attention_split_kv_triton.py``.
 On an H200 this is 1-7 % faster than the general kernel's decode launch at batch 64 and 256
 (``benchmarks/RESULTS.md``, the fourth host-path round). ``num_reqs`` is taken, unused, so that
-both kernels have one signature.
+both kernels have one signature. With programmatic dependent launch (``pdl.py``) a program reads
+its request's metadata, then waits for the kernel before it (the RoPE kernel's KV write).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 LOG2_E = 1.4426950408889634
 DECODE_ROWS = 16  # tl.dot's smallest M: the G query heads of a kv head, padded
@@ -139,12 +141,16 @@ def _paged_decode_kernel(
     BLOCK_M: tl.constexpr,  # rows: G heads, padded to a power of two >= 16
     BLOCK_N: tl.constexpr,  # keys per loop step
     DOT_PRECISION: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the step's metadata, then wait
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
+    if USE_GDC:  # the query and this step's keys are the RoPE kernel's writes
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
     row_ok = rows < G
@@ -206,5 +212,6 @@ def paged_decode_triton(
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         num_warps=num_warps,
         num_stages=num_stages,
+        **launch_options(use_pdl(query.device)),
     )
     return out

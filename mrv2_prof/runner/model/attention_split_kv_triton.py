@@ -21,7 +21,8 @@ The reduction runs in the same launch by default (``fused``): each program of a 
 head) row counts itself done on the row's counter (acquire-release at GPU scope, after a
 barrier of its threads); the row's last program reduces every token of the request, reading
 the partials past L1, and resets the counter to 0 for the next launch. ``fused=False`` launches
-a second, reduce-only kernel instead; the benchmark times both.
+a second, reduce-only kernel instead; the benchmark times both. With programmatic dependent
+launch (``pdl.py``) both kernels read the request's metadata, then wait for the kernel before.
 
 Policy: ``split_count`` returns 1 (no split) until the split kernel is measured against the
 decode kernel on the GPU (``benchmarks/attention_split_kv.py``); ``proposed_split_count`` is the
@@ -38,6 +39,7 @@ import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 # OFF until measured: the default decode path stays the unsplit kernel (split_count returns 1).
 SPLIT_KV_ENABLED = False
@@ -141,12 +143,16 @@ def _split_kv_decode_kernel(
     BLOCK_N: tl.constexpr,  # keys per loop step
     DOT_PRECISION: tl.constexpr,
     FUSED: tl.constexpr,  # the row's last program reduces it
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the step's metadata, then wait
 ):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
+    if USE_GDC:  # the query and this step's keys are the RoPE kernel's writes
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     if q_len == 0:  # padding: no program of the row counts itself, none reduces
         return
     seq_len = tl.load(seq_lens_ptr + req)
@@ -193,10 +199,14 @@ def _split_kv_reduce_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, query_start_loc_ptr, seq_lens_ptr, num_splits,
     num_heads, out_stride_t, out_stride_h,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the partials after the wait
 ):  # fmt: skip
     req = tl.program_id(0)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start  # 0 (padding): no token to reduce
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     _reduce_request(
         out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, tl.load(seq_lens_ptr + req),
         tl.program_id(1), num_splits, num_heads, out_stride_t, out_stride_h,
@@ -267,6 +277,7 @@ def paged_decode_split_kv(
     if ws is None:
         ws = workspaces[device] = SplitKVWorkspace()
     acc, maxes, sums, counter = ws.get(device, cells, head_dim, meta.num_reqs * num_kv_heads)
+    pdl = use_pdl(device)
     _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
         meta.block_table, acc, maxes, sums, counter, scale * LOG2_E, meta.num_reqs, num_splits,
@@ -274,12 +285,12 @@ def paged_decode_split_kv(
         kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), meta.block_table.stride(0),
         G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32", FUSED=fused,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **launch_options(pdl),
     )  # fmt: skip
     if not fused:
         _split_kv_reduce_kernel[(meta.num_reqs, num_kv_heads)](
             out, acc, maxes, sums, meta.query_start_loc, meta.seq_lens, num_splits, num_heads,
             out.stride(0), out.stride(1), G=group, HEAD_DIM=head_dim, BLOCK_M=block_m,
-            BLOCK_N=block_n, num_warps=num_warps,
+            BLOCK_N=block_n, num_warps=num_warps, **launch_options(pdl),
         )  # fmt: skip
     return out

@@ -26,14 +26,11 @@ to exact arithmetic than ``rmsnorm_ref``'s roundings, equal to them within a rou
 row's dtype). It is the fused mode's norm without the pass that made it slower on the H200
 (``projections_triton.py``: ``fused_onepass``), not yet measured there.
 
-``LAUNCH_PDL`` (off by default, not yet measured): launch the GEMV with Hopper's programmatic
-dependent launch (triton's ``launch_pdl``), so it may start while the kernel before it in the
-stream (or the CUDA graph) finishes. The program then loads its weight tile (the model's own,
-never an output of that kernel) before ``gdc_wait`` (griddepcontrol.wait: the previous grid done
-and its writes visible) and the input row after it; once its walk of ``K`` is done it lets the
-next PDL launch start (``gdc_launch_dependents``) and writes its output. It needs compute
-capability 9.0 or more; elsewhere, and in the interpreter, the launch is the ordinary one. Like
-``DECODE_GEMV`` it is read at each call, so it must be set before a CUDA graph is captured.
+Programmatic dependent launch (``pdl.py``, off until measured): the program loads its weight
+tile (the model's own, never an output of the kernel before it) before ``gdc_wait`` and its
+input row after it; once its walk of ``K`` is done it lets the next PDL launch start
+(``gdc_launch_dependents``), waits once more at the top level (a no-op, for ``pdl.py``'s third
+rule) and writes its output.
 
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
@@ -43,7 +40,6 @@ only (``pick_tiles``), so the launch of a CUDA-graph key never changes; the numb
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,10 +48,10 @@ import torch.nn.functional as F
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
 GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
-LAUNCH_PDL = False  # programmatic dependent launch (the module docstring); off until measured
 NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 
 
@@ -176,6 +172,7 @@ def _gemv_kernel(
         acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
     y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     if USE_GDC:  # the walk is done: the next PDL launch may start (it waits for our writes)
+        tl.extra.cuda.gdc_wait()  # pdl.py's third rule: the waits above are in a loop
         tl.extra.cuda.gdc_launch_dependents()
     if PROLOGUE == 1 and ONE_PASS:  # rstd * W (g * x): the row's scale, once, at the end
         y *= tl.rsqrt(sum_sq / K + eps)[:, None]
@@ -218,7 +215,6 @@ def gemv_triton(
     if m == 0:
         return out
     t = tiles or pick_tiles(m, n, weight.shape[1])
-    pdl = LAUNCH_PDL and _supports_pdl(x.device)
     _gemv_kernel[(triton.cdiv(n, t.block_n),)](
         x,
         weight,
@@ -239,18 +235,8 @@ def gemv_triton(
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         ONE_PASS=one_pass and norm is not None,
-        USE_GDC=pdl,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
-        **({"launch_pdl": True} if pdl else {}),
+        **launch_options(use_pdl(x.device)),
     )
     return out
-
-
-@functools.cache
-def _supports_pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch: a CUDA device of compute capability 9.0 or more (never
-    the interpreter, which has no device)."""
-    if device.type != "cuda":
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9

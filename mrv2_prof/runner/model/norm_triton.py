@@ -9,7 +9,9 @@ residual in the activations' dtype (``x + residual``) and returns the normalised
 Kernels: one program per row, float32 math, io in the tensors' own dtype (bfloat16, float16 or
 float32); any hidden size (the row is masked up to a power of two). They round where the
 reference rounds (the sum to the io dtype, the normalised row to the io dtype before the weight),
-so they differ from it only by the order of the reduction. ``fused_add_rmsnorm_triton`` works in
+so they differ from it only by the order of the reduction. With programmatic dependent launch
+(``pdl.py``) a program loads the norm weight, waits for the kernel before it, and lets the next
+one start before it reads its row. ``fused_add_rmsnorm_triton`` works in
 place: the sum overwrites ``residual`` and the normalised row overwrites ``x``, so a decoder
 layer allocates nothing for them.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 
 def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -49,10 +52,15 @@ def _rmsnorm_kernel(
     eps,
     HAS_RESIDUAL: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the weight first, then wait
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if USE_GDC:  # the rows are the previous kernel's output; the next kernel may start now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
@@ -61,7 +69,6 @@ def _rmsnorm_kernel(
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
     y = (xf * rstd).to(x.dtype).to(tl.float32)  # the reference's cast back before the weight
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * out_stride + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -101,6 +108,7 @@ def _launch(x, residual, out, weight, eps) -> None:
         HAS_RESIDUAL=residual is not None,
         BLOCK=block,
         num_warps=num_warps,
+        **launch_options(use_pdl(x.device)),
     )
 
 

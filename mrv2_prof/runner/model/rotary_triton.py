@@ -18,7 +18,9 @@ float32 math from the float32 table, one rounding to the io dtype at the end (an
 norm, where ``rmsnorm_ref`` rounds). Any head count and any even head_dim (masked up to powers of
 two). Given the KV cache, the same launch also stores the rotated k and the token's v at its slot
 (``write_kv``'s contract, slots < 0 skipped), so a decoder layer needs no separate KV write.
-CUDA-graph safe: positions and slots are read on the device, shapes come from the tensors.
+CUDA-graph safe: positions and slots are read on the device, shapes come from the tensors. With
+programmatic dependent launch (``pdl.py``) a program reads its table row, then waits for the
+kernel before it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -143,12 +146,16 @@ def _qk_norm_rope_kernel(
     HAS_POSITIONS: tl.constexpr,
     HAS_NORM: tl.constexpr,
     WRITE_KV: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): tables first, then wait
 ):
     t = tl.program_id(0).to(tl.int64)
     row = tl.load(positions_ptr + t).to(tl.int64) if HAS_POSITIONS else t
     j = tl.arange(0, BLOCK_HALF)
     cos = tl.load(cos_ptr + row * cos_stride + j, mask=j < HALF, other=0.0).to(tl.float32)
     sin = tl.load(sin_ptr + row * sin_stride + j, mask=j < HALF, other=0.0).to(tl.float32)
+    if USE_GDC:  # q, k and v are the QKV projection's output; the next kernel may start now
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     _norm_rope_heads(
         q_ptr + t * q_stride_t,
         q_stride_h,
@@ -279,5 +286,6 @@ def qk_norm_rope_triton(
         HAS_POSITIONS=positions is not None,
         HAS_NORM=q_weight is not None,
         WRITE_KV=write_kv,
+        **launch_options(use_pdl(q.device)),
     )
     return q, k

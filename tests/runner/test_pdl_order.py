@@ -1,0 +1,72 @@
+"""``pdl.py``'s rules on every kernel that takes ``USE_GDC``, checked on its sm_90 code.
+
+``python -m tests.runner.pdl_rules`` (one process, without the interpreter) calls each kernel's
+host wrapper as the decoder calls it, with PDL on and off, compiles each launch for sm_90 on the
+CPU and reports what the rule checker found. With PDL the kernel's reads of the previous
+kernel's outputs (activations, the KV cache, split partials) and all its writes must follow a
+wait; with PDL off the code has no grid-dependency op at all (the default path is unchanged).
+The checker itself is shown to catch a kernel that reads its input first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from tests.runner.pdl_rules import CASES  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.runner.pdl_rules"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0 and "GPUTarget" in proc.stderr + proc.stdout:
+        pytest.skip(f"this triton cannot compile for sm_90 here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pdl_kernels_wait_before_reading_what_the_kernel_before_writes(case, report):
+    launches = report[f"{case}:on"]
+    assert launches, "the wrapper launched nothing"
+    for k in launches:
+        assert k["use_gdc"] is True and k["launch_pdl"] is True, k
+        assert k["waits"] >= 1 and k["launches_dependents"] >= 1, k
+        assert k["dependent"], f"{k['kernel']}: no dependent parameter"
+        assert k["breaks"] == [], k
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_without_pdl_the_kernels_have_no_grid_dependency_ops(case, report):
+    """The default launch has no wait, so the checker, given the same parameters, reports every
+    one of them read or written unwaited: the PDL test above is not passing vacuously."""
+    for k in report[f"{case}:off"]:
+        assert k["use_gdc"] is False and k["launch_pdl"] is False, k
+        assert k["waits"] == 0 and k["launches_dependents"] == 0, k
+        text = " ".join(b.split(":")[0] for b in k["breaks"])
+        assert [p for p in k["dependent"] if f"'{p}'" not in text] == [], k["breaks"]
+
+
+def test_the_checker_names_each_broken_rule(report):
+    """The rule-breaking kernel: its input read and its early write before the wait (rule 1) and
+    its last store, covered only by waits inside a loop (rule 3), are each reported; the
+    weight's load is not."""
+    (k,) = report["reads_first"]
+    assert [b.split(":")[0] for b in k["breaks"]] == [
+        "load of ['x_ptr'] before a wait",
+        "write to ['out_ptr'] before a wait",
+        "write to ['out_ptr'] before a wait",
+    ]
