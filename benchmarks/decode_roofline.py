@@ -26,7 +26,9 @@ Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady deco
 the timed ones; each kernel is put with the launch that made it (its correlation id): a
 ``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input preparation, sampling).
 Graph kernels per step / layers is the kernels-per-decoder-layer figure; the kernels that take
-the most time per step are listed.
+the most time per step are listed. In-graph gaps: per step, the device time inside the FULL
+graph's replay when no kernel runs (the gaps between one kernel's end and the next one's start),
+the share of the step that kernel boundaries cost (``--pdl on`` and the fused paths shrink it).
 
     python benchmarks/decode_roofline.py --preset llama-1b --preset qwen3-0.6b \\
         --preset llama-3-8b --out roofline.json
@@ -104,6 +106,7 @@ def count_kernels(trace_path: str, steps: int) -> dict:
     counts: collections.Counter[str] = collections.Counter()
     time_us: collections.Counter[str] = collections.Counter()
     calls: collections.Counter[str] = collections.Counter()
+    in_graph: dict[object, list[tuple[float, float]]] = collections.defaultdict(list)
     for e in events:
         cat = e.get("cat")
         if e.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -115,6 +118,9 @@ def count_kernels(trace_path: str, steps: int) -> dict:
             counts[cat] += 1
         else:
             counts["graph" if launch in GRAPH_LAUNCHES else "eager"] += 1
+            if launch in GRAPH_LAUNCHES:  # the kernels of one replay: (start, end)
+                start = float(e.get("ts", 0.0))
+                in_graph[e["args"]["correlation"]].append((start, start + float(e.get("dur", 0))))
             name = str(e.get("name"))
             time_us[name] += float(e.get("dur", 0.0))
             calls[name] += 1
@@ -129,8 +135,21 @@ def count_kernels(trace_path: str, steps: int) -> dict:
         "memset_per_step": counts["gpu_memset"] / steps,
         "launched_before_window": counts["before_window"],
         "kernel_us_per_step": sum(time_us.values()) / steps,
+        "graph_gap_us_per_step": sum(map(_idle, in_graph.values())) / steps,
         "top_kernels": top,
     }
+
+
+def _idle(kernels: list[tuple[float, float]]) -> float:
+    """Device time inside one graph replay with no kernel running: the sum of the gaps between
+    a kernel's end (the latest so far) and the next one's start. It is what launching a kernel
+    costs between two others (programmatic dependent launch and fewer kernels shrink it)."""
+    idle, end = 0.0, None
+    for start, stop in sorted(kernels):
+        if end is not None and start > end:
+            idle += start - end
+        end = stop if end is None else max(end, stop)
+    return idle
 
 
 class Window:
@@ -317,9 +336,9 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
         "",
         "| preset | batch 1 path | batch | TPOT ms | tok/s | GB read / step | of it KV | GB/s "
         "| utilisation | GFLOP / step | of tensor peak | binding roof | roofline "
-        "| graph kernels / step | / layer | eager kernels / step |",
+        "| graph kernels / step | / layer | in-graph gaps µs / step | eager kernels / step |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: | ---: | ---: |",
+        "| ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
@@ -331,6 +350,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
             f"{r['binding']} | {100 * r['roofline']:.1f}% | "
             f"{r.get('graph_kernels_per_step', 0):.0f} | "
             f"{r.get('graph_kernels_per_layer', 0):.1f} | "
+            f"{r.get('graph_gap_us_per_step', 0):.0f} | "
             f"{r.get('eager_kernels_per_step', 0):.0f} |"
         )
     lines += ["", "Most device time per step (batch 1):"]

@@ -32,17 +32,24 @@ def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
     def launch(name, corr):
         return {"ph": "X", "cat": "cuda_runtime", "name": name, "args": {"correlation": corr}}
 
-    def kernel(name, corr, dur, cat="kernel"):
-        return {"ph": "X", "cat": cat, "name": name, "dur": dur, "args": {"correlation": corr}}
+    def kernel(name, corr, dur, cat="kernel", ts=0.0):
+        return {"ph": "X", "cat": cat, "name": name, "dur": dur, "ts": ts,
+                "args": {"correlation": corr}}  # fmt: skip
 
     events = [
         launch("cudaGraphLaunch", 1),
         launch("cudaGraphLaunch", 2),
         launch("cuLaunchKernel", 3),
         launch("cudaMemcpyAsync", 4),
-        *(kernel("gemm", c, 10.0) for c in (1, 1, 2, 2)),
-        *(kernel("rmsnorm", c, 2.0) for c in (1, 2)),
-        kernel("sample", 3, 5.0),
+        # replay 1: gemm 100-110, rmsnorm 113-115, gemm 114-124 (overlaps: no gap) -> 3 µs idle
+        kernel("gemm", 1, 10.0, ts=100.0),
+        kernel("rmsnorm", 1, 2.0, ts=113.0),
+        kernel("gemm", 1, 10.0, ts=114.0),
+        # replay 2, listed out of order: gemm 500-510, gemm 511-521, rmsnorm 525-527 -> 5 µs
+        kernel("rmsnorm", 2, 2.0, ts=525.0),
+        kernel("gemm", 2, 10.0, ts=511.0),
+        kernel("gemm", 2, 10.0, ts=500.0),
+        kernel("sample", 3, 5.0, ts=530.0),  # eager: after replay 2, not one of its gaps
         kernel("copy", 4, 1.0, cat="gpu_memcpy"),
         kernel("gemm", 99, 10.0),  # launched before the window opened
     ]
@@ -52,6 +59,7 @@ def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
     assert got["graph_kernels_per_step"] == 3 and got["eager_kernels_per_step"] == 0.5
     assert got["memcpy_per_step"] == 0.5 and got["launched_before_window"] == 1
     assert got["kernel_us_per_step"] == (40 + 4 + 5) / 2
+    assert got["graph_gap_us_per_step"] == (3 + 5) / 2
     assert [k["kernel"] for k in got["top_kernels"]] == ["gemm", "sample", "rmsnorm"]
     assert got["top_kernels"][0] == {"kernel": "gemm", "us_per_step": 20.0, "calls_per_step": 2.0}
 
