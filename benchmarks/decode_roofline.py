@@ -32,6 +32,8 @@ the share of the step that kernel boundaries cost (``--pdl on`` and the fused pa
 
     python benchmarks/decode_roofline.py --preset llama-1b --preset qwen3-0.6b \\
         --preset llama-3-8b --out roofline.json
+    python benchmarks/decode_roofline.py --batches 1 --variant plain \
+        --variant plain+pdl --variant fused_onepass+pdl+fold   # one engine per variant
     python benchmarks/decode_roofline.py --cpu-smoke     # llama-tiny on the CPU, seconds
 """
 
@@ -53,6 +55,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
+from mrv2_prof.runner.model import attention_decode_rope_triton as rope_fold
 from mrv2_prof.runner.model import pdl as pdl_switch
 from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
@@ -364,6 +367,16 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
+def parse_variant(text: str) -> tuple[str, bool, bool]:
+    """``MODE[+pdl][+fold]`` -> (decode GEMV mode, PDL on, RoPE folded into attention)."""
+    mode, *extras = text.split("+")
+    if mode not in DECODE_GEMV_MODES or set(extras) - {"pdl", "fold"}:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected MODE[+pdl][+fold], MODE one of {', '.join(DECODE_GEMV_MODES)}"
+        )
+    return mode, "pdl" in extras, "fold" in extras
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -392,6 +405,14 @@ def main() -> None:
         help="the model's Triton kernels launched with programmatic dependent launch "
         "(runner/model/pdl.py), one engine each; repeat to compare (default: off)",
     )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        type=parse_variant,
+        help="MODE[+pdl][+fold]: a batch-1 projection path, with programmatic dependent launch "
+        "and/or RoPE folded into decode attention (attention_decode_rope_triton.py), one engine "
+        "each; repeatable; replaces the --decode-gemv x --pdl product",
+    )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
     if args.cpu_smoke:
@@ -406,13 +427,18 @@ def main() -> None:
     print(f"HBM read bandwidth (torch.sum, best of 10): {bandwidth / 1e9:,.0f} GB/s", flush=True)
     rows = []
     modes = args.decode_gemv or [projections_triton.DECODE_GEMV]
+    variants = args.variant or [
+        parse_variant(mode if pdl == "off" else f"{mode}+pdl")
+        for mode in modes
+        for pdl in args.pdl or ["off"]
+    ]
     for preset in presets:
-        for mode in modes:  # one engine each: the mode is read while its graphs are captured
-            for pdl in args.pdl or ["off"]:
-                projections_triton.DECODE_GEMV = mode
-                pdl_switch.LAUNCH_PDL = pdl == "on"
-                path = mode if pdl == "off" else f"{mode}+pdl"
-                rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
+        for mode, pdl, fold in variants:  # one engine each: read while its graphs are captured
+            projections_triton.DECODE_GEMV = mode
+            pdl_switch.LAUNCH_PDL = pdl
+            rope_fold.ROPE_IN_DECODE_ATTENTION = fold
+            path = mode + "+pdl" * pdl + "+fold" * fold
+            rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {
         "read_bytes_per_s": bandwidth,

@@ -200,6 +200,21 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
+def _decode_rope() -> None:
+    import torch
+
+    from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
+
+    b = _decode_batch()
+    t, h, d = b.query.shape
+    kv = _randn(t, 2, d), _randn(t, 2, d)
+    cos_sin = torch.randn(64, d)
+    paged_decode_rope_triton(
+        b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
+        _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale,
+    )  # fmt: skip
+
+
 def _rope() -> None:
     import torch
 
@@ -241,6 +256,10 @@ CASES = {
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
     "qk_norm_rope_kv_write": (_rope, {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"}),
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
+    "paged_decode_rope": (
+        _decode_rope,
+        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
+    ),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
     "split_kv_two_kernels": (lambda: _decode(2, fused=False), _SPLIT | {"out_ptr"}),
 }

@@ -3,7 +3,8 @@ PDL (``pdl.LAUNCH_PDL``) serves the same tokens with the same logprobs, bit for 
 launched without it (PDL changes when a kernel starts, never its arithmetic; a kernel that read
 its input before the kernel writing it had finished would differ). llama-1b's sizes, random
 weights, in bfloat16, through CUDA graphs: a batch-1 request, then four together, with the
-batch-1 GEMV plain and fused (one-pass norm), and with split-KV attention forced."""
+batch-1 GEMV plain and fused (one-pass norm), with split-KV attention forced, and with RoPE
+folded into decode attention."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import torch
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_split_kv_triton, pdl, projections_triton
+from mrv2_prof.runner.model import (
+    attention_decode_rope_triton,
+    attention_split_kv_triton,
+    pdl,
+    projections_triton,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -56,11 +62,14 @@ def _serve(on: bool) -> list[tuple[list[int], list]]:
 
 
 @pytest.mark.parametrize(
-    ("decode_gemv", "splits"), [("plain", None), ("fused_onepass", None), ("plain", 4)]
-)
-def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits):
+    ("decode_gemv", "splits", "fold"),
+    [("plain", None, False), ("fused_onepass", None, False), ("plain", 4, False),
+     ("fused_onepass", None, True)],
+)  # fmt: skip
+def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold):
     monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
     monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
+    monkeypatch.setattr(attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION", fold)
     without = _serve(on=False)
     with_pdl = _serve(on=True)
     assert [len(t) for t, _ in with_pdl] == [24] * 5

@@ -187,6 +187,20 @@ class Attention(nn.Module):
             self.kernels.write_kv(k, v, kv_cache, slot_mapping)
         return q, k, v
 
+    def rope_attend(
+        self, x: torch.Tensor, rope: RopeTables, kv_cache: torch.Tensor, meta, norm: RMSNorm
+    ) -> torch.Tensor:
+        """The input norm and QKV GEMM, then QK-norm + RoPE, the KV write and attention in the
+        bundle's one launch (``rope_attend``): [T, h, d]."""
+        T, d = x.shape[0], self.head_dim
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q, k, v = self.qkv_proj.split(self.kernels.norm_linear(x, norm.weight, norm.eps, w, b))
+        weights: tuple = (None, None, 1e-6)
+        if self.q_norm is not None and self.k_norm is not None:
+            weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
+        q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
+        return self.kernels.rope_attend(q, k, v, *rope, *weights, kv_cache, meta, d**-0.5)
+
     def attend(
         self,
         q: torch.Tensor,
@@ -250,7 +264,10 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
-        bundle fuses it."""
+        bundle fuses it, and both inside attention where it folds them (a decode batch)."""
+        if self.kernels.folds_rope(x.shape[0], meta, kv_cache):
+            attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm)
+            return self.post_attention(x, attn)
         q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
         return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))
 

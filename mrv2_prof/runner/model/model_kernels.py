@@ -8,7 +8,9 @@ it) and attention. With the Triton bundle a decoder layer of a forward pass is n
 (RMSNorm, QKV GEMM, QK-norm + RoPE + KV write, attention, o GEMM, residual add + RMSNorm, gate/up
 GEMM, SiLU-and-mul, down GEMM adding into the residual: cuBLAS's C += A @ B); at batch 1 the
 QKV, o and down projections are the decode GEMV instead (``projections_triton.py``, which also
-holds a measured six-launch variant with the elementwise ops fused into the GEMVs). Where the KV
+holds a measured six-launch variant with the elementwise ops fused into the GEMVs). In a decode
+batch, where ``folds_rope`` says so, QK-norm + RoPE + KV write and attention are one launch
+(``rope_attend``, off until measured). Where the KV
 write runs on its own (the eager attention between PIECEWISE graph pieces) it is one more. The
 torch bundle is the reference path (the CPU path, the oracles of the kernels): the torch
 decoder's arithmetic, one op at a time, with new tensors.
@@ -72,6 +74,11 @@ class ModelKernels:
     mlp_down: Callable  # (x, gate_up, w) -> x + silu_and_mul(gate_up) @ w.T
     cos_sin_cache: bool  # RoPE reads a cos/sin table built once, by position (else per step)
     rope_writes_kv: bool  # qk_norm_rope(..., v=, kv_cache=, slot_mapping=) also does write_kv
+    # (num_tokens, meta, kv_cache) -> whether rope_attend serves the batch: QK-norm + RoPE, the
+    # KV write and attention in one launch (attention_decode_rope_triton.py)
+    folds_rope: Callable[..., bool] = lambda num_tokens, meta, kv_cache: False  # noqa: E731
+    rope_attend: Callable | None = None  # (q, k, v, cos, sin, positions, q_w, k_w, eps, kv_cache,
+    #                                       meta, scale) -> attention output [T, h, d]
 
     def with_attention(
         self, write_kv: WriteKV | None = None, attend: Attend | None = None
@@ -79,11 +86,14 @@ class ModelKernels:
         """This bundle with the KV write and/or attention replaced (where given); a KV write
         other than its own is then called on its own."""
         own_write = write_kv is None or write_kv is self.write_kv
+        own_attend = attend is None or attend is self.attend
+        folds = self.folds_rope if own_write and own_attend else TORCH_MODEL_KERNELS.folds_rope
         return replace(
             self,
             write_kv=write_kv or self.write_kv,
             attend=attend or self.attend,
             rope_writes_kv=self.rope_writes_kv and own_write,
+            folds_rope=folds,
         )
 
 
@@ -103,6 +113,10 @@ TORCH_MODEL_KERNELS = ModelKernels(
 
 def triton_model_kernels() -> ModelKernels:
     """The fused Triton bundle; raises ImportError where triton cannot be imported."""
+    from mrv2_prof.runner.model.attention_decode_rope_triton import (
+        folds_rope,
+        paged_decode_rope_triton,
+    )
     from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
     from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
     from mrv2_prof.runner.model.projections_triton import (
@@ -123,4 +137,6 @@ def triton_model_kernels() -> ModelKernels:
         mlp_down_triton,
         cos_sin_cache=True,
         rope_writes_kv=True,
+        folds_rope=folds_rope,
+        rope_attend=paged_decode_rope_triton,
     )
