@@ -367,14 +367,18 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-def parse_variant(text: str) -> tuple[str, bool, bool]:
-    """``MODE[+pdl][+fold]`` -> (decode GEMV mode, PDL on, RoPE folded into attention)."""
+VARIANT_EXTRAS = ("pdl", "fold", "gemm")
+
+
+def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
+    """``MODE[+pdl][+fold][+gemm]`` -> (decode GEMV mode, the extras switched on, in order)."""
     mode, *extras = text.split("+")
-    if mode not in DECODE_GEMV_MODES or set(extras) - {"pdl", "fold"}:
+    if mode not in DECODE_GEMV_MODES or set(extras) - set(VARIANT_EXTRAS):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold], MODE one of {', '.join(DECODE_GEMV_MODES)}"
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm], MODE one of "
+            f"{', '.join(DECODE_GEMV_MODES)}"
         )
-    return mode, "pdl" in extras, "fold" in extras
+    return mode, tuple(e for e in VARIANT_EXTRAS if e in extras)
 
 
 def main() -> None:
@@ -409,9 +413,10 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold]: a batch-1 projection path, with programmatic dependent launch "
-        "and/or RoPE folded into decode attention (attention_decode_rope_triton.py), one engine "
-        "each; repeatable; replaces the --decode-gemv x --pdl product",
+        help="MODE[+pdl][+fold][+gemm]: a batch-1 projection path, with programmatic dependent "
+        "launch, RoPE folded into decode attention (attention_decode_rope_triton.py) and/or the "
+        "Triton decode GEMM for batches of 2-256 (gemm_decode_triton.py), one engine each; "
+        "repeatable; replaces the --decode-gemv x --pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
@@ -433,11 +438,12 @@ def main() -> None:
         for pdl in args.pdl or ["off"]
     ]
     for preset in presets:
-        for mode, pdl, fold in variants:  # one engine each: read while its graphs are captured
+        for mode, extras in variants:  # one engine each: read while its graphs are captured
             projections_triton.DECODE_GEMV = mode
-            pdl_switch.LAUNCH_PDL = pdl
-            rope_fold.ROPE_IN_DECODE_ATTENTION = fold
-            path = mode + "+pdl" * pdl + "+fold" * fold
+            projections_triton.DECODE_GEMM = "triton" if "gemm" in extras else "cublas"
+            pdl_switch.LAUNCH_PDL = "pdl" in extras
+            rope_fold.ROPE_IN_DECODE_ATTENTION = "fold" in extras
+            path = "+".join((mode, *extras))
             rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -7,7 +7,9 @@
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
 #   benchmarks/limit_round.sh batch1-8b # the same for llama-3-8b
-#   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256 of the three random-weight presets
+#   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256: cuBLAS against the Triton decode
+#                                       # GEMM (with PDL and the fold), llama-1b and qwen3-0.6b
+#   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
 #   benchmarks/limit_round.sh kernels   # GEMV, decode GEMM and split-KV attention against their
 #                                       # alternatives (cuBLAS, the unsplit kernel)
 #   benchmarks/limit_round.sh startup   # start-up per phase and the HF transformers ratios
@@ -15,7 +17,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|kernels|startup}"
+part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|startup}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -34,10 +36,12 @@ batch1 | batch1-8b)
         --variant fused_onepass --variant fused_onepass+pdl --variant fused_onepass+pdl+fold \
         --out "$out/$part.json" 2>&1 | tee "$log"
     ;;
-batches)
-    $py benchmarks/decode_roofline.py --batches 8 64 256 \
-        --preset llama-1b --preset qwen3-0.6b --preset llama-3-8b \
-        --out "$out/batches.json" 2>&1 | tee "$log"
+batches | batches-8b)
+    presets=(--preset llama-1b --preset qwen3-0.6b)
+    [ "$part" = batches-8b ] && presets=(--preset llama-3-8b)
+    $py benchmarks/decode_roofline.py --batches 8 64 256 "${presets[@]}" \
+        --variant plain --variant plain+gemm --variant plain+pdl+fold+gemm \
+        --out "$out/$part.json" 2>&1 | tee "$log"
     ;;
 kernels)
     {
@@ -55,7 +59,7 @@ startup)
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, kernels, startup)" >&2
+    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, startup)" >&2
     exit 2
     ;;
 esac

@@ -109,3 +109,24 @@ def test_the_tools_step_bytes_equal_the_benchmarks(batch, monkeypatch):
     row = np.array([[0, batch, batch, 0, 0, 100 * batch, 100 * batch, 1e6]])
     ours = step_figures(row, cost, {"hbm_read_bytes_per_s": 1e12})
     assert ours.bytes[0] == weights + kv + batch * cost["logits_bytes_per_row"]
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [("gemv.py", "gemv_triton matches gemv_ref"),
+     ("decode_gemm.py", "gemm_decode_triton matches gemm_decode_ref")],
+)  # fmt: skip
+def test_kernel_benchmarks_cpu_smoke(script, says):
+    """The GEMV and decode-GEMM benchmarks' smoke modes: each kernel against its reference at
+    tiny shapes in the interpreter, as the GPU run would time them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--cpu-smoke"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert says in proc.stdout

@@ -215,6 +215,13 @@ def _decode_rope() -> None:
     )  # fmt: skip
 
 
+def _gemm(split: int) -> None:
+    from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles, gemm_decode_triton
+
+    x, w, b, r = _randn(4, 256), _randn(96, 256), _randn(96), _randn(4, 96)
+    gemm_decode_triton(x, w, b, r, tiles=DecodeGemmTiles(16, 32, 64, split))
+
+
 def _rope() -> None:
     import torch
 
@@ -260,6 +267,8 @@ CASES = {
         _decode_rope,
         {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
     ),
+    "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
+    "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
     "split_kv_two_kernels": (lambda: _decode(2, fused=False), _SPLIT | {"out_ptr"}),
 }

@@ -29,7 +29,12 @@ place and return it.
   program reads its input twice. Six launches a layer; not yet measured on the H200.
 * ``off``: cuBLAS for every batch.
 
-A model reads it at each call, so it must be set before a CUDA graph is captured.
+``DECODE_GEMM`` selects the path of the other projections of up to ``GEMM_DECODE_MAX_ROWS`` rows
+(decode batches of 2-256): ``cublas`` (the default) or ``triton``, the split-K weight-streaming
+GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down projection), off until
+``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant plain+gemm`` measure it.
+
+A model reads both at each call, so they must be set before a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
+from mrv2_prof.runner.model.gemm_decode_triton import GEMM_DECODE_MAX_ROWS, gemm_decode_triton
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
@@ -45,6 +51,8 @@ DECODE_GEMV_MODES = ("fused", "fused_onepass", "plain", "off")
 FUSED_MODES = ("fused", "fused_onepass")
 DECODE_GEMV = "plain"  # the fastest of the three on the H200 (benchmarks/RESULTS.md)
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
+DECODE_GEMM_MODES = ("cublas", "triton")
+DECODE_GEMM = "cublas"  # the Triton decode GEMM is off until measured on the H200
 
 
 def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
@@ -56,14 +64,27 @@ def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
     return x.dim() == 2 and x.stride(-1) == 1 and prefers_gemv(x.shape[0], weight.shape[0])
 
 
+def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether a projection of ``x`` (not taking the GEMV) takes the Triton decode GEMM."""
+    return (
+        DECODE_GEMM == "triton"
+        and x.dim() == 2
+        and 1 < x.shape[0] <= GEMM_DECODE_MAX_ROWS
+        and x.dtype == weight.dtype
+        and x.stride(-1) == 1
+    )
+
+
 def _one_pass() -> bool:
     return DECODE_GEMV == "fused_onepass"
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return (
-        gemv_triton(x, weight, bias) if _gemv(x, weight, fused=False) else F.linear(x, weight, bias)
-    )
+    if _gemv(x, weight, fused=False):
+        return gemv_triton(x, weight, bias)
+    if _gemm(x, weight):
+        return gemm_decode_triton(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def norm_linear_triton(
@@ -105,4 +126,6 @@ def mlp_down_triton(
     h = silu_and_mul_triton(gate_up)
     if _gemv(h, weight, fused=False):
         return gemv_triton(h, weight, residual=x)
+    if _gemm(h, weight):
+        return gemm_decode_triton(h, weight, residual=x)
     return x.addmm_(h, weight.t())

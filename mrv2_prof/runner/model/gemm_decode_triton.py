@@ -1,0 +1,287 @@
+"""Decode GEMM: ``x @ weight.T`` for 2 to 256 rows, a weight-streaming split-K Triton kernel beside
+its torch reference.
+
+At decode a projection's weight [N, K] is far larger than its input [M, K] and output [M, N]
+(M is the batch, at most a few hundred), so the GEMM is a stream of the weights through HBM.
+With N = 2048 and 64-wide tiles there are only 32 tiles of N for the 132 SMs of an H200, so the
+reduction dimension is split too: a program owns a ``[BLOCK_M, BLOCK_N]`` tile of the output and
+one of ``split_k`` ranges of K, walks it in ``BLOCK_K`` steps with ``tl.dot`` (tensor cores,
+float32 accumulation; float32 inputs are multiplied in IEEE precision, never TF32) on a
+``[BLOCK_K, BLOCK_N]`` tile of the weight (row-major as ``nn.Linear`` keeps it: each weight row
+is one contiguous read) and the ``[BLOCK_M, BLOCK_K]`` slice of the input.
+
+With ``split_k == 1`` the program finishes the tile itself: optional bias, optional
+``residual += x @ weight.T`` in place (the down projection adding into the residual stream, as
+``addmm_`` does), rounded once to the output dtype. With ``split_k > 1`` each program writes its
+float32 partial sums into a workspace ``[split_k, M, N]`` and a second small kernel adds the
+splits in a fixed order (deterministic, no atomics), then the bias and the residual, and rounds
+once. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` operands as their raw
+bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
+(exact: the products are those of the tensor cores, accumulated in float32 as there).
+
+Programmatic dependent launch (``pdl.py``, off until measured): both kernels keep its rules. The
+GEMM program loads its weight tile (the model's own) before ``gdc_wait`` and its input after it;
+once its walk of ``K`` is done it waits once more at the top level (the waits above are in a
+loop) and lets the next launch start (``gdc_launch_dependents``) before it writes. The reduce
+kernel waits before it reads the workspace or the residual.
+
+``gemm_decode_ref`` is the torch arithmetic it replaces (``F.linear``, then the residual add
+rounded once in float32), the oracle of the tests. Tiles are chosen from host ints only
+(``pick_gemm_tiles``), so the launch of a CUDA-graph key never changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
+
+GEMM_DECODE_MAX_ROWS = 256  # the decode batches the kernel serves
+TARGET_SMS = 132  # the H200's SMs: the split aims at about two programs per SM
+MAX_SPLIT_K = 16
+MIN_STEPS_PER_SPLIT = 2  # BLOCK_K steps each split walks at least
+REDUCE_BLOCK = 1024  # output elements per program of the split reduction
+
+
+@dataclass(frozen=True)
+class DecodeGemmTiles:
+    block_m: int  # rows per program (a power of two >= 16: tl.dot's smallest tile)
+    block_n: int  # output features per program
+    block_k: int  # reduction elements per loop step
+    split_k: int = 1  # ranges of K, each its own program; > 1: a reduction kernel after
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(v: int) -> int:
+    return 1 << max(v - 1, 0).bit_length()
+
+
+def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """(splits launched, K elements per split): each split a whole number of ``block_k`` steps,
+    and no split left empty (``split_k`` is lowered where K is short)."""
+    per_split = _cdiv(_cdiv(k, max(split_k, 1)), block_k) * block_k
+    return _cdiv(k, per_split), per_split
+
+
+def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
+    """Tiles for M rows against an [n, k] weight, from host ints only. Untuned defaults: the
+    numbers are placeholders until ``benchmarks/decode_gemm.py`` runs on the H200. ``block_m``
+    covers the batch (16 to 128 rows), 64 output features a program, and where the tiles are
+    fewer than the SMs, K is split so that the programs number about two per SM (each split
+    walking at least ``MIN_STEPS_PER_SPLIT`` steps)."""
+    block_m = min(128, max(16, _next_pow2(m)))
+    block_n = 64
+    block_k = 128 if block_m <= 32 else 64
+    tiles = _cdiv(n, block_n) * _cdiv(m, block_m)
+    split_k = 1
+    if tiles < TARGET_SMS:
+        most = max(1, _cdiv(k, block_k) // MIN_STEPS_PER_SPLIT)
+        split_k = max(1, min(_cdiv(2 * TARGET_SMS, tiles), most, MAX_SPLIT_K))
+        split_k = effective_split(k, block_k, split_k)[0]
+    num_stages = 4 if block_m <= 32 else 3
+    return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=num_stages)
+
+
+def gemm_decode_ref(
+    x: torch.Tensor,  # [M, K]
+    weight: torch.Tensor,  # [N, K]
+    bias: torch.Tensor | None = None,  # [N]
+    residual: torch.Tensor | None = None,  # [M, N]: returned as residual + x @ weight.T
+) -> torch.Tensor:
+    """``x @ weight.T (+ bias)``, plus ``residual`` rounded once in float32 where given."""
+    y = F.linear(x, weight, bias)
+    if residual is None:
+        return y
+    return (residual.float() + y.float()).to(residual.dtype)
+
+
+@triton.jit
+def _gemm_decode_kernel(
+    x_ptr,  # [M, K]
+    w_ptr,  # [N, K]
+    b_ptr,  # [N] or a dummy
+    out_ptr,  # [M, N]: written; or read and written (RESIDUAL); unused with SPLIT
+    ws_ptr,  # [split_k, M, N] float32 partial sums (SPLIT) or a dummy
+    M,
+    N,
+    K,
+    x_stride,
+    w_stride,
+    out_stride,
+    k_per_split,  # a multiple of BLOCK_K
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT: tl.constexpr,  # write float32 partials to the workspace, no epilogue
+    HAS_BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,  # out += x @ w.T
+    DOT_F32: tl.constexpr = False,  # the interpreter: bfloat16 operands widened (exact) first
+    USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
+):
+    pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    col_ok, row_ok = cols < N, rows < M
+    ks = tl.arange(0, BLOCK_K)
+    w_cols = w_ptr + cols.to(tl.int64)[None, :] * w_stride  # [1, BLOCK_N]: a weight row each
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * x_stride  # [BLOCK_M, 1]
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k = k0 + ks
+        k_ok = k < k_end
+        w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        if USE_GDC:  # the weights are the model's: loaded before waiting; x after
+            tl.extra.cuda.gdc_wait()
+        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        if DOT_F32:
+            x, w = x.to(tl.float32), w.to(tl.float32)
+        acc = tl.dot(x, w, acc, input_precision="ieee")  # ignored for 16-bit inputs
+    if USE_GDC:  # the walk is done: the next PDL launch may start (it waits for our writes)
+        tl.extra.cuda.gdc_wait()  # pdl.py's third rule: the waits above are in a loop
+        tl.extra.cuda.gdc_launch_dependents()
+    ok = row_ok[:, None] & col_ok[None, :]
+    if SPLIT:
+        part = ws_ptr + (pid_k * M + rows.to(tl.int64))[:, None] * N + cols[None, :]
+        tl.store(part, acc, mask=ok)
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+        out = out_ptr + rows.to(tl.int64)[:, None] * out_stride + cols[None, :]
+        if RESIDUAL:
+            acc += tl.load(out, mask=ok, other=0.0).to(tl.float32)
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _split_reduce_kernel(
+    ws_ptr,  # [SPLIT_K, M, N] float32 partial sums
+    b_ptr,  # [N] or a dummy
+    out_ptr,  # [M, N]: written; or read and written (RESIDUAL)
+    M,
+    N,
+    out_stride,
+    SPLIT_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+    USE_GDC: tl.constexpr = False,
+):
+    idx = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # flat [M, N] index
+    ok = idx < M * N
+    row, col = idx // N, idx % N
+    bias = tl.zeros([BLOCK], tl.float32)
+    if HAS_BIAS:  # a model weight: read before waiting
+        bias = tl.load(b_ptr + col, mask=ok, other=0.0).to(tl.float32)
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+    y = tl.zeros([BLOCK], tl.float32)
+    for s in tl.static_range(SPLIT_K):  # a fixed order: the same sums on every run
+        y += tl.load(ws_ptr + s * M * N + idx, mask=ok, other=0.0)
+    if USE_GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    y += bias
+    out = out_ptr + row * out_stride + col
+    if RESIDUAL:
+        y += tl.load(out, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _check(x, weight, bias, residual) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        shapes = f"x {tuple(x.shape)} does not fit weight {tuple(weight.shape)}"
+        raise ValueError(f"gemm_decode: {shapes}")
+    if x.stride(-1) != 1 or weight.stride(-1) != 1:
+        raise ValueError("gemm_decode: x and weight need a contiguous last dimension")
+    if x.dtype != weight.dtype:
+        raise ValueError(f"gemm_decode: x is {x.dtype} but weight is {weight.dtype}")
+    m, n = x.shape[0], weight.shape[0]
+    if not 1 <= m <= GEMM_DECODE_MAX_ROWS:
+        raise ValueError(f"gemm_decode: {m} rows, not in 1..{GEMM_DECODE_MAX_ROWS}")
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise ValueError(f"gemm_decode: bias {tuple(bias.shape)} is not [{n}]")
+    if residual is not None and (tuple(residual.shape) != (m, n) or residual.stride(-1) != 1):
+        raise ValueError(f"gemm_decode: residual {tuple(residual.shape)} is not [{m}, {n}]")
+
+
+def _check_tiles(t: DecodeGemmTiles) -> None:
+    for name in ("block_m", "block_n", "block_k"):
+        v = getattr(t, name)
+        if v < 16 or v & (v - 1):
+            raise ValueError(f"gemm_decode: tiles {name}={v} is not a power of two >= 16")
+    if t.split_k < 1:
+        raise ValueError(f"gemm_decode: tiles split_k={t.split_k} < 1")
+
+
+def gemm_decode_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    *,
+    tiles: DecodeGemmTiles | None = None,
+) -> torch.Tensor:
+    """``gemm_decode_ref`` in one launch (two with ``split_k > 1``). With ``residual`` the sum is
+    written into it (in place) and it is returned; otherwise a new [M, N] tensor of ``x``'s
+    dtype."""
+    _check(x, weight, bias, residual)
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    t = tiles or pick_gemm_tiles(m, n, k)
+    _check_tiles(t)
+    out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
+    splits, per_split = effective_split(k, t.block_k, t.split_k)
+    ws = out
+    if splits > 1:
+        ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    pdl = launch_options(use_pdl(x.device))
+    grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), splits)
+    _gemm_decode_kernel[grid](
+        x,
+        weight,
+        bias if bias is not None else weight,
+        out,
+        ws,
+        m,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        out.stride(0),
+        per_split,
+        BLOCK_M=t.block_m,
+        BLOCK_N=t.block_n,
+        BLOCK_K=t.block_k,
+        SPLIT=splits > 1,
+        HAS_BIAS=bias is not None,
+        RESIDUAL=residual is not None,
+        DOT_F32=x.device.type == "cpu" and x.dtype == torch.bfloat16,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
+        **pdl,
+    )
+    if splits > 1:
+        _split_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
+            ws,
+            bias if bias is not None else ws,
+            out,
+            m,
+            n,
+            out.stride(0),
+            SPLIT_K=splits,
+            HAS_BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            BLOCK=REDUCE_BLOCK,
+            num_warps=4,
+            **pdl,
+        )
+    return out

@@ -1,0 +1,205 @@
+"""Triton decode GEMM (split-K) against its torch reference (``gemm_decode_triton.py``).
+
+Without CUDA the kernels run on CPU tensors in Triton's interpreter (``tests/conftest.py``) at
+small shapes whose N and K are not multiples of the tiles; the ``gpu`` test uses llama-1b's
+projections at M = 64. The kernel accumulates in float32 in a different order from the
+reference's GEMM and rounds the residual sum once, so float32 is held to 1e-5 relative and
+bfloat16 to two of its roundings. ``pdl.py``'s rules are checked on the sm_90 code of both
+kernels with the other kernels' (``tests/runner/test_pdl_order.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mrv2_prof.runner.model import PRESETS, pdl
+from mrv2_prof.runner.model.gemm_decode_triton import (
+    DecodeGemmTiles,
+    effective_split,
+    gemm_decode_ref,
+    gemm_decode_triton,
+    pick_gemm_tiles,
+)
+
+INTERPRET = not torch.cuda.is_available()
+DEVICE = torch.device("cpu" if INTERPRET else "cuda")
+TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 1.6e-2)}
+
+
+def operands(m, n, k, dtype, *, bias=False, residual=False, seed=0, device=DEVICE):
+    gen = torch.Generator(device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=device).to(dtype)
+
+    x, w = randn(m, k), randn(n, k) / k**0.5
+    return x, w, randn(n) if bias else None, randn(m, n) if residual else None
+
+
+def assert_matches(x, w, b=None, r=None, tiles=None):
+    want = gemm_decode_ref(x, w, b, None if r is None else r.clone())
+    res = None if r is None else r.clone()
+    got = gemm_decode_triton(x, w, b, res, tiles=tiles)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if r is not None:
+        assert got is res  # updated in place and returned
+    atol, rtol = TOL[x.dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    return got
+
+
+def tiles(split_k: int) -> DecodeGemmTiles:
+    return DecodeGemmTiles(block_m=16, block_n=16, block_k=32, split_k=split_k)
+
+
+# N = 40, K = 72: a masked last tile of N and a masked last step of K (split 3: one step each)
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("m", [2, 3, 8, 17])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_matches_reference(dtype, m, split_k):
+    x, w, _, _ = operands(m, 40, 72, dtype, seed=m)
+    assert_matches(x, w, tiles=tiles(split_k))
+
+
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("epilogue", ["bias", "residual", "both"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_epilogues(dtype, epilogue, split_k):
+    x, w, b, r = operands(
+        17, 40, 72, dtype, bias=epilogue != "residual", residual=epilogue != "bias", seed=3
+    )
+    got = assert_matches(x, w, b, r, tiles=tiles(split_k))
+    if r is not None:  # the residual was added: the product alone is far from it
+        assert not torch.allclose(got, gemm_decode_ref(x, w, b), atol=0.1)
+
+
+def test_residual_sum_in_float32_against_exact_arithmetic():
+    """Split partials summed in float32, the bias and the residual added, rounded once: within
+    float32 roundings of float64 arithmetic on the same inputs."""
+    x, w, b, r = operands(3, 40, 200, torch.float32, bias=True, residual=True, seed=9)
+    exact = r.double() + x.double() @ w.double().T + b.double()
+    got = gemm_decode_triton(x, w, b, r.clone(), tiles=DecodeGemmTiles(16, 16, 32, split_k=4))
+    assert (got.double() - exact).abs().max() < 1e-5
+
+
+def test_effective_split_leaves_no_split_empty():
+    assert effective_split(72, 32, 3) == (3, 32)
+    assert effective_split(72, 32, 8) == (3, 32)  # only three steps of 32 in K = 72
+    assert effective_split(2048, 64, 9) == (8, 256)  # 9 splits of 228 -> 4 steps each
+    assert effective_split(2048, 64, 1) == (1, 2048)
+    x, w, _, r = operands(2, 40, 72, torch.float32, residual=True, seed=4)
+    assert_matches(x, w, r=r, tiles=tiles(8))
+
+
+def test_pick_gemm_tiles_uses_host_ints_only(monkeypatch):
+    """The same ints give the same tiles without asking the device anything, and llama-1b's
+    [2048, 2048] projection at M = 64 gets at least one program per H200 SM."""
+
+    def no_device(*_a, **_k):
+        raise AssertionError("pick_gemm_tiles asked the device")
+
+    for name in ("is_available", "get_device_properties", "current_device", "device_count"):
+        monkeypatch.setattr(torch.cuda, name, no_device)
+    t = pick_gemm_tiles(64, 2048, 2048)
+    assert t == pick_gemm_tiles(64, 2048, 2048) and hash(t) == hash(pick_gemm_tiles(64, 2048, 2048))
+    with pytest.raises(AttributeError):
+        t.split_k = 1  # frozen: a graph key's launch cannot be changed under it
+    programs = -(-2048 // t.block_n) * -(-64 // t.block_m) * t.split_k
+    assert programs >= 132
+    for m in (1, 2, 8, 17, 64, 100, 256):
+        for n, k in ((2048, 2048), (3072, 2048), (2048, 8192), (28672, 4096)):
+            t = pick_gemm_tiles(m, n, k)
+            assert 16 <= t.block_m <= 128 and t.block_m & (t.block_m - 1) == 0
+            assert t.block_m >= min(m, 128)
+            assert effective_split(k, t.block_k, t.split_k)[0] == t.split_k  # no empty split
+    assert pick_gemm_tiles(256, 28672, 4096).split_k == 1  # 448+ tiles: no split needed
+
+
+def test_bad_shapes_raise_value_error():
+    x, w, b, r = operands(3, 40, 72, torch.float32, bias=True, residual=True)
+    with pytest.raises(ValueError, match="does not fit"):
+        gemm_decode_triton(x, w[:, :64])
+    with pytest.raises(ValueError, match="does not fit"):
+        gemm_decode_triton(x[0], w)
+    with pytest.raises(ValueError, match=r"0 rows, not in 1\.\.256"):
+        gemm_decode_triton(x[:0], w)
+    with pytest.raises(ValueError, match=r"257 rows"):
+        gemm_decode_triton(torch.zeros(257, 72, device=DEVICE), w)
+    with pytest.raises(ValueError, match="contiguous"):
+        gemm_decode_triton(x, torch.zeros(72, 40, device=DEVICE).t())
+    with pytest.raises(ValueError, match="bfloat16"):
+        gemm_decode_triton(x, w.bfloat16())
+    with pytest.raises(ValueError, match=r"bias \(39,\)"):
+        gemm_decode_triton(x, w, b[:39])
+    with pytest.raises(ValueError, match=r"residual \(3, 39\)"):
+        gemm_decode_triton(x, w, residual=r[:, :39])
+    with pytest.raises(ValueError, match="block_m=8"):
+        gemm_decode_triton(x, w, tiles=DecodeGemmTiles(8, 16, 32))
+
+
+def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
+    """``pdl.LAUNCH_PDL`` on: CPU tensors (the interpreter) launch as ever, same values."""
+    x, w, b, r = operands(3, 40, 72, torch.float32, bias=True, residual=True, seed=6)
+    want = gemm_decode_triton(x, w, b, r.clone(), tiles=tiles(3))
+    monkeypatch.setattr(pdl, "LAUNCH_PDL", True)
+    got = gemm_decode_triton(x, w, b, r.clone(), tiles=tiles(3))
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("proj", ["qkv", "o", "gate_up", "down"])
+def test_gpu_llama_1b_projections_at_batch_64(proj):
+    a = PRESETS["llama-1b"]
+    q_out = a.num_attention_heads * a.head_dim
+    n, k = {
+        "qkv": (q_out + 2 * a.num_key_value_heads * a.head_dim, a.hidden_size),
+        "o": (a.hidden_size, q_out),
+        "gate_up": (2 * a.intermediate_size, a.hidden_size),
+        "down": (a.hidden_size, a.intermediate_size),
+    }[proj]
+    x, w, _, r = operands(64, n, k, torch.bfloat16, residual=True, seed=1)
+    first = assert_matches(x, w)
+    torch.testing.assert_close(gemm_decode_triton(x, w), first, atol=0, rtol=0)  # deterministic
+    assert_matches(x, w, r=r)
+    for split_k in (1, 4):
+        assert_matches(x, w, r=r, tiles=DecodeGemmTiles(64, 64, 64, split_k))
+
+
+def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch):
+    """llama-tiny in float32 with the Triton ops: three prompts prefilled, then four decode
+    steps of three rows, with ``DECODE_GEMM`` triton against cublas (``F.linear``/``addmm_``):
+    the same logits, and the decode GEMM did serve the projections of more than one row."""
+    from test_attention_decode_rope import _decode_logits
+
+    from mrv2_prof.runner.config import ModelSpec
+    from mrv2_prof.runner.model import gemm_decode_triton as module
+    from mrv2_prof.runner.model import projections_triton
+    from mrv2_prof.runner.model.loader import load_model
+    from mrv2_prof.runner.model.model_kernels import triton_model_kernels
+
+    device = torch.device("cuda" if not INTERPRET else "cpu")
+    model, args = load_model(ModelSpec(preset="llama-tiny"), device, torch.float32,
+                             kernels=triton_model_kernels())  # fmt: skip
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, args.vocab_size, (n,), generator=gen) for n in (7, 3, 10)]
+    want, _ = _decode_logits(model, args, prompts, steps=4)
+    rows = []
+    kernel = module._gemm_decode_kernel
+
+    class Counted:  # the GEMM's launches, with the rows each served
+        def __getitem__(self, grid):
+            def launch(*a, **k):
+                rows.append(a[5])  # M
+                return kernel[grid](*a, **k)
+
+            return launch
+
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    monkeypatch.setattr(module, "_gemm_decode_kernel", Counted())
+    got, _ = _decode_logits(model, args, prompts, steps=4)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    # per layer: QKV, o, gate/up, down; the prefill (20 rows) and four decodes of three
+    assert sorted(set(rows)) == [3, 20] and len(rows) == 5 * 4 * args.num_hidden_layers
