@@ -4,15 +4,17 @@ A step's kernels (the ``kernels`` rows of one step, in start order) are put with
 of ``runner/model/step_cost.py``'s ``ops``:
 
 * **GEMMs by order.** A kernel whose name says it is a matrix product (``gemm``, ``gemv``,
-  ``xmma``, ``cutlass``, ``nvjet``, ``cublas``; the decode GEMV ``_gemv_kernel`` included) takes
+  ``xmma``, ``cutlass``, ``nvjet``, ``cublas``; the decode GEMV ``_gemv_kernel`` and GEMM
+  ``_gemm_decode_kernel`` included) takes
   the next slot of the forward's projections: ``qkv``, ``o``, ``gate_up``, ``down`` for layer 0,
-  the same for layer 1, ..., then ``lm_head``. A cuBLAS split-K reduction (a name with ``splitK``
-  and ``reduce``) joins the slot of the GEMM before it. A step must hold exactly
-  4 x layers + 1 such GEMMs; otherwise (a draft model's forward in the step, a torch attention
-  that multiplies with cuBLAS, a tensor-parallel shard) its GEMMs and model kernels are
-  ``unattributed``, with the reason.
+  the same for layer 1, ..., then ``lm_head``. A split-K reduction (a name with ``splitK`` and
+  ``reduce``: cuBLAS's, the decode GEMM's) joins the slot of the GEMM before it. A step must
+  hold exactly 4 x layers + 1 such GEMMs; otherwise (a draft model's forward in the step, a
+  torch attention that multiplies with cuBLAS, a tensor-parallel shard) its GEMMs and model
+  kernels are ``unattributed``, with the reason.
 * **Our Triton kernels by name** (``TRITON_OPS``): RMSNorm, QK-norm + RoPE, the KV write, paged
-  attention (prefill and decode), SiLU-and-mul. Their layer is the layer of the next GEMM slot
+  attention (prefill and decode; the decode kernel with RoPE and the KV write folded in counts
+  as attention), SiLU-and-mul. Their layer is the layer of the next GEMM slot
   (each feeds the projection after it); an RMSNorm before ``gate_up`` is the residual add with
   the post-attention norm (``add_norm``), one before ``lm_head`` the final norm (layer None).
 * **Everything else is ``other``**: input preparation, sampling, the state advance, copies and
@@ -38,6 +40,7 @@ TRITON_OPS = {
     "_write_kv_kernel": "kv_write",
     "_paged_attention_kernel": "attention",
     "_paged_decode_kernel": "attention",
+    "_paged_decode_rope_kernel": "attention",  # QK-norm + RoPE + KV write folded in (decode)
     "_split_kv_decode_kernel": "attention",  # split-KV decode (attention_split_kv_triton.py)
     "_split_kv_reduce_kernel": "attention",
     "_silu_and_mul_kernel": "silu_mul",

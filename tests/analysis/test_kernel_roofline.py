@@ -73,6 +73,23 @@ def test_each_kernel_is_put_with_its_op_and_layer():
                         ("other", None, False), ("other", None, False)]  # fmt: skip
 
 
+def test_the_folded_attention_and_the_decode_gemm_are_put_with_their_ops():
+    """A decode layer with RoPE folded into attention (no RoPE kernel) and the decode GEMM with
+    its split-K reduction: the fold counts as attention, the reduction joins its GEMM's slot."""
+    layer = [("_rmsnorm_kernel", 1), ("_gemm_decode_kernel", 1), ("_paged_decode_rope_kernel", 1),
+             ("_gemm_decode_kernel", 1), ("_gemm_decode_splitk_reduce_kernel", 1),
+             ("_rmsnorm_kernel", 1), ("_gemm_decode_kernel", 1), ("_silu_and_mul_kernel", 1),
+             ("_gemm_decode_kernel", 1)]  # fmt: skip
+    names = [n for n, _ in layer * 2] + ["_rmsnorm_kernel", "nvjet_lm_head"]
+    ops, why = attribute_step(names, layers=2)
+    assert why is None
+    got = [(k.op, k.layer, k.joins) for k in ops[:9]]
+    assert got == [("norm", 0, False), ("qkv", 0, False), ("attention", 0, False),
+                   ("o", 0, False), ("o", 0, True), ("add_norm", 0, False),
+                   ("gate_up", 0, False), ("silu_mul", 0, False), ("down", 0, False)]  # fmt: skip
+    assert [(k.op, k.layer) for k in ops[-2:]] == [("norm", None), ("lm_head", None)]
+
+
 def test_the_per_op_table_of_two_steps_is_the_hand_count(tmp_path):
     with _store(tmp_path, {5: STEP, 6: STEP}) as store:
         table = kernel_roofline(store, "r")

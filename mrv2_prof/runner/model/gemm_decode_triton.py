@@ -164,7 +164,7 @@ def _gemm_decode_kernel(
 
 
 @triton.jit
-def _split_reduce_kernel(
+def _gemm_decode_splitk_reduce_kernel(
     ws_ptr,  # [SPLIT_K, M, N] float32 partial sums
     b_ptr,  # [N] or a dummy
     out_ptr,  # [M, N]: written; or read and written (RESIDUAL)
@@ -270,7 +270,7 @@ def gemm_decode_triton(
         **pdl,
     )
     if splits > 1:
-        _split_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
+        _gemm_decode_splitk_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
             ws,
             bias if bias is not None else ws,
             out,
