@@ -104,7 +104,9 @@ def gemm_decode_ref(
     return (residual.float() + y.float()).to(residual.dtype)
 
 
-@triton.jit
+# The batch's rows change from step to step: not specialised on (a new value must never
+# trigger a compile in the middle of a run; only BLOCK_M and the split, constexprs, do).
+@triton.jit(do_not_specialize=["M"])
 def _gemm_decode_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
@@ -163,7 +165,7 @@ def _gemm_decode_kernel(
         tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _gemm_decode_splitk_reduce_kernel(
     ws_ptr,  # [SPLIT_K, M, N] float32 partial sums
     b_ptr,  # [N] or a dummy
