@@ -15,11 +15,13 @@ import torch
 
 from mrv2_prof.runner.model import PRESETS, pdl
 from mrv2_prof.runner.model.gemm_decode_triton import (
+    ROW_CLASSES,
     DecodeGemmTiles,
     effective_split,
     gemm_decode_ref,
     gemm_decode_triton,
     pick_gemm_tiles,
+    row_classes,
 )
 
 INTERPRET = not torch.cuda.is_available()
@@ -203,3 +205,17 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch):
     assert torch.equal(got.argmax(-1), want.argmax(-1))
     # per layer: QKV, o, gate/up, down; the prefill (20 rows) and four decodes of three
     assert sorted(set(rows)) == [3, 20] and len(rows) == 5 * 4 * args.num_hidden_layers
+
+
+def test_row_classes_name_one_row_count_per_launch_variant():
+    """Every row count 2..256 launches the tiles of its class's representative (so warming the
+    representatives compiles every variant), at the presets' projection shapes; the
+    representatives are cut to the largest row count a step can have."""
+    a = PRESETS["llama-1b"]
+    for n, k in ((3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192), (151936 // 64, 1024)):
+        for m in range(2, 257):
+            (rep,) = [hi for lo, hi in ROW_CLASSES if lo <= m <= hi]
+            assert pick_gemm_tiles(m, n, k) == pick_gemm_tiles(rep, n, k), (m, n, k)
+    assert row_classes(256) == [16, 32, 64, 128, 256]
+    assert row_classes(40) == [16, 32, 40] and row_classes(1) == []
+    assert row_classes(a.max_position_embeddings) == [16, 32, 64, 128, 256]

@@ -43,7 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
-from mrv2_prof.runner.model.gemm_decode_triton import GEMM_DECODE_MAX_ROWS, gemm_decode_triton
+from mrv2_prof.runner.model.gemm_decode_triton import (
+    GEMM_DECODE_MAX_ROWS,
+    gemm_decode_triton,
+    row_classes,
+)
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
@@ -73,6 +77,12 @@ def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.dtype == weight.dtype
         and x.stride(-1) == 1
     )
+
+
+def warm_rows(max_rows: int) -> list[int]:
+    """Row counts a warm-up must run so that every projection kernel variant a step of up to
+    ``max_rows`` tokens can launch is compiled: the decode GEMM's classes when it is on."""
+    return row_classes(max_rows) if DECODE_GEMM == "triton" else []
 
 
 def _one_pass() -> bool:

@@ -19,6 +19,7 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.model.projections_triton import warm_rows
 from mrv2_prof.runner.model.step_cost import step_cost
 from mrv2_prof.runner.worker import triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
@@ -186,7 +187,9 @@ def warm_forward(runner: ModelRunner) -> None:
       prefill attention kernel with the decode tiles (16-bit dtypes);
     - the longest prefill chunk up to 256 tokens, cut to a multiple of 16 (a count % 16 == 0);
     - an odd count over two requests (a run's first step, typically: the draft model's
-      catch-up too) with the prefill tiles.
+      catch-up too) with the prefill tiles;
+    - with the Triton decode GEMM on, one token count per class of its variants (one prefill
+      request each: ``projections_triton.warm_rows``).
     """
     c = runner.config
     budget = min(c.max_num_batched_tokens, c.max_model_len - 1)
@@ -199,6 +202,8 @@ def warm_forward(runner: ModelRunner) -> None:
         shapes.append((2 * pairs, pairs))
     if c.max_num_seqs > 1 and prefill > 2:
         shapes.append((prefill - 1 if prefill % 2 == 0 else prefill, 2))
+    if runner.model.kernels.name == "triton":
+        shapes += [(rows, 1) for rows in warm_rows(budget)]
     for num_tokens, reqs in dict.fromkeys(shapes):  # in order, each shape once
         dummy_run(runner, num_tokens, reqs, with_kv_cache=True)
 
