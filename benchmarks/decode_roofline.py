@@ -55,8 +55,6 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_decode_rope_triton as rope_fold
-from mrv2_prof.runner.model import pdl as pdl_switch
 from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
@@ -263,7 +261,8 @@ def rooflines(r: dict, bandwidth: float, peak: float | None) -> dict:
     }
 
 
-def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
+def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -> list[dict]:
+    """One engine of ``preset`` (``paths``: its ``runner.decode_gemv`` etc.), every batch size."""
     cuda = torch.cuda.is_available() and not args.cpu_smoke
     max_model_len = args.prompt_len + args.output_len + 1
     seqs = max(args.batches)
@@ -281,6 +280,7 @@ def run_preset(preset: str, args, bandwidth: float) -> list[dict]:
         max_model_len=max_model_len,
         num_kv_blocks=seqs * -(-max_model_len // 16) + 16,
         enable_prefix_caching=False,
+        **(paths or {}),
     )
     t0 = time.perf_counter()
     engine = Engine(config, ModelSpec(preset=preset))
@@ -407,15 +407,14 @@ def main() -> None:
         action="append",
         choices=("off", "on"),
         help="the model's Triton kernels launched with programmatic dependent launch "
-        "(runner/model/pdl.py), one engine each; repeat to compare (default: off)",
+        "(runner.pdl), one engine each; repeat to compare (default: off)",
     )
     ap.add_argument(
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm]: a batch-1 projection path, with programmatic dependent "
-        "launch, RoPE folded into decode attention (attention_decode_rope_triton.py) and/or the "
-        "Triton decode GEMM for batches of 2-256 (gemm_decode_triton.py), one engine each; "
+        help="MODE[+pdl][+fold][+gemm]: runner.decode_gemv MODE, with runner.pdl, "
+        "runner.rope_in_attention and/or runner.decode_gemm: triton, one engine each; "
         "repeatable; replaces the --decode-gemv x --pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
@@ -438,13 +437,15 @@ def main() -> None:
         for pdl in args.pdl or ["off"]
     ]
     for preset in presets:
-        for mode, extras in variants:  # one engine each: read while its graphs are captured
-            projections_triton.DECODE_GEMV = mode
-            projections_triton.DECODE_GEMM = "triton" if "gemm" in extras else "cublas"
-            pdl_switch.LAUNCH_PDL = "pdl" in extras
-            rope_fold.ROPE_IN_DECODE_ATTENTION = "fold" in extras
+        for mode, extras in variants:  # one engine each: the runner's decode-path settings
+            paths = {
+                "decode_gemv": mode,
+                "decode_gemm": "triton" if "gemm" in extras else "cublas",
+                "pdl": "pdl" in extras,
+                "rope_in_attention": "fold" in extras,
+            }
             path = "+".join((mode, *extras))
-            rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth)]
+            rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth, paths)]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {
         "read_bytes_per_s": bandwidth,

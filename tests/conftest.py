@@ -173,3 +173,20 @@ def ray_cluster():
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _kernel_path_switches():
+    """The model kernels' process-wide path switches (``runner/worker/kernel_paths.py``: an
+    engine built with non-default ``runner.decode_gemv`` etc. sets them) are put back after
+    every test, so no test runs on the paths an earlier one chose."""
+    from mrv2_prof.runner.model import pdl, projections_triton
+
+    saved = (projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM, pdl.LAUNCH_PDL)
+    yield
+    projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM, pdl.LAUNCH_PDL = saved
+    try:
+        from mrv2_prof.runner.model import attention_decode_rope_triton
+    except ImportError:  # no triton: nothing can have set it
+        return
+    attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = False

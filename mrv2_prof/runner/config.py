@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
+DecodeGemv = Literal["plain", "fused", "fused_onepass", "off"]  # projections_triton.DECODE_GEMV
+DecodeGemm = Literal["cublas", "triton"]  # projections_triton.DECODE_GEMM
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
 
 
@@ -280,6 +282,11 @@ class RunnerConfig:
     gpu_memory_utilization: float = setting(0.8, gt=0, le=1)
     enable_prefix_caching: bool = True
     kernels: Kernels = "triton"
+    # the Triton bundle's decode paths (worker/kernel_paths.py; docs/roofline.md)
+    decode_gemv: DecodeGemv = "plain"  # batch-1 projections
+    decode_gemm: DecodeGemm = "cublas"  # projections of 2-256 rows
+    pdl: bool = False  # programmatic dependent launch of the decode kernels (Hopper+)
+    rope_in_attention: bool = False  # decode attention does QK-norm + RoPE + KV write
     async_scheduling: bool = True
     staged_writes: bool = True
     uva: bool = True

@@ -1,5 +1,5 @@
 """Programmatic dependent launch on a Hopper GPU: an engine whose model kernels are launched with
-PDL (``pdl.LAUNCH_PDL``) serves the same tokens with the same logprobs, bit for bit, as one
+PDL (``runner.pdl``) serves the same tokens with the same logprobs, bit for bit, as one
 launched without it (PDL changes when a kernel starts, never its arithmetic; a kernel that read
 its input before the kernel writing it had finished would differ). llama-1b's sizes, random
 weights, in bfloat16, through CUDA graphs: a batch-1 request, then four together, with the
@@ -8,18 +8,15 @@ folded into decode attention."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import (
-    attention_decode_rope_triton,
-    attention_split_kv_triton,
-    pdl,
-    projections_triton,
-)
+from mrv2_prof.runner.model import attention_split_kv_triton
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,9 +38,8 @@ CONFIG = RunnerConfig(
 )
 
 
-def _serve(on: bool) -> list[tuple[list[int], list]]:
-    pdl.LAUNCH_PDL = on
-    engine = Engine(CONFIG, ModelSpec(preset="llama-1b"))
+def _serve(config: RunnerConfig) -> list[tuple[list[int], list]]:
+    engine = Engine(config, ModelSpec(preset="llama-1b"))
     try:
         params = SamplingParams(max_tokens=24, ignore_eos=True, logprobs=3)
         first = engine.add_request("alone", list(range(100, 400)), params)
@@ -57,7 +53,6 @@ def _serve(on: bool) -> list[tuple[list[int], list]]:
             engine.step()
     finally:
         engine.close()
-        pdl.LAUNCH_PDL = False
     return [(r.output_token_ids, r.output_logprobs) for r in [first, *rest]]
 
 
@@ -67,10 +62,9 @@ def _serve(on: bool) -> list[tuple[list[int], list]]:
      ("fused_onepass", None, True)],
 )  # fmt: skip
 def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold):
-    monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
     monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
-    monkeypatch.setattr(attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION", fold)
-    without = _serve(on=False)
-    with_pdl = _serve(on=True)
+    config = dataclasses.replace(CONFIG, decode_gemv=decode_gemv, rope_in_attention=fold)
+    without = _serve(config)
+    with_pdl = _serve(dataclasses.replace(config, pdl=True))
     assert [len(t) for t, _ in with_pdl] == [24] * 5
     assert with_pdl == without

@@ -149,18 +149,23 @@ def test_ngram_speculation_launches_nothing_new(monkeypatch):
 @pytest.mark.parametrize("decode_gemv", ["plain", "fused_onepass"])
 def test_the_kernels_off_until_measured_launch_nothing_new_either(monkeypatch, decode_gemv):
     """With the batch-1 GEMV's one-pass fused path, RoPE folded into decode attention and the
-    decode GEMM switched on (each off by default until measured on the GPU): a prompt of 21
+    decode GEMM switched on by the runner's settings (each off by default until measured on
+    the GPU): a prompt of 21
     tokens alone (a row count of the GEMM's 17-32 class, which no other warm-up shape of an
     80-token budget has), then a greedy wave of three (decode batches of 3, 2 and 1), launch
     nothing the warm-up did not, and the calibration sees both new kernels."""
     from mrv2_prof.runner.model import attention_decode_rope_triton, projections_triton
 
-    monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
-    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
-    monkeypatch.setattr(attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION", True)
-    config = dataclasses.replace(BASE, max_num_batched_tokens=80, max_model_len=96)
+    config = dataclasses.replace(
+        BASE, max_num_batched_tokens=80, max_model_len=96,
+        decode_gemv=decode_gemv, decode_gemm="triton", rope_in_attention=True,
+    )  # fmt: skip
     waves = [[(list(range(5, 26)), GREEDY)], [(p, GREEDY) for p in _prompts(3)]]
     new, _, _ = _serve(monkeypatch, config, waves)
     seen = interpreter_census.specializations()
     assert {"_paged_decode_rope_kernel", "_gemm_decode_kernel"} <= set(seen), sorted(seen)
+    # the engine set the kernels' switches from its config (runner/worker/kernel_paths.py)
+    assert decode_gemv == projections_triton.DECODE_GEMV
+    assert projections_triton.DECODE_GEMM == "triton"
+    assert attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION
     _assert_none(new)

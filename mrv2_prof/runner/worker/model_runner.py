@@ -40,6 +40,7 @@ from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers
+from mrv2_prof.runner.worker.kernel_paths import apply_kernel_paths
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_planned, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
@@ -156,8 +157,9 @@ class ModelRunner:
         c = self.config
         if c.device == "auto" and not self.is_cuda:
             self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
-        unsupported = unsupported_switches(c, self.kernels.name, kernels_note)
+        unsupported = unsupported_switches(c, self.kernels.name, kernels_note, self.is_cuda)
         self.uva = c.uva and self.kernels.name == "triton"
+        apply_kernel_paths(c, self.kernels.name)
         if unsupported and c.strict:
             raise ConfigError(f"{unsupported[0]} (strict: true)")
         self.info.notes.extend(unsupported)

@@ -12,13 +12,17 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError, RunnerConfig
 from mrv2_prof.runner.worker.cudagraph_plan import plan_graphs
+from mrv2_prof.runner.worker.kernel_paths import kernel_path_notes
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 
 
-def unsupported_switches(config: RunnerConfig, kernels: str, kernels_note: str | None) -> list[str]:
+def unsupported_switches(
+    config: RunnerConfig, kernels: str, kernels_note: str | None, is_cuda: bool = False
+) -> list[str]:
     """The runner switches (besides CUDA graphs, see ``plan_graphs``) that cannot be honoured
     with the ``kernels`` in use; ``kernels_note`` says why those differ from the request."""
     unsupported = [kernels_note] if kernels_note else []
+    unsupported += kernel_path_notes(config, kernels, is_cuda)
     # Only a Triton kernel can dereference pinned host memory; the torch ops cannot.
     if config.uva and kernels != "triton":
         unsupported.append(
@@ -46,7 +50,7 @@ def check_strict(config: RunnerConfig) -> None:
         return
     is_cuda = config.device != "cpu" and torch.cuda.is_available()
     kernels, note = resolve_kernels(config.kernels, is_cuda)
-    unsupported = unsupported_switches(config, kernels.name, note)
+    unsupported = unsupported_switches(config, kernels.name, note, is_cuda)
     if unsupported:
         raise ConfigError(f"{unsupported[0]} (strict: true)")
     plan_graphs(config, kernels.name, is_cuda)
