@@ -43,7 +43,7 @@ from mrv2_prof.runner.worker.input_buffers import InputBuffers
 from mrv2_prof.runner.worker.kernel_paths import apply_kernel_paths
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_planned, plan_prompt_logprobs
-from mrv2_prof.runner.worker.request_states import RequestStates, request_seed
+from mrv2_prof.runner.worker.request_states import RequestStates
 from mrv2_prof.runner.worker.sampler import SamplerOutput
 from mrv2_prof.runner.worker.spec_decode.device_drafts import make_device_drafts
 from mrv2_prof.runner.worker.spec_decode.draft_runner import make_drafter
@@ -52,6 +52,7 @@ from mrv2_prof.runner.worker.spec_decode.verify import Verifier, VerifyInputs
 from mrv2_prof.runner.worker.step_advance import advance_step
 from mrv2_prof.runner.worker.step_inputs import HostStep, StepInputs
 from mrv2_prof.runner.worker.step_sampling import prepare_verify, sample_step
+from mrv2_prof.runner.worker.step_states import update_states
 from mrv2_prof.runner.worker.switches import unsupported_switches
 
 
@@ -79,7 +80,7 @@ class ModelRunner:
         self.info.notes.extend(self.graphs.plan.notes)
         self.graph_runner: GraphRunner | None = None  # after the capture (startup.py)
         # req_id -> (top-k, prompt token ids) of the requests that asked for prompt logprobs
-        self._prompt_logprobs: dict[str, tuple[int, np.ndarray]] = {}
+        self.prompt_logprob_requests: dict[str, tuple[int, np.ndarray]] = {}
 
         t0 = time.perf_counter()
         self.model, self.model_args = load_model(
@@ -226,7 +227,7 @@ class ModelRunner:
         stats and the FULL step's graph side (None: not captured)."""
         self.graph_mode_of_last_step = "none"  # an empty step runs nothing
         self.req_states.begin_step()
-        self._update_states(so)
+        update_states(self, so)  # step_states.py
         if not so.is_empty:
             self.probe.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
         write_stats = self.req_states.apply_writes()
@@ -406,38 +407,12 @@ class ModelRunner:
         for name, ws in write_stats.items():
             self.probe.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
 
-    def _update_states(self, so: SchedulerOutput) -> None:
-        rs = self.req_states
-        for req_id in so.finished_req_ids:
-            rs.remove_request(req_id)
-            self._prompt_logprobs.pop(req_id, None)
-        for new in so.scheduled_new_reqs:
-            k = new.sampling_params.prompt_logprobs
-            if k is not None:
-                prompt = np.asarray(new.token_ids[: new.num_prompt_tokens], dtype=np.int64)
-                self._prompt_logprobs[new.req_id] = (k, prompt)
-            seed = request_seed(self.config.seed, new.req_id, new.sampling_params.seed)
-            slot = rs.add_request(
-                new.req_id, new.token_ids, new.num_computed_tokens, new.sampling_params, seed
-            )
-            self.block_tables.set_row(slot, new.block_ids)
-        if self.drafter is not None:  # prefix-cache hits: the draft computes the cached tokens
-            self.drafter.add_requests(so.scheduled_new_reqs, rs.slot_of)
-        if self.device_drafts is not None and so.scheduled_new_reqs:
-            self.device_drafts.add_requests(so.scheduled_new_reqs, rs.slot_of)
-        cached, slot_of = so.scheduled_cached_reqs, rs.slot_of
-        for req_id, block_ids in cached.new_block_ids.items():  # only those that got blocks
-            self.block_tables.append(slot_of[req_id], block_ids)
-        if not self.config.staged_writes:  # dense: the CPU copy is re-sent every step
-            for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
-                rs.set_num_computed(slot_of[req_id], n)
-
     def _plan_prompt_logprobs(self, batch: InputBatch | HostStep):
         """The prompt logprobs this step computes (None: none), from its host arrays."""
-        if not self._prompt_logprobs:
+        if not self.prompt_logprob_requests:
             return None
         return plan_prompt_logprobs(
-            batch.req_ids, batch.query_start_loc_np, batch.seq_lens_np, self._prompt_logprobs
+            batch.req_ids, batch.query_start_loc_np, batch.seq_lens_np, self.prompt_logprob_requests
         )
 
     def _prepare_inputs(self, so: SchedulerOutput) -> InputBatch:
