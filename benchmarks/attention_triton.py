@@ -11,7 +11,11 @@ tests/runner/attention_batches.py.
 
 A decode batch (no more tokens than requests) runs the decode kernel by default; the sweep's
 rows force the general kernel with each tile shape (``tiles=``), the first of them its decode
-tiles (16x64 w4 s3), which decode batches took before the decode kernel.
+tiles (16x64 w4 s3), which decode batches took before the decode kernel, and then the decode
+kernel's own launch shapes (keys per step, warps, stages: ``DECODE_SWEEP``). Each decode batch
+also has two rows for ``runner.rope_in_attention``: the RoPE kernel (QK-norm with Qwen3's
+weights where the preset has them, and the KV write) then the decode kernel, against the decode
+kernel doing both (``attention_decode_rope_triton.py``), on the same q, k, v and cache.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ SWEEP_TILES = [
     AttentionTiles(16, 128, num_stages=2),
     AttentionTiles(16, 64, num_stages=1),
 ]
+DECODE_SWEEP = [  # (keys per step, warps, stages) of the decode kernel
+    (bn, w, st) for bn in (32, 64, 128) for w in (2, 4, 8) for st in (2, 3, 4)
+]
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
@@ -76,6 +83,58 @@ def work(batch: Batch) -> tuple[float, float]:
         visible += q_len * ctx + q_len * (q_len + 1) / 2
     kv_bytes = 2 * kv_tokens * num_kv_heads * head_dim * itemsize
     return kv_bytes, 4 * visible * num_heads * head_dim
+
+
+def fold_rows(name: str, batch: Batch, qk_norm: bool) -> list[dict]:
+    """The RoPE kernel then the decode kernel, against the decode kernel with RoPE folded in."""
+    from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
+    from mrv2_prof.runner.model.attention_decode_triton import paged_decode_triton
+    from mrv2_prof.runner.model.rotary_triton import qk_norm_rope_triton, rope_cos_sin_cache
+
+    q, k, v, cache, meta = batch.query, batch.key, batch.value, batch.kv_cache, batch.meta
+    d = q.shape[-1]
+    table = rope_cos_sin_cache(1.0 / 10000 ** (torch.arange(0, d, 2, device=q.device) / d), 8192)
+    cos, sin, pos = table[:, : d // 2], table[:, d // 2 :], (meta.seq_lens - 1).long()
+    w = (torch.ones(d, device=q.device, dtype=q.dtype),) * 2 if qk_norm else (None, None)
+    out = torch.empty_like(q)
+
+    def two():
+        qk_norm_rope_triton(q, k, cos, sin, pos, *w, v=v, kv_cache=cache,
+                            slot_mapping=meta.slot_mapping)  # fmt: skip
+        paged_decode_triton(q, cache, meta, batch.scale, out)
+
+    def one():
+        paged_decode_rope_triton(q, k, v, cos, sin, pos, *w, 1e-6, cache, meta, batch.scale)
+
+    base = {"case": name, "num_reqs": meta.num_reqs, "num_tokens": meta.num_tokens,
+            "default_tiles": True, "reference_us": None, "speedup": None}  # fmt: skip
+    kv_bytes, flops = work(batch)
+    rows = []
+    for label, fn in (("RoPE kernel + decode kernel", two), ("decode kernel, RoPE folded", one)):
+        us = time_us(fn)
+        rows.append({**base, "tiles": label, "kernel_us": us, "kv_gb_per_s": kv_bytes / us * 1e-3,
+                     "tflop_per_s": flops / us * 1e-6})  # fmt: skip
+    return rows
+
+
+def decode_sweep_rows(name: str, batch: Batch) -> list[dict]:
+    """The decode kernel at each of ``DECODE_SWEEP``'s launch shapes."""
+    from mrv2_prof.runner.model.attention_decode_triton import paged_decode_triton
+
+    meta, out = batch.meta, torch.empty_like(batch.query)
+    kv_bytes, flops = work(batch)
+    rows = []
+    for bn, w, st in DECODE_SWEEP:
+        us = time_us(lambda bn=bn, w=w, st=st: paged_decode_triton(
+            batch.query, batch.kv_cache, meta, batch.scale, out, block_n=bn, num_warps=w,
+            num_stages=st))  # fmt: skip
+        rows.append({
+            "case": name, "num_reqs": meta.num_reqs, "num_tokens": meta.num_tokens,
+            "tiles": f"decode kernel {bn} keys w{w} s{st}", "default_tiles": False,
+            "kernel_us": us, "reference_us": None, "speedup": None,
+            "kv_gb_per_s": kv_bytes / us * 1e-3, "tflop_per_s": flops / us * 1e-6,
+        })  # fmt: skip
+    return rows
 
 
 def bench_case(name: str, batch: Batch, sweep: bool, skip_ref: bool) -> list[dict]:
@@ -134,6 +193,9 @@ def main() -> None:
     for name, reqs in cases:
         batch = make_batch(reqs, kvh, group, d, args.block_size, dtype, cuda)
         rows += bench_case(name, batch, args.sweep, args.skip_reference)
+        if is_decode_batch(batch.meta.num_tokens, batch.meta.num_reqs):
+            rows += fold_rows(name, batch, model.qk_norm)
+            rows += decode_sweep_rows(name, batch) if args.sweep else []
         del batch
         torch.cuda.empty_cache()
 

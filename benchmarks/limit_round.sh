@@ -10,8 +10,9 @@
 #   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256: cuBLAS against the Triton decode
 #                                       # GEMM (with PDL and the fold), llama-1b and qwen3-0.6b
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
-#   benchmarks/limit_round.sh kernels   # GEMV, decode GEMM and split-KV attention against their
-#                                       # alternatives (cuBLAS, the unsplit kernel)
+#   benchmarks/limit_round.sh kernels   # GEMV, decode GEMM, split-KV attention, the RoPE fold and
+#                                       # the decode attention's launch shapes against their
+#                                       # alternatives (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh startup   # start-up per phase and the HF transformers ratios
 #
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
@@ -48,6 +49,8 @@ kernels)
         $py benchmarks/gemv.py --out "$out/gemv.json"
         $py benchmarks/decode_gemm.py --out "$out/decode_gemm.json"
         $py benchmarks/attention_split_kv.py --out "$out/split_kv.json"
+        $py benchmarks/attention_triton.py --decode-batches 1 8 64 256 --sweep \
+            --skip-reference --out "$out/attention.json"
     } 2>&1 | tee "$log"
     ;;
 startup)
