@@ -14,11 +14,15 @@
 #                                       # the decode attention's launch shapes against their
 #                                       # alternatives (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh startup   # start-up per phase and the HF transformers ratios
+#   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
+#                                       # kernel trace, default paths against the fused ones with
+#                                       # PDL and the fold; compare, and the report's per-op
+#                                       # roofline (which kernel is far from its roof)
 #
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|startup}"
+part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|startup|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -61,8 +65,23 @@ startup)
             --preset smollm2-135m --out "$out/peer.json"
     } 2>&1 | tee "$log"
     ;;
+ops)
+    db="$out/ops.duckdb"
+    common=(scenarios/decode_heavy.yaml --headless --db "$db"
+        --set workload.num_requests=1 --set probes.kernel_trace=true)
+    {
+        $py -m mrv2_prof run "${common[@]}"
+        $py -m mrv2_prof run "${common[@]}" --set runner.decode_gemv=fused_onepass \
+            --set runner.pdl=true --set runner.rope_in_attention=true
+        ids=$($py -c "import duckdb, sys; con = duckdb.connect(sys.argv[1], read_only=True)
+print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns').fetchall()))" \
+            "$db")
+        $py -m mrv2_prof compare $ids --db "$db" --format markdown
+        $py -m mrv2_prof report latest --db "$db" -o "$out/ops.html"
+    } 2>&1 | tee "$log"
+    ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, startup)" >&2
+    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, startup, ops)" >&2
     exit 2
     ;;
 esac
