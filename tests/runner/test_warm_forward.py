@@ -26,7 +26,8 @@ def _shapes(monkeypatch, seqs: int, tokens: int, model_len: int) -> list[tuple[i
     config = types.SimpleNamespace(
         max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=model_len
     )
-    startup.warm_forward(types.SimpleNamespace(config=config))
+    model = types.SimpleNamespace(kernels=types.SimpleNamespace(name="triton"))
+    startup.warm_forward(types.SimpleNamespace(config=config, model=model))
     return runs
 
 
@@ -50,3 +51,20 @@ def test_every_class_is_warmed_within_the_limits(monkeypatch, seqs, tokens, mode
     assert tiles == {DECODE_TILES, PREFILL_TILES}
     if seqs > 1:  # several requests, in a decode batch and in a prefill
         assert any(r > 1 for _, r in decode) and any(r > 1 for _, r in prefill)
+
+
+@pytest.mark.parametrize(("tokens", "model_len"), [(8192, 4096), (40, 80), (24, 30)])
+def test_with_the_decode_gemm_each_of_its_row_classes_is_run(monkeypatch, tokens, model_len):
+    """``runner.decode_gemm: triton``: one more forward per class of the GEMM's variants that a
+    step within the limits can reach, each the largest count of its class that fits (one
+    request: a prefill; a shape the others already run is not run twice)."""
+    from mrv2_prof.runner.model import projections_triton
+    from mrv2_prof.runner.model.gemm_decode_triton import ROW_CLASSES
+
+    base = _shapes(monkeypatch, 4, tokens, model_len)
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    runs = _shapes(monkeypatch, 4, tokens, model_len)
+    budget = min(tokens, model_len - 1)
+    want = [min(hi, budget) for lo, hi in ROW_CLASSES if lo <= budget]
+    assert runs == list(dict.fromkeys(base + [(n, 1) for n in want]))  # a shape runs once
+    assert all(n <= budget for n, _ in runs)
