@@ -10,9 +10,10 @@
 #   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256: cuBLAS against the Triton decode
 #                                       # GEMM (with PDL and the fold), llama-1b and qwen3-0.6b
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
-#   benchmarks/limit_round.sh kernels   # GEMV, decode GEMM, split-KV attention, the RoPE fold and
-#                                       # the decode attention's launch shapes against their
-#                                       # alternatives (cuBLAS, the unsplit kernel, two launches)
+#   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
+#                                       # attention's launch shapes against their alternatives
+#                                       # (cuBLAS, the unsplit kernel, two launches)
+#   benchmarks/limit_round.sh gemm      # the decode GEMM against cuBLAS, its tiles swept
 #   benchmarks/limit_round.sh startup   # start-up per phase and the HF transformers ratios
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
@@ -22,7 +23,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|startup|ops}"
+part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -51,11 +52,13 @@ batches | batches-8b)
 kernels)
     {
         $py benchmarks/gemv.py --out "$out/gemv.json"
-        $py benchmarks/decode_gemm.py --out "$out/decode_gemm.json"
         $py benchmarks/attention_split_kv.py --out "$out/split_kv.json"
         $py benchmarks/attention_triton.py --decode-batches 1 8 64 256 --sweep \
             --skip-reference --out "$out/attention.json"
     } 2>&1 | tee "$log"
+    ;;
+gemm)
+    $py benchmarks/decode_gemm.py --out "$out/decode_gemm.json" 2>&1 | tee "$log"
     ;;
 startup)
     {
@@ -81,7 +84,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, startup, ops)" >&2
+    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, gemm, startup, ops)" >&2
     exit 2
     ;;
 esac
