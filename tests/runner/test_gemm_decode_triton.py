@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_gemv_triton import operands  # the GEMV tests' seeded x, w, bias and residual
 
 from mrv2_prof.runner.model import PRESETS, pdl
 from mrv2_prof.runner.model.gemm_decode_triton import (
@@ -27,16 +28,6 @@ from mrv2_prof.runner.model.gemm_decode_triton import (
 INTERPRET = not torch.cuda.is_available()
 DEVICE = torch.device("cpu" if INTERPRET else "cuda")
 TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 1.6e-2)}
-
-
-def operands(m, n, k, dtype, *, bias=False, residual=False, seed=0, device=DEVICE):
-    gen = torch.Generator(device).manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=gen, device=device).to(dtype)
-
-    x, w = randn(m, k), randn(n, k) / k**0.5
-    return x, w, randn(n) if bias else None, randn(m, n) if residual else None
 
 
 def assert_matches(x, w, b=None, r=None, tiles=None):
