@@ -18,7 +18,6 @@ from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.worker.cudagraph_manager import BatchDescriptor
 from mrv2_prof.runner.worker.step_inputs import HostStep
-from mrv2_prof.runner.worker.step_states import update_states
 
 pytestmark = [
     pytest.mark.gpu,
@@ -49,7 +48,7 @@ def next_batch(engine: Engine):
     so = engine.scheduler.schedule()
     r = engine.runner
     r.req_states.begin_step()
-    update_states(r, so)
+    r._update_states(so)
     r.req_states.apply_writes()
     r.block_tables.apply_write()
     return so, r._prepare_inputs(so)

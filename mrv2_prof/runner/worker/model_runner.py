@@ -227,7 +227,7 @@ class ModelRunner:
         stats and the FULL step's graph side (None: not captured)."""
         self.graph_mode_of_last_step = "none"  # an empty step runs nothing
         self.req_states.begin_step()
-        update_states(self, so)  # step_states.py
+        self._update_states(so)
         if not so.is_empty:
             self.probe.gpu_mark(G_PREPARE)  # the step's first GPU work (the staged writes) follows
         write_stats = self.req_states.apply_writes()
@@ -406,6 +406,9 @@ class ModelRunner:
     def _record_writes(self, write_stats: dict) -> None:
         for name, ws in write_stats.items():
             self.probe.staged_write(name, ws.rows, ws.elements, ws.staged_bytes, ws.dense_bytes)
+
+    def _update_states(self, so: SchedulerOutput) -> None:
+        update_states(self, so)  # step_states.py
 
     def _plan_prompt_logprobs(self, batch: InputBatch | HostStep):
         """The prompt logprobs this step computes (None: none), from its host arrays."""
