@@ -103,11 +103,20 @@ def test_gpu_strict_fails_the_step_that_compiled():
         engine.close()
 
 
-def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path):
+PATHS = [  # the decode paths off by default (runner/worker/kernel_paths.py), all on
+    "runner.decode_gemv=fused_onepass", "runner.decode_gemm=triton", "runner.pdl=true",
+    "runner.rope_in_attention=true",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("paths", [[], PATHS], ids=["default-paths", "all-decode-paths"])
+def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path, paths):
+    """decode_heavy at length on llama-tiny, with the default decode paths and with every
+    path that is off by default switched on (their kernels' variants warmed too)."""
     db = tmp_path / "runs.duckdb"
     args = ["run", str(ROOT / "scenarios/decode_heavy.yaml"), "--headless", "--db", str(db)]
     for s in ("model.preset=llama-tiny", "runner.num_kv_blocks=4096", "workload.num_requests=24",
-              "workload.output_len.value=48"):  # fmt: skip
+              "workload.output_len.value=48", *paths):  # fmt: skip
         args += ["--set", s]
     proc = cli(*args, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout
