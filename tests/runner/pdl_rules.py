@@ -50,10 +50,11 @@ def recorded_launches():
         JITFunction.run = original
 
 
-def compile_sm90(jit, args: tuple, kwargs: dict[str, Any]) -> tuple[str, list[str]]:
-    """The TTGIR of ``jit[grid](*args, **kwargs)`` as triton compiles it for sm_90, and the
-    parameters that stay arguments of the compiled function (an integer equal to 1, like a
-    constexpr, is folded in), in order."""
+def compile_sm90(jit, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list[str]]:
+    """``jit[grid](*args, **kwargs)`` as triton compiles it for sm_90 (its TTGIR is
+    ``.asm["ttgir"]``, its shared memory ``.metadata.shared``), and the parameters that stay
+    arguments of the compiled function (an integer equal to 1, like a constexpr, is folded in),
+    in order."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile, make_backend
     from triton.runtime.jit import create_function_from_signature
@@ -67,7 +68,7 @@ def compile_sm90(jit, args: tuple, kwargs: dict[str, Any]) -> tuple[str, list[st
     )
     src = ASTSource(jit, signature, constexprs, attrs)
     kept = [name for name, kind in signature.items() if kind != "constexpr"]
-    return compile(src, target=target, options=options.__dict__).asm["ttgir"], kept
+    return compile(src, target=target, options=options.__dict__), kept
 
 
 def _func_args(ir: str) -> list[str]:
@@ -298,7 +299,8 @@ def _reads_first_kernel():
 def _check(calls, dependent: set[str]) -> list[dict[str, Any]]:
     out = []
     for jit, args, kwargs in calls:
-        ir, params = compile_sm90(jit, args, kwargs)
+        compiled, params = compile_sm90(jit, args, kwargs)
+        ir = compiled.asm["ttgir"]
         breaks, accessed = walk(ir, params, dependent & set(params))
         out.append({
             "kernel": jit.__name__,

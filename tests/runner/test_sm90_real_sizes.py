@@ -1,0 +1,54 @@
+"""The decode kernels that are off by default compile for sm_90 at the presets' real sizes and
+fit an H200's shared memory (``sm90_real_sizes.py``: compiled on the CPU, no GPU needed), so a
+GPU run that switches them on does not fail at its first launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from tests.runner.sm90_real_sizes import FOLD_PRESETS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+H200_SHARED = 232_448  # bytes of shared memory a block may use (227 KiB)
+
+
+@pytest.fixture(scope="module")
+def report() -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.runner.sm90_real_sizes"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0 and "GPUTarget" in proc.stderr + proc.stdout:
+        pytest.skip(f"this triton cannot compile for sm_90 here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_variant_fits_the_shared_memory(report):
+    assert [r for r in report if r["shared"] > H200_SHARED] == []
+
+
+def test_the_fold_compiles_for_every_head_layout(report):
+    folds = [r for r in report if r["kernel"] == "_paged_decode_rope_kernel"]
+    assert [r["case"] for r in folds] == [f"fold {p}" for p in FOLD_PRESETS]
+    assert all("USE_GDC': True" in r["constexprs"] for r in folds)  # with PDL, as on an H200
+
+
+def test_the_gemm_compiles_for_every_row_class_split_or_not(report):
+    gemms = [r for r in report if r["kernel"] == "_gemm_decode_kernel"]
+    for block_m in (16, 32, 64, 128):  # the row classes' tiles
+        for split in (True, False):
+            want = (f"'BLOCK_M': {block_m},", f"'SPLIT': {split}")
+            assert any(all(w in r["constexprs"] for w in want) for r in gemms), want
+    assert all(r["shared"] > 0 for r in gemms)  # a pipelined dot: the compile did size it
+    reduces = [r for r in report if r["kernel"] == "_gemm_decode_splitk_reduce_kernel"]
+    assert reduces and {"'RESIDUAL': True" in r["constexprs"] for r in reduces} == {True, False}
