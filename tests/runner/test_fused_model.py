@@ -199,6 +199,41 @@ def test_triton_model_ops_give_the_torch_greedy_tokens_in_the_interpreter(monkey
     assert out["triton"] == out["torch"]
 
 
+def test_every_decode_path_gives_the_torch_greedy_tokens_in_the_interpreter(monkeypatch):
+    """CPU, TRITON_INTERPRET=1: the whole Triton kernel set with every decode path that is off by
+    default switched on by the runner's settings (the one-pass fused GEMV at batch 1, the decode
+    GEMM for 2-256 rows, RoPE folded into decode attention) generates the torch path's greedy
+    tokens through chunked prefill and preemption, fp32 llama-tiny."""
+    if CUDA:
+        pytest.skip("the GPU version is test_gpu_triton_model_gives_torch_tokens_in_every_mode")
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
+
+    prompts = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
+    paths = {k: v for k, v in DECODE_PATHS.items() if k != "pdl"}  # PDL: a GPU's launches
+    out = {}
+    for name in ("torch", "triton"):
+        if name == "triton":
+            monkeypatch.setattr(
+                model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None)
+            )
+        engine = Engine(
+            cfg(device="cpu", kernels="torch", max_model_len=96, num_kv_blocks=12, uva=False,
+                **(paths if name == "triton" else {})),
+            ModelSpec(preset="llama-tiny"),
+        )  # fmt: skip
+        reqs = {
+            rid: engine.add_request(rid, ids, SamplingParams(max_tokens=6, ignore_eos=True))
+            for rid, ids in prompts.items()
+        }
+        while engine.has_unfinished_requests():
+            engine.step()
+        assert engine.scheduler.num_preemptions > 0
+        out[name] = {rid: r.output_token_ids for rid, r in reqs.items()}
+    assert projections_triton.DECODE_GEMM == "triton"  # the settings reached the kernels
+    assert out["triton"] == out["torch"]
+
+
 @pytest.mark.parametrize("pad", [0, 5], ids=["exact", "padded"])
 def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
     """With the Triton ops and the static slot buffer, the PIECEWISE segments write each layer's
@@ -251,15 +286,23 @@ def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
 # GPU
 
 
+DECODE_PATHS = {  # every decode path that is off by default (runner/worker/kernel_paths.py)
+    "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
+    "rope_in_attention": True,
+}  # fmt: skip
+
+
 @pytest.mark.gpu
 @needs_cuda
-def test_gpu_triton_model_gives_torch_tokens_in_every_mode():
+@pytest.mark.parametrize("paths", [{}, DECODE_PATHS], ids=["default-paths", "all-decode-paths"])
+def test_gpu_triton_model_gives_torch_tokens_in_every_mode(paths):
     """fp32 llama-tiny, a seeded workload with chunked prefill, preemption and aborts: the Triton
     set (fused model ops included) gives the torch set's tokens eagerly and under FULL,
-    PIECEWISE and both kinds of graphs."""
+    PIECEWISE and both kinds of graphs; with the default decode paths and with every path that
+    is off by default switched on."""
     _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
     for mode in ("none", "full", "piecewise", "full_and_piecewise"):
-        engine, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode)
+        engine, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode, **paths)
         assert engine.runner.model.kernels.name == "triton"
         if mode != "none":
             assert sum(engine.runner.graphs.replays.values()) > 0, mode
