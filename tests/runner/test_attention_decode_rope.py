@@ -35,7 +35,9 @@ def _case(reqs, kvh, group, head_dim, block_size, dtype, *, norm, pad_reqs=0, se
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, device=DEVICE) / head_dim))
     table = rope_cos_sin_cache(inv_freq.float(), 512)
     cos, sin = table[:, : head_dim // 2], table[:, head_dim // 2 :]
-    positions = (b.meta.seq_lens[: len(reqs)] - 1).long()  # each request's one token
+    positions = torch.tensor(  # each token's position: its request's context, then onwards
+        [ctx + i for ctx, q in reqs for i in range(q)], device=DEVICE, dtype=torch.long
+    )
     cache = b.kv_cache.clone()  # the context; this step's k/v still to be written
     want_cache = cache.clone()
     qr, kr = qk_norm_rope_ref(q, k, cos, sin, positions, *weights, 1e-6)
@@ -44,7 +46,7 @@ def _case(reqs, kvh, group, head_dim, block_size, dtype, *, norm, pad_reqs=0, se
     want = paged_attention_ref(qr.float(), kr.float(), v.float(), want_cache.float(), b.meta,
                                b.scale)  # fmt: skip
     args = (q, k, v, cos, sin, positions, *weights, 1e-6, cache, b.meta, b.scale)
-    return args, want[: len(reqs)], want_cache, ok
+    return args, want[: len(positions)], want_cache, ok
 
 
 @pytest.mark.parametrize("norm", [False, True])
@@ -61,6 +63,16 @@ def test_fold_matches_rope_then_write_then_attention(shape, dtype, norm):
     cache = args[9]
     assert_close_verbose(cache, want_cache, atol, rtol)  # the new k/v at their slots
     assert torch.equal(args[0], q) and torch.equal(args[1], k)  # q and k left as they were
+
+
+def test_a_request_with_two_tokens_beside_padding():
+    """A decode batch may hold a request of two tokens beside padding requests (no more tokens
+    than requests): its second token sees the first's key, written by the same program."""
+    reqs = [(13, 2), (9, 1)]
+    args, want, want_cache, _ = _case(reqs, 2, 2, 32, 8, torch.float32, norm=True, pad_reqs=1)
+    got = fold.paged_decode_rope_triton(*args)
+    assert_close_verbose(got[:3], want, *TOLS[torch.float32])
+    assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
 
 
 def test_a_token_without_a_slot_writes_nothing():
