@@ -22,17 +22,21 @@ the step time (bytes / bandwidth or FLOPs / peak) is the larger, and ``roofline`
 TPOT: memory at small batches, compute where a batch's FLOPs outgrow its bytes (batch 256 of an
 8B model). A GPU not in the table, or a float32 run, has no compute roof: memory is then used.
 
-Kernels: ``torch.profiler`` (CUDA activity) around ``--trace-steps`` steady decode steps before
-the timed ones; each kernel is put with the launch that made it (its correlation id): a
-``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input preparation, sampling).
-Graph kernels per step / layers is the kernels-per-decoder-layer figure; the kernels that take
-the most time per step are listed. In-graph gaps: per step, the device time inside the FULL
-graph's replay when no kernel runs (the gaps between one kernel's end and the next one's start),
-the share of the step that kernel boundaries cost (``--pdl on`` and the fused paths shrink it).
+Kernels (``decode_trace.py``): ``torch.profiler`` (CUDA activity) around ``--trace-steps``
+steady decode steps before the timed ones; each kernel is put with the launch that made it (its
+correlation id): a ``cudaGraphLaunch`` (inside the FULL graph) or an eager launch (input
+preparation, sampling). Graph kernels per step / layers is the kernels-per-decoder-layer
+figure; the kernels that take the most time per step are listed. In-graph gaps: per step, the
+device time inside the FULL graph's replay when no kernel runs (the gaps between one kernel's
+end and the next one's start), the share of the step that kernel boundaries cost (``--pdl on``
+and the fused paths shrink it). Per op of the model (the forward's kernels put with their ops
+as the tool's kernel table does): its device time per step against its roof's bound (bytes /
+bandwidth or FLOPs / peak at the step's batch and context), and the µs reaching it would save:
+where a target is missed, the ops listed first are the kernels to work on.
 
     python benchmarks/decode_roofline.py --preset llama-1b --preset qwen3-0.6b \\
         --preset llama-3-8b --out roofline.json
-    python benchmarks/decode_roofline.py --batches 1 --variant plain \
+    python benchmarks/decode_roofline.py --batches 1 --variant plain \\
         --variant plain+pdl --variant fused_onepass+pdl+fold   # one engine per variant
     python benchmarks/decode_roofline.py --cpu-smoke     # llama-tiny on the CPU, seconds
 """
@@ -40,9 +44,7 @@ the share of the step that kernel boundaries cost (``--pdl on`` and the fused pa
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
-import json
 import os
 import tempfile
 import time
@@ -50,6 +52,7 @@ import time
 import numpy as np
 import torch
 from bench_io import write_results
+from decode_trace import count_kernels, op_roofs
 
 from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
@@ -60,7 +63,6 @@ from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
 
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 SKIP_STEPS = 2  # steady steps that still overlap the last prefill
 
 
@@ -94,71 +96,13 @@ def read_bandwidth(nbytes: int) -> float:
     return nbytes / best
 
 
-def count_kernels(trace_path: str, steps: int) -> dict:
-    """Kernels per step in a Chrome trace of ``steps`` steps, split by the launch that made
-    them, and the kernels that take the most device time per step."""
-    with open(trace_path) as f:
-        events = json.load(f).get("traceEvents", [])
-    launches = {  # correlation id -> API call, of the calls made inside the window
-        (e.get("args") or {}).get("correlation"): e.get("name")
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
-    }
-    counts: collections.Counter[str] = collections.Counter()
-    time_us: collections.Counter[str] = collections.Counter()
-    calls: collections.Counter[str] = collections.Counter()
-    in_graph: dict[object, list[tuple[float, float]]] = collections.defaultdict(list)
-    for e in events:
-        cat = e.get("cat")
-        if e.get("ph") != "X" or cat not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        launch = launches.get((e.get("args") or {}).get("correlation"))
-        if launch is None:  # launched before the window opened (async: the step before)
-            counts["before_window"] += 1
-        elif cat != "kernel":
-            counts[cat] += 1
-        else:
-            counts["graph" if launch in GRAPH_LAUNCHES else "eager"] += 1
-            if launch in GRAPH_LAUNCHES:  # the kernels of one replay: (start, end)
-                start = float(e.get("ts", 0.0))
-                in_graph[e["args"]["correlation"]].append((start, start + float(e.get("dur", 0))))
-            name = str(e.get("name"))
-            time_us[name] += float(e.get("dur", 0.0))
-            calls[name] += 1
-    top = [
-        {"kernel": name[:120], "us_per_step": us / steps, "calls_per_step": calls[name] / steps}
-        for name, us in time_us.most_common(8)
-    ]
-    return {
-        "graph_kernels_per_step": counts["graph"] / steps,
-        "eager_kernels_per_step": counts["eager"] / steps,
-        "memcpy_per_step": counts["gpu_memcpy"] / steps,
-        "memset_per_step": counts["gpu_memset"] / steps,
-        "launched_before_window": counts["before_window"],
-        "kernel_us_per_step": sum(time_us.values()) / steps,
-        "graph_gap_us_per_step": sum(map(_idle, in_graph.values())) / steps,
-        "top_kernels": top,
-    }
-
-
-def _idle(kernels: list[tuple[float, float]]) -> float:
-    """Device time inside one graph replay with no kernel running: the sum of the gaps between
-    a kernel's end (the latest so far) and the next one's start. It is what launching a kernel
-    costs between two others (programmatic dependent launch and fewer kernels shrink it)."""
-    idle, end = 0.0, None
-    for start, stop in sorted(kernels):
-        if end is not None and start > end:
-            idle += start - end
-        end = stop if end is None else max(end, stop)
-    return idle
-
-
 class Window:
     """torch.profiler over a run of consecutive steps, its trace counted when it stops."""
 
-    def __init__(self) -> None:
+    def __init__(self, layers: int) -> None:
         from torch.profiler import ProfilerActivity, profile
 
+        self.layers = layers
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -173,7 +117,7 @@ class Window:
         os.close(fd)
         try:
             self.prof.export_chrome_trace(path)
-            return count_kernels(path, max(self.steps, 1))
+            return count_kernels(path, max(self.steps, 1), self.layers)
         finally:
             os.unlink(path)
 
@@ -204,7 +148,7 @@ def decode_run(engine: Engine, batch: int, prompt: int, output: int, trace_steps
             if window.steps == trace_steps:
                 kernels, window = window.stop(), None
         elif steady == SKIP_STEPS - 1 and trace_steps:
-            window = Window()  # opens after this step: the next trace_steps are traced
+            window = Window(engine.runner.model_args.num_hidden_layers)  # opens after this step
         elif steady >= first_timed:
             walls.append(res.host_ns / 1e6)
             # KV read per request: its computed tokens, the one written this step included
@@ -307,6 +251,10 @@ def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -
         r.update(rooflines(r, bandwidth, peak))
         if "graph_kernels_per_step" in r:
             r["graph_kernels_per_layer"] = r["graph_kernels_per_step"] / layers
+        if r.get("ops_per_step"):  # decode_trace.py: each op against its roof
+            pairs = b * r["context_len"]
+            r["op_roofs"] = op_roofs(r["ops_per_step"], engine.info.step_cost["ops"],
+                                     (b, b, pairs, pairs), bandwidth, peak)  # fmt: skip
         rows.append(r)
         print(
             f"{preset:11} batch {b:4d}: TPOT {r['tpot_ms']:7.3f} ms {r['tok_s']:9,.0f} tok/s  "
@@ -364,6 +312,17 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
                 for k in r["top_kernels"][:5]
             )
             lines.append(f"- {r['preset']} ({r.get('decode_gemv', '')}): {top}")
+    lines += ["", "Most time to gain per step (an op's device time over its roof's bound):"]
+    for r in rows:
+        if r.get("op_roofs"):
+            far = "; ".join(
+                f"{o['op']} {o['us']:.0f} µs at {100 * o['of_roof']:.0f}% of its roof "
+                f"({o['to_gain_us']:.0f} µs)"
+                for o in r["op_roofs"][:3]
+            )
+            gaps = r.get("graph_gap_us_per_step", 0)
+            head = f"- {r['preset']} ({r.get('decode_gemv', '')}) batch {r['batch']}"
+            lines.append(f"{head}: {far}; in-graph gaps {gaps:.0f} µs")
     return "\n".join(lines)
 
 

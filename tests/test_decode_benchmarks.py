@@ -130,3 +130,45 @@ def test_kernel_benchmarks_cpu_smoke(script, says):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert says in proc.stdout
+
+
+def test_each_op_of_the_forward_replays_is_timed_and_set_against_its_roof(monkeypatch):
+    """Two FULL replays of a one-layer forward and one sampling replay (left out: not the
+    forward's pattern): each op's launches and µs per step, then its bytes per step from the
+    op's cost, the roof's bound at 1 GB/s and the time to gain, most first."""
+    trace = load_benchmark("decode_trace", monkeypatch)
+    layer = [("_rmsnorm_kernel", 2.0), ("_gemv_kernel", 10.0), ("_paged_decode_rope_kernel", 4.0),
+             ("_gemv_kernel", 6.0), ("_rmsnorm_kernel", 2.0), ("nvjet_gate_up", 12.0),
+             ("_silu_and_mul_kernel", 1.0), ("_gemv_kernel", 8.0)]  # fmt: skip
+    forward = [*layer, ("_rmsnorm_kernel", 1.0), ("nvjet_lm_head", 20.0)]
+    events = []
+    for corr, t0 in ((1, 0.0), (2, 1000.0), (3, 2000.0)):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch",
+                       "args": {"correlation": corr}})  # fmt: skip
+        kernels = forward if corr < 3 else [("_gumbel_argmax_kernel", 3.0)]
+        t = t0
+        for name, dur in kernels:
+            events.append({"ph": "X", "cat": "kernel", "name": name, "ts": t, "dur": dur,
+                           "args": {"correlation": corr}})  # fmt: skip
+            t += dur + 1.0
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"traceEvents": events}, f)
+    got = trace.count_kernels(f.name, steps=2, layers=1)
+    ops = got["ops_per_step"]
+    assert ops["qkv"] == {"launches": 1, "us": 10.0} and ops["attention"] == {
+        "launches": 1,
+        "us": 4.0,
+    }
+    assert ops["norm"] == {"launches": 2, "us": 3.0}  # the input norm and the final one
+    assert ops["add_norm"]["us"] == 2.0 and "other" not in ops
+    assert ops["lm_head"] == {"launches": 1, "us": 20.0}
+    cost = {"qkv": {"weight_bytes": 6000}, "lm_head": {"weight_bytes": 4000, "bytes_per_row": 500}}
+    roofs = trace.op_roofs(ops, cost, (2, 2, 10, 10), bandwidth=1e9, peak=None)
+    # qkv: 6000 B at 1 GB/s = 6 µs of 10 (4 to gain); lm_head: 5000 B = 5 µs of 20 (15)
+    assert [(r["op"], r["roof_us"], r["to_gain_us"]) for r in roofs] == [
+        ("lm_head", 5.0, 15.0),
+        ("qkv", 6.0, 4.0),
+    ]
+    assert roofs[1]["of_roof"] == 0.6
