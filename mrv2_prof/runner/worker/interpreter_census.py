@@ -38,9 +38,7 @@ def _shape(fn) -> tuple[Any, list[tuple[str, bool, int]]]:
     specialisation mode (read from a ``JITFunction`` built over it: that compiles nothing)."""
     shape = _shapes.get(id(fn))
     if shape is None:
-        from triton.runtime.jit import JITFunction
-
-        jit = JITFunction(fn.fn, **fn.kwargs)
+        jit = triton_launch.jit_of(fn)
         params = [(p.name, bool(p.is_constexpr), triton_launch.param_mode(p)) for p in jit.params]
         shape = _shapes[id(fn)] = (inspect.signature(fn.fn), params)
     return shape

@@ -172,13 +172,19 @@ def param_mode(p) -> int:
     return _NO_VALUE * bool(no_value) + _NO_ALIGN * bool(no_align)
 
 
-def _interpreted_modes(fn) -> tuple[list[int], list[str]] | str:
-    """``_param_modes`` of the kernel an interpreted function wraps, read from a
-    ``JITFunction`` built over it (compiling nothing); or why it cannot be built."""
-    try:
-        from triton.runtime.jit import JITFunction
+def jit_of(fn):
+    """The ``JITFunction`` of the kernel an interpreted function wraps, built over its source
+    with its decorator's options (that compiles nothing): its parameters as triton binds them."""
+    from triton.runtime.jit import JITFunction
 
-        jit = JITFunction(fn.fn, **fn.kwargs)
+    return JITFunction(fn.fn, **fn.kwargs)
+
+
+def _interpreted_modes(fn) -> tuple[list[int], list[str]] | str:
+    """``_param_modes`` of the kernel an interpreted function wraps (``jit_of``); or why its
+    ``JITFunction`` cannot be built."""
+    try:
+        jit = jit_of(fn)
     except Exception as exc:  # a triton whose interpreter or JIT differs: no census
         return f"its JIT parameters cannot be read ({type(exc).__name__}: {exc})"
     return _param_modes(jit)
