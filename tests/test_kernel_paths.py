@@ -41,7 +41,7 @@ def test_a_decode_path_without_the_triton_kernels_is_a_note(tmp_path):
     result, db = _run(tmp_path, "runner.decode_gemm=triton", "runner.rope_in_attention=true")
     assert result.exit_code == 0, (result.output, result.exception)
     want = (
-        "runner.decode_gemm: the decode paths (decode_gemm: triton, rope_in_attention: True) "
+        "runner.decode_gemm: the decode paths (decode_gemm: triton, rope_in_attention: true) "
         "are the Triton kernels'; the torch ops run"
     )
     assert want in " ".join(result.output.split())

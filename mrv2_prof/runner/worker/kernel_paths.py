@@ -31,9 +31,14 @@ def chosen(config: RunnerConfig) -> dict[str, object]:
     return {name: getattr(config, name) for name in PATHS}
 
 
+def _yaml(value: object) -> str:
+    """A setting's value as a scenario spells it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def kernel_path_notes(config: RunnerConfig, kernels: str, is_cuda: bool) -> list[str]:
     """The paths of ``config`` this run cannot take with ``kernels`` on its device."""
-    changed = [f"{k}: {v}" for k, v in chosen(config).items() if v != DEFAULTS[k]]
+    changed = [f"{k}: {_yaml(v)}" for k, v in chosen(config).items() if v != DEFAULTS[k]]
     if changed and kernels != "triton":
         return [
             f"runner.{changed[0].split(':')[0]}: the decode paths ({', '.join(changed)}) are the "
