@@ -14,8 +14,9 @@ projections take the decode GEMV of ``gemv_triton.py``; otherwise they are cuBLA
 fused elementwise kernels (nine launches a layer). Both paths update the residual stream ``x`` in
 place and return it.
 
-``DECODE_GEMV`` selects the batch-1 path, for measuring one against another in the same process
-(``benchmarks/decode_roofline.py --decode-gemv``):
+``DECODE_GEMV`` selects the batch-1 path (the ``runner.decode_gemv`` setting sets it when a
+runner is built: ``runner/worker/kernel_paths.py``; ``benchmarks/decode_roofline.py
+--variant`` measures one against another):
 
 * ``plain`` (the default): the GEMV alone, on weights of at most ``PLAIN_MAX_FEATURES`` outputs
   (QKV, o, down with the residual add in its epilogue), beside the elementwise kernels; gate/up
@@ -30,9 +31,10 @@ place and return it.
 * ``off``: cuBLAS for every batch.
 
 ``DECODE_GEMM`` selects the path of the other projections of up to ``GEMM_DECODE_MAX_ROWS`` rows
-(decode batches of 2-256): ``cublas`` (the default) or ``triton``, the split-K weight-streaming
-GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down projection), off until
-``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant plain+gemm`` measure it.
+(decode batches of 2-256; ``runner.decode_gemm``): ``cublas`` (the default) or ``triton``, the
+split-K weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down
+projection), off until ``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant
+plain+gemm`` measure it.
 
 A model reads both at each call, so they must be set before a CUDA graph is captured.
 """
