@@ -26,8 +26,10 @@ or after it (a kernel launched without PDL starts after the previous one is comp
 sm_90 on the CPU, no GPU needed), and a GPU test checks that a PDL-launched decode step gives the
 same output as the ordinary launches.
 
-``LAUNCH_PDL`` is off by default until ``benchmarks/decode_roofline.py --pdl off --pdl on``
-measures it. It is read at each launch, so it must be set before a CUDA graph is captured.
+``LAUNCH_PDL`` (set from the ``runner.pdl`` setting when a runner is built:
+``runner/worker/kernel_paths.py``) is off by default until ``benchmarks/decode_roofline.py
+--pdl off --pdl on`` measures it. It is read at each launch, so it must be set before a CUDA
+graph is captured.
 The interpreter and GPUs before compute capability 9.0 launch as ever.
 """
 
