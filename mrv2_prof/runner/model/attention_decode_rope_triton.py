@@ -21,8 +21,9 @@ and with its halves swapped, so that ``x * cos + rotate_half(x) * sin`` is eleme
 ``folds_rope`` decides from host ints only (the same for every batch of a CUDA-graph key): a
 decode batch (no more tokens than requests) that the unsplit decode kernel serves (split-KV
 attention keeps the separate RoPE kernel), with a KV cache, while ``ROPE_IN_DECODE_ATTENTION`` is
-on (the ``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). It is off until measured on the H200 (``benchmarks/decode_roofline.py --variant ...+fold``);
-read at each call, so it must be set before a CUDA graph is captured. PIECEWISE graphs cut the
+on (the ``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). It is
+off until measured on the H200 (``benchmarks/decode_roofline.py --variant ...+fold``); read at
+each call, so it must be set before a CUDA graph is captured. PIECEWISE graphs cut the
 layer at attention and keep the separate kernel. With programmatic dependent launch
 (``pdl.py``) a program reads its request's metadata, then waits for the kernel before it.
 """
