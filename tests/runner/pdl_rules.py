@@ -33,6 +33,27 @@ _LOADS = ("tt.load ", "ttg.async_copy_global_to_local ", "tt.descriptor_load ")
 _WRITES = ("tt.store ", "tt.atomic_rmw ", "tt.atomic_cas ", "tt.descriptor_store ")
 
 
+def run_without_interpreter(module: str) -> Any:
+    """``python -m module`` from the repository root without ``TRITON_INTERPRET``: the JSON of
+    its last line. Skips the calling test where this triton's JIT differs (``JIT_DIFFERS``)."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-m", module], cwd=Path(__file__).resolve().parents[2], env=env,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode == JIT_DIFFERS:
+        pytest.skip(f"compiling for sm_90 without a GPU: {proc.stderr.strip()[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @contextmanager
 def recorded_launches():
     """Inside the block, direct launches are recorded, not run: yields the list of

@@ -169,34 +169,46 @@ def test_triton_model_gives_the_torch_logits(make_hf_checkpoint, tmp_path, arch)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
+DECODE_PATHS = {  # every decode path that is off by default (runner/worker/kernel_paths.py)
+    "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
+    "rope_in_attention": True,
+}  # fmt: skip
+PROMPTS = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
+
+
+def _greedy_on_cpu(monkeypatch, kernels=None, **runner) -> tuple[Engine, dict[str, list[int]]]:
+    """fp32 llama-tiny on the CPU, ``PROMPTS`` greedy through chunked prefill and preemption:
+    the engine and each prompt's tokens. ``kernels``: the kernel set forced in (None: the
+    torch set the CPU resolves to)."""
+    import mrv2_prof.runner.worker.model_runner as model_runner
+
+    if kernels is not None:
+        monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (kernels, None))
+    engine = Engine(
+        cfg(device="cpu", kernels="torch", max_model_len=96, num_kv_blocks=12, uva=False,
+            **runner),
+        ModelSpec(preset="llama-tiny"),
+    )  # fmt: skip
+    reqs = {
+        rid: engine.add_request(rid, ids, SamplingParams(max_tokens=6, ignore_eos=True))
+        for rid, ids in PROMPTS.items()
+    }
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.scheduler.num_preemptions > 0
+    return engine, {rid: r.output_token_ids for rid, r in reqs.items()}
+
+
 def test_triton_model_ops_give_the_torch_greedy_tokens_in_the_interpreter(monkeypatch):
     """CPU, TRITON_INTERPRET=1: the engine with only the model's ops switched to Triton (the
     fused per-layer ops, the KV write and attention) generates the torch path's greedy tokens
     through chunked prefill and preemption, fp32 llama-tiny."""
     if CUDA:
         pytest.skip("the GPU version is test_gpu_triton_model_gives_torch_tokens_in_every_mode")
-    import mrv2_prof.runner.worker.model_runner as model_runner
-
-    fused = replace(TORCH, model=triton_model_kernels())
-    prompts = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
-    out = {}
-    for name in ("torch", "triton"):
-        if name == "triton":
-            monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (fused, None))
-        engine = Engine(
-            cfg(device="cpu", kernels="torch", max_model_len=96, num_kv_blocks=12),
-            ModelSpec(preset="llama-tiny"),
-        )
-        assert engine.runner.model.kernels.name == name
-        reqs = {
-            rid: engine.add_request(rid, ids, SamplingParams(max_tokens=6, ignore_eos=True))
-            for rid, ids in prompts.items()
-        }
-        while engine.has_unfinished_requests():
-            engine.step()
-        assert engine.scheduler.num_preemptions > 0
-        out[name] = {rid: r.output_token_ids for rid, r in reqs.items()}
-    assert out["triton"] == out["torch"]
+    _, want = _greedy_on_cpu(monkeypatch)
+    engine, got = _greedy_on_cpu(monkeypatch, replace(TORCH, model=triton_model_kernels()))
+    assert engine.runner.model.kernels.name == "triton"
+    assert got == want
 
 
 def test_every_decode_path_gives_the_torch_greedy_tokens_in_the_interpreter(monkeypatch):
@@ -206,32 +218,13 @@ def test_every_decode_path_gives_the_torch_greedy_tokens_in_the_interpreter(monk
     tokens through chunked prefill and preemption, fp32 llama-tiny."""
     if CUDA:
         pytest.skip("the GPU version is test_gpu_triton_model_gives_torch_tokens_in_every_mode")
-    import mrv2_prof.runner.worker.model_runner as model_runner
     from mrv2_prof.runner.worker.kernel_set import triton_kernels
 
-    prompts = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
     paths = {k: v for k, v in DECODE_PATHS.items() if k != "pdl"}  # PDL: a GPU's launches
-    out = {}
-    for name in ("torch", "triton"):
-        if name == "triton":
-            monkeypatch.setattr(
-                model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None)
-            )
-        engine = Engine(
-            cfg(device="cpu", kernels="torch", max_model_len=96, num_kv_blocks=12, uva=False,
-                **(paths if name == "triton" else {})),
-            ModelSpec(preset="llama-tiny"),
-        )  # fmt: skip
-        reqs = {
-            rid: engine.add_request(rid, ids, SamplingParams(max_tokens=6, ignore_eos=True))
-            for rid, ids in prompts.items()
-        }
-        while engine.has_unfinished_requests():
-            engine.step()
-        assert engine.scheduler.num_preemptions > 0
-        out[name] = {rid: r.output_token_ids for rid, r in reqs.items()}
+    _, want = _greedy_on_cpu(monkeypatch)
+    _, got = _greedy_on_cpu(monkeypatch, triton_kernels(), **paths)
     assert projections_triton.DECODE_GEMM == "triton"  # the settings reached the kernels
-    assert out["triton"] == out["torch"]
+    assert got == want
 
 
 @pytest.mark.parametrize("pad", [0, 5], ids=["exact", "padded"])
@@ -284,12 +277,6 @@ def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
 
 # --------------------------------------------------------------------------------------------
 # GPU
-
-
-DECODE_PATHS = {  # every decode path that is off by default (runner/worker/kernel_paths.py)
-    "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
-    "rope_in_attention": True,
-}  # fmt: skip
 
 
 @pytest.mark.gpu

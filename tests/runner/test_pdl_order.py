@@ -10,32 +10,16 @@ The checker itself is shown to catch a kernel that reads its input first.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton")
 
-from tests.runner.pdl_rules import CASES, JIT_DIFFERS  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.runner.pdl_rules import CASES, run_without_interpreter  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.runner.pdl_rules"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if proc.returncode == JIT_DIFFERS:
-        pytest.skip(f"compiling for sm_90 without a GPU: {proc.stderr.strip()[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_without_interpreter("tests.runner.pdl_rules")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

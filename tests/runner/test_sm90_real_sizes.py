@@ -4,34 +4,19 @@ GPU run that switches them on does not fail at its first launch."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("triton")
 
-from tests.runner.pdl_rules import JIT_DIFFERS  # noqa: E402
+from tests.runner.pdl_rules import run_without_interpreter  # noqa: E402
 from tests.runner.sm90_real_sizes import FOLD_PRESETS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 H200_SHARED = 232_448  # bytes of shared memory a block may use (227 KiB)
 
 
 @pytest.fixture(scope="module")
 def report() -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.runner.sm90_real_sizes"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if proc.returncode == JIT_DIFFERS:
-        pytest.skip(f"compiling for sm_90 without a GPU: {proc.stderr.strip()[-300:]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_without_interpreter("tests.runner.sm90_real_sizes")
 
 
 def test_every_variant_fits_the_shared_memory(report):
