@@ -3,6 +3,8 @@
 # 10-minute call on a warm machine (results under $OUT, at most 8 files a call):
 #
 #   benchmarks/limit_round.sh tests     # the GPU tests (-m gpu), PDL's and the kernels' included
+#                                       # (tests-runner / tests-rest: the same in two halves,
+#                                       # if the whole does not fit one call)
 #   benchmarks/limit_round.sh batch1    # batch-1 decode, six variants of the projection path
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
@@ -23,7 +25,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -31,8 +33,11 @@ cd "$(dirname "$0")/.." || exit 2
 log="$out/$part.log"
 
 case "$part" in
-tests)
-    $py -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -n 60 | tee "$log"
+tests | tests-runner | tests-rest)
+    where=(tests)
+    [ "$part" = tests-runner ] && where=(tests/runner)
+    [ "$part" = tests-rest ] && where=(tests --ignore=tests/runner)
+    $py -m pytest -m gpu -q -p no:cacheprovider "${where[@]}" 2>&1 | tail -n 80 | tee "$log"
     ;;
 batch1 | batch1-8b)
     presets=(--preset llama-1b --preset qwen3-0.6b --preset smollm2-135m)
@@ -84,7 +89,8 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, batch1, batch1-8b, batches, batches-8b, kernels, gemm, startup, ops)" >&2
+    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
+    startup, ops)" >&2
     exit 2
     ;;
 esac
