@@ -20,7 +20,7 @@ import collections
 import json
 
 from mrv2_prof.analysis.kernel_ops import OTHER, UNATTRIBUTED, attribute_step
-from mrv2_prof.analysis.kernel_roofline import op_bytes_flops
+from mrv2_prof.analysis.kernel_roofline import op_bytes_flops, op_row
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 
@@ -113,17 +113,21 @@ def op_roofs(
     bandwidth: float,
     peak: float | None,
 ) -> list[dict]:
-    """Each op's bytes and FLOPs per step, its share of the binding roof, and the µs per step
-    that reaching the roof would save; the most to save first."""
+    """Each op's bytes and FLOPs per step, its share of the binding roof (the tool's per-op
+    roofline, ``kernel_roofline.op_row``), and the µs per step that reaching the roof would
+    save; the most to save first."""
+    peaks = {"hbm_read_bytes_per_s": bandwidth, "tensor_flops_per_s": peak}
+    all_ns = sum(t["us"] for t in ops.values()) * 1e3
     rows = []
     for op, t in ops.items():
         if op not in cost_ops or t["us"] <= 0:
             continue
         nbytes, flops = op_bytes_flops(cost_ops[op], tuple(round(c) for c in counts))
         nbytes, flops = nbytes * t["launches"], flops * t["launches"]
-        roof_us = max(nbytes / bandwidth, flops / peak if peak else 0.0) * 1e6
+        r = op_row(op, [t["launches"], t["us"] * 1e3, nbytes, flops], 1, all_ns, peaks, True)
+        roof_us = r.fraction * t["us"]
         rows.append({
             "op": op, "launches": t["launches"], "us": t["us"], "bytes": nbytes, "flops": flops,
-            "roof_us": roof_us, "of_roof": roof_us / t["us"], "to_gain_us": t["us"] - roof_us,
+            "roof_us": roof_us, "of_roof": r.fraction, "to_gain_us": t["us"] - roof_us,
         })  # fmt: skip
     return sorted(rows, key=lambda r: -r["to_gain_us"])

@@ -107,7 +107,7 @@ def kernel_roofline(store: Store, run_id: str) -> KernelRoofline:
     n = len(by_step)
     tokens = sum(counts[s][0] for s in by_step if s in counts) / n
     all_ns = sum(t[1] for t in totals.values()) or 1
-    rows = [_row(op, t, n, all_ns, peaks, op in cost["ops"]) for op, t in totals.items()]
+    rows = [op_row(op, t, n, all_ns, peaks, op in cost["ops"]) for op, t in totals.items()]
     rows.sort(key=lambda r: -r.us)
     notes = [f"{c} of {n} steps unattributed: {why}" for why, c in reasons.items()]
     if not peaks.get("hbm_read_bytes_per_s"):
@@ -117,7 +117,9 @@ def kernel_roofline(store: Store, run_id: str) -> KernelRoofline:
     return KernelRoofline(n, tokens, rows, notes)
 
 
-def _row(op: str, t: list[float], n: int, all_ns: float, peaks: dict[str, Any], costed: bool):
+def op_row(op: str, t: list[float], n: int, all_ns: float, peaks: dict[str, Any], costed: bool):
+    """An op's row from its totals over ``n`` steps, ``t`` = [launches, ns, bytes, FLOPs]; the
+    fraction of its binding roof from ``peaks`` (``machine_peaks``' keys)."""
     launches, ns, nbytes, flops = t
     s = ns / 1e9
     bw, peak = peaks.get("hbm_read_bytes_per_s"), peaks.get("tensor_flops_per_s")
