@@ -41,7 +41,8 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     attend_keys,
     is_decode_batch,
 )
-from mrv2_prof.runner.model.attention_split_kv_triton import split_count
+from mrv2_prof.runner.model.attention_split_kv_triton import decode_split_count
+from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -53,8 +54,7 @@ def folds_rope(num_tokens: int, meta: AttentionMetadata, kv_cache: torch.Tensor 
         return False
     if not is_decode_batch(num_tokens, meta.num_reqs):
         return False
-    max_context = meta.block_table.shape[1] * meta.block_size
-    return split_count(meta.num_reqs, kv_cache.shape[3], max_context, kv_cache.device) == 1
+    return decode_split_count(meta, kv_cache.shape[3], kv_cache.device) == 1
 
 
 @triton.jit
@@ -163,8 +163,7 @@ def paged_decode_rope_triton(
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = kv_cache.shape[3]
     shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    if head_dim < 16 or head_dim > 256 or head_dim & (head_dim - 1):
-        raise ValueError(f"decode rope attention: head_dim {head_dim} is not a power of two")
+    check_head_dim(head_dim)
     if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
         raise ValueError(f"decode rope attention: {shape} do not fit {tuple(kv_cache.shape)}")
     if num_heads % num_kv_heads or kv_cache.shape[4] != head_dim:
@@ -197,7 +196,7 @@ def paged_decode_rope_triton(
         meta.block_table.stride(0),
         G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size,
         BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)),
-        BLOCK_N=16 if f32 else 64,  # attention_triton's FLOAT32_TILES / DECODE_TILES keys
+        BLOCK_N=decode_keys(q.dtype),
         DOT_PRECISION="ieee" if f32 else "tf32", HAS_POSITIONS=positions is not None,
         HAS_NORM=q_weight is not None, **launch_options(use_pdl(q.device)),
     )  # fmt: skip

@@ -74,6 +74,13 @@ def split_count(num_reqs: int, num_kv_heads: int, max_context: int, device: torc
     return proposed_split_count(num_reqs, num_kv_heads, max_context, num_sms(device))
 
 
+def decode_split_count(meta: AttentionMetadata, num_kv_heads: int, device: torch.device) -> int:
+    """``split_count`` of a decode batch, its context bound read from shapes (the block table's
+    width times the block size): the same for every batch of a CUDA-graph key."""
+    max_context = meta.block_table.shape[1] * meta.block_size
+    return split_count(meta.num_reqs, num_kv_heads, max_context, device)
+
+
 @triton.jit
 def _reduce_request(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,

@@ -62,7 +62,10 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
     paged_decode_triton,
 )
-from mrv2_prof.runner.model.attention_split_kv_triton import paged_decode_split_kv, split_count
+from mrv2_prof.runner.model.attention_split_kv_triton import (
+    decode_split_count,
+    paged_decode_split_kv,
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,12 @@ DECODE_TILES = AttentionTiles(block_m=16, block_n=64)
 PREFILL_TILES = AttentionTiles(block_m=64, block_n=64)
 # float32 runs its dots on CUDA cores (ieee precision): larger tiles spill registers.
 FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
+
+
+def decode_keys(dtype: torch.dtype) -> int:
+    """Keys per loop step of the decode kernels: CUDA-core dots in float32 take small key tiles
+    (``FLOAT32_TILES``), tensor cores 64 (``DECODE_TILES``)."""
+    return (FLOAT32_TILES if dtype == torch.float32 else DECODE_TILES).block_n
 
 
 def pick_tiles(num_tokens: int, num_reqs: int, dtype: torch.dtype) -> AttentionTiles:
@@ -136,7 +145,7 @@ def write_kv_triton(
 ) -> None:
     """Store each token's key/value at its slot (block * block_size + offset); skip slots < 0."""
     num_tokens, num_kv_heads, head_dim = key.shape
-    _check_head_dim(head_dim)
+    check_head_dim(head_dim)
     if value.shape != key.shape or kv_cache.shape[3:] != key.shape[1:]:
         raise ValueError(
             f"write_kv: key {tuple(key.shape)}, value {tuple(value.shape)} and kv_cache "
@@ -262,7 +271,7 @@ def paged_attention_triton(
         return paged_attention_ref(query, key, value, kv_cache, meta, scale)
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = kv_cache.shape[3]
-    _check_head_dim(head_dim)
+    check_head_dim(head_dim)
     if num_heads % num_kv_heads or kv_cache.shape[4] != head_dim:
         raise ValueError(
             f"paged_attention: query {tuple(query.shape)} does not fit kv_cache "
@@ -279,10 +288,8 @@ def paged_attention_triton(
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
     if tiles is None and is_decode_batch(num_tokens, meta.num_reqs):
-        # CUDA-core dots in float32 take small key tiles (FLOAT32_TILES), tensor cores 64 keys
-        keys = (FLOAT32_TILES if query.dtype == torch.float32 else DECODE_TILES).block_n
-        max_context = meta.block_table.shape[1] * meta.block_size  # a shape: same for the key
-        splits = split_count(meta.num_reqs, num_kv_heads, max_context, query.device)
+        keys = decode_keys(query.dtype)
+        splits = decode_split_count(meta, num_kv_heads, query.device)
         if splits > 1:
             return paged_decode_split_kv(
                 query, kv_cache, meta, scale, out, num_splits=splits, block_n=keys
@@ -324,7 +331,8 @@ def paged_attention_triton(
     return out
 
 
-def _check_head_dim(head_dim: int) -> None:
+def check_head_dim(head_dim: int) -> None:
+    """The head sizes the attention kernels' ``tl.dot`` tiles take (else ValueError)."""
     if head_dim < 16 or head_dim > 256 or head_dim & (head_dim - 1):
         raise ValueError(
             f"Triton attention needs head_dim to be a power of two in [16, 256] "
