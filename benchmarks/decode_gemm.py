@@ -28,6 +28,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at dec
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
 from bench_io import write_results  # noqa: E402
 from gemv import ROTATE_BYTES, graph_time_us, projections  # noqa: E402
 
@@ -45,10 +46,6 @@ SMS = 132
 SMEM_BYTES = 200 * 1024  # an H200 SM's shared memory less headroom: larger pipelines are skipped
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _fits(bm: int, bn: int, bk: int, stages: int) -> bool:
     return (bm + bn) * bk * 2 * stages <= SMEM_BYTES and bm * bn <= 8192
 
@@ -60,7 +57,7 @@ def first_sweep(m: int, n: int, k: int) -> list[DecodeGemmTiles]:
     for bn, bk in itertools.product((32, 64, 128), (64, 128, 256)):
         if not _fits(bm, bn, bk, 3):
             continue
-        tiles = _cdiv(n, bn) * _cdiv(m, bm)
+        tiles = triton.cdiv(n, bn) * triton.cdiv(m, bm)
         for split in (1, 2, 4, 8):
             if split > 1 and tiles * split // 2 >= 2 * SMS:  # the smaller split fills the SMs
                 break

@@ -57,19 +57,11 @@ class DecodeGemmTiles:
     num_stages: int = 3
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _next_pow2(v: int) -> int:
-    return 1 << max(v - 1, 0).bit_length()
-
-
 def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
     """(splits launched, K elements per split): each split a whole number of ``block_k`` steps,
     and no split left empty (``split_k`` is lowered where K is short)."""
-    per_split = _cdiv(_cdiv(k, max(split_k, 1)), block_k) * block_k
-    return _cdiv(k, per_split), per_split
+    per_split = triton.cdiv(triton.cdiv(k, max(split_k, 1)), block_k) * block_k
+    return triton.cdiv(k, per_split), per_split
 
 
 def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
@@ -78,14 +70,14 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     covers the batch (16 to 128 rows), 64 output features a program, and where the tiles are
     fewer than the SMs, K is split so that the programs number about two per SM (each split
     walking at least ``MIN_STEPS_PER_SPLIT`` steps)."""
-    block_m = min(128, max(16, _next_pow2(m)))
+    block_m = min(128, max(16, triton.next_power_of_2(m)))
     block_n = 64
     block_k = 128 if block_m <= 32 else 64
-    tiles = _cdiv(n, block_n) * _cdiv(m, block_m)
+    tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
     split_k = 1
     if tiles < TARGET_SMS:
-        most = max(1, _cdiv(k, block_k) // MIN_STEPS_PER_SPLIT)
-        split_k = max(1, min(_cdiv(2 * TARGET_SMS, tiles), most, MAX_SPLIT_K))
+        most = max(1, triton.cdiv(k, block_k) // MIN_STEPS_PER_SPLIT)
+        split_k = max(1, min(triton.cdiv(2 * TARGET_SMS, tiles), most, MAX_SPLIT_K))
         split_k = effective_split(k, block_k, split_k)[0]
     num_stages = 4 if block_m <= 32 else 3
     return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=num_stages)
