@@ -182,11 +182,15 @@ def _kernel_path_switches():
     every test, so no test runs on the paths an earlier one chose."""
     from mrv2_prof.runner.model import pdl, projections_triton
 
-    saved = (projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM, pdl.LAUNCH_PDL)
-    yield
-    projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM, pdl.LAUNCH_PDL = saved
+    switches = [(projections_triton, "DECODE_GEMV"), (projections_triton, "DECODE_GEMM"),
+                (pdl, "LAUNCH_PDL")]  # fmt: skip
     try:
         from mrv2_prof.runner.model import attention_decode_rope_triton
-    except ImportError:  # no triton: nothing can have set it
-        return
-    attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = False
+    except ImportError:  # no triton: nothing can set it
+        pass
+    else:
+        switches.append((attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION"))
+    saved = [(module, name, getattr(module, name)) for module, name in switches]
+    yield
+    for module, name, value in saved:
+        setattr(module, name, value)
