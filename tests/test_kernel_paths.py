@@ -2,7 +2,7 @@
 ``rope_in_attention``; ``runner/worker/kernel_paths.py``) through the real command line on the
 tiny CPU model: a path the run cannot take is a printed and stored note (``strict`` refuses it
 before anything is written), a bad value is one line naming the field, and the as-run scenario
-keeps what was asked."""
+records the path that ran (``auto`` resolved), so that the asked-for one shows as a downgrade."""
 
 from __future__ import annotations
 
@@ -12,11 +12,18 @@ from pathlib import Path
 import duckdb
 import pytest
 import torch
+import yaml as yaml_module
 from typer.testing import CliRunner
 
 from mrv2_prof.cli import app
 from mrv2_prof.runner.config import RunnerConfig
 from mrv2_prof.runner.worker import kernel_paths
+from mrv2_prof.views.downgrades import downgrades
+
+
+def ran_doc(text: str) -> dict:
+    return yaml_module.safe_load(text)
+
 
 runner = CliRunner()
 SCENARIO = (
@@ -46,9 +53,18 @@ def test_a_decode_path_without_the_triton_kernels_is_a_note(tmp_path):
     )
     assert want in " ".join(result.output.split())
     with duckdb.connect(str(db), read_only=True) as con:
-        info, yaml = con.execute("SELECT info, scenario_yaml FROM runs").fetchone()
+        info, yaml, given = con.execute(
+            "SELECT info, scenario_yaml, scenario_given_yaml FROM runs"
+        ).fetchone()
     assert want in json.loads(info)["notes"]
-    assert "decode_gemm: triton" in yaml and "rope_in_attention: true" in yaml  # as asked
+    ran = yaml_module.safe_load(yaml)["runner"]
+    assert (ran["decode_gemm"], ran["rope_in_attention"], ran["pdl"]) == ("cublas", False, False)
+    found = {
+        d.key: (d.asked, d.ran) for d in downgrades(yaml_module.safe_load(given), ran_doc(yaml))
+    }
+    assert found["runner.decode_gemm"] == ("triton", "cublas")
+    assert found["runner.rope_in_attention"] == (True, False)
+    assert "runner.pdl" not in found  # auto: not asked for
 
 
 def test_strict_refuses_it_before_anything_is_written(tmp_path):
@@ -79,7 +95,7 @@ def test_pdl_needs_hopper(monkeypatch):
 
 
 def test_the_runner_sets_the_kernel_switches_from_its_config():
-    """The Triton bundle's switches follow the config; the torch bundle leaves them."""
+    """The Triton bundle's switches follow the paths the config resolves to."""
     pytest.importorskip("triton")
     from mrv2_prof.runner.model import attention_decode_rope_triton, pdl, projections_triton
 
@@ -87,11 +103,41 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
         device="cpu", decode_gemv="fused_onepass", decode_gemm="triton", pdl=True,
         rope_in_attention=True,
     )  # fmt: skip
-    kernel_paths.apply_kernel_paths(config, "torch")
-    assert projections_triton.DECODE_GEMV == "plain" and not pdl.LAUNCH_PDL
-    kernel_paths.apply_kernel_paths(config, "triton")
+    kernel_paths.apply_kernel_paths(kernel_paths.resolved_paths(config, "triton", False))
     assert (projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM) == (
         "fused_onepass",
         "triton",
     )
-    assert pdl.LAUNCH_PDL and attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION
+    assert attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION
+    assert not pdl.LAUNCH_PDL  # asked for, but no CUDA device: a note (above), not taken
+
+
+def test_auto_takes_pdl_and_the_fold_where_the_run_can(monkeypatch):
+    """``auto`` (the default): both on with the Triton kernels on a GPU of compute capability
+    9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a path asked
+    for explicitly is kept (or, where it cannot run, off)."""
+    auto = RunnerConfig(device="cuda")
+    assert (auto.pdl, auto.rope_in_attention) == (None, None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
+    assert hopper == {
+        "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": True, "rope_in_attention": True,
+    }  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    ampere = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
+    assert (ampere["pdl"], ampere["rope_in_attention"]) == (False, True)
+    assert kernel_paths.kernel_path_notes(auto, "triton", is_cuda=True) == []  # auto: no note
+    assert kernel_paths.resolved_paths(auto, "torch", is_cuda=True) == kernel_paths.OFF
+    cpu = kernel_paths.resolved_paths(RunnerConfig(device="cpu"), "triton", is_cuda=False)
+    assert (cpu["pdl"], cpu["rope_in_attention"]) == (False, False)
+    off = RunnerConfig(device="cuda", pdl=False, rope_in_attention=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert kernel_paths.resolved_paths(off, "triton", is_cuda=True) == kernel_paths.OFF
+    assert kernel_paths.kernel_path_notes(off, "torch", is_cuda=True) == []  # off asks nothing
+
+
+def test_auto_and_booleans_are_the_scenario_spellings(tmp_path):
+    """``runner.pdl: auto | true | false``; anything else is one line naming the field."""
+    result, db = _run(tmp_path, "runner.pdl=sometimes")
+    assert result.exit_code == 2 and "runner.pdl" in result.output, result.output
+    assert "'auto', true or false" in result.output and not db.exists()

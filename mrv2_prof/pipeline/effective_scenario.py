@@ -2,9 +2,9 @@
 
 ``runs.scenario_given_yaml`` keeps the scenario as given (the file plus ``--set``);
 ``runs.scenario_yaml`` the scenario as run: the database it was written to (``--db``), and every
-value the runner resolved or downgraded — the device, dtype, kernel set, UVA, the CUDA graph
-mode and capture sizes that were captured, the KV blocks, the ``max_model_len`` ``auto`` took —
-and the probes that could record on
+value the runner resolved or downgraded — the device, dtype, kernel set, UVA, the decode kernel
+paths (``auto`` resolved), the CUDA graph mode and capture sizes that were captured, the KV
+blocks, the ``max_model_len`` ``auto`` took — and the probes that could record on
 that device. Running the stored ``scenario_yaml`` again asks for exactly what ran (a round trip:
 ``as_run`` of it changes nothing). Auto capture sizes that the workload bounded stay ``auto``: a
 list cannot say that FULL graphs stop below PIECEWISE ones, and a re-run of the same workload
@@ -43,9 +43,11 @@ def as_run(
     nvtx: bool,
     max_model_len: int | None = None,
     bounded_by_workload: bool = False,
+    kernel_paths: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``given`` (a scenario's ``model_dump``) with what the run resolved (``max_model_len``:
-    the length ``auto`` resolved to, when given)."""
+    the length ``auto`` resolved to, when given; ``kernel_paths``: the decode paths taken,
+    ``runner/worker/kernel_paths.resolved_paths``)."""
     s = copy.deepcopy(given)
     s.setdefault("store", {})["db"] = db_path
     runner = s.setdefault("runner", {})
@@ -59,6 +61,7 @@ def as_run(
     runner["num_kv_blocks"] = int(num_kv_blocks)
     if max_model_len is not None:
         runner["max_model_len"] = int(max_model_len)
+    runner.update(kernel_paths or {})
     s.setdefault("model", {})["dtype"] = dtype
     probes = s.setdefault("probes", {})
     if runner["device"] == "cpu":
@@ -90,4 +93,5 @@ def engine_as_run(given: dict[str, Any], db_path: str, engine: Any, nvtx: bool) 
         nvtx=nvtx,
         max_model_len=engine.config.max_model_len,
         bounded_by_workload=plan.bounded_by_workload,
+        kernel_paths=getattr(runner, "kernel_paths", None),
     )

@@ -285,8 +285,10 @@ class RunnerConfig:
     # the Triton bundle's decode paths (worker/kernel_paths.py; docs/roofline.md)
     decode_gemv: DecodeGemv = "plain"  # batch-1 projections
     decode_gemm: DecodeGemm = "cublas"  # projections of 2-256 rows
-    pdl: bool = False  # programmatic dependent launch of the decode kernels (Hopper+)
-    rope_in_attention: bool = False  # decode attention does QK-norm + RoPE + KV write
+    # None (auto): on where the run can take it (kernel_paths.resolved_paths; measured in
+    # benchmarks/RESULTS.md, "Closer to the limit")
+    pdl: bool | None = setting(None, auto=True)  # programmatic dependent launch (Hopper+)
+    rope_in_attention: bool | None = setting(None, auto=True)  # decode attention does RoPE + KV
     async_scheduling: bool = True
     staged_writes: bool = True
     uva: bool = True

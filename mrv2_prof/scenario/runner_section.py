@@ -61,7 +61,11 @@ class RunnerSection(_RunnerFields):
     @field_validator(*AUTO_FIELDS, mode="before")
     @classmethod
     def _auto_or_in_bounds(cls, v: Any, info: ValidationInfo) -> Any:
-        bounds, is_list = _bounds(info.field_name), _item_type(info.field_name)[1]
+        bounds, (item, is_list) = _bounds(info.field_name), _item_type(info.field_name)
+        if item is bool:  # a switch that auto turns on where the run can take it
+            if v != "auto" and type(v) is not bool:
+                raise ValueError(f"must be 'auto', true or false, got {shown(v)}")
+            return v
         items = v if is_list and isinstance(v, list) else [v]
         ok = isinstance(v, list) == is_list and all(
             type(x) is int and bounds.problem(x) is None for x in items

@@ -103,7 +103,7 @@ def test_gpu_strict_fails_the_step_that_compiled():
         engine.close()
 
 
-PATHS = [  # the decode paths off by default (runner/worker/kernel_paths.py), all on
+PATHS = [  # every decode path on (the defaults: PDL and the fold auto, on an H200)
     "runner.decode_gemv=fused_onepass", "runner.decode_gemm=triton", "runner.pdl=true",
     "runner.rope_in_attention=true",
 ]  # fmt: skip
@@ -112,7 +112,7 @@ PATHS = [  # the decode paths off by default (runner/worker/kernel_paths.py), al
 @pytest.mark.parametrize("paths", [[], PATHS], ids=["default-paths", "all-decode-paths"])
 def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path, paths):
     """decode_heavy at length on llama-tiny, with the default decode paths and with every
-    path that is off by default switched on (their kernels' variants warmed too)."""
+    path switched on (their kernels' variants warmed too)."""
     db = tmp_path / "runs.duckdb"
     args = ["run", str(ROOT / "scenarios/decode_heavy.yaml"), "--headless", "--db", str(db)]
     for s in ("model.preset=llama-tiny", "runner.num_kv_blocks=4096", "workload.num_requests=24",

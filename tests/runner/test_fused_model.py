@@ -169,7 +169,7 @@ def test_triton_model_gives_the_torch_logits(make_hf_checkpoint, tmp_path, arch)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
-DECODE_PATHS = {  # every decode path that is off by default (runner/worker/kernel_paths.py)
+DECODE_PATHS = {  # every decode path on, auto or not (runner/worker/kernel_paths.py)
     "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
     "rope_in_attention": True,
 }  # fmt: skip
@@ -285,8 +285,8 @@ def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
 def test_gpu_triton_model_gives_torch_tokens_in_every_mode(paths):
     """fp32 llama-tiny, a seeded workload with chunked prefill, preemption and aborts: the Triton
     set (fused model ops included) gives the torch set's tokens eagerly and under FULL,
-    PIECEWISE and both kinds of graphs; with the default decode paths and with every path that
-    is off by default switched on."""
+    PIECEWISE and both kinds of graphs; with the default decode paths and with every path
+    switched on."""
     _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
     for mode in ("none", "full", "piecewise", "full_and_piecewise"):
         engine, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode, **paths)

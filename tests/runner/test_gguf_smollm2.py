@@ -267,7 +267,7 @@ def near_tie_divergences(exact, prompts, reference, got) -> tuple[int, float, li
     return flips, worst, prefixes
 
 
-DECODE_PATHS = {  # every decode path that is off by default (runner/worker/kernel_paths.py)
+DECODE_PATHS = {  # every decode path on, auto or not (runner/worker/kernel_paths.py)
     "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
     "rope_in_attention": True,
 }  # fmt: skip
@@ -281,7 +281,7 @@ def test_triton_kernels_under_full_cuda_graphs_give_the_torch_paths_tokens(path,
     graph each) against the torch kernels run eagerly. They round differently, so a prompt may
     diverge, but only at a near-tie of the float32 logits (``near_tie_divergences``); the torch
     path against transformers' bf16 ``generate`` by the same rule; with the default decode paths
-    and with every path that is off by default switched on. (Measured on an H200: two
+    and with every path switched on. (Measured on an H200: two
     prompts of four diverged between the kernel sets, at tokens 8 and 23, and three between the
     torch path and transformers, at tokens 5, 8 and 10; every gap under 0.1.)"""
     reference, _ = engine_greedy(prompts, "cuda")

@@ -64,7 +64,7 @@ def _serve(config: RunnerConfig) -> list[tuple[list[int], list]]:
 def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold):
     monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
     config = dataclasses.replace(CONFIG, decode_gemv=decode_gemv, rope_in_attention=fold)
-    without = _serve(config)
+    without = _serve(dataclasses.replace(config, pdl=False))  # auto (the default) takes it
     with_pdl = _serve(dataclasses.replace(config, pdl=True))
     assert [len(t) for t, _ in with_pdl] == [24] * 5
     assert with_pdl == without

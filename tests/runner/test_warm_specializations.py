@@ -149,8 +149,7 @@ def test_ngram_speculation_launches_nothing_new(monkeypatch):
 @pytest.mark.parametrize("decode_gemv", ["plain", "fused_onepass"])
 def test_the_kernels_off_until_measured_launch_nothing_new_either(monkeypatch, decode_gemv):
     """With the batch-1 GEMV's one-pass fused path, RoPE folded into decode attention and the
-    decode GEMM switched on by the runner's settings (each off by default until measured on
-    the GPU): a prompt of 21
+    decode GEMM switched on by the runner's settings (not the defaults on the CPU): a prompt of 21
     tokens alone (a row count of the GEMM's 17-32 class, which no other warm-up shape of an
     80-token budget has), then a greedy wave of three (decode batches of 3, 2 and 1), launch
     nothing the warm-up did not, and the calibration sees both new kernels."""

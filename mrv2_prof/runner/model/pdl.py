@@ -27,9 +27,9 @@ sm_90 on the CPU, no GPU needed), and a GPU test checks that a PDL-launched deco
 same output as the ordinary launches.
 
 ``LAUNCH_PDL`` (set from the ``runner.pdl`` setting when a runner is built:
-``runner/worker/kernel_paths.py``) is off by default until ``benchmarks/decode_roofline.py
---pdl off --pdl on`` measures it. It is read at each launch, so it must be set before a CUDA
-graph is captured.
+``runner/worker/kernel_paths.py``; ``auto`` by default, on from compute capability 9.0, where
+``benchmarks/decode_roofline.py`` measured it faster at every preset). It is read at each
+launch, so it must be set before a CUDA graph is captured.
 The interpreter and GPUs before compute capability 9.0 launch as ever.
 """
 

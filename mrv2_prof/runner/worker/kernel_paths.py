@@ -9,26 +9,45 @@ Each is a switch the model's kernel modules read at every call (``projections_tr
 is built, before its warm-up and graph capture, and the as-run scenario records what the run
 used. They are process-wide: the runner built last sets them (one engine runs at a time).
 
-``kernel_path_notes``: a path the run cannot take, one note each (``strict`` refuses it): any
-of them with the torch kernels (the model's torch ops have none of them), and PDL without a
-GPU of compute capability 9.0 or more (the kernels then launch as ever).
+``pdl`` and ``rope_in_attention`` default to ``auto`` (None): on where the run can take them
+(``resolved_paths``: the Triton kernels on a CUDA device, PDL from compute capability 9.0), as
+the H200 measured both faster at every preset (benchmarks/RESULTS.md, "Closer to the limit").
+``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults: the alternatives lost there
+except the one-pass GEMV on the smallest model.
+
+``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
+refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
+PDL without a GPU of compute capability 9.0 or more (the kernels then launch as ever). An
+``auto`` path the run cannot take is simply off, with no note.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 
 from mrv2_prof.runner.config import RunnerConfig
 
 PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention")
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunnerConfig) if f.name in PATHS}
+OFF = {"decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False}
 
 
-def chosen(config: RunnerConfig) -> dict[str, object]:
-    """The config's four paths, by setting name."""
-    return {name: getattr(config, name) for name in PATHS}
+def _pdl_capable(is_cuda: bool) -> bool:
+    return is_cuda and torch.cuda.get_device_capability()[0] >= 9
+
+
+def resolved_paths(config: RunnerConfig, kernels: str, is_cuda: bool) -> dict[str, object]:
+    """The four paths this run takes, by setting name: ``auto`` (None) resolved, and every path
+    off with the torch kernels (the model's torch ops have none of them)."""
+    if kernels != "triton":
+        return dict(OFF)
+    paths = {name: getattr(config, name) for name in PATHS}
+    if paths["pdl"] is None:
+        paths["pdl"] = _pdl_capable(is_cuda)
+    elif paths["pdl"] and not _pdl_capable(is_cuda):
+        paths["pdl"] = False  # a note says why (kernel_path_notes)
+    if paths["rope_in_attention"] is None:
+        paths["rope_in_attention"] = is_cuda
+    return paths
 
 
 def _yaml(value: object) -> str:
@@ -37,14 +56,17 @@ def _yaml(value: object) -> str:
 
 
 def kernel_path_notes(config: RunnerConfig, kernels: str, is_cuda: bool) -> list[str]:
-    """The paths of ``config`` this run cannot take with ``kernels`` on its device."""
-    changed = [f"{k}: {_yaml(v)}" for k, v in chosen(config).items() if v != DEFAULTS[k]]
-    if changed and kernels != "triton":
+    """The paths ``config`` asks for (not ``auto``) that this run cannot take with ``kernels``
+    on its device."""
+    asked = [
+        f"{k}: {_yaml(v)}" for k in PATHS if (v := getattr(config, k)) is not None and v != OFF[k]
+    ]
+    if asked and kernels != "triton":
         return [
-            f"runner.{changed[0].split(':')[0]}: the decode paths ({', '.join(changed)}) are the "
+            f"runner.{asked[0].split(':')[0]}: the decode paths ({', '.join(asked)}) are the "
             "Triton kernels'; the torch ops run"
         ]
-    if config.pdl and is_cuda and torch.cuda.get_device_capability()[0] < 9:
+    if config.pdl and is_cuda and not _pdl_capable(is_cuda):
         major, minor = torch.cuda.get_device_capability()
         return [
             f"runner.pdl: programmatic dependent launch needs compute capability 9.0 or more, "
@@ -55,13 +77,11 @@ def kernel_path_notes(config: RunnerConfig, kernels: str, is_cuda: bool) -> list
     return []
 
 
-def apply_kernel_paths(config: RunnerConfig, kernels: str) -> None:
-    """Set the model kernel modules' switches to the config's paths (Triton bundle only)."""
-    if kernels != "triton":
-        return
+def apply_kernel_paths(paths: dict[str, object]) -> None:
+    """Set the model kernel modules' switches to the run's paths (``resolved_paths``)."""
     from mrv2_prof.runner.model import attention_decode_rope_triton, pdl, projections_triton
 
-    projections_triton.DECODE_GEMV = config.decode_gemv
-    projections_triton.DECODE_GEMM = config.decode_gemm
-    pdl.LAUNCH_PDL = config.pdl
-    attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = config.rope_in_attention
+    projections_triton.DECODE_GEMV = paths["decode_gemv"]
+    projections_triton.DECODE_GEMM = paths["decode_gemm"]
+    pdl.LAUNCH_PDL = paths["pdl"]
+    attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]

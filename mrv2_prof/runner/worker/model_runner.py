@@ -40,7 +40,7 @@ from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers
-from mrv2_prof.runner.worker.kernel_paths import apply_kernel_paths
+from mrv2_prof.runner.worker.kernel_paths import apply_kernel_paths, resolved_paths
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_planned, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates
@@ -160,7 +160,10 @@ class ModelRunner:
             self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
         unsupported = unsupported_switches(c, self.kernels.name, kernels_note, self.is_cuda)
         self.uva = c.uva and self.kernels.name == "triton"
-        apply_kernel_paths(c, self.kernels.name)
+        # the decode paths this run takes (auto resolved), recorded in the as-run scenario
+        self.kernel_paths = resolved_paths(c, self.kernels.name, self.is_cuda)
+        if self.kernels.name == "triton":
+            apply_kernel_paths(self.kernel_paths)
         if unsupported and c.strict:
             raise ConfigError(f"{unsupported[0]} (strict: true)")
         self.info.notes.extend(unsupported)
