@@ -58,7 +58,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import projections_triton
+from mrv2_prof.runner.model import attention_split_kv_triton, projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -208,7 +208,7 @@ def rooflines(r: dict, bandwidth: float, peak: float | None) -> dict:
 def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -> list[dict]:
     """One engine of ``preset`` (``paths``: its ``runner.decode_gemv`` etc.), every batch size."""
     cuda = torch.cuda.is_available() and not args.cpu_smoke
-    max_model_len = args.prompt_len + args.output_len + 1
+    max_model_len = args.max_model_len or args.prompt_len + args.output_len + 1
     seqs = max(args.batches)
     config = RunnerConfig(
         device="cuda" if cuda else "cpu",
@@ -326,15 +326,16 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split")
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm]`` -> (decode GEMV mode, the extras switched on, in order)."""
+    """``MODE[+pdl][+fold][+gemm][+split]`` -> (decode GEMV mode, the extras switched on, in
+    order). ``split``: split-KV decode attention's policy on (``SPLIT_KV_ENABLED``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or set(extras) - set(VARIANT_EXTRAS):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     return mode, tuple(e for e in VARIANT_EXTRAS if e in extras)
@@ -352,6 +353,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256])
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the engine's max_model_len (default: prompt + output + 1); the split-KV policy "
+        "reads its split count from this bound, not from the batch's own contexts",
+    )
     ap.add_argument("--trace-steps", type=int, default=5, help="steps in the profiler window")
     ap.add_argument("--bandwidth-gib", type=float, default=4.0, help="size of the summed tensor")
     ap.add_argument("--cpu-smoke", action="store_true", help="llama-tiny on the CPU, tiny sizes")
@@ -404,11 +412,17 @@ def main() -> None:
                 "rope_in_attention": "fold" in extras,
             }
             path = "+".join((mode, *extras))
-            rows += [{**r, "decode_gemv": path} for r in run_preset(preset, args, bandwidth, paths)]
+            attention_split_kv_triton.SPLIT_KV_ENABLED = "split" in extras  # a module switch
+            try:
+                found = run_preset(preset, args, bandwidth, paths)
+            finally:
+                attention_split_kv_triton.SPLIT_KV_ENABLED = False
+            rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {
         "read_bytes_per_s": bandwidth,
         "prompt_len": args.prompt_len,
+        "max_model_len": args.max_model_len,  # None: prompt + output + 1
         "output_len": args.output_len,
         "trace_steps": args.trace_steps,
     }
