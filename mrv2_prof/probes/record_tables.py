@@ -36,7 +36,7 @@ class Handoff:
 
     raw: dict[str, dict[str, np.ndarray]]  # table -> column -> interned / numeric values
     step_tokens: list[tuple[list[str], list[int], int, list[int]]]  # ``step_tokens()`` calls
-    captures: list[tuple[str, str, int, float, int]]
+    captures: list[tuple[str, str, int, float, int, int]]
     # what happened to requests since the last swap, in order: (ARRIVED, req, arrival_ns,
     # prompt_tokens), (FIRST_TOKEN, req, t_ns), (FINISHED, req); interned ids
     request_events: list[tuple[int, ...]] = field(default_factory=list)
@@ -59,7 +59,7 @@ class RecordTables:
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
         self._request_events: list[tuple[int, ...]] = []  # ``Handoff.request_events``
-        self.captures: list[tuple[str, str, int, float, int]] = []  # start-up only, few
+        self.captures: list[tuple[str, str, int, float, int, int]] = []  # start-up only, few
 
     def _buffer(
         self,

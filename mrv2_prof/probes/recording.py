@@ -268,7 +268,8 @@ class RecordingProbe(RecordTables, Probe):
     def graph_capture(
         self, key: str, mode: str, num_tokens: int, capture_s: float, mem_bytes: int
     ) -> None:
-        self.captures.append((key, mode, num_tokens, capture_s, mem_bytes))
+        # the step that captured it (on first use), -1 at start-up as in ``compiles``
+        self.captures.append((key, mode, num_tokens, capture_s, mem_bytes, self.step))
 
     def sync(self, kind: str, site: str, blocked_ns: int, t_ns: int = -1) -> None:
         b = self.syncs

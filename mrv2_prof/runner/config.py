@@ -27,6 +27,7 @@ Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
 DecodeGemv = Literal["plain", "fused", "fused_onepass", "off"]  # projections_triton.DECODE_GEMV
 DecodeGemm = Literal["cublas", "triton"]  # projections_triton.DECODE_GEMM
+PiecewiseCapture = Literal["startup", "first_use"]
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
 
 
@@ -294,6 +295,9 @@ class RunnerConfig:
     uva: bool = True
     cudagraph_mode: CudagraphMode = "full_and_piecewise"
     full_step_graph: bool = True  # a FULL decode step's input build and sampling in graphs too
+    # startup: every PIECEWISE size captured before the first step (vLLM); first_use: each by the
+    # first step that needs it, its capture recorded on that step (cudagraph_manager.py)
+    piecewise_capture: PiecewiseCapture = "startup"
     # None: vLLM's default sizes, bounded by the workload (``plan_graphs``)
     cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
     tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)

@@ -10,11 +10,11 @@ docs/architecture.md ("Store contract").
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # Version 1 lacked the columns marked v2, version 2 the columns and tables marked v3, version 3
 # those marked v4, version 4 those marked v5, version 5 those marked v6, version 6 those marked
-# v7, version 7 those marked v8; a writable open of such a file adds them (``upgrade_ddl``), a
-# read-only one shows them as NULL (``store.opening``).
+# v7, version 7 those marked v8, version 8 those marked v9; a writable open of such a file adds
+# them (``upgrade_ddl``), a read-only one shows them as NULL (``store.opening``).
 
 RUN_STATUSES = ("running", "completed", "failed", "aborted")
 FINISH_STATUSES = ("completed", "failed", "aborted")
@@ -112,6 +112,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("num_tokens", "INTEGER"),
         ("capture_s", "DOUBLE"),
         ("mem_bytes", "BIGINT"),
+        ("step", "BIGINT"),  # v9: the step that captured it on first use; -1: at start-up
     ],
     "staged_writes": [
         ("run_id", "VARCHAR"),

@@ -56,7 +56,7 @@ COLUMNS = {
         "req_id", "arrival_ns", "first_token_ns", "finish_ns", "prompt_tokens", "output_tokens",
         "num_preemptions", "finish_reason", "cached_tokens",
     ],
-    "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes"],
+    "graph_captures": ["key", "mode", "num_tokens", "capture_s", "mem_bytes", "step"],
     "copies": ["step", "direction", "bytes", "pinned", "contiguous", "non_blocking", "host_ns"],
     "rank_steps": ["rank", "step", "start_ns", "end_ns", "comm_ns"],
     "spec_verifies": ["step", "req_id", "num_draft_tokens", "num_accepted_tokens"],
@@ -230,7 +230,9 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
     for row in s.want["rank_steps"]:  # the tensor-parallel ranks' step rows, at the close
         p.rank_step(*row)
     p.graph_capture("full:8", "full", 8, 0.25, 1 << 33)
-    p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)
+    p.graph_capture("piecewise:16", "piecewise", 16, 1.5, 0)  # as if captured on first use
+    capture_step = p.step  # the step that was running (-1 before the first)
+    assert capture_step >= 0
     p.request_finish("a", 6000, 3, 1, "length", 4)
     p.request_finish("b", 6001, 2, 0, "stop", 0)
     p.request_finish("c", -1, 0, 0, None, -1)
@@ -245,8 +247,8 @@ def run_script(p: RecordingProbe, clock: FakeClock) -> Scripted:
         ("none", 50, 5000, 6003, 1, 3, 0, "length", 0),
     ]
     s.want["graph_captures"] = [
-        ("full:8", "full", 8, 0.25, 1 << 33),
-        ("piecewise:16", "piecewise", 16, 1.5, 0),
+        ("full:8", "full", 8, 0.25, 1 << 33, capture_step),
+        ("piecewise:16", "piecewise", 16, 1.5, 0, capture_step),
     ]
     return s
 

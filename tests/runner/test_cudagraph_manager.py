@@ -182,3 +182,42 @@ def test_dispatch_reasons_when_a_mode_is_missing():
     assert (d.mode, d.reason, d.requested) == ("none", "mode none requested", "none")
     cpu, _, _ = captured(plan_graphs(cfg(), "torch", False))
     assert cpu.dispatch(desc(1)).reason == "CUDA graphs need a CUDA device; running eagerly"
+
+
+def test_first_use_captures_each_piecewise_size_on_the_step_that_needs_it():
+    """``runner.piecewise_capture: first_use``: start-up captures the FULL sizes only; the first
+    step needing a PIECEWISE size is dispatched to it with ``capture_first`` and a reason that
+    says so; after ``capture_first_use`` the same shape replays it with the plain reason, and
+    a smaller shape that rounds up to the same size needs no capture either."""
+    plan = plan_graphs(cfg(piecewise_capture="first_use"), "triton", is_cuda=True)
+    assert plan.piecewise_on_first_use and plan.piecewise_sizes == (1, 2, 4, 8, 16, 24, 32)
+    manager, backend, seen = captured(plan)
+    assert backend.order == [("full", s) for s in (16, 8, 4, 2, 1)]  # no PIECEWISE at start-up
+    assert manager.piecewise_keys == []
+    d = manager.dispatch(desc(7, 1, 1))
+    assert (d.mode, d.key, d.capture_first) == ("piecewise", 16, True)
+    assert d.reason == "mixed prefill/decode batch; PIECEWISE 16 captured on first use, this step"
+    record = manager.capture_first_use(backend, d)
+    assert backend.order[-1] == ("piecewise", 16) and manager.piecewise_keys == [16]
+    assert (record.key, record.on_first_use, record.mem_bytes) == ("piecewise:16", True, 16 * 1024)
+    assert manager.captures[-1] is record and len(manager.captures) == 6
+    again = manager.dispatch(desc(7, 1, 1))  # the memoised decision was forgotten
+    assert (again.mode, again.key, again.capture_first) == ("piecewise", 16, False)
+    assert again.reason == "mixed prefill/decode batch"
+    assert not manager.dispatch(desc(5, 4, 1)).capture_first  # 10 tokens: also size 16
+    assert manager.dispatch(desc(30, 1, 1)).capture_first  # 32: not yet
+    beyond = manager.dispatch(desc(200, 1))
+    assert (beyond.mode, beyond.reason) == ("none", "num_tokens 201 > largest capture size 32")
+    assert manager.dispatch(desc(1, 1, 1)).mode == "full"  # decode batches: FULL as ever
+
+
+def test_first_use_is_startup_capture_with_more_than_one_rank():
+    plan = plan_graphs(cfg(piecewise_capture="first_use", tensor_parallel_size=2), "triton", True)
+    assert not plan.piecewise_on_first_use
+    want = "runner.piecewise_capture: first_use needs one rank"
+    assert any(n.startswith(want) for n in plan.notes)
+    with pytest.raises(ConfigError, match=r"runner\.piecewise_capture.*strict: true"):
+        plan_graphs(
+            cfg(piecewise_capture="first_use", tensor_parallel_size=2, strict=True), "triton", True
+        )
+    assert plan_graphs(cfg(), "triton", True).piecewise_on_first_use is False  # the default

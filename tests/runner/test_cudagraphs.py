@@ -263,3 +263,55 @@ def test_prompt_logprobs_with_graphs_equal_eager_fp32():
         for got, want in zip(out["full_and_piecewise"][rid], out["none"][rid], strict=True):
             assert [t for t, _ in got] == [t for t, _ in want]
             assert [lp for _, lp in got] == pytest.approx([lp for _, lp in want], abs=1e-5)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_piecewise_graphs_captured_on_first_use_give_the_eager_tokens_fp32(async_scheduling):
+    """``runner.piecewise_capture: first_use`` through the randomized workload: each PIECEWISE
+    size is captured once, by the step that first needs it (between that step's input build
+    and its forward pass), replayed by that step and later ones, and the tokens are the eager
+    ones."""
+    common = dict(kernels="triton", async_scheduling=async_scheduling)
+    _, eager = run_drive("cuda", "float32", cudagraph_mode="none", **common)
+    engine, out = run_drive(
+        "cuda", "float32", cudagraph_mode="full_and_piecewise", piecewise_capture="first_use",
+        **common,
+    )  # fmt: skip
+    graphs = engine.runner.graphs
+    first = [r for r in graphs.captures if r.on_first_use]
+    assert first and {r.mode for r in first} == {"piecewise"}
+    assert not [r for r in graphs.captures if r.mode == "piecewise" and not r.on_first_use]
+    assert len({r.key for r in first}) == len(first)  # each size once
+    assert all(graphs.replays.get(r.replay_key, 0) >= 1 for r in first)
+    assert_same_tokens(out, eager)
+
+
+def test_a_first_use_capture_is_recorded_on_its_step(tmp_path):
+    """The CLI run: the capture's ``graph_captures`` row carries the step that captured it, that
+    step's dispatch reason says so, later steps of the same size replay it with the plain
+    reason, and the start-up capture time (``runs.info.capture_s``) holds FULL graphs only."""
+    db, run_id = run_scenario(
+        tmp_path, "prefill_heavy", "runner.max_num_seqs=256", "runner.max_num_batched_tokens=512",
+        "workload.num_requests=6", "workload.prompt_len.min=600", "workload.prompt_len.max=900",
+        "runner.piecewise_capture=first_use",
+    )  # fmt: skip
+    captures = query(
+        db, "SELECT key, mode, step, capture_s FROM graph_captures WHERE run_id = ?", run_id
+    )
+    first = [c for c in captures if c[2] >= 0]
+    assert first and all(c[1] == "piecewise" for c in first)
+    assert all(c[1] == "full" for c in captures if c[2] < 0)
+    rows = query(
+        db, "SELECT step, mode, padded_tokens, reason FROM graph_dispatch WHERE run_id = ? "
+        "ORDER BY step", run_id,
+    )  # fmt: skip
+    by_step = {r[0]: r for r in rows}
+    for key, _, step, _ in first:
+        size = int(key.split(":")[1])
+        assert by_step[step][1:3] == ("piecewise", size)
+        assert by_step[step][3].endswith(f"PIECEWISE {size} captured on first use, this step")
+        later = [r for r in rows if r[0] > step and r[1] == "piecewise" and r[2] == size]
+        assert all("first use" not in r[3] for r in later)
+    info = json.loads(query(db, "SELECT info FROM runs WHERE run_id = ?", run_id)[0][0])
+    startup = sum(c[3] for c in captures if c[2] < 0)
+    assert info["capture_s"] >= startup > 0

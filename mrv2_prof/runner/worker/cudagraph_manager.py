@@ -78,6 +78,7 @@ class Decision:
     padded_tokens: int  # key, or num_tokens when eager
     reason: str
     query_len: int = 1  # a FULL verify graph's 1 + k (1: a decode graph)
+    capture_first: bool = False  # a PIECEWISE key planned for first use, not captured yet
 
     @property
     def hit(self) -> bool:
@@ -92,6 +93,7 @@ class CaptureRecord:
     capture_s: float
     mem_bytes: int  # growth of the graph memory pool's reserved bytes
     query_len: int = 1  # a FULL verify graph's 1 + k (num_tokens = batch size x query_len)
+    on_first_use: bool = False  # captured by the step that first needed it, not at start-up
 
     @property
     def replay_key(self) -> tuple:
@@ -135,43 +137,66 @@ class CudaGraphManager:
     # (batch, needs_hidden, verify, padded) -> its decision: a pure function of them and of what
     # was captured, so a steady run decides each shape once (cleared by ``capture``)
     _decided: dict[tuple, Decision] = field(default_factory=dict, repr=False)
+    _pool: object = field(default=None, repr=False)  # the graphs' shared memory pool
 
     def capture(
         self, backend: GraphBackend, on_capture: Callable[[CaptureRecord], None] | None = None
     ) -> float:
-        """Capture every planned key, largest first, into one shared pool. Returns seconds."""
+        """Capture every planned key, largest first, into one shared pool (PIECEWISE keys
+        planned for first use are left to ``capture_first_use``). Returns seconds."""
         t_start = time.perf_counter()
         self.forget_decisions()
-        pool = backend.new_pool()
+        self._pool = pool = backend.new_pool()
         jobs = [(FULL, s, 1) for s in self.plan.full_sizes]
         jobs += [(FULL, s, q) for s, q in self.plan.verify_shapes]
-        jobs += [(PIECEWISE, s, 1) for s in self.plan.piecewise_sizes]
+        if not self.plan.piecewise_on_first_use:
+            jobs += [(PIECEWISE, s, 1) for s in self.plan.piecewise_sizes]
         for mode, size, q in sorted(jobs, key=lambda j: (j[0] != FULL, -j[1] * j[2], -j[2])):
-            before = backend.memory_reserved()
-            t0 = time.perf_counter()
-            if q > 1:
-                backend.capture_verify(size, q, pool)
-            elif mode == FULL:
-                backend.capture_full(size, pool)
-            else:
-                backend.capture_piecewise(size, pool)
-            backend.synchronize()
-            record = CaptureRecord(
-                f"{mode}:{size}" if q == 1 else f"{mode}:{size}x{q}",
-                mode,
-                size * q,
-                time.perf_counter() - t0,
-                backend.memory_reserved() - before,
-                q,
-            )
-            self.captures.append(record)
-            if q > 1:
-                bisect.insort(self.verify_keys.setdefault(q, []), size)
-            else:
-                bisect.insort(self.full_keys if mode == FULL else self.piecewise_keys, size)
+            record = self._capture_one(backend, mode, size, q, pool)
             if on_capture is not None:
                 on_capture(record)
         return time.perf_counter() - t_start
+
+    def capture_first_use(
+        self, backend: GraphBackend, decision: Decision, on_capture=None
+    ) -> CaptureRecord:
+        """Capture the PIECEWISE key a step was dispatched to before its first replay
+        (``Decision.capture_first``), into the start-up graphs' pool; later dispatches of that
+        size replay it."""
+        assert decision.capture_first and decision.mode == PIECEWISE, decision
+        record = self._capture_one(backend, PIECEWISE, decision.key, 1, self._pool, True)
+        self.forget_decisions()
+        if on_capture is not None:
+            on_capture(record)
+        return record
+
+    def _capture_one(
+        self, backend: GraphBackend, mode: str, size: int, q: int, pool, first_use: bool = False
+    ) -> CaptureRecord:
+        before = backend.memory_reserved()
+        t0 = time.perf_counter()
+        if q > 1:
+            backend.capture_verify(size, q, pool)
+        elif mode == FULL:
+            backend.capture_full(size, pool)
+        else:
+            backend.capture_piecewise(size, pool)
+        backend.synchronize()
+        record = CaptureRecord(
+            f"{mode}:{size}" if q == 1 else f"{mode}:{size}x{q}",
+            mode,
+            size * q,
+            time.perf_counter() - t0,
+            backend.memory_reserved() - before,
+            q,
+            first_use,
+        )
+        self.captures.append(record)
+        if q > 1:
+            bisect.insort(self.verify_keys.setdefault(q, []), size)
+        else:
+            bisect.insort(self.full_keys if mode == FULL else self.piecewise_keys, size)
+        return record
 
     def forget_decisions(self) -> None:
         """Drop the memoised dispatch decisions: for a caller that changes the captured keys
@@ -229,16 +254,27 @@ class CudaGraphManager:
         if why_not_full is None:
             key = self.full_keys[bisect.bisect_left(self.full_keys, n)]
             return Decision(requested, FULL, key, n, key, f"uniform decode, {n} → {key}")
-        if self.piecewise_keys and n <= self.piecewise_keys[-1]:
-            key = self.piecewise_keys[bisect.bisect_left(self.piecewise_keys, n)]
-            return Decision(requested, PIECEWISE, key, n, key, why_not_full)
-        if self.piecewise_keys:
-            reason = f"num_tokens {n} > largest capture size {self.piecewise_keys[-1]}"
+        sizes = self._piecewise_sizes()
+        if sizes and n <= sizes[-1]:
+            key = sizes[bisect.bisect_left(sizes, n)]
+            if key in self.piecewise_keys:
+                return Decision(requested, PIECEWISE, key, n, key, why_not_full)
+            reason = f"{why_not_full}; PIECEWISE {key} captured on first use, this step"
+            return Decision(requested, PIECEWISE, key, n, key, reason, capture_first=True)
+        if sizes:
+            reason = f"num_tokens {n} > largest capture size {sizes[-1]}"
         elif not self.full_keys:
             reason = self.plan.none_reason
         else:
             reason = f"{why_not_full}; no piecewise graphs"
         return Decision(requested, NONE, None, n, n, reason)
+
+    def _piecewise_sizes(self) -> list[int] | tuple[int, ...]:
+        """The PIECEWISE sizes a step can be dispatched to: every planned one when they are
+        captured on first use, else those captured."""
+        if self.plan.piecewise_on_first_use:
+            return self.plan.piecewise_sizes
+        return self.piecewise_keys
 
     def _verify(self, batch: BatchDescriptor) -> tuple[str | None, Decision | None]:
         """A verify step: FULL when every request verifies the same k and a verify graph of

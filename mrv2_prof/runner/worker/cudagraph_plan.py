@@ -43,6 +43,9 @@ class GraphPlan:
     # auto sizes the workload bounded: no list of sizes asks for them again (the scenario as run
     # keeps "auto", which bounds a re-run of the same workload alike)
     bounded_by_workload: bool = False
+    # ``runner.piecewise_capture: first_use``: PIECEWISE sizes are captured by the first step that
+    # needs each (``CudaGraphManager.capture_first_use``), not at start-up
+    piecewise_on_first_use: bool = False
 
 
 def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
@@ -90,9 +93,19 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
         full, piecewise, note = _bound_by_workload(config, full, piecewise, len(verify))
         verify = _verify_shapes(config, full)
         notes += [note] if note else []
+    first_use = bool(piecewise) and config.piecewise_capture == "first_use"
+    if first_use and config.tensor_parallel_size > 1:
+        first_use = False
+        notes.append(
+            "runner.piecewise_capture: first_use needs one rank (the ranks would capture apart); "
+            "PIECEWISE graphs captured at start-up"
+        )
+        if config.strict:
+            raise ConfigError(f"{notes[-1]} (strict: true)")
     return GraphPlan(
-        requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify), bool(note)
-    )
+        requested, tuple(full), tuple(piecewise), tuple(notes), reason, tuple(verify), bool(note),
+        first_use,
+    )  # fmt: skip
 
 
 def _verify_shapes(config: RunnerConfig, full: list[int]) -> list[tuple[int, int]]:

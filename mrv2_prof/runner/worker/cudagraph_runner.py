@@ -177,9 +177,14 @@ class GraphRunner(GraphBackend):
         self.full_graphs[(size, query_len)] = _capture(body, pool)
 
     def capture_piecewise(self, size: int, pool) -> None:
+        """The segments of ``size`` tokens. Captured on first use, it runs inside a step whose
+        inputs are already in the shared buffers: their slots are put back after (the capture
+        writes no KV and only reads the token ids and positions)."""
+        slots = self.slot_mapping[:size].clone()
         self.slot_mapping[:size].fill_(-1)  # capture writes nothing to the KV cache
         segments = self.piecewise.segments(self.input_ids, self.positions, size)
         self.piece_graphs[size] = [_capture(segment, pool) for segment in segments]
+        self.slot_mapping[:size].copy_(slots)
 
     # ---- replay ------------------------------------------------------------------------------
     def replay_full(self, size: int, batch: InputBatch) -> torch.Tensor:

@@ -289,6 +289,9 @@ class ModelRunner:
         """The dispatch recorded, the forward pass (eager or a graph), the prompt logprobs.
         Returns the logits and the prompt logprobs (None: none asked for)."""
         p = self.probe
+        if d.capture_first:  # a PIECEWISE size captured by the first step that needs it
+            r = self.graphs.capture_first_use(self.graph_runner, d)
+            p.graph_capture(r.key, r.mode, r.num_tokens, r.capture_s, r.mem_bytes)  # its step
         p.graph_dispatch(d.num_tokens, d.padded_tokens, d.requested, d.mode, d.hit, d.reason)
         self.graph_mode_of_last_step = d.mode
         p.gpu_mark(G_FORWARD)
