@@ -125,11 +125,11 @@ def test_split_count_policy_is_off_by_default_and_forced_by_the_override(monkeyp
 
 def test_proposed_split_count_fills_the_sms(monkeypatch):
     """132 SMs, 2 programs each: 264 programs over num_reqs x 8 kv heads, at most one split per
-    512 keys of the context bound and 32 in all."""
+    256 keys of the context bound and 32 in all."""
     monkeypatch.setattr(split_kv, "SPLIT_KV_ENABLED", True)
     monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
     cpu = torch.device("cpu")
-    cases = {(1, 32768): 32, (1, 8192): 16, (1, 2048): 4, (1, 512): 1, (8, 8192): 4,
+    cases = {(1, 8192): 32, (1, 2048): 8, (1, 512): 2, (1, 256): 1, (8, 8192): 4,
              (16, 8192): 2, (64, 8192): 1}  # fmt: skip
     for (reqs, context), want in cases.items():
         assert split_kv.split_count(reqs, 8, context, cpu) == want, (reqs, context)

@@ -45,9 +45,7 @@ from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 SPLIT_KV_ENABLED = False
 FORCED_SPLITS: int | None = None  # tests and benchmarks: this count for every decode batch
 PROGRAMS_PER_SM = 2  # split until the grid has about this many programs per SM
-# of the largest context the batch's shapes allow: on the H200 a split of 256 keys lost to the
-# unsplit kernel (llama-1b, context 512: 0.72-0.80x), one of 512 or more won (benchmarks/RESULTS.md)
-MIN_KEYS_PER_SPLIT = 512
+MIN_KEYS_PER_SPLIT = 256  # of the largest context the batch's shapes allow
 MAX_SPLITS = 32
 
 
