@@ -3,9 +3,10 @@
 Times ``paged_decode_triton`` (one program per request and kv head) and ``paged_decode_split_kv``
 at each split count (the fused reduce, and with ``--two-launch`` the two-launch reduce too) on
 uniform decode batches (batch 1, 8, 64 by default) at contexts 512, 2048 and 8192, with the
-attention shapes of llama-1b and llama-3-8b, both sides in one invocation (median of
-``triton.testing.do_bench`` after its warm-up). Before timing, each split variant's output is
-checked against the unsplit kernel's. Prints a markdown table with each row's time, its speed-up
+attention shapes of llama-1b and llama-3-8b, both sides in one invocation (µs per launch in a
+CUDA graph of 20 launches, ``graph_timing.py``: the kernels as a FULL step runs them, not the
+host's launch cost, which made the small rows of earlier runs noise). Before timing, each split
+variant's output is checked against the unsplit kernel's. Prints a markdown table with each row's time, its speed-up
 over the unsplit kernel, the achieved KV-read bandwidth, and which count the proposed policy
 (``proposed_split_count``, off by default in ``split_count``) would pick. The batches come from
 tests/runner/attention_batches.py.
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.testing
 from bench_io import write_results
+from graph_timing import in_graph_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
 from attention_batches import Batch, make_batch  # noqa: E402
@@ -41,7 +42,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def time_us(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+    """µs per launch inside a CUDA graph (``graph_timing.py``: not the host's launch cost)."""
+    return in_graph_us(fn)
 
 
 def kv_bytes(batch: Batch) -> float:

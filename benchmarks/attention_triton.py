@@ -1,7 +1,9 @@
 """Triton paged attention against the torch reference on one GPU, at a preset's shapes.
 
-Times ``paged_attention_triton`` and ``paged_attention_ref`` (median of ``triton.testing.do_bench``
-after its warm-up) for uniform decode batches at a fixed context and one fresh prefill chunk, and
+Times ``paged_attention_triton`` (µs per launch in a CUDA graph of 20, ``graph_timing.py``: the
+kernel as a FULL step runs it, not the host's launch cost) and ``paged_attention_ref`` (median of
+``triton.testing.do_bench``: it reads host-side lengths and cannot be captured) for uniform
+decode batches at a fixed context and one fresh prefill chunk, and
 prints a markdown table with the speed-up and the kernel's achieved KV bandwidth (decode) or
 attention TFLOP/s (prefill). The batches and the reference come from
 tests/runner/attention_batches.py.
@@ -28,6 +30,7 @@ import torch
 import triton
 import triton.testing
 from bench_io import write_results
+from graph_timing import in_graph_us
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
 from attention_batches import Batch, make_batch  # noqa: E402
@@ -66,6 +69,12 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def time_us(fn) -> float:
+    """µs per launch inside a CUDA graph (``graph_timing.py``: not the host's launch cost)."""
+    return in_graph_us(fn)
+
+
+def eager_us(fn) -> float:
+    """µs per call launched from Python (the reference: host lengths, no graph)."""
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
@@ -140,7 +149,7 @@ def decode_sweep_rows(name: str, batch: Batch) -> list[dict]:
 def bench_case(name: str, batch: Batch, sweep: bool, skip_ref: bool) -> list[dict]:
     meta, n = batch.meta, batch.meta.num_tokens
     args = (batch.query, batch.key, batch.value, batch.kv_cache, meta, batch.scale)
-    ref_us = None if skip_ref else time_us(lambda: paged_attention_ref(*args))
+    ref_us = None if skip_ref else eager_us(lambda: paged_attention_ref(*args))
     decode = is_decode_batch(n, meta.num_reqs)  # the default takes the decode kernel
     default = None if decode else pick_tiles(n, meta.num_reqs, batch.query.dtype)
     kv_bytes, flops = work(batch)

@@ -26,6 +26,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at dec
 
 import torch  # noqa: E402
 from bench_io import write_results  # noqa: E402
+from graph_timing import graph_time_us  # noqa: E402
 
 from mrv2_prof.runner.model import PRESETS  # noqa: E402
 from mrv2_prof.runner.model.gemv_triton import (  # noqa: E402
@@ -48,32 +49,6 @@ def projections(preset: str) -> dict[str, tuple[int, int]]:
         "down": (a.hidden_size, a.intermediate_size),
         "lm_head": (a.vocab_size, a.hidden_size),
     }
-
-
-def graph_time_us(calls) -> float:
-    """Median replay time of a CUDA graph of ``calls`` (zero-argument callables), per call."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for c in calls:  # compile and warm outside the capture
-            c()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    del graph
-    return sorted(times)[len(times) // 2]
 
 
 def sweep_tiles(m: int) -> list[GemvTiles]:
