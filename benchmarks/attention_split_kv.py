@@ -6,10 +6,10 @@ uniform decode batches (batch 1, 8, 64 by default) at contexts 512, 2048 and 819
 attention shapes of llama-1b and llama-3-8b, both sides in one invocation (µs per launch in a
 CUDA graph of 20 launches, ``graph_timing.py``: the kernels as a FULL step runs them, not the
 host's launch cost, which made the small rows of earlier runs noise). Before timing, each split
-variant's output is checked against the unsplit kernel's. Prints a markdown table with each row's time, its speed-up
-over the unsplit kernel, the achieved KV-read bandwidth, and which count the proposed policy
-(``proposed_split_count``, off by default in ``split_count``) would pick. The batches come from
-tests/runner/attention_batches.py.
+variant's output is checked against the unsplit kernel's. Prints a markdown table with each
+row's time, its speed-up over the unsplit kernel, the achieved KV-read bandwidth, and which
+count the proposed policy (``proposed_split_count``, off by default in ``split_count``) would
+pick. The batches come from tests/runner/attention_batches.py.
 
     python benchmarks/attention_split_kv.py --out split_kv.json
     python benchmarks/attention_split_kv.py --presets llama-1b --batches 1 --two-launch
