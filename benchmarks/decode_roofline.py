@@ -329,16 +329,35 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split")
 
 
+def _extra(e: str) -> str | None:
+    """An extra's name (``splitN``: ``split`` with N forced splits), None if unknown."""
+    if e.startswith("split") and e[5:].isdigit() and int(e[5:]) >= 1:
+        return "split"
+    return e if e in VARIANT_EXTRAS else None
+
+
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split]`` -> (decode GEMV mode, the extras switched on, in
-    order). ``split``: split-KV decode attention's policy on (``SPLIT_KV_ENABLED``)."""
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN]`` -> (decode GEMV mode, the extras switched
+    on, in order). ``split``: split-KV decode attention's policy on (``SPLIT_KV_ENABLED``);
+    ``splitN``: every decode batch split N ways (``FORCED_SPLITS``)."""
     mode, *extras = text.split("+")
-    if mode not in DECODE_GEMV_MODES or set(extras) - set(VARIANT_EXTRAS):
+    if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
-    return mode, tuple(e for e in VARIANT_EXTRAS if e in extras)
+    order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
+    return mode, tuple(sorted(extras, key=lambda e: order[_extra(e)]))
+
+
+def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
+    """(``SPLIT_KV_ENABLED``, ``FORCED_SPLITS``) of a variant's extras."""
+    for e in extras:
+        if e == "split":
+            return True, None
+        if e.startswith("split"):
+            return True, int(e[5:])
+    return False, None
 
 
 def main() -> None:
@@ -412,11 +431,12 @@ def main() -> None:
                 "rope_in_attention": "fold" in extras,
             }
             path = "+".join((mode, *extras))
-            attention_split_kv_triton.SPLIT_KV_ENABLED = "split" in extras  # a module switch
+            split = attention_split_kv_triton  # module switches, not runner settings
+            split.SPLIT_KV_ENABLED, split.FORCED_SPLITS = split_switches(extras)
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
-                attention_split_kv_triton.SPLIT_KV_ENABLED = False
+                split.SPLIT_KV_ENABLED, split.FORCED_SPLITS = False, None
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -4,8 +4,10 @@ with the launch that made it."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,17 @@ def test_each_op_of_the_forward_replays_is_timed_and_set_against_its_roof(monkey
         ("qkv", 6.0, 4.0),
     ]
     assert roofs[1]["of_roof"] == 0.6
+
+
+def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
+    """``decode_roofline.py --variant``: the extras in a fixed order whatever the spelling's;
+    ``split`` the policy, ``splitN`` N forced splits; anything else refused, naming the text."""
+    roofline = load_benchmark("decode_roofline", monkeypatch)
+    mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
+    assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
+    assert roofline.split_switches(extras) == (True, 4)
+    assert roofline.split_switches(roofline.parse_variant("fused_onepass+split")[1]) == (True, None)
+    assert roofline.split_switches(("pdl", "gemm")) == (False, None)
+    for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
+            roofline.parse_variant(bad)
