@@ -169,7 +169,8 @@ def load_run_data(
     steps = q(f"SELECT {', '.join(_STEP_COLUMNS)} FROM steps WHERE run_id = ? ORDER BY step")
     window = detail_window if detail_window is not None else choose_window(steps, detail_steps)
     captures = q(
-        "SELECT key, mode, num_tokens, capture_s, mem_bytes FROM graph_captures "
+        "SELECT key, mode, num_tokens, capture_s, mem_bytes, coalesce(step, -1) AS step "
+        "FROM graph_captures "
         "WHERE run_id = ? ORDER BY mode, num_tokens"
     )
     replayed = _replayed_keys(store, run_id, info)

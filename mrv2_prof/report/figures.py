@@ -206,6 +206,14 @@ def graph_capture(data: RunData) -> Figure:
         f"{len(used)} keys captured in {total_s:.3f} s; {int((~used).sum())} never replayed, "
         f"costing {unused_s:.3f} s and {unused_bytes / 2**20:.1f} MiB"
     ]
+    first_use = c["step"] >= 0  # runner.piecewise_capture: first_use
+    if first_use.any():
+        lo, hi = int(c["step"][first_use].min()), int(c["step"][first_use].max())
+        where = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+        notes.append(
+            f"{int(first_use.sum())} of them captured on first use, inside {where}, in "
+            f"{float(c['capture_s'][first_use].sum()):.3f} s (graph_captures.step)"
+        )
     return new_figure(
         fig, "graph_capture", title, notes, capture_s=total_s, unused_capture_s=unused_s,
         unused_mem_bytes=unused_bytes, num_unused=int((~used).sum()),

@@ -105,6 +105,7 @@ CAPTURES = {
     "num_tokens": [2, 4, 8, 104],
     "capture_s": [0.5, 0.25, 0.75, 1.0],
     "mem_bytes": [1 * 2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20],
+    "step": [-1, -1, -1, 2],  # piecewise:104 captured on first use, by step 2
 }
 # Speculative decoding per step: k 3, 3, 2, 0 queued with 6, 3, 2, 0 draft slots; the verifies
 # read in steps 1-3 (below) give back 0 + 2, 3 and 0 slots -> 5 of 11 reclaimed; one request
@@ -334,6 +335,9 @@ def test_graph_modes_and_capture_cost_of_the_never_used_key(gpu_page):
     assert [list(t["x"]) for t in never] == [["full:8"], ["full:8"]]
     assert np.asarray(never[0]["y"]).tolist() == [0.75]
     assert np.asarray(never[1]["y"]).tolist() == [3.0]  # MiB
+    assert meta["notes"][1] == (
+        "1 of them captured on first use, inside step 2, in 1.000 s (graph_captures.step)"
+    )
 
 
 def test_staged_writes_per_tensor_and_step(gpu_page):
