@@ -16,7 +16,11 @@
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh gemm      # the decode GEMM against cuBLAS, its tiles swept
-#   benchmarks/limit_round.sh startup   # start-up per phase and the HF transformers ratios
+#   benchmarks/limit_round.sh startup   # start-up per phase (PIECEWISE graphs at start-up and on
+#                                       # first use) and the HF transformers ratios
+#   benchmarks/limit_round.sh split     # split-KV decode attention in the engine: forced splits at
+#                                       # short contexts, the policy at long ones and under a
+#                                       # context bound far above the contexts
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -25,7 +29,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -69,8 +73,25 @@ startup)
     {
         $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
             --out "$out/startup.json"
+        $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
+            --set runner.piecewise_capture=first_use --out "$out/startup_first_use.json"
         $py benchmarks/peer_transformers.py --preset llama-1b --preset llama-3-8b \
             --preset smollm2-135m --out "$out/peer.json"
+    } 2>&1 | tee "$log"
+    ;;
+split)
+    r=($py benchmarks/decode_roofline.py --batches 1 8 --output-len 32 --trace-steps 2
+        --variant plain+pdl+fold)
+    {
+        "${r[@]}" --preset llama-1b --preset qwen3-0.6b --preset smollm2-135m \
+            --variant plain+pdl+fold+split2 --variant plain+pdl+fold+split4 \
+            --out "$out/split_short.json"
+        "${r[@]}" --preset llama-1b --prompt-len 2000 --variant plain+pdl+fold+split \
+            --out "$out/split_long.json"
+        "${r[@]}" --preset llama-1b --max-model-len 8192 --variant plain+pdl+fold+split \
+            --out "$out/split_bound.json"
+        $py benchmarks/attention_split_kv.py --presets llama-1b llama-3-8b --batches 1 8 64 \
+            --contexts 256 512 2048 8192 --out "$out/split_kv.json"
     } 2>&1 | tee "$log"
     ;;
 ops)
@@ -90,7 +111,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, ops)" >&2
+    startup, split, ops)" >&2
     exit 2
     ;;
 esac
