@@ -41,8 +41,9 @@ def _item_type(name: str) -> tuple[Any, bool]:
 def _scenario_field(name: str) -> tuple[Any, Any]:
     """``(annotation, default)`` of one runner field in the scenario."""
     f = _FIELDS[name]
-    if name in AUTO_FIELDS:
-        return Union[_item_type(name)[0], Literal["auto"]], "auto"  # noqa: UP007
+    if name in AUTO_FIELDS:  # default "auto" unless the runner's default is a value
+        default = "auto" if f.default is None else f.default
+        return Union[_item_type(name)[0], Literal["auto"]], default  # noqa: UP007
     bounds = _bounds(name).given()
     hint = FIELD_TYPES[name]
     return (Annotated[hint, Field(**bounds)] if bounds else hint), f.default

@@ -33,7 +33,8 @@ def _case(reqs, kvh, group, head_dim, block_size, dtype, *, norm, pad_reqs=0, se
     q, k, v = randn(t, kvh * group, head_dim), randn(t, kvh, head_dim), randn(t, kvh, head_dim)
     weights = (randn(head_dim) + 1, randn(head_dim) + 1) if norm else (None, None)
     inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2, device=DEVICE) / head_dim))
-    table = rope_cos_sin_cache(inv_freq.float(), 512)
+    longest = max(ctx + q for ctx, q in reqs)  # a real-size batch's contexts reach 3,000
+    table = rope_cos_sin_cache(inv_freq.float(), max(512, longest))
     cos, sin = table[:, : head_dim // 2], table[:, head_dim // 2 :]
     positions = torch.tensor(  # each token's position: its request's context, then onwards
         [ctx + i for ctx, q in reqs for i in range(q)], device=DEVICE, dtype=torch.long

@@ -9,11 +9,13 @@ Each is a switch the model's kernel modules read at every call (``projections_tr
 is built, before its warm-up and graph capture, and the as-run scenario records what the run
 used. They are process-wide: the runner built last sets them (one engine runs at a time).
 
-``pdl`` and ``rope_in_attention`` default to ``auto`` (None): on where the run can take them
-(``resolved_paths``: the Triton kernels on a CUDA device, PDL from compute capability 9.0), as
-the H200 measured both faster at every preset (benchmarks/RESULTS.md, "Closer to the limit").
-``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults: the alternatives lost there
-except the one-pass GEMV on the smallest model.
+``pdl`` defaults to ``auto`` (None): on where the run can take it (``resolved_paths``: the
+Triton kernels on a CUDA device of compute capability 9.0 or more), as the H200 measured it
+faster at every preset and its GPU tests serve the same tokens and logprobs bit for bit
+(benchmarks/RESULTS.md, "Closer to the limit"). ``rope_in_attention`` can be ``auto`` too (on
+with the Triton kernels on a GPU) but defaults to false: it measured 1-6 % faster, and its GPU
+tests have not passed yet. ``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults:
+the alternatives lost there except the one-pass GEMV on the smallest model.
 
 ``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
 refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
