@@ -59,7 +59,7 @@ class RecordTables:
         self.arrivals: dict[int, tuple[int, int]] = {}  # req → (arrival_ns, prompt_tokens)
         self.first_token: dict[int, int] = {}  # req → first token t_ns
         self._request_events: list[tuple[int, ...]] = []  # ``Handoff.request_events``
-        self.captures: list[tuple[str, str, int, float, int, int]] = []  # start-up only, few
+        self.captures: list[tuple[str, str, int, float, int, int]] = []  # few: start-up, first use
 
     def _buffer(
         self,

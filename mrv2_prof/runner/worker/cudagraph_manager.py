@@ -157,17 +157,13 @@ class CudaGraphManager:
                 on_capture(record)
         return time.perf_counter() - t_start
 
-    def capture_first_use(
-        self, backend: GraphBackend, decision: Decision, on_capture=None
-    ) -> CaptureRecord:
+    def capture_first_use(self, backend: GraphBackend, decision: Decision) -> CaptureRecord:
         """Capture the PIECEWISE key a step was dispatched to before its first replay
         (``Decision.capture_first``), into the start-up graphs' pool; later dispatches of that
         size replay it."""
         assert decision.capture_first and decision.mode == PIECEWISE, decision
         record = self._capture_one(backend, PIECEWISE, decision.key, 1, self._pool, True)
         self.forget_decisions()
-        if on_capture is not None:
-            on_capture(record)
         return record
 
     def _capture_one(
