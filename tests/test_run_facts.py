@@ -111,7 +111,7 @@ def test_compare_and_gate_warn_across_torch_versions_and_name_perturbed_steps(tm
     db = tmp_path / "r.duckdb"
     _two_runs(db)
     warning = "warning: the runs differ in software: torch differs (2.9 vs 2.10)"
-    note = "note: run bbbbbb: 1 perturbed steps (kernel trace) left out of overlap, bubbles"
+    note = "note: run bbbbbb: 1 perturbed steps (traced or capturing) left out of overlap, bubbles"
     res = CliRunner().invoke(app, ["compare", "aaaaaa", "bbbbbb", "--db", str(db)])
     assert res.exit_code == 0, res.output
     assert warning in res.output and note in " ".join(res.output.split())

@@ -140,9 +140,9 @@ def _perturbed(s: RunSummary) -> str | None:
     if not s.perturbed_steps:
         return None
     if s.includes_perturbed:
-        return f"{s.perturbed_steps} perturbed steps (kernel trace) included"
+        return f"{s.perturbed_steps} perturbed steps (traced or capturing) included"
     return (
-        f"{s.perturbed_steps} perturbed steps (kernel trace) left out of overlap, bubbles, "
+        f"{s.perturbed_steps} perturbed steps (traced or capturing) left out of overlap, bubbles, "
         "syncs and ITL"
     )
 

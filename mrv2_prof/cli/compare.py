@@ -28,8 +28,8 @@ def run_warnings(a, b) -> list[str]:
     for run in (a, b):
         if run.perturbed_steps:
             lines.append(
-                f"note: run {run.run_id}: {run.perturbed_steps} perturbed steps (kernel trace) "
-                "left out of overlap, bubbles, syncs and ITL"
+                f"note: run {run.run_id}: {run.perturbed_steps} perturbed steps (traced or "
+                "capturing) left out of overlap, bubbles, syncs and ITL"
             )
     return lines
 

@@ -49,7 +49,7 @@ def store_probe_results(
     )
 
     kt = session.kernel_trace
-    perturbed = set(session.perturbed_steps())
+    perturbed = set(session.perturbed_steps()) | first_use_capture_steps(store, run_id)
     if kt is not None and kt.columns is not None:
         cols = dict(kt.columns)
         cols["step"] = pa.array(cols["step"], mask=cols["step"] < 0)  # -1: not attributed
@@ -74,3 +74,13 @@ def store_probe_results(
         )
     update_steps(store, run_id, t["step"], cols)
     store.update_run(run_id, info=facts)
+
+
+def first_use_capture_steps(store: Store, run_id: str) -> set[int]:
+    """The steps that captured a CUDA graph (``runner.piecewise_capture``: a PIECEWISE size
+    captured by the first step that needs it, ``graph_captures.step`` >= 0): the capture's time
+    is in the step's, so it is perturbed as a trace window's steps are."""
+    rows = store.connection.execute(
+        "SELECT DISTINCT step FROM graph_captures WHERE run_id = ? AND step >= 0", [run_id]
+    ).fetchall()
+    return {int(r[0]) for r in rows}

@@ -104,7 +104,7 @@ def bubbles(data: RunData) -> Figure:
     ]
     num_perturbed = sum(bool(v) for v in s.get("perturbed", ()) if v is not None and v == v)
     if num_perturbed:
-        notes.append(f"{num_perturbed} perturbed steps (kernel trace) are shown here too")
+        notes.append(f"{num_perturbed} perturbed steps (traced or capturing) are shown here too")
     return new_figure(fig, "bubbles", title, notes, totals_ms=totals_ms)
 
 

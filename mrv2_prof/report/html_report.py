@@ -194,7 +194,7 @@ def _measurement_rows(s: RunSummary) -> list[tuple[str, str]]:
     if s.starved_ms is not None:
         rows.append(("GPU starved", f"{s.starved_ms:,.1f} ms inside steps waiting for the host"))
     if s.perturbed_steps:
-        rows.append(("perturbed", f"{s.perturbed_steps} steps (kernel trace) left out of "
+        rows.append(("perturbed", f"{s.perturbed_steps} steps (traced or capturing) left out of "
                                   "overlap, bubbles, syncs and ITL"))  # fmt: skip
     env = environment_line(s.environment)
     if env:

@@ -293,7 +293,7 @@ def test_starved_time_is_a_host_bound_bubble_and_perturbed_steps_are_left_out(st
     assert (s.itl_ms.count, s.itl_ms.p50) == (2, 12.5)  # gaps 10 and 15 ms
     assert s.perturbed_steps == 1 and s.steps == 4
     assert _perturbed(s) == (
-        "1 perturbed steps (kernel trace) left out of overlap, bubbles, syncs and ITL"
+        "1 perturbed steps (traced or capturing) left out of overlap, bubbles, syncs and ITL"
     )
     assert _overlap(s).endswith("(3.5 ms waiting for the host, 1.5 ms inside steps)")
     a = run_summary(store, "p", include_perturbed=True)
@@ -301,4 +301,4 @@ def test_starved_time_is_a_host_bound_bubble_and_perturbed_steps_are_left_out(st
     assert a.overlap == pytest.approx(40 / 170)
     assert (a.bubble_ms, a.host_bound_bubble_ms, a.starved_ms) == (65.5, 62.5, 10.5)
     assert (a.num_syncs, a.sync_blocked_ms, a.itl_ms.count) == (3, 11.0, 3)
-    assert _perturbed(a) == "1 perturbed steps (kernel trace) included"
+    assert _perturbed(a) == "1 perturbed steps (traced or capturing) included"

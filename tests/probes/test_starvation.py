@@ -207,3 +207,24 @@ def test_after_the_run_the_window_is_exact_perturbed_and_counted_per_step(store)
     # minus 2500..3300 -> 0
     assert rows == [(0, 200, False, None), (1, 0, True, 300), (2, 800, True, 300),
                     (3, 200, True, 0)]  # fmt: skip
+
+
+def test_a_step_that_captured_a_graph_on_first_use_is_perturbed(store):
+    """``runner.piecewise_capture``: a PIECEWISE size captured by the step that first needs it
+    puts the capture's time in that step's; its ``graph_captures`` row carries the step (-1:
+    captured at start-up, no step perturbed). No probe window: only the capturing steps."""
+    from types import SimpleNamespace
+
+    from mrv2_prof.pipeline.probe_results import store_probe_results
+
+    store.append("r", "steps", {"step": list(range(5))})
+    store.append("r", "graph_captures", {
+        "key": ["full:1", "full:2", "piecewise:16", "piecewise:32", "piecewise:8"],
+        "mode": ["full", "full", "piecewise", "piecewise", "piecewise"],
+        "num_tokens": [1, 2, 16, 32, 8], "capture_s": [0.01] * 5, "mem_bytes": [0] * 5,
+        "step": [-1, -1, 0, 3, 3],  # two sizes captured by step 3
+    })  # fmt: skip
+    session = SimpleNamespace(kernel_trace=None, timeline=None, perturbed_steps=lambda: [])
+    store_probe_results(store, "r", session, {})
+    rows = store.connection.execute("SELECT step, perturbed FROM steps ORDER BY step").fetchall()
+    assert rows == [(0, True), (1, False), (2, False), (3, True), (4, False)]

@@ -51,7 +51,7 @@ def test_the_bubbles_figure_counts_starved_time_and_the_header_says_it(db: Path)
     assert fig.layout.meta["totals_ms"] == {"host_bound": 3.0, "starved": 2.5}
     assert any("1 perturbed steps" in n for n in fig.layout.meta["notes"])
     assert "GPU starved" in page and "2.0 ms inside steps waiting for the host" in page
-    assert "1 steps (kernel trace) left out" in page
+    assert "1 steps (traced or capturing) left out" in page
     assert "EPYC x16" in page and "torch 2.9 / CUDA 12.8" in page
 
 

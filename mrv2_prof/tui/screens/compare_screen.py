@@ -50,8 +50,8 @@ def warning_lines(a: RunMetrics, b: RunMetrics, comp: Comparability) -> list[str
     lines = [f"differs: {d.describe()}" for d in comp.differences]
     lines += [f"not checked: {u}" for u in comp.unchecked]
     lines += [
-        f"note: run {r.run_id}: {r.perturbed_steps} perturbed steps (kernel trace) left out of "
-        "overlap, bubbles, syncs and ITL"
+        f"note: run {r.run_id}: {r.perturbed_steps} perturbed steps (traced or capturing) left "
+        "out of overlap, bubbles, syncs and ITL"
         for r in (a, b)
         if r.perturbed_steps
     ]
