@@ -2,9 +2,10 @@
 # The measurements of the "closer to the limit" work on one H200, in parts that each fit one
 # 10-minute call on a warm machine (results under $OUT, at most 8 files a call):
 #
-#   benchmarks/limit_round.sh tests     # the GPU tests (-m gpu), PDL's and the kernels' included
-#                                       # (tests-runner / tests-rest: the same in two halves,
-#                                       # if the whole does not fit one call)
+#   benchmarks/limit_round.sh tests     # the GPU tests (-m gpu), PDL's and the kernels' included,
+#                                       # serially, a pytest process per group (tests-runner /
+#                                       # tests-rest: the same in two halves, if the whole does
+#                                       # not fit one call)
 #   benchmarks/limit_round.sh batch1    # batch-1 decode, six variants of the projection path
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
@@ -38,10 +39,19 @@ log="$out/$part.log"
 
 case "$part" in
 tests | tests-runner | tests-rest)
-    where=(tests)
-    [ "$part" = tests-runner ] && where=(tests/runner)
-    [ "$part" = tests-rest ] && where=(tests --ignore=tests/runner)
-    $py -m pytest -m gpu -q -p no:cacheprovider "${where[@]}" 2>&1 | tail -n 80 | tee "$log"
+    # One pytest process per group, serially (engines on one GPU under xdist each size their
+    # KV cache from the same free memory): a device-side assert leaves its process's CUDA
+    # context unusable, so it fails only the tests of its own group.
+    rope=tests/runner/test_attention_decode_rope.py
+    groups=("$rope" "tests/runner --deselect $rope" "tests --ignore=tests/runner")
+    [ "$part" = tests-runner ] && groups=("$rope" "tests/runner --deselect $rope")
+    [ "$part" = tests-rest ] && groups=("tests --ignore=tests/runner")
+    : >"$log"
+    for g in "${groups[@]}"; do
+        # shellcheck disable=SC2086  # a group is its pytest arguments
+        $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider $g >>"$log" 2>&1
+    done
+    grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$log" | tail -n 60
     ;;
 batch1 | batch1-8b)
     presets=(--preset llama-1b --preset qwen3-0.6b --preset smollm2-135m)
