@@ -42,6 +42,7 @@ def store_probe_results(
     """After the last flush: the kernel trace's rows, the exact starved time of its steps, and
     overlap, bubbles, starved time and the perturbed flag per step."""
     from mrv2_prof.store.step_timeline import (
+        first_use_capture_steps,
         kernel_starved,
         starved_windows,
         step_times,
@@ -74,13 +75,3 @@ def store_probe_results(
         )
     update_steps(store, run_id, t["step"], cols)
     store.update_run(run_id, info=facts)
-
-
-def first_use_capture_steps(store: Store, run_id: str) -> set[int]:
-    """The steps that captured a CUDA graph (``runner.piecewise_capture``: a PIECEWISE size
-    captured by the first step that needs it, ``graph_captures.step`` >= 0): the capture's time
-    is in the step's, so it is perturbed as a trace window's steps are."""
-    rows = store.connection.execute(
-        "SELECT DISTINCT step FROM graph_captures WHERE run_id = ? AND step >= 0", [run_id]
-    ).fetchall()
-    return {int(r[0]) for r in rows}

@@ -146,3 +146,13 @@ def starved_windows(store: Store, run_id: str, steps: np.ndarray) -> list[list[t
     for step, start, starved in rows:
         by_step.setdefault(int(step), []).append((int(start), int(start) + int(starved)))
     return [by_step.get(int(s), []) for s in steps]
+
+
+def first_use_capture_steps(store: Store, run_id: str) -> set[int]:
+    """The steps that captured a CUDA graph (``runner.piecewise_capture``: a PIECEWISE size
+    captured by the first step that needs it, ``graph_captures.step`` >= 0): the capture's time
+    is in the step's, so it is perturbed as a trace window's steps are."""
+    rows = store.connection.execute(
+        "SELECT DISTINCT step FROM graph_captures WHERE run_id = ? AND step >= 0", [run_id]
+    ).fetchall()
+    return {int(r[0]) for r in rows}
