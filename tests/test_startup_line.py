@@ -35,6 +35,14 @@ def test_phases_are_the_engines_timings_and_other_is_the_rest_of_startup():
     )
 
 
+def test_the_process_is_two_phases_where_the_runners_entry_was_recorded():
+    facts = {**FACTS, "process_entry_s": 0.75}  # of the 2.25 s: 1.5 s after the entry
+    phases = startup_phases(facts)
+    assert phases[:2] == [("interpreter", 0.75), ("imports", 1.5)]
+    assert "process" not in dict(phases)
+    assert startup_line(facts).startswith("start-up 8.2 s (interpreter 0.8 s, imports 1.5 s, ")
+
+
 def test_a_run_stored_before_the_process_time_was_recorded_has_no_process_phase():
     old = {k: v for k, v in FACTS.items() if k != "process_start_s"}
     assert [name for name, _ in startup_phases(old)][0] == "weights"
@@ -46,10 +54,13 @@ def test_a_headless_runs_line_totals_process_and_engine_startup(tmp_path):
     proc = cli("run", str(QUICKSTART), "--headless", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     text = " ".join((proc.stdout + proc.stderr).split())  # the progress console may wrap it
-    got = re.search(r"start-up (\d+\.\d) s \(process (\d+\.\d) s", text)
+    got = re.search(r"start-up (\d+\.\d) s \(interpreter (\d+\.\d) s, imports (\d+\.\d) s", text)
     assert got, text
-    (info,) = query(db, "SELECT info->>'process_start_s', info->>'startup_s' FROM runs")
-    process, startup = float(info[0]), float(info[1])
+    sql = "SELECT info->>'process_start_s', info->>'startup_s', info->>'process_entry_s' FROM runs"
+    (info,) = query(db, sql)
+    process, startup, entry = float(info[0]), float(info[1]), float(info[2])
     assert 0.1 < process < 60  # a fresh interpreter importing torch takes a while
+    assert 0 < entry < process  # the target began before the engine's imports were done
     assert float(got.group(1)) == round(process + startup, 1)
-    assert float(got.group(2)) == round(process, 1)
+    assert float(got.group(2)) == round(entry, 1)
+    assert float(got.group(3)) == round(process - entry, 1)

@@ -17,6 +17,7 @@ Messages to the parent are ``(kind, payload)`` tuples: ``("begun", run_id)``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import signal
@@ -82,6 +83,7 @@ def runner_process_main(
     interpreter's teardown. By then everything is written and the outcome sent; tearing torch
     and triton down only made some builds print native-extension leak reports (nanobind).
     ``stop_signal`` and ``parent_pid``: see ``lifetime.RunnerLifetime``."""
+    job = dataclasses.replace(job, entered_at=time.time())  # the process's start, split in two
     lifetime = RunnerLifetime(parent_pid, stop_signal)
     try:
         runner_main(job, queue, stop_event, lifetime)
@@ -251,6 +253,8 @@ def _run(
         outcome.facts = startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         outcome.facts["engine_s"] = t_engine - t0  # the rest of start-up: the workload's
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
+        if launched is not None and job.entered_at is not None:  # its interpreter's start
+            outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it
         from mrv2_prof.pipeline.resume import run_key  # --resume: this environment's key
 

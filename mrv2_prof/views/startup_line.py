@@ -3,7 +3,11 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
 
 * ``process``: the parent spawning the runner until the runner begins building the engine (a
   fresh interpreter, torch and the runner's imports, the database opened): ``process_start_s``,
-  wall-clock time between the two processes (``RunJob.launched_at``).
+  wall-clock time between the two processes (``RunJob.launched_at``). Where the run recorded
+  when the runner's target began (``process_entry_s``, ``RunJob.entered_at``), it is two phases:
+  ``interpreter`` (the spawn: a fresh interpreter, multiprocessing's bootstrap and the harness
+  module's imports, until the target runs) and ``imports`` (the rest: the database opened, torch
+  and the engine's modules imported).
 * ``weights``, ``profile run``, ``KV cache``, ``warm-up``, ``graphs`` (with the keys captured),
   ``draft graphs``: the engine's own timings (``RuntimeInfo``: ``weight_load_s``,
   ``profile_run_s``, ``kv_alloc_s``, ``kernel_warmup_s``, ``capture_s``, ``draft_capture_s``).
@@ -31,7 +35,14 @@ PHASES = (
 def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
     """(phase, seconds) in order, ``other`` last; phases of zero seconds left out."""
     process = facts.get("process_start_s")
-    phases = [("process", float(process))] if process is not None else []
+    entry = facts.get("process_entry_s")
+    if process is None:
+        phases = []
+    elif entry is None:
+        phases = [("process", float(process))]
+    else:
+        entry = min(float(entry), float(process))
+        phases = [("interpreter", entry), ("imports", float(process) - entry)]
     engine = [(name, float(facts.get(key) or 0.0)) for key, name in PHASES]
     phases += engine
     other = float(facts.get("startup_s") or 0.0) - sum(s for _, s in engine)
