@@ -21,6 +21,7 @@ class VerifyBackend(FakeBackend):
 def cfg(dynamic_k=((2, 3), (8, 1)), **kw) -> RunnerConfig:
     spec = SpecDecodeConfig(method="ngram", num_speculative_tokens=3, dynamic_k=dynamic_k)
     base = dict(max_num_seqs=16, max_num_batched_tokens=40, cudagraph_mode="full_and_piecewise")
+    base.update(piecewise_capture="startup")  # every PIECEWISE size at start-up: reasons stay bare
     return RunnerConfig(**{**base, **kw}, spec_decode=spec)
 
 
