@@ -19,11 +19,13 @@ once. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` operands
 bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
 (exact: the products are those of the tensor cores, accumulated in float32 as there).
 
-Programmatic dependent launch (``pdl.py``, off until measured): both kernels keep its rules. The
-GEMM program loads its weight tile (the model's own) before ``gdc_wait`` and its input after it;
-once its walk of ``K`` is done it waits once more at the top level (the waits above are in a
-loop) and lets the next launch start (``gdc_launch_dependents``) before it writes. The reduce
-kernel waits before it reads the workspace or the residual.
+Programmatic dependent launch (``pdl.py``): both kernels keep its rules. The GEMM program waits
+(``gdc_wait``) before its K loop, not inside it as the GEMV does: Triton's software pipeliner
+issues a ``tl.dot`` loop's loads for the first stages ahead of the loop body, so a wait inside
+the loop let ``x`` be read before the kernel that writes it had finished (on an H100 under FULL
+graphs, 18 of 20 requests' greedy tokens changed; eagerly, with launch gaps, none). Once its
+walk of ``K`` is done it lets the next launch start (``gdc_launch_dependents``) before it
+writes. The reduce kernel waits before it reads the workspace or the residual.
 
 ``gemm_decode_ref`` is the torch arithmetic it replaces (``F.linear``, then the residual add
 rounded once in float32), the oracle of the tests. Tiles are chosen from host ints only
@@ -142,18 +144,17 @@ def _gemm_decode_kernel(
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    if USE_GDC:  # before the loop, never in it: the pipeliner would hoist x's loads above it
+        tl.extra.cuda.gdc_wait()
     for k0 in range(k_start, k_end, BLOCK_K):
         k = k0 + ks
         k_ok = k < k_end
         w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        if USE_GDC:  # the weights are the model's: loaded before waiting; x after
-            tl.extra.cuda.gdc_wait()
         x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         if DOT_F32:
             x, w = x.to(tl.float32), w.to(tl.float32)
         acc = tl.dot(x, w, acc, input_precision="ieee")  # ignored for 16-bit inputs
     if USE_GDC:  # the walk is done: the next PDL launch may start (it waits for our writes)
-        tl.extra.cuda.gdc_wait()  # pdl.py's third rule: the waits above are in a loop
         tl.extra.cuda.gdc_launch_dependents()
     ok = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
