@@ -113,11 +113,11 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
 
 
 def test_auto_takes_pdl_and_the_fold_where_the_run_can(monkeypatch):
-    """``auto`` (PDL's default): both on with the Triton kernels on a GPU of compute capability
-    9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a path asked
-    for explicitly is kept (or, where it cannot run, off)."""
-    assert (RunnerConfig().pdl, RunnerConfig().rope_in_attention) == (None, False)  # defaults
-    auto = RunnerConfig(device="cuda", rope_in_attention=None)
+    """``auto`` (the default of both): both on with the Triton kernels on a GPU of compute
+    capability 9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a
+    path asked for explicitly is kept (or, where it cannot run, off)."""
+    assert (RunnerConfig().pdl, RunnerConfig().rope_in_attention) == (None, None)  # defaults
+    auto = RunnerConfig(device="cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
     assert hopper == {

@@ -27,7 +27,7 @@ Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
 DecodeGemv = Literal["plain", "fused", "fused_onepass", "off"]  # projections_triton.DECODE_GEMV
 DecodeGemm = Literal["cublas", "triton"]  # projections_triton.DECODE_GEMM
-PiecewiseCapture = Literal["startup", "first_use"]
+PiecewiseCapture = Literal["auto", "startup", "first_use"]
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
 
 
@@ -287,17 +287,18 @@ class RunnerConfig:
     decode_gemv: DecodeGemv = "plain"  # batch-1 projections
     decode_gemm: DecodeGemm = "cublas"  # projections of 2-256 rows
     # None (auto): on where the run can take it (kernel_paths.resolved_paths; measured in
-    # benchmarks/RESULTS.md, "Closer to the limit"). The fold stays off until its GPU tests pass.
+    # benchmarks/RESULTS.md, "Closer to the limit")
     pdl: bool | None = setting(None, auto=True)  # programmatic dependent launch (Hopper+)
-    rope_in_attention: bool | None = setting(False, auto=True)  # decode attention does RoPE + KV
+    rope_in_attention: bool | None = setting(None, auto=True)  # decode attention does RoPE + KV
     async_scheduling: bool = True
     staged_writes: bool = True
     uva: bool = True
     cudagraph_mode: CudagraphMode = "full_and_piecewise"
     full_step_graph: bool = True  # a FULL decode step's input build and sampling in graphs too
     # startup: every PIECEWISE size captured before the first step (vLLM); first_use: each by the
-    # first step that needs it, its capture recorded on that step (cudagraph_manager.py)
-    piecewise_capture: PiecewiseCapture = "startup"
+    # first step that needs it, its capture recorded on that step (cudagraph_manager.py); auto:
+    # first_use with one rank, startup with tensor parallelism (cudagraph_plan.plan_graphs)
+    piecewise_capture: PiecewiseCapture = "auto"
     # None: vLLM's default sizes, bounded by the workload (``plan_graphs``)
     cudagraph_capture_sizes: tuple[int, ...] | None = setting(None, ge=1, auto=True)
     tensor_parallel_size: int = setting(1, ge=1, le=8)  # ranks, one process each (CPU: gloo)

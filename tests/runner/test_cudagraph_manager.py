@@ -27,6 +27,7 @@ def test_default_capture_sizes_follow_vllm():
 
 def cfg(**kw) -> RunnerConfig:
     base = dict(max_num_seqs=16, max_num_batched_tokens=256, cudagraph_mode="full_and_piecewise")
+    base.update(piecewise_capture="startup")  # every size at start-up, as vLLM captures
     base.update(kw)
     return RunnerConfig(**base)
 
@@ -220,4 +221,9 @@ def test_first_use_is_startup_capture_with_more_than_one_rank():
         plan_graphs(
             cfg(piecewise_capture="first_use", tensor_parallel_size=2, strict=True), "triton", True
         )
-    assert plan_graphs(cfg(), "triton", True).piecewise_on_first_use is False  # the default
+    # the default (auto): first use with one rank; with two, start-up, and no note for it
+    default = dict(piecewise_capture=RunnerConfig().piecewise_capture)
+    assert default == {"piecewise_capture": "auto"}
+    assert plan_graphs(cfg(**default), "triton", True).piecewise_on_first_use is True
+    two = plan_graphs(cfg(**default, tensor_parallel_size=2, strict=True), "triton", True)
+    assert not two.piecewise_on_first_use and not two.notes

@@ -93,8 +93,10 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
         full, piecewise, note = _bound_by_workload(config, full, piecewise, len(verify))
         verify = _verify_shapes(config, full)
         notes += [note] if note else []
-    first_use = bool(piecewise) and config.piecewise_capture == "first_use"
-    if first_use and config.tensor_parallel_size > 1:
+    first_use = bool(piecewise) and config.piecewise_capture != "startup"
+    if first_use and config.tensor_parallel_size > 1 and config.piecewise_capture == "auto":
+        first_use = False  # auto: the ranks capture together at start-up, no note
+    elif first_use and config.tensor_parallel_size > 1:
         first_use = False
         notes.append(
             "runner.piecewise_capture: first_use needs one rank (the ranks would capture apart); "

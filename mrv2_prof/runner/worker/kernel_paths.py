@@ -12,10 +12,11 @@ used. They are process-wide: the runner built last sets them (one engine runs at
 ``pdl`` defaults to ``auto`` (None): on where the run can take it (``resolved_paths``: the
 Triton kernels on a CUDA device of compute capability 9.0 or more), as the H200 measured it
 faster at every preset and its GPU tests serve the same tokens and logprobs bit for bit
-(benchmarks/RESULTS.md, "Closer to the limit"). ``rope_in_attention`` can be ``auto`` too (on
-with the Triton kernels on a GPU) but defaults to false: it measured 1-6 % faster, and its GPU
-tests have not passed yet. ``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults:
-the alternatives lost there except the one-pass GEMV on the smallest model.
+(benchmarks/RESULTS.md, "Closer to the limit"). ``rope_in_attention`` defaults to ``auto`` too
+(on with the Triton kernels on a GPU): it measured 1-6 % faster, and its GPU tests (the kernel
+against its torch reference at real sizes, the engine's tokens with and without it) passed.
+``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults: the alternatives lost
+there except the one-pass GEMV on the smallest model.
 
 ``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
 refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
