@@ -94,10 +94,9 @@ def plan_graphs(config: RunnerConfig, kernels: str, is_cuda: bool) -> GraphPlan:
         verify = _verify_shapes(config, full)
         notes += [note] if note else []
     first_use = bool(piecewise) and config.piecewise_capture != "startup"
-    if first_use and config.tensor_parallel_size > 1 and config.piecewise_capture == "auto":
-        first_use = False  # auto: the ranks capture together at start-up, no note
-    elif first_use and config.tensor_parallel_size > 1:
-        first_use = False
+    if first_use and config.tensor_parallel_size > 1:
+        first_use = False  # the ranks capture together at start-up; a note only if asked for
+    if config.piecewise_capture == "first_use" and piecewise and not first_use:
         notes.append(
             "runner.piecewise_capture: first_use needs one rank (the ranks would capture apart); "
             "PIECEWISE graphs captured at start-up"
