@@ -1,17 +1,19 @@
-"""What a profiler window of decode steps says about its kernels (``decode_roofline.py``'s
-trace): how many ran per step and from which launch, the gaps inside a FULL graph's replay, and
-per op of the model the device time and how far it is from its roof.
+"""What a profiler window of decode steps says about its kernels (``decode_roofline.py``'s trace):
+how many ran per step and from which launch, the gaps inside a FULL graph's replay, and per op of
+the model the device time and how far it is from its roof.
 
 ``count_kernels`` reads a Chrome trace (torch.profiler's) of ``steps`` steps. Each kernel is put
 with the launch that made it (its correlation id): a ``cudaGraphLaunch`` (inside a graph) or an
 eager launch. Per step: kernels by launch, copies and fills, device time, the kernels taking the
-most time, and the in-graph gaps (device time inside a replay with no kernel running). Given the
-model's layer count, each replay's kernels in start order are put with the model's ops
-(``analysis/kernel_ops.attribute_step``: GEMMs by order, our Triton kernels by name); a replay
-that is not the forward (the sampling graph) is left out. ``op_roofs`` then gives each op's
-bytes and FLOPs per step from the engine's per-op cost (``analysis/kernel_roofline``'s
-``op_bytes_flops`` at the step's tokens, rows, context and pairs), its share of the binding roof
-and the time closing it would save: the kernels a missed target points at.
+most time (a replay's kernels by their own time, ``kernel_roofline.own_ns``: under programmatic
+dependent launch a kernel starts before the one ahead of it ends and waits), and the in-graph gaps
+(device time inside a replay with no kernel running). Given the model's layer count, each replay's
+kernels in start order are put with the model's ops (``analysis/kernel_ops.attribute_step``: GEMMs
+by order, our Triton kernels by name); a replay that is not the forward (the sampling graph) is
+left out. ``op_roofs`` then gives each op's bytes and FLOPs per step from the engine's per-op cost
+(``analysis/kernel_roofline``'s ``op_bytes_flops`` at the step's tokens, rows, context and pairs),
+its share of the binding roof and the time closing it would save: the kernels a missed target
+points at.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import collections
 import json
 
 from mrv2_prof.analysis.kernel_ops import OTHER, UNATTRIBUTED, attribute_step
-from mrv2_prof.analysis.kernel_roofline import op_bytes_flops, op_row
+from mrv2_prof.analysis.kernel_roofline import op_bytes_flops, op_row, own_ns
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 
@@ -56,8 +58,13 @@ def count_kernels(trace_path: str, steps: int, layers: int | None = None) -> dic
                 start = float(e.get("ts", 0.0))
                 dur = float(e.get("dur", 0.0))
                 in_graph[e["args"]["correlation"]].append((start, start + dur, name))
-            time_us[name] += float(e.get("dur", 0.0))
+            else:
+                time_us[name] += float(e.get("dur", 0.0))
             calls[name] += 1
+    for kernels in in_graph.values():  # a replay's kernels: their own time (PDL overlaps them)
+        kernels.sort()
+        for us, (_, _, name) in zip(own_ns([k[:2] for k in kernels]), kernels, strict=True):
+            time_us[name] += us
     top = [
         {"kernel": name[:120], "us_per_step": us / steps, "calls_per_step": calls[name] / steps}
         for name, us in time_us.most_common(8)
@@ -90,19 +97,22 @@ def _idle(kernels: list[tuple[float, float, str]]) -> float:
 
 
 def _ops(replays, layers: int, steps: int) -> dict[str, dict[str, float]]:
-    """Per op of the forward's replays: launches and device µs per step (a replay whose kernels
-    do not follow the forward's pattern, such as the sampling graph, is left out)."""
+    """Per op of the forward's replays: launches and device µs per step, each kernel's own time
+    (``kernel_roofline.own_ns``: a kernel launched early under programmatic dependent launch does
+    not count its wait for the one before it); a replay whose kernels do not follow the forward's
+    pattern, such as the sampling graph, is left out."""
     ops: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"launches": 0, "us": 0})
     for kernels in replays:
         kernels = sorted(kernels)
         attributed, why = attribute_step([name for _, _, name in kernels], layers)
         if why is not None:
             continue
-        for (start, stop, _), k in zip(kernels, attributed, strict=True):
+        own = own_ns([(start, stop) for start, stop, _ in kernels])
+        for us, k in zip(own, attributed, strict=True):
             if k.op in (OTHER, UNATTRIBUTED):
                 continue
             ops[k.op]["launches"] += 0 if k.joins else 1
-            ops[k.op]["us"] += stop - start
+            ops[k.op]["us"] += us
     return {op: {key: v / steps for key, v in t.items()} for op, t in ops.items()}
 
 

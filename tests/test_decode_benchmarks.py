@@ -60,10 +60,12 @@ def test_kernels_are_counted_by_their_launch(tmp_path, monkeypatch):
     got = roofline.count_kernels(str(path), steps=2)
     assert got["graph_kernels_per_step"] == 3 and got["eager_kernels_per_step"] == 0.5
     assert got["memcpy_per_step"] == 0.5 and got["launched_before_window"] == 1
-    assert got["kernel_us_per_step"] == (40 + 4 + 5) / 2
+    # a replay's kernels count their own time: replay 1's second gemm starts under rmsnorm
+    # (114 < 115), so 1 µs of its 10 is rmsnorm's, not counted twice
+    assert got["kernel_us_per_step"] == (40 - 1 + 4 + 5) / 2
     assert got["graph_gap_us_per_step"] == (3 + 5) / 2
     assert [k["kernel"] for k in got["top_kernels"]] == ["gemm", "sample", "rmsnorm"]
-    assert got["top_kernels"][0] == {"kernel": "gemm", "us_per_step": 20.0, "calls_per_step": 2.0}
+    assert got["top_kernels"][0] == {"kernel": "gemm", "us_per_step": 19.5, "calls_per_step": 2.0}
 
 
 def test_decode_roofline_cpu_smoke(tmp_path):
@@ -174,6 +176,29 @@ def test_each_op_of_the_forward_replays_is_timed_and_set_against_its_roof(monkey
         ("qkv", 6.0, 4.0),
     ]
     assert roofs[1]["of_roof"] == 0.6
+
+
+def test_an_op_launched_early_under_pdl_counts_its_own_time(monkeypatch, tmp_path):
+    """One replay where the o projection's GEMV starts 5 µs into attention's 8 (programmatic
+    dependent launch) and ends 6 µs after it: o's time per step is those 6 µs, attention's its 8,
+    and the in-graph gaps are the one 1 µs gap after o."""
+    trace = load_benchmark("decode_trace", monkeypatch)
+    spans = [("_rmsnorm_kernel", 0.0, 2.0), ("_gemv_kernel", 2.0, 10.0),
+             ("_paged_decode_rope_kernel", 10.0, 18.0), ("_gemv_kernel", 15.0, 24.0),
+             ("_rmsnorm_kernel", 25.0, 27.0), ("nvjet_gate_up", 27.0, 30.0),
+             ("_silu_and_mul_kernel", 30.0, 31.0), ("_gemv_kernel", 31.0, 33.0),
+             ("_rmsnorm_kernel", 33.0, 34.0), ("nvjet_lm_head", 34.0, 40.0)]  # fmt: skip
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch",
+               "args": {"correlation": 1}}]  # fmt: skip
+    events += [{"ph": "X", "cat": "kernel", "name": n, "ts": a, "dur": b - a,
+                "args": {"correlation": 1}} for n, a, b in spans]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = trace.count_kernels(str(path), steps=1, layers=1)
+    ops = got["ops_per_step"]
+    assert ops["o"] == {"launches": 1, "us": 6.0} and ops["attention"]["us"] == 8.0
+    assert sum(o["us"] for o in ops.values()) == 40.0 - 1.0  # the replay's busy time
+    assert got["graph_gap_us_per_step"] == 1.0
 
 
 def test_a_variant_names_its_paths_and_split_switches(monkeypatch):

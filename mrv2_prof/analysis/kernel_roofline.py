@@ -4,7 +4,11 @@ window, ``probes.kernel_trace``, or an ``nsys import``).
 Each kernel of a recorded step is put with its op and layer (``kernel_ops.py``: our Triton
 kernels by name, GEMMs by their order in the forward). Per op, over the window's steps:
 
-* launches per step and device time per step (the kernels' ``end_ns - start_ns``, summed);
+* launches per step and device time per step: each kernel's *own* time, summed (``own_ns``: from
+  its start or the end of the kernels before it, whichever is later, to its end). A kernel
+  launched early under programmatic dependent launch starts while its predecessor runs and waits
+  for it; its own time leaves that wait to the predecessor, so the ops' times add up to the
+  step's busy device time, never more (the notes give the overlap a step had);
 * bytes and FLOPs per step: per launch, the op's ``runs.info['step_cost']['ops']`` entry at the
   step's counts (``weight_bytes`` + ``bytes_per_token`` x tokens + ``bytes_per_row`` x logits
   rows + ``bytes_per_context`` x context tokens; FLOPs per token, row and query-key pair
@@ -22,6 +26,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from mrv2_prof.analysis.kernel_ops import OTHER, UNATTRIBUTED, attribute_step
@@ -31,7 +36,7 @@ FAR_FROM_ROOF = 0.5  # an op under this fraction of its roof is a finding ...
 MIN_TIME_SHARE = 0.10  # ... when it takes at least this share of the window's kernel time
 NO_KERNELS = "no kernels recorded (probes.kernel_trace on a CUDA run, or nsys import)"
 _KERNELS = """
-    SELECT step, name, end_ns - start_ns FROM kernels
+    SELECT step, name, start_ns, end_ns FROM kernels
     WHERE run_id = ? AND step >= 0 AND end_ns >= start_ns
     ORDER BY step, start_ns, end_ns"""
 _STEPS = """
@@ -65,6 +70,18 @@ class KernelRoofline:
     why: str | None = None  # why there is no table
 
 
+def own_ns(spans: list[tuple[int, int]]) -> list[int]:
+    """Each kernel's own device time, of (start, end) spans in start order: from its start or
+    the latest end before it, whichever is later, to its end (0 where an earlier kernel outlasts
+    it). The sum is the length of the spans' union: the time the device had a kernel running."""
+    own, latest = [], None
+    for start, end in spans:
+        begin = start if latest is None else max(start, latest)
+        own.append(max(end - begin, 0))
+        latest = end if latest is None else max(latest, end)
+    return own
+
+
 def op_bytes_flops(cost: dict[str, int], counts: tuple[int, int, int, int]) -> tuple[int, int]:
     """One launch's bytes and FLOPs at a step's (tokens, logits rows, context, pairs)."""
     tokens, rows, context, pairs = counts
@@ -89,8 +106,12 @@ def kernel_roofline(store: Store, run_id: str) -> KernelRoofline:
     steps = con.execute(_STEPS, [run_id, run_id]).fetchall()
     counts = {int(r[0]): tuple(int(v) for v in r[1:]) for r in steps}
     by_step: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    for step, name, ns in kernels:
-        by_step[int(step)].append((name, int(ns)))
+    overlap = 0
+    for step, group in groupby(kernels, key=lambda r: r[0]):
+        group = list(group)
+        own = own_ns([(int(r[2]), int(r[3])) for r in group])
+        overlap += sum(int(r[3]) - int(r[2]) for r in group) - sum(own)
+        by_step[int(step)] += [(r[1], ns) for r, ns in zip(group, own, strict=True)]
     totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0])  # launches, ns, B, FLOP
     reasons: dict[str, int] = defaultdict(int)
     for step, rows in by_step.items():
@@ -110,6 +131,11 @@ def kernel_roofline(store: Store, run_id: str) -> KernelRoofline:
     rows = [op_row(op, t, n, all_ns, peaks, op in cost["ops"]) for op, t in totals.items()]
     rows.sort(key=lambda r: -r.us)
     notes = [f"{c} of {n} steps unattributed: {why}" for why, c in reasons.items()]
+    if overlap:
+        notes.append(
+            f"kernels overlapped the ones before them by {overlap / n / 1e3:,.1f} µs per step "
+            "(programmatic dependent launch, or streams): each op counts its kernels' own time"
+        )
     if not peaks.get("hbm_read_bytes_per_s"):
         notes.append("no HBM bandwidth recorded: no fraction of the roof")
     elif not peaks.get("tensor_flops_per_s"):

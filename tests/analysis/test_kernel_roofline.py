@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 
+from mrv2_prof.analysis import kernel_roofline as kernel_roofline_module
 from mrv2_prof.analysis.findings import RULES, Finding
 from mrv2_prof.analysis.kernel_ops import attribute_step
 from mrv2_prof.analysis.kernel_roofline import NO_KERNELS, kernel_roofline, kernels_far_from_roof
@@ -50,10 +51,11 @@ def _store(tmp_path, steps: dict[int, list[tuple[str, int]]], cost=COST) -> Stor
     rows = {"step": [], "phase": [], "name": [], "start_ns": [], "end_ns": [], "stream": []}
     t = 0
     for step, kernels in steps.items():
-        for name, ns in kernels:
-            for col, v in zip(rows, (step, "forward", name, t, t + ns, 7), strict=True):
+        for name, ns, *early in kernels:  # early: it starts that long before its slot
+            start = t - sum(early)
+            for col, v in zip(rows, (step, "forward", name, start, start + ns, 7), strict=True):
                 rows[col].append(v)
-            t += ns + 100
+            t = start + ns + 100
     store.append("r", "kernels", rows)
     return store
 
@@ -113,6 +115,30 @@ def test_the_per_op_table_of_two_steps_is_the_hand_count(tmp_path):
     o = rows["other"]
     assert (o.launches, o.us, o.bytes_per_s, o.fraction) == (4, 5.0, None, None)
     assert table.notes == []
+
+
+def test_kernels_starting_under_their_predecessor_count_their_own_time(tmp_path):
+    """Under programmatic dependent launch the o projection's GEMV starts while attention runs
+    and waits for it: recorded 3,900 ns from its start, 2,900 of them under attention. Each op
+    counts its own time (from the later of its start and the end before it), so the table is the
+    sequential step's hand count, and a note gives the overlap: 2 x 2,900 ns per step."""
+    layer = list(LAYER)
+    assert layer[4] == ("_gemv_kernel", 1_000)  # o, after attention's 3,000 ns
+    layer[4] = ("_gemv_kernel", 3_900, 3_000)  # starts 2,900 ns before attention ends
+    step = [*STEP[:2], *layer, *layer, *STEP[22:]]
+    assert kernel_roofline_module.own_ns([(0, 10), (5, 20), (8, 12), (25, 30)]) == [10, 10, 0, 5]
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    with _store(tmp_path / "a", {5: step}) as store:
+        table = kernel_roofline(store, "r")
+    with _store(tmp_path / "b", {5: STEP}) as store:
+        sequential = kernel_roofline(store, "r")
+    got = {r.op: (r.us, r.share, r.fraction) for r in table.rows}
+    assert got == {r.op: (r.us, r.share, r.fraction) for r in sequential.rows}
+    assert got["o"][0] == 2.0 and got["attention"][0] == 6.0
+    assert table.notes == [
+        "kernels overlapped the ones before them by 5.8 µs per step (programmatic dependent "
+        "launch, or streams): each op counts its kernels' own time"
+    ]
 
 
 def test_a_step_off_the_pattern_is_unattributed_with_the_reason(tmp_path):
