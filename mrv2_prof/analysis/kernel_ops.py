@@ -43,6 +43,7 @@ TRITON_OPS = {
     "_paged_decode_rope_kernel": "attention",  # QK-norm + RoPE + KV write folded in (decode)
     "_split_kv_decode_kernel": "attention",  # split-KV decode (attention_split_kv_triton.py)
     "_split_kv_reduce_kernel": "attention",
+    "_split_kv_decode_rope_kernel": "attention",  # split-KV with the RoPE fold's prologue
     "_silu_and_mul_kernel": "silu_mul",
 }
 OTHER, UNATTRIBUTED = "other", "unattributed"

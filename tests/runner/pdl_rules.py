@@ -229,19 +229,22 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope() -> None:
+def _decode_rope(splits: int = 0) -> None:
     import torch
 
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
+    from mrv2_prof.runner.model.attention_split_kv_rope_triton import paged_decode_split_kv_rope
 
     b = _decode_batch()
     t, h, d = b.query.shape
     kv = _randn(t, 2, d), _randn(t, 2, d)
     cos_sin = torch.randn(64, d)
-    paged_decode_rope_triton(
-        b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
-        _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale,
-    )  # fmt: skip
+    args = (b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
+            _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
+    if splits:
+        paged_decode_split_kv_rope(*args, num_splits=splits)
+    else:
+        paged_decode_rope_triton(*args)
 
 
 def _gemm(split: int) -> None:
@@ -296,6 +299,21 @@ CASES = {
         _decode_rope,
         {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
     ),
+    "split_kv_decode_rope": (
+        lambda: _decode_rope(2),
+        {
+            "q_ptr",
+            "k_ptr",
+            "v_ptr",
+            "k_cache_ptr",
+            "v_cache_ptr",
+            "out_ptr",
+            "acc_ptr",
+            "max_ptr",
+            "sum_ptr",
+            "counter_ptr",
+        },
+    ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),

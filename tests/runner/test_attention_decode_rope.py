@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import mrv2_prof.runner.model.attention_decode_rope_triton as fold
+import mrv2_prof.runner.model.attention_split_kv_rope_triton as split_fold
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 from mrv2_prof.runner.model import kv_cache_shape
 from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
@@ -92,7 +93,7 @@ def test_a_token_without_a_slot_writes_nothing():
         assert changed[kv].flatten().nonzero().flatten().tolist() == written
 
 
-def test_folds_rope_only_where_the_unsplit_decode_kernel_serves(monkeypatch):
+def test_folds_rope_in_decode_batches_with_a_cache(monkeypatch):
     args, _, _, _ = _case([(20, 1), (9, 1)], 2, 2, 32, 8, torch.float32, norm=False)
     meta, cache = args[10], args[9]
     assert not fold.folds_rope(2, meta, cache)  # off by default
@@ -102,7 +103,37 @@ def test_folds_rope_only_where_the_unsplit_decode_kernel_serves(monkeypatch):
     assert not fold.folds_rope(2, meta, None)  # a dummy run without a cache
     assert not fold.folds_rope(0, meta, cache)
     monkeypatch.setattr(split_kv, "FORCED_SPLITS", 2)
-    assert not fold.folds_rope(2, meta, cache)  # split-KV attention keeps the RoPE kernel
+    assert fold.folds_rope(2, meta, cache)  # split-KV attention folds it too
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 5])
+@pytest.mark.parametrize("norm", [False, True])
+def test_split_fold_matches_rope_then_write_then_attention(splits, norm, monkeypatch):
+    """The split-KV kernel with the fold's prologue (``rope_attend`` under a forced split count)
+    against the references: every split's keys, the new ones written by the split holding
+    them; contexts from 0 (the new key alone) to 4 blocks, splits left empty at 5."""
+    monkeypatch.setattr(split_kv, "FORCED_SPLITS", splits)
+    reqs = [(2 * 16 - 1, 1), (16 + 3, 1), (0, 1), (4 * 16, 1)]
+    args, want, want_cache, _ = _case(reqs, 2, 2, 32, 16, torch.float32, norm=norm, pad_reqs=2)
+    q, k = args[0].clone(), args[1].clone()
+    got = split_fold.rope_attend(*args)
+    assert_close_verbose(got[: len(reqs)], want, *TOLS[torch.float32])
+    assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
+    assert torch.equal(args[0], q) and torch.equal(args[1], k)
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_fold_with_two_tokens_beside_padding(splits, monkeypatch):
+    """A request of two tokens whose new keys may fall in different splits: each split writes
+    the new keys it holds and reads only its own, so the second token sees the first's key."""
+    monkeypatch.setattr(split_kv, "FORCED_SPLITS", splits)
+    # keys 31 and 32 of 33: float32 walks 16 keys a step, so the chunks are 32 keys at 2 splits
+    # and 16 at 4, and the two new keys fall in different splits either way
+    reqs = [(31, 2), (9, 1)]
+    args, want, want_cache, _ = _case(reqs, 2, 2, 32, 8, torch.float32, norm=True, pad_reqs=1)
+    got = split_fold.rope_attend(*args)
+    assert_close_verbose(got[:3], want, *TOLS[torch.float32])
+    assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
 
 
 def test_a_batch_that_is_not_a_decode_is_refused():
@@ -116,10 +147,21 @@ def test_a_batch_that_is_not_a_decode_is_refused():
 @pytest.mark.skipif(DEVICE.type != "cuda", reason="needs CUDA")
 @pytest.mark.parametrize(("kvh", "group", "head_dim", "norm"), [(8, 4, 64, False),
                                                                  (8, 2, 128, True)])  # fmt: skip
-def test_gpu_fold_at_real_sizes(kvh, group, head_dim, norm):
+@pytest.mark.parametrize("splits", [None, 4, "policy"])
+def test_gpu_fold_at_real_sizes(kvh, group, head_dim, norm, splits, monkeypatch):
+    """The unsplit fold, the split one at 4 splits and at the policy's count (the context bound
+    of the batch's block table), through ``rope_attend`` as the model calls it."""
+    if splits == "policy":
+        monkeypatch.setattr(split_kv, "SPLIT_KV_ENABLED", True)
+    elif splits is not None:
+        monkeypatch.setattr(split_kv, "FORCED_SPLITS", splits)
     reqs = [(int(c), 1) for c in torch.randint(1, 3000, (64,), generator=torch.Generator())]
+    if splits == "policy":  # 8 of them: the policy splits at small batch
+        reqs = reqs[:8]
     args, want, want_cache, _ = _case(reqs, kvh, group, head_dim, 16, BF16, norm=norm)
-    got = fold.paged_decode_rope_triton(*args)
+    if splits == "policy":
+        assert split_kv.decode_split_count(args[10], kvh, DEVICE) > 1
+    got = split_fold.rope_attend(*args)
     assert_close_verbose(got[: len(reqs)], want, *TOL[BF16])
     assert_close_verbose(args[9], want_cache, *TOL[BF16])
 

@@ -19,9 +19,10 @@ Rotation pairs dimension j with j + d/2 (neox style); a program reads each row t
 and with its halves swapped, so that ``x * cos + rotate_half(x) * sin`` is elementwise.
 
 ``folds_rope`` decides from host ints only (the same for every batch of a CUDA-graph key): a
-decode batch (no more tokens than requests) that the unsplit decode kernel serves (split-KV
-attention keeps the separate RoPE kernel), with a KV cache, while ``ROPE_IN_DECODE_ATTENTION`` is
-on (the ``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). It is
+decode batch (no more tokens than requests) with a KV cache, while ``ROPE_IN_DECODE_ATTENTION`` is
+on (the ``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). Where
+split-KV attention serves the batch, ``attention_split_kv_rope_triton.rope_attend`` hands it to
+the split kernel with the same prologue; otherwise to this one. It is
 off until measured on the H200 (``benchmarks/decode_roofline.py --variant ...+fold``); read at
 each call, so it must be set before a CUDA graph is captured. PIECEWISE graphs cut the
 layer at attention and keep the separate kernel. With programmatic dependent launch
@@ -41,7 +42,6 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     attend_keys,
     is_decode_batch,
 )
-from mrv2_prof.runner.model.attention_split_kv_triton import decode_split_count
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
@@ -52,9 +52,7 @@ def folds_rope(num_tokens: int, meta: AttentionMetadata, kv_cache: torch.Tensor 
     """Whether a layer's RoPE and KV write go into this kernel for a batch (host ints only)."""
     if not ROPE_IN_DECODE_ATTENTION or kv_cache is None or num_tokens == 0:
         return False
-    if not is_decode_batch(num_tokens, meta.num_reqs):
-        return False
-    return decode_split_count(meta, kv_cache.shape[3], kv_cache.device) == 1
+    return is_decode_batch(num_tokens, meta.num_reqs)
 
 
 @triton.jit
@@ -160,26 +158,9 @@ def paged_decode_rope_triton(
 ) -> torch.Tensor:  # [T, h, d]
     """``qk_norm_rope_ref``, the KV write and ``paged_attention_ref`` of a decode batch in one
     launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten)."""
+    check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta)
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = kv_cache.shape[3]
-    shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    check_head_dim(head_dim)
-    if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
-        raise ValueError(f"decode rope attention: {shape} do not fit {tuple(kv_cache.shape)}")
-    if num_heads % num_kv_heads or kv_cache.shape[4] != head_dim:
-        raise ValueError(f"decode rope attention: {shape} do not fit {tuple(kv_cache.shape)}")
-    if any(t.stride(-1) != 1 for t in (q, k, v, cos, sin, kv_cache)):
-        raise ValueError("decode rope attention: every tensor needs a contiguous last dimension")
-    if min(cos.shape[1], sin.shape[1]) < head_dim // 2 or (q_weight is None) != (k_weight is None):
-        raise ValueError(
-            f"decode rope attention: cos/sin must be [rows, >= {head_dim // 2}], and q and k "
-            "normalised together (both weights or none)"
-        )
-    if not is_decode_batch(num_tokens, meta.num_reqs):
-        raise ValueError(
-            f"decode rope attention: {num_tokens} tokens > {meta.num_reqs} requests is not a "
-            "decode batch"
-        )
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
@@ -201,3 +182,27 @@ def paged_decode_rope_triton(
         HAS_NORM=q_weight is not None, **launch_options(use_pdl(q.device)),
     )  # fmt: skip
     return out
+
+
+def check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta) -> None:
+    """The shapes a folded decode attention takes (this kernel's and the split-KV one's)."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = kv_cache.shape[3]
+    shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    check_head_dim(head_dim)
+    if k.shape != (num_tokens, num_kv_heads, head_dim) or v.shape != k.shape:
+        raise ValueError(f"decode rope attention: {shape} do not fit {tuple(kv_cache.shape)}")
+    if num_heads % num_kv_heads or kv_cache.shape[4] != head_dim:
+        raise ValueError(f"decode rope attention: {shape} do not fit {tuple(kv_cache.shape)}")
+    if any(t.stride(-1) != 1 for t in (q, k, v, cos, sin, kv_cache)):
+        raise ValueError("decode rope attention: every tensor needs a contiguous last dimension")
+    if min(cos.shape[1], sin.shape[1]) < head_dim // 2 or (q_weight is None) != (k_weight is None):
+        raise ValueError(
+            f"decode rope attention: cos/sin must be [rows, >= {head_dim // 2}], and q and k "
+            "normalised together (both weights or none)"
+        )
+    if not is_decode_batch(num_tokens, meta.num_reqs):
+        raise ValueError(
+            f"decode rope attention: {num_tokens} tokens > {meta.num_reqs} requests is not a "
+            "decode batch"
+        )

@@ -113,10 +113,8 @@ TORCH_MODEL_KERNELS = ModelKernels(
 
 def triton_model_kernels() -> ModelKernels:
     """The fused Triton bundle; raises ImportError where triton cannot be imported."""
-    from mrv2_prof.runner.model.attention_decode_rope_triton import (
-        folds_rope,
-        paged_decode_rope_triton,
-    )
+    from mrv2_prof.runner.model.attention_decode_rope_triton import folds_rope
+    from mrv2_prof.runner.model.attention_split_kv_rope_triton import rope_attend
     from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
     from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
     from mrv2_prof.runner.model.projections_triton import (
@@ -138,5 +136,5 @@ def triton_model_kernels() -> ModelKernels:
         cos_sin_cache=True,
         rope_writes_kv=True,
         folds_rope=folds_rope,
-        rope_attend=paged_decode_rope_triton,
+        rope_attend=rope_attend,
     )
