@@ -338,8 +338,9 @@ def _extra(e: str) -> str | None:
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm][+split|+splitN]`` -> (decode GEMV mode, the extras switched
-    on, in order). ``split``: split-KV decode attention's policy on (``SPLIT_KV_ENABLED``);
-    ``splitN``: every decode batch split N ways (``FORCED_SPLITS``)."""
+    on, in order). ``split``: split-KV decode attention's policy on (``runner.split_kv``);
+    ``splitN``: every decode batch split N ways (``FORCED_SPLITS``). Without either, split-KV
+    is off (the variants name every path they take)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
@@ -351,7 +352,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
-    """(``SPLIT_KV_ENABLED``, ``FORCED_SPLITS``) of a variant's extras."""
+    """(``runner.split_kv``, ``FORCED_SPLITS``) of a variant's extras."""
     for e in extras:
         if e == "split":
             return True, None
@@ -424,19 +425,21 @@ def main() -> None:
     ]
     for preset in presets:
         for mode, extras in variants:  # one engine each: the runner's decode-path settings
+            split_kv, forced = split_switches(extras)
             paths = {
                 "decode_gemv": mode,
                 "decode_gemm": "triton" if "gemm" in extras else "cublas",
                 "pdl": "pdl" in extras,
                 "rope_in_attention": "fold" in extras,
+                "split_kv": split_kv,
             }
             path = "+".join((mode, *extras))
-            split = attention_split_kv_triton  # module switches, not runner settings
-            split.SPLIT_KV_ENABLED, split.FORCED_SPLITS = split_switches(extras)
+            split = attention_split_kv_triton  # a forced count is a module switch, not a setting
+            split.FORCED_SPLITS = forced
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
-                split.SPLIT_KV_ENABLED, split.FORCED_SPLITS = False, None
+                split.FORCED_SPLITS = None
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -185,11 +185,12 @@ def _kernel_path_switches():
     switches = [(projections_triton, "DECODE_GEMV"), (projections_triton, "DECODE_GEMM"),
                 (pdl, "LAUNCH_PDL")]  # fmt: skip
     try:
-        from mrv2_prof.runner.model import attention_decode_rope_triton
-    except ImportError:  # no triton: nothing can set it
+        from mrv2_prof.runner.model import attention_decode_rope_triton, attention_split_kv_triton
+    except ImportError:  # no triton: nothing can set them
         pass
     else:
-        switches.append((attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION"))
+        switches += [(attention_decode_rope_triton, "ROPE_IN_DECODE_ATTENTION"),
+                     (attention_split_kv_triton, "SPLIT_KV_ENABLED")]  # fmt: skip
     saved = [(module, name, getattr(module, name)) for module, name in switches]
     yield
     for module, name, value in saved:

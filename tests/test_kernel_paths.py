@@ -97,11 +97,16 @@ def test_pdl_needs_hopper(monkeypatch):
 def test_the_runner_sets_the_kernel_switches_from_its_config():
     """The Triton bundle's switches follow the paths the config resolves to."""
     pytest.importorskip("triton")
-    from mrv2_prof.runner.model import attention_decode_rope_triton, pdl, projections_triton
+    from mrv2_prof.runner.model import (
+        attention_decode_rope_triton,
+        attention_split_kv_triton,
+        pdl,
+        projections_triton,
+    )
 
     config = RunnerConfig(
         device="cpu", decode_gemv="fused_onepass", decode_gemm="triton", pdl=True,
-        rope_in_attention=True,
+        rope_in_attention=True, split_kv=True,
     )  # fmt: skip
     kernel_paths.apply_kernel_paths(kernel_paths.resolved_paths(config, "triton", False))
     assert (projections_triton.DECODE_GEMV, projections_triton.DECODE_GEMM) == (
@@ -109,6 +114,7 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
         "triton",
     )
     assert attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION
+    assert attention_split_kv_triton.SPLIT_KV_ENABLED
     assert not pdl.LAUNCH_PDL  # asked for, but no CUDA device: a note (above), not taken
 
 
@@ -116,21 +122,23 @@ def test_auto_takes_pdl_and_the_fold_where_the_run_can(monkeypatch):
     """``auto`` (the default of both): both on with the Triton kernels on a GPU of compute
     capability 9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a
     path asked for explicitly is kept (or, where it cannot run, off)."""
-    assert (RunnerConfig().pdl, RunnerConfig().rope_in_attention) == (None, None)  # defaults
+    defaults = RunnerConfig()
+    assert (defaults.pdl, defaults.rope_in_attention, defaults.split_kv) == (None, None, None)
     auto = RunnerConfig(device="cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
     assert hopper == {
         "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": True, "rope_in_attention": True,
+        "split_kv": True,
     }  # fmt: skip
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     ampere = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
-    assert (ampere["pdl"], ampere["rope_in_attention"]) == (False, True)
+    assert (ampere["pdl"], ampere["rope_in_attention"], ampere["split_kv"]) == (False, True, True)
     assert kernel_paths.kernel_path_notes(auto, "triton", is_cuda=True) == []  # auto: no note
     assert kernel_paths.resolved_paths(auto, "torch", is_cuda=True) == kernel_paths.OFF
     cpu = kernel_paths.resolved_paths(RunnerConfig(device="cpu"), "triton", is_cuda=False)
-    assert (cpu["pdl"], cpu["rope_in_attention"]) == (False, False)
-    off = RunnerConfig(device="cuda", pdl=False, rope_in_attention=False)
+    assert (cpu["pdl"], cpu["rope_in_attention"], cpu["split_kv"]) == (False, False, False)
+    off = RunnerConfig(device="cuda", pdl=False, rope_in_attention=False, split_kv=False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert kernel_paths.resolved_paths(off, "triton", is_cuda=True) == kernel_paths.OFF
     assert kernel_paths.kernel_path_notes(off, "torch", is_cuda=True) == []  # off asks nothing

@@ -136,6 +136,22 @@ def test_proposed_split_count_fills_the_sms(monkeypatch):
     assert split_kv.proposed_split_count(1, 8, 100, 132) == 1  # shorter than one split's keys
 
 
+def test_the_smallest_unsplit_batch_is_where_the_policy_stops_splitting(monkeypatch):
+    """A warm-up runs it so that the unsplit kernel is compiled beside the split one: 132 SMs
+    over 8 kv heads split every batch of up to 16 requests (want = 264 // (8 n) >= 2), not 17;
+    none within a cap below that; 1 while split-KV is off; none under a forced count."""
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
+    cpu = torch.device("cpu")
+    assert split_kv.smallest_unsplit_batch(8, 8192, cpu, 256) == 1  # off: nothing splits
+    monkeypatch.setattr(split_kv, "SPLIT_KV_ENABLED", True)
+    assert split_kv.smallest_unsplit_batch(8, 8192, cpu, 256) == 17
+    assert split_kv.split_count(16, 8, 8192, cpu) == 2  # the batch before it still splits
+    assert split_kv.smallest_unsplit_batch(8, 8192, cpu, 16) is None
+    assert split_kv.smallest_unsplit_batch(8, 256, cpu, 256) == 1  # a bound of one split
+    monkeypatch.setattr(split_kv, "FORCED_SPLITS", 4)
+    assert split_kv.smallest_unsplit_batch(8, 8192, cpu, 256) is None
+
+
 def test_dispatch_takes_the_split_kernel_for_decodes_only(monkeypatch):
     calls = []
     split = attention_triton.paged_decode_split_kv

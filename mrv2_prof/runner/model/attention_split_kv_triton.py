@@ -24,9 +24,10 @@ the partials past L1, and resets the counter to 0 for the next launch. ``fused=F
 a second, reduce-only kernel instead; the benchmark times both. With programmatic dependent
 launch (``pdl.py``) both kernels read the request's metadata, then wait for the kernel before.
 
-Policy: ``split_count`` returns 1 (no split) until the split kernel is measured against the
-decode kernel on the GPU (``benchmarks/attention_split_kv.py``); ``proposed_split_count`` is the
-rule it would apply, and ``FORCED_SPLITS`` forces a count for tests and benchmarks.
+Policy: ``split_count`` applies ``proposed_split_count`` while ``SPLIT_KV_ENABLED`` is on (the
+``runner.split_kv`` setting sets it: ``runner/worker/kernel_paths.py``), else returns 1 (the
+unsplit decode kernel); ``FORCED_SPLITS`` forces a count for tests and benchmarks. With the RoPE
+fold on, ``attention_split_kv_rope_triton.py`` is this kernel with the fold's prologue.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
-# OFF until measured: the default decode path stays the unsplit kernel (split_count returns 1).
-SPLIT_KV_ENABLED = False
+SPLIT_KV_ENABLED = False  # runner.split_kv sets it (kernel_paths.apply_kernel_paths)
 FORCED_SPLITS: int | None = None  # tests and benchmarks: this count for every decode batch
 PROGRAMS_PER_SM = 2  # split until the grid has about this many programs per SM
 MIN_KEYS_PER_SPLIT = 256  # of the largest context the batch's shapes allow
@@ -72,6 +72,18 @@ def split_count(num_reqs: int, num_kv_heads: int, max_context: int, device: torc
     if not SPLIT_KV_ENABLED:
         return 1
     return proposed_split_count(num_reqs, num_kv_heads, max_context, num_sms(device))
+
+
+def smallest_unsplit_batch(
+    num_kv_heads: int, max_context: int, device: torch.device, most: int
+) -> int | None:
+    """The smallest decode batch of at most ``most`` requests that ``split_count`` leaves
+    unsplit (1 while split-KV is off), or None: a warm-up runs one so that the unsplit kernel is
+    compiled beside the split one."""
+    for n in range(1, most + 1):
+        if split_count(n, num_kv_heads, max_context, device) == 1:
+            return n
+    return None
 
 
 def decode_split_count(meta: AttentionMetadata, num_kv_heads: int, device: torch.device) -> int:

@@ -1,13 +1,14 @@
 """The Triton bundle's decode paths, chosen by the runner's settings: the batch-1 projections
 (``runner.decode_gemv``), the projections of 2-256 rows (``runner.decode_gemm``), programmatic
-dependent launch (``runner.pdl``) and RoPE folded into decode attention
-(``runner.rope_in_attention``).
+dependent launch (``runner.pdl``), RoPE folded into decode attention
+(``runner.rope_in_attention``) and split-KV decode attention (``runner.split_kv``).
 
 Each is a switch the model's kernel modules read at every call (``projections_triton``'s
 ``DECODE_GEMV`` and ``DECODE_GEMM``, ``pdl.LAUNCH_PDL``, ``attention_decode_rope_triton``'s
-``ROPE_IN_DECODE_ATTENTION``), so ``apply_kernel_paths`` sets them from the config when a runner
-is built, before its warm-up and graph capture, and the as-run scenario records what the run
-used. They are process-wide: the runner built last sets them (one engine runs at a time).
+``ROPE_IN_DECODE_ATTENTION``, ``attention_split_kv_triton``'s ``SPLIT_KV_ENABLED``), so
+``apply_kernel_paths`` sets them from the config when a runner is built, before its warm-up and
+graph capture, and the as-run scenario records what the run used. They are process-wide: the
+runner built last sets them (one engine runs at a time).
 
 ``pdl`` defaults to ``auto`` (None): on where the run can take it (``resolved_paths``: the
 Triton kernels on a CUDA device of compute capability 9.0 or more), as the H200 measured it
@@ -15,6 +16,10 @@ faster at every preset and its GPU tests serve the same tokens and logprobs bit 
 (benchmarks/RESULTS.md, "Closer to the limit"). ``rope_in_attention`` defaults to ``auto`` too
 (on with the Triton kernels on a GPU): it measured 1-6 % faster, and its GPU tests (the kernel
 against its torch reference at real sizes, the engine's tokens with and without it) passed.
+``split_kv`` defaults to ``auto`` (on with the Triton kernels on a GPU): a decode batch's keys
+go over ``attention_split_kv_triton.split_count`` programs a request where that policy splits
+(small batches under a long context bound), the RoPE fold included; the H200 measured it
+(benchmarks/RESULTS.md, "Split-KV decode attention in the engine").
 ``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults: the alternatives lost
 there except the one-pass GEMV on the smallest model.
 
@@ -30,8 +35,11 @@ import torch
 
 from mrv2_prof.runner.config import RunnerConfig
 
-PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention")
-OFF = {"decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False}
+PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention", "split_kv")
+OFF = {
+    "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False,
+    "split_kv": False,
+}  # fmt: skip
 
 
 def _pdl_capable(is_cuda: bool) -> bool:
@@ -39,7 +47,7 @@ def _pdl_capable(is_cuda: bool) -> bool:
 
 
 def resolved_paths(config: RunnerConfig, kernels: str, is_cuda: bool) -> dict[str, object]:
-    """The four paths this run takes, by setting name: ``auto`` (None) resolved, and every path
+    """The five paths this run takes, by setting name: ``auto`` (None) resolved, and every path
     off with the torch kernels (the model's torch ops have none of them)."""
     if kernels != "triton":
         return dict(OFF)
@@ -48,8 +56,9 @@ def resolved_paths(config: RunnerConfig, kernels: str, is_cuda: bool) -> dict[st
         paths["pdl"] = _pdl_capable(is_cuda)
     elif paths["pdl"] and not _pdl_capable(is_cuda):
         paths["pdl"] = False  # a note says why (kernel_path_notes)
-    if paths["rope_in_attention"] is None:
-        paths["rope_in_attention"] = is_cuda
+    for name in ("rope_in_attention", "split_kv"):
+        if paths[name] is None:
+            paths[name] = is_cuda
     return paths
 
 
@@ -82,9 +91,15 @@ def kernel_path_notes(config: RunnerConfig, kernels: str, is_cuda: bool) -> list
 
 def apply_kernel_paths(paths: dict[str, object]) -> None:
     """Set the model kernel modules' switches to the run's paths (``resolved_paths``)."""
-    from mrv2_prof.runner.model import attention_decode_rope_triton, pdl, projections_triton
+    from mrv2_prof.runner.model import (
+        attention_decode_rope_triton,
+        attention_split_kv_triton,
+        pdl,
+        projections_triton,
+    )
 
     projections_triton.DECODE_GEMV = paths["decode_gemv"]
     projections_triton.DECODE_GEMM = paths["decode_gemm"]
     pdl.LAUNCH_PDL = paths["pdl"]
     attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]
+    attention_split_kv_triton.SPLIT_KV_ENABLED = paths["split_kv"]

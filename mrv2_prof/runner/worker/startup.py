@@ -19,6 +19,7 @@ import torch
 
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
+from mrv2_prof.runner.model.attention_split_kv_triton import smallest_unsplit_batch
 from mrv2_prof.runner.model.projections_triton import warm_rows
 from mrv2_prof.runner.model.step_cost import step_cost
 from mrv2_prof.runner.worker import triton_launch
@@ -189,7 +190,9 @@ def warm_forward(runner: ModelRunner) -> None:
     - an odd count over two requests (a run's first step, typically: the draft model's
       catch-up too) with the prefill tiles;
     - with the Triton decode GEMM on, one token count per class of its variants (one prefill
-      request each: ``projections_triton.warm_rows``).
+      request each: ``projections_triton.warm_rows``);
+    - with split-KV attention on (``runner.split_kv``), which splits the small decode batches,
+      the smallest decode batch it leaves unsplit, so both decode kernels are compiled.
     """
     c = runner.config
     budget = min(c.max_num_batched_tokens, c.max_model_len - 1)
@@ -204,6 +207,12 @@ def warm_forward(runner: ModelRunner) -> None:
         shapes.append((prefill - 1 if prefill % 2 == 0 else prefill, 2))
     if runner.model.kernels.name == "triton":
         shapes += [(rows, 1) for rows in warm_rows(budget)]
+        unsplit = smallest_unsplit_batch(
+            runner.model_args.num_key_value_heads, c.max_num_blocks_per_req * c.block_size,
+            runner.device, min(c.max_num_seqs, budget),
+        )  # fmt: skip
+        if unsplit is not None:  # split-KV splits the small decode batches: the others too
+            shapes.append((unsplit, unsplit))
     for num_tokens, reqs in dict.fromkeys(shapes):  # in order, each shape once
         dummy_run(runner, num_tokens, reqs, with_kv_cache=True)
 
