@@ -59,7 +59,7 @@ def _serve(config: RunnerConfig) -> list[tuple[list[int], list]]:
 @pytest.mark.parametrize(
     ("decode_gemv", "splits", "fold"),
     [("plain", None, False), ("fused_onepass", None, False), ("plain", 4, False),
-     ("fused_onepass", None, True)],
+     ("fused_onepass", None, True), ("plain", 4, True)],
 )  # fmt: skip
 def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold):
     monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
