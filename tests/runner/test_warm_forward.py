@@ -24,10 +24,15 @@ def _shapes(monkeypatch, seqs: int, tokens: int, model_len: int) -> list[tuple[i
 
     monkeypatch.setattr(startup, "dummy_run", record)
     config = types.SimpleNamespace(
-        max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=model_len
-    )
+        max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=model_len,
+        block_size=16, max_num_blocks_per_req=-(-model_len // 16),
+    )  # fmt: skip
     model = types.SimpleNamespace(kernels=types.SimpleNamespace(name="triton"))
-    startup.warm_forward(types.SimpleNamespace(config=config, model=model))
+    runner = types.SimpleNamespace(
+        config=config, model=model, device=torch.device("cpu"),
+        model_args=types.SimpleNamespace(num_key_value_heads=8),
+    )  # fmt: skip
+    startup.warm_forward(runner)
     return runs
 
 
@@ -68,3 +73,22 @@ def test_with_the_decode_gemm_each_of_its_row_classes_is_run(monkeypatch, tokens
     want = [min(hi, budget) for lo, hi in ROW_CLASSES if lo <= budget]
     assert runs == list(dict.fromkeys(base + [(n, 1) for n in want]))  # a shape runs once
     assert all(n <= budget for n, _ in runs)
+
+
+@pytest.mark.parametrize(("seqs", "model_len", "unsplit"), [(256, 4096, 17), (8, 4096, None)])
+def test_with_split_kv_a_decode_batch_it_leaves_unsplit_is_run(monkeypatch, seqs, model_len,
+                                                              unsplit):  # fmt: skip
+    """``runner.split_kv`` on, 132 SMs, 8 kv heads: the policy splits every decode batch of up
+    to 16 requests (``test_attention_split_kv``), so the warm-up's decode batches (1 and 8
+    requests) compile only the split kernel; a decode batch of 17 compiles the unsplit one too.
+    With at most 8 requests a step no decode batch goes unsplit, and none is added."""
+    from mrv2_prof.runner.model import attention_split_kv_triton as split_kv
+
+    monkeypatch.setattr(split_kv, "SPLIT_KV_ENABLED", True)
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
+    runs = _shapes(monkeypatch, seqs, 8192, model_len)
+    decode = [r for n, r in runs if is_decode_batch(n, r)]
+    cpu = torch.device("cpu")
+    unsplit_runs = [r for r in decode if split_kv.split_count(r, 8, model_len, cpu) == 1]
+    assert unsplit_runs == ([unsplit] if unsplit else [])
+    assert any(split_kv.split_count(r, 8, model_len, cpu) > 1 for r in decode)

@@ -56,7 +56,7 @@ def folds_rope(num_tokens: int, meta: AttentionMetadata, kv_cache: torch.Tensor 
 
 
 @triton.jit
-def _norm_rope_rows(
+def norm_rope_rows(
     rows_ptr,  # [R, 1] each row's first element
     ok,  # [R, 1] which rows are read
     dims,  # [HEAD_DIM]
@@ -118,10 +118,10 @@ def _paged_decode_rope_kernel(
         cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
         sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
         q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
-        q = _norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
+        q = norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
                             HEAD_DIM, HAS_NORM)  # fmt: skip
         k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-        k = _norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
+        k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
                             k_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
         slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
         if slot >= 0:  # the token's k and v at its slot, where attention reads them

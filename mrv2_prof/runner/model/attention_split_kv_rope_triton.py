@@ -9,7 +9,7 @@ program whose split holds ``p`` (``[s * chunk, (s + 1) * chunk)``, the split ker
 The splits partition the positions and a program reads only keys of its own split, so every key
 this launch writes is read only by the program that wrote it, after a barrier of its threads: no
 ordering between programs is needed. The partials and their reduction (in the same launch, by the
-row's last program) are the split kernel's (``_reduce_request``).
+row's last program) are the split kernel's (``reduce_request``).
 
 ``rope_attend`` is the model's folded attention: this kernel where ``decode_split_count`` splits
 the batch, else the unsplit fold. The contract is the fold's: ``qk_norm_rope_ref`` of the QKV
@@ -27,14 +27,14 @@ import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_rope_triton import (
-    _norm_rope_rows,
+    norm_rope_rows,
     check_rope_attend,
     paged_decode_rope_triton,
 )
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     SplitKVWorkspace,
-    _reduce_request,
+    reduce_request,
     decode_split_count,
     workspaces,
 )
@@ -87,7 +87,7 @@ def _split_kv_decode_rope_kernel(
                 cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
                 sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
                 k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-                k = _norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
+                k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
                                     k_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
                 dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
                 dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
@@ -104,7 +104,7 @@ def _split_kv_decode_rope_kernel(
             cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
             sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
             q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
-            q = _norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin,
+            q = norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin,
                                 q_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
             q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
             acc, m_i, l_i = attend_key_range(
@@ -120,7 +120,7 @@ def _split_kv_decode_rope_kernel(
     counter = req * tl.num_programs(1) + kv_head
     done = tl.atomic_add(counter_ptr + counter, 1, sem="acq_rel", scope="gpu")
     if done == num_splits - 1:  # the row's last split: every partial is visible
-        _reduce_request(
+        reduce_request(
             out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
             num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
         )  # fmt: skip

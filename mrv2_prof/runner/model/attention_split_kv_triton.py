@@ -94,7 +94,7 @@ def decode_split_count(meta: AttentionMetadata, num_kv_heads: int, device: torch
 
 
 @triton.jit
-def _reduce_request(
+def reduce_request(
     out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
     num_heads, out_stride_t, out_stride_h,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -205,7 +205,7 @@ def _split_kv_decode_kernel(
         row = req * tl.num_programs(1) + kv_head
         done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
         if done == num_splits - 1:  # the row's last split: every partial is visible
-            _reduce_request(
+            reduce_request(
                 out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head,
                 num_splits, num_heads, out_stride_t, out_stride_h,
                 G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
@@ -226,7 +226,7 @@ def _split_kv_reduce_kernel(
     if USE_GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    _reduce_request(
+    reduce_request(
         out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, tl.load(seq_lens_ptr + req),
         tl.program_id(1), num_splits, num_heads, out_stride_t, out_stride_h,
         G, HEAD_DIM, BLOCK_M, BLOCK_N, "",
