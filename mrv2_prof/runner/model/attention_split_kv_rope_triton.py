@@ -27,15 +27,15 @@ import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_rope_triton import (
-    norm_rope_rows,
     check_rope_attend,
+    norm_rope_rows,
     paged_decode_rope_triton,
 )
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     SplitKVWorkspace,
-    reduce_request,
     decode_split_count,
+    reduce_request,
     workspaces,
 )
 from mrv2_prof.runner.model.attention_triton import decode_keys
