@@ -14,6 +14,7 @@ import torch
 
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 import mrv2_prof.runner.model.attention_triton as attention_triton
+import mrv2_prof.runner.model.split_kv_workspace as split_kv_workspace
 from tests.runner.attention_batches import (
     DEVICE,
     INTERPRET,
@@ -110,7 +111,7 @@ def test_narrow_dtypes(dtype, block_n):
 def test_counters_are_reset_and_a_second_call_agrees():
     batch = decode_batch(8, 2, 2, 16, torch.float32, seed=9)
     first = split_attend(batch, 3)
-    counter = split_kv.workspaces[batch.query.device].buffers[3]
+    counter = split_kv_workspace.workspaces[batch.query.device].buffers[3]
     assert counter.numel() >= batch.meta.num_reqs * 2 and not counter.any()
     torch.testing.assert_close(split_attend(batch, 3), first, atol=0, rtol=0)
 
@@ -173,7 +174,7 @@ def test_dispatch_takes_the_split_kernel_for_decodes_only(monkeypatch):
 
 def test_workspace_grows_only_outside_a_capture(monkeypatch):
     cpu = torch.device("cpu")
-    ws = split_kv.SplitKVWorkspace()
+    ws = split_kv_workspace.SplitKVWorkspace()
     acc, maxes, sums, counter = first = ws.get(cpu, 10, 16, 4)
     assert (acc.numel(), maxes.numel(), sums.numel(), counter.numel()) == (160, 10, 10, 4)
     assert ws.get(cpu, 6, 16, 3) is first  # fits: the same buffers

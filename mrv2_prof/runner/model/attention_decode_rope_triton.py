@@ -84,6 +84,36 @@ def norm_rope_rows(
     return tl.where(first[None, :], xf * c - xs * s, xf * c + xs * s).to(io)
 
 
+@triton.jit
+def rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride, dims,
+                HEAD_DIM: tl.constexpr, HAS_POSITIONS: tl.constexpr):  # fmt: skip
+    """A token's cos and sin over ``dims`` (float32), from its position's row of the tables."""
+    row = tl.load(positions_ptr + tok).to(tl.int64) if HAS_POSITIONS else tok
+    cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
+    sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
+def write_rotated_kv(
+    k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t, k_stride_h,
+    v_stride_t, v_stride_h, head_off, cache_stride_block, cache_stride_slot, dims, swapped,
+    first, cos, sin, k_weight_ptr, eps,
+    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_NORM: tl.constexpr,
+):  # fmt: skip
+    """A token's k head normalised and rotated, and its v head, stored at its slot (>= 0)."""
+    one = tl.arange(0, 1)
+    k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
+    k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
+                       eps, HEAD_DIM, HAS_NORM)  # fmt: skip
+    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
+    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
+    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
+    v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
+                + dims[None, :])  # fmt: skip
+    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
+
+
 @triton.jit(do_not_specialize=["num_reqs"])
 def _paged_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
@@ -109,28 +139,23 @@ def _paged_decode_rope_kernel(
     dims = tl.arange(0, HEAD_DIM)
     swapped = (dims + HEAD_DIM // 2) % HEAD_DIM
     first = dims < HEAD_DIM // 2
-    one = tl.arange(0, 1)
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
     head_off = kv_head * cache_stride_head
     for t in range(q_len):  # one token in a decode; none in a padding request
         tok = (q_start + t).to(tl.int64)
-        row = tl.load(positions_ptr + tok).to(tl.int64) if HAS_POSITIONS else tok
-        cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
-        sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
+        cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
+                               dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
         q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
         q = norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
-                            HEAD_DIM, HAS_NORM)  # fmt: skip
-        k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-        k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
-                            k_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
+                           HEAD_DIM, HAS_NORM)  # fmt: skip
         slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
         if slot >= 0:  # the token's k and v at its slot, where attention reads them
-            dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
-            dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
-            tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
-            v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
-                        + dims[None, :])  # fmt: skip
-            tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
+            write_rotated_kv(
+                k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t,
+                k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
+                cache_stride_slot, dims, swapped, first, cos, sin, k_weight_ptr, eps,
+                BLOCK_SIZE, HEAD_DIM, HAS_NORM,
+            )  # fmt: skip
         tl.debug_barrier()  # the stores above are seen by every thread's key loads below
         q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
         out = attend_keys(

@@ -30,16 +30,18 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
     norm_rope_rows,
     paged_decode_rope_triton,
+    rope_tables,
+    write_rotated_kv,
 )
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
-    SplitKVWorkspace,
+    count_and_reduce,
     decode_split_count,
-    reduce_request,
-    workspaces,
+    store_partial,
 )
 from mrv2_prof.runner.model.attention_triton import decode_keys
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
+from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 
 @triton.jit(do_not_specialize=["num_reqs", "num_splits"])
@@ -74,7 +76,6 @@ def _split_kv_decode_rope_kernel(
     dims = tl.arange(0, HEAD_DIM)
     swapped = (dims + HEAD_DIM // 2) % HEAD_DIM
     first = dims < HEAD_DIM // 2
-    one = tl.arange(0, 1)
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
     head_off = kv_head * cache_stride_head
     for j in range(q_len):  # this step's keys that fall in the split: written here, read here
@@ -83,26 +84,21 @@ def _split_kv_decode_rope_kernel(
             tok = (q_start + j).to(tl.int64)
             slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
             if slot >= 0:
-                row = tl.load(positions_ptr + tok).to(tl.int64) if HAS_POSITIONS else tok
-                cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
-                sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
-                k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-                k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin,
-                                    k_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-                dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
-                dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
-                tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
-                v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
-                            + dims[None, :])  # fmt: skip
-                tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
+                cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride,
+                                       sin_stride, dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
+                write_rotated_kv(
+                    k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t,
+                    k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
+                    cache_stride_slot, dims, swapped, first, cos, sin, k_weight_ptr, eps,
+                    BLOCK_SIZE, HEAD_DIM, HAS_NORM,
+                )  # fmt: skip
     tl.debug_barrier()  # the stores above are seen by every thread's key loads below
     for t in range(q_len):
         kv_end = tl.minimum(ctx_len + t + 1, kv_start + chunk)  # the token's keys in the split
         if kv_start < kv_end:  # else the split holds none of its keys: nothing written
             tok = (q_start + t).to(tl.int64)
-            row = tl.load(positions_ptr + tok).to(tl.int64) if HAS_POSITIONS else tok
-            cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
-            sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
+            cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
+                                   dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
             q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
             q = norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin,
                                 q_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
@@ -112,19 +108,12 @@ def _split_kv_decode_rope_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            cell = (tok * num_heads + head) * num_splits + split
-            tl.store(acc_ptr + cell[:, None] * HEAD_DIM + dims[None, :], acc, row_ok[:, None])
-            tl.store(max_ptr + cell, m_i, row_ok)
-            tl.store(sum_ptr + cell, l_i, row_ok)
-    tl.debug_barrier()  # every thread's partial stores before the release below
-    counter = req * tl.num_programs(1) + kv_head
-    done = tl.atomic_add(counter_ptr + counter, 1, sem="acq_rel", scope="gpu")
-    if done == num_splits - 1:  # the row's last split: every partial is visible
-        reduce_request(
-            out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
-            num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
-        )  # fmt: skip
-        tl.store(counter_ptr + counter, 0)  # ready for the next launch
+            store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                          num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
+    count_and_reduce(
+        counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len, seq_len,
+        num_splits, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N,
+    )  # fmt: skip
 
 
 def paged_decode_split_kv_rope(
@@ -154,11 +143,10 @@ def paged_decode_split_kv_rope(
         return out
     group = num_heads // num_kv_heads
     device = q.device
-    ws = workspaces.get(device)
-    if ws is None:
-        ws = workspaces[device] = SplitKVWorkspace()
     cells = num_tokens * num_heads * num_splits
-    acc, maxes, sums, counter = ws.get(device, cells, head_dim, meta.num_reqs * num_kv_heads)
+    acc, maxes, sums, counter = split_workspace(
+        device, cells, head_dim, meta.num_reqs * num_kv_heads
+    )
     _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, q, k, v, kv_cache[0], kv_cache[1], cos, sin,
         positions if positions is not None else meta.slot_mapping,

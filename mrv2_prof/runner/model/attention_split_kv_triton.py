@@ -41,6 +41,7 @@ import triton.language as tl
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
+from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 SPLIT_KV_ENABLED = False  # runner.split_kv sets it (kernel_paths.apply_kernel_paths)
 FORCED_SPLITS: int | None = None  # tests and benchmarks: this count for every decode batch
@@ -128,6 +129,35 @@ def reduce_request(
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
 
 
+@triton.jit
+def store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads, num_splits,
+                  split, acc, m_i, l_i, HEAD_DIM: tl.constexpr):  # fmt: skip
+    """One split's partial of a token (per query head: acc, max, sum) in the workspace."""
+    cell = (tok * num_heads + head) * num_splits + split
+    tl.store(acc_ptr + cell[:, None] * HEAD_DIM + dims[None, :], acc, row_ok[:, None])
+    tl.store(max_ptr + cell, m_i, row_ok)
+    tl.store(sum_ptr + cell, l_i, row_ok)
+
+
+@triton.jit
+def count_and_reduce(
+    counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len, seq_len,
+    num_splits, num_heads, out_stride_t, out_stride_h,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """The fused reduction: this program counts itself done on its row's counter; the row's
+    last program reduces the request and resets the counter for the next launch."""
+    tl.debug_barrier()  # every thread's partial stores before the release below
+    row = req * tl.num_programs(1) + kv_head
+    done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
+    if done == num_splits - 1:  # the row's last split: every partial is visible
+        reduce_request(
+            out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
+            num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
+        )  # fmt: skip
+        tl.store(counter_ptr + row, 0)  # ready for the next launch
+
+
 # Values that change from step to step are not specialised on: a new value must
 # never trigger a compile in the middle of a run.
 @triton.jit(do_not_specialize=["num_reqs", "num_splits"])
@@ -196,21 +226,14 @@ def _split_kv_decode_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            cell = (tok * num_heads + head) * num_splits + split
-            tl.store(acc_ptr + cell[:, None] * HEAD_DIM + dims[None, :], acc, row_ok[:, None])
-            tl.store(max_ptr + cell, m_i, row_ok)
-            tl.store(sum_ptr + cell, l_i, row_ok)
+            store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                          num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
     if FUSED:
-        tl.debug_barrier()  # every thread's partial stores before the release below
-        row = req * tl.num_programs(1) + kv_head
-        done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
-        if done == num_splits - 1:  # the row's last split: every partial is visible
-            reduce_request(
-                out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head,
-                num_splits, num_heads, out_stride_t, out_stride_h,
-                G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
-            )  # fmt: skip
-            tl.store(counter_ptr + row, 0)  # ready for the next launch
+        count_and_reduce(
+            counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
+            seq_len, num_splits, num_heads, out_stride_t, out_stride_h,
+            G, HEAD_DIM, BLOCK_M, BLOCK_N,
+        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -231,42 +254,6 @@ def _split_kv_reduce_kernel(
         tl.program_id(1), num_splits, num_heads, out_stride_t, out_stride_h,
         G, HEAD_DIM, BLOCK_M, BLOCK_N, "",
     )  # fmt: skip
-
-
-class SplitKVWorkspace:
-    """Per device: the split partials (acc, max, sum; float32) and the rows' counters (int32,
-    zero between launches). It grows, never shrinks, and never during a CUDA graph capture; a
-    grown-out buffer is kept (a captured graph may still read it)."""
-
-    def __init__(self) -> None:
-        self.buffers: tuple[torch.Tensor, ...] = ()
-        self._kept: list[torch.Tensor] = []
-
-    def get(self, device: torch.device, cells: int, head_dim: int, rows: int):
-        """``(acc [>= cells * head_dim], max [>= cells], sum [>= cells], counter [>= rows])``."""
-        have = self.buffers
-        acc, cells_had, _, rows_had = (t.numel() for t in have) if have else (0, 0, 0, 0)
-        if acc >= cells * head_dim and cells_had >= cells and rows_had >= rows:
-            return have
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "the split-KV attention workspace grows during a CUDA graph capture: run a "
-                "decode batch of this size eagerly before capturing"
-            )
-        self._kept += list(have)
-        cells = max(cells, 2 * cells_had)
-        acc = max(cells * head_dim, 2 * acc)
-        rows = max(rows, 2 * rows_had)
-        self.buffers = (
-            torch.empty(acc, dtype=torch.float32, device=device),
-            torch.empty(cells, dtype=torch.float32, device=device),
-            torch.empty(cells, dtype=torch.float32, device=device),
-            torch.zeros(rows, dtype=torch.int32, device=device),
-        )
-        return self.buffers
-
-
-workspaces: dict[torch.device, SplitKVWorkspace] = {}
 
 
 def paged_decode_split_kv(
@@ -292,10 +279,9 @@ def paged_decode_split_kv(
     block_m = max(DECODE_ROWS, triton.next_power_of_2(group))
     device = query.device
     cells = num_tokens * num_heads * num_splits
-    ws = workspaces.get(device)
-    if ws is None:
-        ws = workspaces[device] = SplitKVWorkspace()
-    acc, maxes, sums, counter = ws.get(device, cells, head_dim, meta.num_reqs * num_kv_heads)
+    acc, maxes, sums, counter = split_workspace(
+        device, cells, head_dim, meta.num_reqs * num_kv_heads
+    )
     pdl = use_pdl(device)
     _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
