@@ -123,17 +123,20 @@ def test_auto_takes_pdl_and_the_fold_where_the_run_can(monkeypatch):
     capability 9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a
     path asked for explicitly is kept (or, where it cannot run, off)."""
     defaults = RunnerConfig()
-    assert (defaults.pdl, defaults.rope_in_attention, defaults.split_kv) == (None, None, None)
+    assert (defaults.pdl, defaults.rope_in_attention, defaults.split_kv) == (None, None, False)
     auto = RunnerConfig(device="cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
     assert hopper == {
         "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": True, "rope_in_attention": True,
-        "split_kv": True,
+        "split_kv": False,  # off by default, not auto
     }  # fmt: skip
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     ampere = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
-    assert (ampere["pdl"], ampere["rope_in_attention"], ampere["split_kv"]) == (False, True, True)
+    assert (ampere["pdl"], ampere["rope_in_attention"]) == (False, True)
+    on = RunnerConfig(device="cuda", split_kv=True)
+    assert kernel_paths.resolved_paths(on, "triton", is_cuda=True)["split_kv"] is True
+    assert kernel_paths.resolved_paths(on, "torch", is_cuda=True)["split_kv"] is False
     assert kernel_paths.kernel_path_notes(auto, "triton", is_cuda=True) == []  # auto: no note
     assert kernel_paths.resolved_paths(auto, "torch", is_cuda=True) == kernel_paths.OFF
     cpu = kernel_paths.resolved_paths(RunnerConfig(device="cpu"), "triton", is_cuda=False)
