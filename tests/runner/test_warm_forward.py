@@ -30,7 +30,7 @@ def _shapes(monkeypatch, seqs: int, tokens: int, model_len: int) -> list[tuple[i
     model = types.SimpleNamespace(kernels=types.SimpleNamespace(name="triton"))
     runner = types.SimpleNamespace(
         config=config, model=model, device=torch.device("cpu"),
-        model_args=types.SimpleNamespace(num_key_value_heads=8),
+        kv_caches=[torch.empty(2, 1, 16, 8, 4)],  # [2, blocks, block size, kv heads, d]
     )  # fmt: skip
     startup.warm_forward(runner)
     return runs

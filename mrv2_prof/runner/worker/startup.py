@@ -207,9 +207,10 @@ def warm_forward(runner: ModelRunner) -> None:
         shapes.append((prefill - 1 if prefill % 2 == 0 else prefill, 2))
     if runner.model.kernels.name == "triton":
         shapes += [(rows, 1) for rows in warm_rows(budget)]
+        kv_heads = runner.kv_caches[0].shape[3]  # this rank's (tensor parallelism splits them)
         unsplit = smallest_unsplit_batch(
-            runner.model_args.num_key_value_heads, c.max_num_blocks_per_req * c.block_size,
-            runner.device, min(c.max_num_seqs, budget),
+            kv_heads, c.max_num_blocks_per_req * c.block_size, runner.device,
+            min(c.max_num_seqs, budget),
         )  # fmt: skip
         if unsplit is not None:  # split-KV splits the small decode batches: the others too
             shapes.append((unsplit, unsplit))
