@@ -61,9 +61,11 @@ def count_kernels(trace_path: str, steps: int, layers: int | None = None) -> dic
             else:
                 time_us[name] += float(e.get("dur", 0.0))
             calls[name] += 1
-    for kernels in in_graph.values():  # a replay's kernels: their own time (PDL overlaps them)
+    replays = []  # each replay's kernels in start order, with their own times (PDL overlaps them)
+    for kernels in in_graph.values():
         kernels.sort()
-        for us, (_, _, name) in zip(own_ns([k[:2] for k in kernels]), kernels, strict=True):
+        replays.append((kernels, own_ns([k[:2] for k in kernels])))
+        for us, (_, _, name) in zip(replays[-1][1], kernels, strict=True):
             time_us[name] += us
     top = [
         {"kernel": name[:120], "us_per_step": us / steps, "calls_per_step": calls[name] / steps}
@@ -80,7 +82,7 @@ def count_kernels(trace_path: str, steps: int, layers: int | None = None) -> dic
         "top_kernels": top,
     }
     if layers is not None:
-        out["ops_per_step"] = _ops(in_graph.values(), layers, steps)
+        out["ops_per_step"] = _ops(replays, layers, steps)
     return out
 
 
@@ -97,17 +99,15 @@ def _idle(kernels: list[tuple[float, float, str]]) -> float:
 
 
 def _ops(replays, layers: int, steps: int) -> dict[str, dict[str, float]]:
-    """Per op of the forward's replays: launches and device µs per step, each kernel's own time
-    (``kernel_roofline.own_ns``: a kernel launched early under programmatic dependent launch does
-    not count its wait for the one before it); a replay whose kernels do not follow the forward's
-    pattern, such as the sampling graph, is left out."""
+    """Per op of the forward's replays (each its kernels in start order and their own times,
+    ``kernel_roofline.own_ns``: a kernel launched early under programmatic dependent launch does
+    not count its wait for the one before it): launches and device µs per step; a replay whose
+    kernels do not follow the forward's pattern, such as the sampling graph, is left out."""
     ops: dict[str, dict[str, float]] = collections.defaultdict(lambda: {"launches": 0, "us": 0})
-    for kernels in replays:
-        kernels = sorted(kernels)
+    for kernels, own in replays:
         attributed, why = attribute_step([name for _, _, name in kernels], layers)
         if why is not None:
             continue
-        own = own_ns([(start, stop) for start, stop, _ in kernels])
         for us, k in zip(own, attributed, strict=True):
             if k.op in (OTHER, UNATTRIBUTED):
                 continue

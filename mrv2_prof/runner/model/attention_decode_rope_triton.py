@@ -184,14 +184,23 @@ def paged_decode_rope_triton(
     """``qk_norm_rope_ref``, the KV write and ``paged_attention_ref`` of a decode batch in one
     launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten)."""
     check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta)
-    num_tokens, num_heads, head_dim = q.shape
-    num_kv_heads = kv_cache.shape[3]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if num_tokens == 0 or meta.num_reqs == 0:
+    if q.shape[0] == 0 or meta.num_reqs == 0:
         return out
-    group = num_heads // num_kv_heads
-    f32 = q.dtype == torch.float32
-    _paged_decode_rope_kernel[(meta.num_reqs, num_kv_heads)](
+    args, consts = rope_launch_args(
+        out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
+    )
+    _paged_decode_rope_kernel[(meta.num_reqs, kv_cache.shape[3])](*args, **consts)
+    return out
+
+
+def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta,
+                     scale) -> tuple[tuple, dict]:  # fmt: skip
+    """The arguments both folded decode kernels take first, in this order (this one and the
+    split-KV one, ``attention_split_kv_rope_triton.py``), and their constexprs and launch
+    options."""
+    group = q.shape[1] // kv_cache.shape[3]
+    args = (
         out, q, k, v, kv_cache[0], kv_cache[1], cos, sin,
         positions if positions is not None else meta.slot_mapping,
         q_weight if q_weight is not None else cos, k_weight if k_weight is not None else cos,
@@ -200,13 +209,15 @@ def paged_decode_rope_triton(
         k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1), cos.stride(0),
         sin.stride(0), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3),
         meta.block_table.stride(0),
-        G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size,
-        BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)),
-        BLOCK_N=decode_keys(q.dtype),
-        DOT_PRECISION="ieee" if f32 else "tf32", HAS_POSITIONS=positions is not None,
-        HAS_NORM=q_weight is not None, **launch_options(use_pdl(q.device)),
     )  # fmt: skip
-    return out
+    consts = dict(
+        G=group, HEAD_DIM=q.shape[2], BLOCK_SIZE=meta.block_size,
+        BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)), BLOCK_N=decode_keys(q.dtype),
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
+        **launch_options(use_pdl(q.device)),
+    )  # fmt: skip
+    return args, consts
 
 
 def check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta) -> None:

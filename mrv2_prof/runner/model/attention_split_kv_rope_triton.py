@@ -30,17 +30,16 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
     norm_rope_rows,
     paged_decode_rope_triton,
+    rope_launch_args,
     rope_tables,
     write_rotated_kv,
 )
-from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
+from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
     decode_split_count,
     store_partial,
 )
-from mrv2_prof.runner.model.attention_triton import decode_keys
-from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 
@@ -48,10 +47,10 @@ from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 def _split_kv_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
     q_weight_ptr, k_weight_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr,
-    block_table_ptr, acc_ptr, max_ptr, sum_ptr, counter_ptr, qk_scale, eps, num_reqs, num_splits,
-    num_heads, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h,
-    out_stride_t, out_stride_h, cos_stride, sin_stride, cache_stride_block, cache_stride_slot,
-    cache_stride_head, block_table_stride,
+    block_table_ptr, qk_scale, eps, num_reqs, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
+    v_stride_t, v_stride_h, out_stride_t, out_stride_h, cos_stride, sin_stride,
+    cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
+    acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, num_heads,  # the fold's, then these
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
     HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
@@ -141,27 +140,16 @@ def paged_decode_split_kv_rope(
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
-    group = num_heads // num_kv_heads
-    device = q.device
     cells = num_tokens * num_heads * num_splits
     acc, maxes, sums, counter = split_workspace(
-        device, cells, head_dim, meta.num_reqs * num_kv_heads
+        q.device, cells, head_dim, meta.num_reqs * num_kv_heads
+    )
+    args, consts = rope_launch_args(
+        out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
     _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
-        out, q, k, v, kv_cache[0], kv_cache[1], cos, sin,
-        positions if positions is not None else meta.slot_mapping,
-        q_weight if q_weight is not None else cos, k_weight if k_weight is not None else cos,
-        meta.slot_mapping, meta.query_start_loc, meta.seq_lens, meta.block_table,
-        acc, maxes, sums, counter, scale * LOG2_E, float(eps), meta.num_reqs, num_splits,
-        num_heads, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), cos.stride(0), sin.stride(0), kv_cache.stride(1),
-        kv_cache.stride(2), kv_cache.stride(3), meta.block_table.stride(0),
-        G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size,
-        BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)), BLOCK_N=decode_keys(q.dtype),
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
-        **launch_options(use_pdl(device)),
-    )  # fmt: skip
+        *args, acc, maxes, sums, counter, num_splits, num_heads, **consts
+    )
     return out
 
 
