@@ -101,6 +101,13 @@ class RequestStates:
                 for name in ("temperature", "top_k", "top_p", "seeds")
             }
 
+    def param_table(self, name: str) -> torch.Tensor:
+        """A sampling parameter's table (``temperature``, ``top_k``, ``top_p``, ``seeds``) where
+        a step's sampler reads it: with ``uva`` a pinned ring buffer (read through UVA: a gather
+        kernel), else the device table. Before the first send, the device table stands in for
+        the ring; a warm-up reads this so that it launches the step's kernels."""
+        return self._param_rings[name].buffers[0] if self.uva else getattr(self, name)
+
     def add_request(
         self,
         req_id: str,

@@ -222,7 +222,8 @@ def warm_sampling(runner: ModelRunner) -> None:
     """The sampler in every variant a step can launch: all greedy or not, a top-k / top-p
     threshold or not, logprobs or not (the host flags pick the kernel's constexprs; the row
     count picks none). One row, its logits from the LM head and the request tables read as a
-    step reads them; the flags are set here, so no request state is written or needed."""
+    step reads them (``param_table``: with UVA the pinned tables, whose gather is a kernel);
+    the flags are set here, so no request state is written or needed."""
     batch = dummy_batch(1, 1, runner.config.max_num_reqs, runner.device, runner.block_tables)
     hidden = torch.zeros(1, runner.model_args.hidden_size, dtype=runner.dtype, device=runner.device)
     logits = runner.model.logits(hidden)
@@ -233,10 +234,10 @@ def warm_sampling(runner: ModelRunner) -> None:
         meta = SamplingMetadata(
             idx_mapping=batch.idx_mapping,
             positions=batch.seq_lens,
-            temperature=rs.temperature,
-            top_k=rs.top_k,
-            top_p=rs.top_p,
-            seeds=rs.seeds,
+            temperature=rs.param_table("temperature"),  # pinned with UVA: the gather kernel
+            top_k=rs.param_table("top_k"),
+            top_p=rs.param_table("top_p"),
+            seeds=rs.param_table("seeds"),
             max_num_logprobs=int(logprobs),
             all_greedy=greedy,
             no_top_k=not threshold,
