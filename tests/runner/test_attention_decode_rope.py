@@ -77,6 +77,20 @@ def test_a_request_with_two_tokens_beside_padding():
     assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_contexts_around_the_first_key_tile(dtype):
+    """The kernel reads a context's first ``BLOCK_N`` keys (64 in 16 bits, 16 in float32)
+    before its wait, the rest in its loop and the token's own key from registers: contexts just
+    under, at and past a tile's end, a first tile and one key more, and several tiles (a token
+    of two beside them sees its first token's key, now past the first tile)."""
+    n = 16 if dtype == torch.float32 else 64
+    reqs = [(n - 1, 1), (n, 1), (n + 1, 1), (3 * n + 5, 1), (n - 1, 2), (2 * n, 2)]
+    args, want, want_cache, _ = _case(reqs, 2, 4, 32, 16, dtype, norm=True, pad_reqs=2)
+    got = fold.paged_decode_rope_triton(*args)
+    assert_close_verbose(got[: len(want)], want, *TOLS[dtype])
+    assert_close_verbose(args[9], want_cache, *TOLS[dtype])
+
+
 def test_a_token_without_a_slot_writes_nothing():
     """A padding token (slot -1, as FULL graphs pad) leaves the cache as it was; the others'
     slots are written."""
