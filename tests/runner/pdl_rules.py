@@ -295,9 +295,10 @@ CASES = {
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
     "qk_norm_rope_kv_write": (_rope, {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"}),
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
-    # the fold writes the layer's cache itself (the RoPE kernel's work): the QKV projection
-    # before it does not, so it reads its context's first keys before its wait
-    "paged_decode_rope": (_decode_rope, {"q_ptr", "k_ptr", "v_ptr", "out_ptr"}),
+    "paged_decode_rope": (
+        _decode_rope,
+        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
+    ),
     "split_kv_decode_rope": (
         lambda: _decode_rope(2),
         {

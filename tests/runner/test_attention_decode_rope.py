@@ -79,10 +79,9 @@ def test_a_request_with_two_tokens_beside_padding():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_contexts_around_the_first_key_tile(dtype):
-    """The kernel reads a context's first ``BLOCK_N`` keys (64 in 16 bits, 16 in float32)
-    before its wait, the rest in its loop and the token's own key from registers: contexts just
-    under, at and past a tile's end, a first tile and one key more, and several tiles (a token
-    of two beside them sees its first token's key, now past the first tile)."""
+    """Contexts just under, at and past the end of a key tile (64 keys in 16 bits, 16 in
+    float32), several tiles, and tokens of two beside them (the second sees the first's key,
+    written in the same launch)."""
     n = 16 if dtype == torch.float32 else 64
     reqs = [(n - 1, 1), (n, 1), (n + 1, 1), (3 * n + 5, 1), (n - 1, 2), (2 * n, 2)]
     args, want, want_cache, _ = _case(reqs, 2, 4, 32, 16, dtype, norm=True, pad_reqs=2)

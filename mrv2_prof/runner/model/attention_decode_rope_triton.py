@@ -1,40 +1,32 @@
 """Decode attention with QK-norm + RoPE and the KV write as its prologue: one launch instead of two.
 
-In a decode batch a layer runs, between the QKV projection and attention, the QK-norm + RoPE kernel
-(``rotary_triton.py``), which rotates q and k in place and stores k and v at their cache slots. Its
-program is a token; the decode attention's (``attention_decode_triton.py``) is a request and kv
-head, which in a decode batch holds that token's whole query group and its one k and v head. So the
-attention program can do the RoPE kernel's work for its heads itself: read its query rows and its k
-and v rows from the QKV projection's output (not rotated), normalise (Qwen3's per-head RMSNorm) and
-rotate them with ``qk_norm_rope_ref``'s arithmetic (float32 from the float32 table, rounded where
-the RoPE kernel rounds), store the rotated k and v at the token's slot (slots < 0 skipped) and
-attend: to the token's own key and value from registers, to the rest from the cache
-(``attend_key_range``; a barrier makes the stores visible to its own threads, for a request with
-several tokens). Each k/v head of a token is written by exactly one program, and no other program
-reads it in this launch.
-
+In a decode batch a layer runs, between the QKV projection and attention, the QK-norm + RoPE
+kernel (``rotary_triton.py``), which rotates q and k in place and stores k and v at their cache
+slots. Its program is a token; the decode attention's (``attention_decode_triton.py``) is a
+request and kv head, which in a decode batch holds that token's whole query group and its one k
+and v head. So the attention program can do the RoPE kernel's work for its heads itself: read
+its query rows and its k and v rows from the QKV projection's output (not rotated), normalise
+(Qwen3's per-head RMSNorm) and rotate them with ``qk_norm_rope_ref``'s arithmetic (float32 from
+the float32 table, rounded where the RoPE kernel rounds), store the rotated k and v at the
+token's slot (slots < 0 skipped), make the stores visible to its own threads (a barrier) and
+attend over the cache with ``attend_keys``, the token's own key included. Each k/v head of a
+token is written by exactly one program, and no other program reads it in this launch.
 A decoder layer at batch 1 is then one launch shorter: five with the fused GEMV prologues, eight
 with the plain ones.
 
-Short contexts are latency-bound: a program walks a few key tiles, each behind a chain of dependent
-loads (the block table, then the keys). So the loads that do not depend on the QKV projection are
-issued before the programmatic-dependent-launch wait (``pdl.py``), where they overlap the
-projection's tail: the request's metadata, the first token's RoPE rows and slot, and the context's
-first ``BLOCK_N`` keys and values (written by earlier steps; nothing in this launch writes them). A
-context of up to ``BLOCK_N`` keys is then read entirely before the wait.
-
 The rotated q and k are not written back to the QKV output (nothing reads them after attention).
-Rotation pairs dimension j with j + d/2 (neox style); a program reads each row twice, as it is and
-with its halves swapped, so that ``x * cos + rotate_half(x) * sin`` is elementwise.
+Rotation pairs dimension j with j + d/2 (neox style); a program reads each row twice, as it is
+and with its halves swapped, so that ``x * cos + rotate_half(x) * sin`` is elementwise.
 
-``folds_rope`` decides from host ints only (the same for every batch of a CUDA-graph key): a decode
-batch (no more tokens than requests) with a KV cache, while ``ROPE_IN_DECODE_ATTENTION`` is on (the
-``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). Where split-KV
-attention serves the batch, ``attention_split_kv_rope_triton.rope_attend`` hands it to the split
-kernel with the same prologue; otherwise to this one. It is on by default on CUDA (``auto``;
-``benchmarks/decode_roofline.py --variant ...+fold`` measures it); read at each call, so it must be
-set before a CUDA graph is captured. PIECEWISE graphs cut the layer at attention and keep the
-separate kernel.
+``folds_rope`` decides from host ints only (the same for every batch of a CUDA-graph key): a
+decode batch (no more tokens than requests) with a KV cache, while ``ROPE_IN_DECODE_ATTENTION`` is
+on (the ``runner.rope_in_attention`` setting sets it: ``runner/worker/kernel_paths.py``). Where
+split-KV attention serves the batch, ``attention_split_kv_rope_triton.rope_attend`` hands it to
+the split kernel with the same prologue; otherwise to this one. It is
+off until measured on the H200 (``benchmarks/decode_roofline.py --variant ...+fold``); read at
+each call, so it must be set before a CUDA graph is captured. PIECEWISE graphs cut the
+layer at attention and keep the separate kernel. With programmatic dependent launch
+(``pdl.py``) a program reads its request's metadata, then waits for the kernel before it.
 """
 
 from __future__ import annotations
@@ -47,7 +39,7 @@ from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import (
     DECODE_ROWS,
     LOG2_E,
-    attend_key_range,
+    attend_keys,
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
@@ -103,31 +95,6 @@ def rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride, di
 
 
 @triton.jit
-def rotated_kv(k_ptr, v_ptr, tok, kv_head, k_stride_t, k_stride_h, v_stride_t, v_stride_h, dims,
-               swapped, first, cos, sin, k_weight_ptr, eps, HEAD_DIM: tl.constexpr,
-               HAS_NORM: tl.constexpr):  # fmt: skip
-    """A token's k head normalised and rotated, and its v head: ``[1, HEAD_DIM]`` rows each."""
-    one = tl.arange(0, 1)
-    k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-    k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
-                       eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-    v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
-                + dims[None, :])  # fmt: skip
-    return k, v
-
-
-@triton.jit
-def store_kv(k, v, k_cache_ptr, v_cache_ptr, slot, head_off, cache_stride_block,
-             cache_stride_slot, dims, BLOCK_SIZE: tl.constexpr):  # fmt: skip
-    """``[1, HEAD_DIM]`` k and v rows at cache slot ``slot`` (>= 0)."""
-    one = tl.arange(0, 1)
-    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
-    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
-    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
-    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
-
-
-@triton.jit
 def write_rotated_kv(
     k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, head_off, cache_stride_block, cache_stride_slot, dims, swapped,
@@ -135,11 +102,16 @@ def write_rotated_kv(
     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_NORM: tl.constexpr,
 ):  # fmt: skip
     """A token's k head normalised and rotated, and its v head, stored at its slot (>= 0)."""
-    k, v = rotated_kv(k_ptr, v_ptr, tok, kv_head, k_stride_t, k_stride_h, v_stride_t,
-                      v_stride_h, dims, swapped, first, cos, sin, k_weight_ptr, eps, HEAD_DIM,
-                      HAS_NORM)  # fmt: skip
-    store_kv(k, v, k_cache_ptr, v_cache_ptr, slot, head_off, cache_stride_block,
-             cache_stride_slot, dims, BLOCK_SIZE)  # fmt: skip
+    one = tl.arange(0, 1)
+    k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
+    k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
+                       eps, HEAD_DIM, HAS_NORM)  # fmt: skip
+    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
+    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
+    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
+    v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
+                + dims[None, :])  # fmt: skip
+    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
 
 
 @triton.jit(do_not_specialize=["num_reqs"])
@@ -158,6 +130,9 @@ def _paged_decode_rope_kernel(
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
+    if USE_GDC:  # q, k and v are the QKV projection's output
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
     row_ok = (rows < G)[:, None]
@@ -166,63 +141,28 @@ def _paged_decode_rope_kernel(
     first = dims < HEAD_DIM // 2
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
     head_off = kv_head * cache_stride_head
-    # Before the wait: what the QKV projection does not write. The first token's RoPE rows and
-    # slot (token 0 for a padding request: in range, unused) and the context's first key tile
-    # (keys < ctx_len, written by earlier steps; the step's own come from registers below).
-    tok = tl.where(q_len > 0, q_start, 0).to(tl.int64)
-    cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride, dims,
-                           HEAD_DIM, HAS_POSITIONS)  # fmt: skip
-    slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
-    first_end = tl.minimum(ctx_len, BLOCK_N)  # the first tile: keys [0, first_end)
-    k_pos = tl.arange(0, BLOCK_N)
-    k_ok = k_pos < first_end
-    block = tl.load(block_row + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-    kv_off = block * cache_stride_block + (k_pos % BLOCK_SIZE) * cache_stride_slot + head_off
-    k0 = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
-    v0 = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
-    if USE_GDC:  # q, k and v are the QKV projection's output
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     for t in range(q_len):  # one token in a decode; none in a padding request
         tok = (q_start + t).to(tl.int64)
-        if t > 0:
-            cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride,
-                                   sin_stride, dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
-            slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
+        cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
+                               dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
         q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
         q = norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
                            HEAD_DIM, HAS_NORM)  # fmt: skip
-        k, v = rotated_kv(k_ptr, v_ptr, tok, kv_head, k_stride_t, k_stride_h, v_stride_t,
-                          v_stride_h, dims, swapped, first, cos, sin, k_weight_ptr, eps,
-                          HEAD_DIM, HAS_NORM)  # fmt: skip
-        if slot >= 0:  # where later steps (and this step's later tokens) read them
-            store_kv(k, v, k_cache_ptr, v_cache_ptr, slot, head_off, cache_stride_block,
-                     cache_stride_slot, dims, BLOCK_SIZE)  # fmt: skip
+        slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
+        if slot >= 0:  # the token's k and v at its slot, where attention reads them
+            write_rotated_kv(
+                k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t,
+                k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
+                cache_stride_slot, dims, swapped, first, cos, sin, k_weight_ptr, eps,
+                BLOCK_SIZE, HEAD_DIM, HAS_NORM,
+            )  # fmt: skip
         tl.debug_barrier()  # the stores above are seen by every thread's key loads below
-        # The token's own key (registers) and the first tile (loaded above): the softmax's
-        # max is finite (the own key), a masked key weighs exp2(-inf) = 0
-        own = tl.sum(q.to(tl.float32) * k.to(tl.float32), 1) * qk_scale  # [BLOCK_M]
-        qk = tl.dot(q, k0.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale
-        qk = tl.where(k_ok[None, :], qk, float("-inf"))
-        m_i = tl.maximum(tl.max(qk, 1), own)
-        p = tl.math.exp2(qk - m_i[:, None])
-        p_own = tl.math.exp2(own - m_i)
-        l_i = tl.sum(p, 1) + p_own
-        acc = p_own[:, None] * v.to(tl.float32)
-        acc = tl.dot(p.to(q.dtype), v0.to(q.dtype), acc, input_precision=DOT_PRECISION)
-        # The rest of its keys from the cache: [first_end, its position), this step's earlier
-        # tokens' included (stored above); an empty range gives (0, -inf, 0). The range masks
-        # keys by position: the rows' position is the last key's, the own key's less one.
-        q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t - 1)
-        acc_r, m_r, l_r = attend_key_range(
-            q, q_pos, first_end, ctx_len + t, block_row, k_cache_ptr, v_cache_ptr, head_off,
+        q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
+        out = attend_keys(
+            q, q_pos, ctx_len + t + 1, block_row, k_cache_ptr, v_cache_ptr, head_off,
             cache_stride_block, cache_stride_slot, qk_scale,
             BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
         )  # fmt: skip
-        m_new = tl.maximum(m_i, m_r)
-        alpha = tl.math.exp2(m_i - m_new)
-        beta = tl.math.exp2(m_r - m_new)
-        out = (acc * alpha[:, None] + acc_r * beta[:, None]) / (l_i * alpha + l_r * beta)[:, None]
         o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok)
 
