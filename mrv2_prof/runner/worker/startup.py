@@ -31,6 +31,7 @@ from mrv2_prof.runner.worker.model_runner import ModelRunner
 from mrv2_prof.runner.worker.sampler import SamplingMetadata
 from mrv2_prof.runner.worker.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
+from mrv2_prof.runner.worker.uva import take
 
 
 def start_up(runner: ModelRunner) -> int:
@@ -244,6 +245,9 @@ def warm_sampling(runner: ModelRunner) -> None:
             no_top_p=not threshold,
         )
         runner.kernels.sample(logits, meta)
+    if rs.uva:  # the speculative samplers gather the seeds as well (uva.take)
+        for name in ("temperature", "top_k", "top_p", "seeds"):
+            take(rs.param_table(name), batch.idx_mapping)
 
 
 def capture_graphs(runner: ModelRunner) -> None:

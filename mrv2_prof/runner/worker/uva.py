@@ -64,9 +64,11 @@ class PinnedRing:
 
 
 def take(src: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``src[idx]`` on ``idx``'s device; ``src`` may be a pinned table read through UVA."""
+    """``src[idx]`` on ``idx``'s device; ``src`` may be a pinned table read through UVA (the
+    gather kernel, its indices as int32: one compiled variant per table dtype, whatever index
+    dtype the caller has, so the warm-up's covers every caller's)."""
     if src.device == idx.device:
         return src[idx.long()]
     from mrv2_prof.runner.worker.uva_triton import gather_triton
 
-    return gather_triton(src, idx)
+    return gather_triton(src, idx if idx.dtype == torch.int32 else idx.int())
