@@ -58,7 +58,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_split_kv_triton, projections_triton
+from mrv2_prof.runner.model import attention_split_kv_triton, attention_triton, projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -326,25 +326,28 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "keys")
 
 
 def _extra(e: str) -> str | None:
-    """An extra's name (``splitN``: ``split`` with N forced splits), None if unknown."""
+    """An extra's name (``splitN``: ``split`` with N forced splits; ``keysN``: the decode
+    attention kernels' ``DECODE_KEYS`` set to N, a power of two >= 16), None if unknown."""
     if e.startswith("split") and e[5:].isdigit() and int(e[5:]) >= 1:
         return "split"
+    if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
+        return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN]`` -> (decode GEMV mode, the extras switched
-    on, in order). ``split``: split-KV decode attention's policy on (``runner.split_kv``);
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN]`` -> (decode GEMV mode, the extras
+    switched on, in order). ``split``: split-KV decode attention's policy on (``runner.split_kv``);
     ``splitN``: every decode batch split N ways (``FORCED_SPLITS``). Without either, split-KV
     is off (the variants name every path they take)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -436,10 +439,15 @@ def main() -> None:
             path = "+".join((mode, *extras))
             split = attention_split_kv_triton  # a forced count is a module switch, not a setting
             split.FORCED_SPLITS = forced
+            keys = attention_triton.DECODE_KEYS  # so is the decode kernels' key tile
+            attention_triton.DECODE_KEYS = next(
+                (int(e[4:]) for e in extras if e.startswith("keys")), keys
+            )
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 split.FORCED_SPLITS = None
+                attention_triton.DECODE_KEYS = keys
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

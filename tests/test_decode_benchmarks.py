@@ -203,13 +203,16 @@ def test_an_op_launched_early_under_pdl_counts_its_own_time(monkeypatch, tmp_pat
 
 def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     """``decode_roofline.py --variant``: the extras in a fixed order whatever the spelling's;
-    ``split`` the policy, ``splitN`` N forced splits; anything else refused, naming the text."""
+    ``split`` the policy, ``splitN`` N forced splits, ``keysN`` the decode kernels' key tile (a
+    power of two >= 16); anything else refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
     assert roofline.split_switches(extras) == (True, 4)
     assert roofline.split_switches(roofline.parse_variant("fused_onepass+split")[1]) == (True, None)
     assert roofline.split_switches(("pdl", "gemm")) == (False, None)
-    for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl"):
+    assert roofline.parse_variant("plain+keys64+fold")[1] == ("fold", "keys64")
+    for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
+                "plain+keys8"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)

@@ -14,6 +14,7 @@ import mrv2_prof.runner.model.attention_split_kv_rope_triton as split_fold
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 from mrv2_prof.runner.model import kv_cache_shape
 from mrv2_prof.runner.model.attention import paged_attention_ref, write_kv_ref
+from mrv2_prof.runner.model.attention_triton import decode_keys
 from mrv2_prof.runner.model.rotary_triton import qk_norm_rope_ref, rope_cos_sin_cache
 from tests.runner.attention_batches import DEVICE, TOL, assert_close_verbose, make_batch
 
@@ -79,10 +80,10 @@ def test_a_request_with_two_tokens_beside_padding():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_contexts_around_the_first_key_tile(dtype):
-    """Contexts just under, at and past the end of a key tile (64 keys in 16 bits, 16 in
-    float32), several tiles, and tokens of two beside them (the second sees the first's key,
-    written in the same launch)."""
-    n = 16 if dtype == torch.float32 else 64
+    """Contexts just under, at and past the end of a key tile (``decode_keys``: 128 keys in 16
+    bits, 16 in float32), several tiles, and tokens of two beside them (the second sees the
+    first's key, written in the same launch)."""
+    n = decode_keys(dtype)
     reqs = [(n - 1, 1), (n, 1), (n + 1, 1), (3 * n + 5, 1), (n - 1, 2), (2 * n, 2)]
     args, want, want_cache, _ = _case(reqs, 2, 4, 32, 16, dtype, norm=True, pad_reqs=2)
     got = fold.paged_decode_rope_triton(*args)

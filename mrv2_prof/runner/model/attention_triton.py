@@ -84,10 +84,17 @@ PREFILL_TILES = AttentionTiles(block_m=64, block_n=64)
 FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 
 
+# Keys per loop step of the decode kernels (one program per request and kv head, unsplit, split
+# and with the RoPE fold) in 16 bits: 128 took 20-38 % off the kernel against 64 on an H100
+# (batch 1 and 8, contexts 160 and 1,000, llama-1b's and qwen3-0.6b's heads; 4 warps, 3 stages
+# stayed best: benchmarks/decode_attention_tiles.py, benchmarks/RESULTS.md).
+DECODE_KEYS = 128
+
+
 def decode_keys(dtype: torch.dtype) -> int:
     """Keys per loop step of the decode kernels: CUDA-core dots in float32 take small key tiles
-    (``FLOAT32_TILES``), tensor cores 64 (``DECODE_TILES``)."""
-    return (FLOAT32_TILES if dtype == torch.float32 else DECODE_TILES).block_n
+    (``FLOAT32_TILES``), tensor cores ``DECODE_KEYS``."""
+    return FLOAT32_TILES.block_n if dtype == torch.float32 else DECODE_KEYS
 
 
 def pick_tiles(num_tokens: int, num_reqs: int, dtype: torch.dtype) -> AttentionTiles:
