@@ -118,22 +118,22 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
     assert not pdl.LAUNCH_PDL  # asked for, but no CUDA device: a note (above), not taken
 
 
-def test_auto_takes_pdl_and_the_fold_where_the_run_can(monkeypatch):
-    """``auto`` (the default of both): both on with the Triton kernels on a GPU of compute
-    capability 9.0 or more, PDL off below it, both off on the CPU and with the torch ops; a
+def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
+    """``auto`` (the default of the three): all on with the Triton kernels on a GPU of compute
+    capability 9.0 or more, PDL off below it, all off on the CPU and with the torch ops; a
     path asked for explicitly is kept (or, where it cannot run, off)."""
     defaults = RunnerConfig()
-    assert (defaults.pdl, defaults.rope_in_attention, defaults.split_kv) == (None, None, False)
+    assert (defaults.pdl, defaults.rope_in_attention, defaults.split_kv) == (None, None, None)
     auto = RunnerConfig(device="cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
     assert hopper == {
         "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": True, "rope_in_attention": True,
-        "split_kv": False,  # off by default, not auto
+        "split_kv": True,
     }  # fmt: skip
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
     ampere = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
-    assert (ampere["pdl"], ampere["rope_in_attention"]) == (False, True)
+    assert (ampere["pdl"], ampere["rope_in_attention"], ampere["split_kv"]) == (False, True, True)
     on = RunnerConfig(device="cuda", split_kv=True)
     assert kernel_paths.resolved_paths(on, "triton", is_cuda=True)["split_kv"] is True
     assert kernel_paths.resolved_paths(on, "torch", is_cuda=True)["split_kv"] is False

@@ -290,7 +290,7 @@ class RunnerConfig:
     # benchmarks/RESULTS.md, "Closer to the limit")
     pdl: bool | None = setting(None, auto=True)  # programmatic dependent launch (Hopper+)
     rope_in_attention: bool | None = setting(None, auto=True)  # decode attention does RoPE + KV
-    split_kv: bool = False  # a small decode batch's keys over more programs (kernel_paths.py)
+    split_kv: bool | None = setting(None, auto=True)  # small decode batches: keys over programs
     async_scheduling: bool = True
     staged_writes: bool = True
     uva: bool = True

@@ -18,10 +18,13 @@ faster at every preset and its GPU tests serve the same tokens and logprobs bit 
 against its torch reference at real sizes, the engine's tokens with and without it) passed.
 ``split_kv`` (a decode batch's keys over ``attention_split_kv_triton.split_count`` programs a
 request where that policy splits: small batches under a long context bound, the RoPE fold
-included) is off by default: it measured 23-37 % faster at context 2,000 and even at context
-~200 (H200 and H100, benchmarks/RESULTS.md, "Closer to the limit, second round"), its kernels
-pass their GPU tests, but with it on, the GPU test that a warmed engine compiles nothing while
-serving failed on one shipped scenario (mixed_poisson) and was not yet looked into.
+included) defaults to ``auto`` as well (on with the Triton kernels on a GPU): it measured 23-37 %
+faster at context 2,000 (H200 and H100, benchmarks/RESULTS.md, "Closer to the limit, second
+round") and the kernel alone 2-3x faster at context 1,000 and batch 1 (third round); at context
+~160 under a 2,048 bound it costs 0.5-1.4 % on an H100 (the policy reads the bound, not the
+batch's contexts, so that a CUDA graph fits every batch of its size). Its GPU tests pass, the
+warmed engine's no-compile test on every shipped scenario included (the failure that kept it off
+was the sampler's UVA gather compiling late, not split-KV).
 ``decode_gemv: plain`` and ``decode_gemm: cublas`` stay the defaults: the alternatives lost
 there except the one-pass GEMV on the smallest model.
 
@@ -58,8 +61,9 @@ def resolved_paths(config: RunnerConfig, kernels: str, is_cuda: bool) -> dict[st
         paths["pdl"] = _pdl_capable(is_cuda)
     elif paths["pdl"] and not _pdl_capable(is_cuda):
         paths["pdl"] = False  # a note says why (kernel_path_notes)
-    if paths["rope_in_attention"] is None:
-        paths["rope_in_attention"] = is_cuda
+    for name in ("rope_in_attention", "split_kv"):
+        if paths[name] is None:
+            paths[name] = is_cuda
     return paths
 
 
