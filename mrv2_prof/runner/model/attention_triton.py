@@ -85,9 +85,9 @@ FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 
 
 # Keys per loop step of the decode kernels (one program per request and kv head, unsplit, split
-# and with the RoPE fold) in 16 bits: 128 took 20-38 % off the kernel against 64 on an H100
-# (batch 1 and 8, contexts 160 and 1,000, llama-1b's and qwen3-0.6b's heads; 4 warps, 3 stages
-# stayed best: benchmarks/decode_attention_tiles.py, benchmarks/RESULTS.md).
+# and with the RoPE fold) in 16 bits: 128 took 15-21 % off the kernel at context 160 and 29-41 %
+# at 1,000 against 64 on an H100 (batch 1 and 8, llama-1b's and qwen3-0.6b's heads; 4 warps and
+# 3 stages stayed best; 256 not tried: benchmarks/decode_attention_tiles.py, RESULTS.md).
 DECODE_KEYS = 128
 
 
