@@ -236,6 +236,21 @@ def test_gather_kernel_matches_the_reference(dtype, n):
     assert torch.equal(take(src, idx), out)
 
 
+def test_take_gathers_through_the_kernel_with_int32_indices_whatever_the_caller_has(monkeypatch):
+    """A table on another device than the indices (pinned host memory, read through UVA) goes
+    to the gather kernel with int32 indices: the speculative samplers index with int64 slots,
+    and a second index dtype would be a kernel variant the warm-up never compiled."""
+    import mrv2_prof.runner.worker.uva_triton as uva_triton
+
+    seen = []
+    monkeypatch.setattr(uva_triton, "gather_triton", lambda s, i: seen.append(i.dtype) or s)
+    src = torch.arange(5, dtype=torch.int64)
+    for dtype in (torch.int32, torch.int64):
+        take(src, torch.zeros(3, dtype=dtype, device="meta"))
+    assert seen == [torch.int32, torch.int32]
+    assert torch.equal(take(src, torch.tensor([4, 0], dtype=torch.int64)), torch.tensor([4, 0]))
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_prepare_inputs_reads_a_pinned_prompt_table_in_place():
