@@ -22,6 +22,9 @@
 #   benchmarks/limit_round.sh split     # split-KV decode attention in the engine: forced splits at
 #                                       # short contexts, the policy at long ones and under a
 #                                       # context bound far above the contexts
+#   benchmarks/limit_round.sh tiles     # the decode attention kernel's tiles swept alone (KV in
+#                                       # L2 and not), and in the engine: the 64-key tile against
+#                                       # the default and split-KV under a 2,048 bound
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -30,7 +33,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -104,6 +107,15 @@ split)
             --contexts 256 512 2048 8192 --out "$out/split_kv.json"
     } 2>&1 | tee "$log"
     ;;
+tiles)
+    {
+        $py benchmarks/decode_attention_tiles.py --keys 64 128 256 --out "$out/tiles.json"
+        $py benchmarks/decode_roofline.py --batches 1 8 --max-model-len 2048 \
+            --preset llama-1b --preset qwen3-0.6b --variant plain+pdl+fold+keys64 \
+            --variant plain+pdl+fold --variant plain+pdl+fold+split \
+            --out "$out/tiles_engine.json"
+    } 2>&1 | tee "$log"
+    ;;
 ops)
     db="$out/ops.duckdb"
     common=(scenarios/decode_heavy.yaml --headless --db "$db"
@@ -121,7 +133,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, ops)" >&2
+    startup, split, tiles, ops)" >&2
     exit 2
     ;;
 esac

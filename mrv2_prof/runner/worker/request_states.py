@@ -104,8 +104,9 @@ class RequestStates:
     def param_table(self, name: str) -> torch.Tensor:
         """A sampling parameter's table (``temperature``, ``top_k``, ``top_p``, ``seeds``) where
         a step's sampler reads it: with ``uva`` a pinned ring buffer (read through UVA: a gather
-        kernel), else the device table. Before the first send, the device table stands in for
-        the ring; a warm-up reads this so that it launches the step's kernels."""
+        kernel), else the device table. The attribute of the same name holds the device table
+        until the first send puts a ring buffer there: a warm-up reads this one instead, so that
+        it launches the kernels a step launches."""
         return self._param_rings[name].buffers[0] if self.uva else getattr(self, name)
 
     def add_request(
