@@ -52,7 +52,8 @@ def _empty_kernel(out_ptr):
 def kv_bytes(batch: Batch) -> float:
     """Bytes of K and V a decode batch reads: every cached key of every request, once."""
     _, num_kv_heads, head_dim = batch.kv_cache.shape[2:]
-    return 2 * float(batch.meta.seq_lens_np.sum()) * num_kv_heads * head_dim * 2
+    keys = float(batch.meta.seq_lens_np.sum())
+    return 2 * keys * num_kv_heads * head_dim * batch.kv_cache.element_size()
 
 
 def copies_of(batch: Batch, n: int) -> list[Batch]:

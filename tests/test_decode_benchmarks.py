@@ -216,3 +216,19 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
                 "plain+keys8"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
+
+
+def test_the_tile_benchmark_reads_each_key_once_and_times_distinct_caches(monkeypatch):
+    """``decode_attention_tiles.py``: a batch's KV bytes are every cached key's k and v once
+    (hand-worked), and its cold copies are the same values in caches of their own."""
+    import torch
+
+    from tests.runner.attention_batches import make_batch
+
+    tiles = load_benchmark("decode_attention_tiles", monkeypatch)
+    batch = make_batch([(40, 1), (7, 1)], 2, 4, 32, 16, torch.bfloat16)
+    assert tiles.kv_bytes(batch) == 2 * (41 + 8) * 2 * 32 * 2  # k and v, 49 keys, 2 heads, bf16
+    copies = tiles.copies_of(batch, 3)
+    ptrs = {c.kv_cache.data_ptr() for c in copies} | {batch.kv_cache.data_ptr()}
+    assert len(ptrs) == 4
+    assert all(torch.equal(c.kv_cache, batch.kv_cache) and c.meta is batch.meta for c in copies)
