@@ -403,9 +403,11 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm]: runner.decode_gemv MODE, with runner.pdl, "
-        "runner.rope_in_attention and/or runner.decode_gemm: triton, one engine each; "
-        "repeatable; replaces the --decode-gemv x --pdl product",
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN]: runner.decode_gemv MODE, with "
+        "runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, runner.split_kv (or N "
+        "forced splits) and/or N keys a step in the decode attention kernels (default 128); "
+        "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
+        "--pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
