@@ -326,32 +326,42 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "keys")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys")
 
 
 def _extra(e: str) -> str | None:
-    """An extra's name (``splitN``: ``split`` with N forced splits; ``keysN``: the decode
-    attention kernels' ``DECODE_KEYS`` set to N, a power of two >= 16), None if unknown."""
+    """An extra's name (``splitN``: ``split`` with N forced splits; ``minkN``: split-KV's
+    ``MIN_CHUNK_KEYS`` set to N >= 1; ``keysN``: the decode attention kernels' ``DECODE_KEYS``
+    set to N, a power of two >= 16), None if unknown."""
     if e.startswith("split") and e[5:].isdigit() and int(e[5:]) >= 1:
         return "split"
+    if e.startswith("mink") and e[4:].isdigit() and int(e[4:]) >= 1:
+        return "mink"
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
         return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN]`` -> (decode GEMV mode, the extras
-    switched on, in order). ``split``: split-KV decode attention's policy on (``runner.split_kv``);
-    ``splitN``: every decode batch split N ways (``FORCED_SPLITS``). Without either, split-KV
-    is off (the variants name every path they take)."""
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]`` -> (decode GEMV mode, the
+    extras switched on, in order). ``split``: split-KV decode attention's policy on
+    (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
+    Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
+    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN], MODE "
+            "one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
     return mode, tuple(sorted(extras, key=lambda e: order[_extra(e)]))
+
+
+def extra_int(extras: tuple[str, ...], name: str, default: int) -> int:
+    """N of a variant's ``nameN`` extra (``keys``, ``mink``), else ``default``."""
+    return next((int(e[len(name) :]) for e in extras if _extra(e) == name), default)
 
 
 def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
@@ -403,9 +413,10 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+keysN]: runner.decode_gemv MODE, with "
-        "runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, runner.split_kv (or N "
-        "forced splits) and/or N keys a step in the decode attention kernels (default 128); "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]: runner.decode_gemv "
+        "MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, "
+        "runner.split_kv (or N forced splits), at least N keys of a context a split (default: "
+        "one key tile) and/or N keys a step in the decode attention kernels (default 128); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -442,14 +453,15 @@ def main() -> None:
             split = attention_split_kv_triton  # a forced count is a module switch, not a setting
             split.FORCED_SPLITS = forced
             keys = attention_triton.DECODE_KEYS  # so is the decode kernels' key tile
-            attention_triton.DECODE_KEYS = next(
-                (int(e[4:]) for e in extras if e.startswith("keys")), keys
-            )
+            attention_triton.DECODE_KEYS = extra_int(extras, "keys", keys)
+            min_chunk = split.MIN_CHUNK_KEYS  # and split-KV's fewest keys a split
+            split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 split.FORCED_SPLITS = None
                 attention_triton.DECODE_KEYS = keys
+                split.MIN_CHUNK_KEYS = min_chunk
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

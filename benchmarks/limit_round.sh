@@ -25,6 +25,10 @@
 #   benchmarks/limit_round.sh tiles     # the decode attention kernel's tiles swept alone (KV in
 #                                       # L2 and not), and in the engine: the 64-key tile against
 #                                       # the default and split-KV under a 2,048 bound
+#   benchmarks/limit_round.sh mink      # split-KV's fewest keys a split (MIN_CHUNK_KEYS: a context
+#                                       # up to it is one program's, which writes its output
+#                                       # itself) in the engine under a 2,048 bound, against the
+#                                       # unsplit kernel, at contexts ~160 and ~2,000
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -33,7 +37,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -116,6 +120,15 @@ tiles)
             --out "$out/tiles_engine.json"
     } 2>&1 | tee "$log"
     ;;
+mink)
+    r=($py benchmarks/decode_roofline.py --batches 1 8 --max-model-len 2048 --variant plain+pdl+fold
+        --variant plain+pdl+fold+split --variant plain+pdl+fold+split+mink256
+        --variant plain+pdl+fold+split+mink512)
+    {
+        "${r[@]}" --preset llama-1b --preset qwen3-0.6b --out "$out/mink_short.json"
+        "${r[@]}" --preset llama-1b --prompt-len 1900 --out "$out/mink_long.json"
+    } 2>&1 | tee "$log"
+    ;;
 ops)
     db="$out/ops.duckdb"
     common=(scenarios/decode_heavy.yaml --headless --db "$db"
@@ -133,7 +146,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, ops)" >&2
+    startup, split, tiles, mink, ops)" >&2
     exit 2
     ;;
 esac

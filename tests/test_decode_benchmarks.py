@@ -203,8 +203,9 @@ def test_an_op_launched_early_under_pdl_counts_its_own_time(monkeypatch, tmp_pat
 
 def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     """``decode_roofline.py --variant``: the extras in a fixed order whatever the spelling's;
-    ``split`` the policy, ``splitN`` N forced splits, ``keysN`` the decode kernels' key tile (a
-    power of two >= 16); anything else refused, naming the text."""
+    ``split`` the policy, ``splitN`` N forced splits, ``minkN`` split-KV's fewest keys a split
+    (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16); anything else
+    refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -212,8 +213,13 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     assert roofline.split_switches(roofline.parse_variant("fused_onepass+split")[1]) == (True, None)
     assert roofline.split_switches(("pdl", "gemm")) == (False, None)
     assert roofline.parse_variant("plain+keys64+fold")[1] == ("fold", "keys64")
+    extras = roofline.parse_variant("plain+keys64+mink256+split")[1]
+    assert extras == ("split", "mink256", "keys64")
+    assert roofline.extra_int(extras, "mink", 0) == 256
+    assert roofline.extra_int(extras, "keys", 128) == 64
+    assert roofline.extra_int(("pdl",), "mink", 7) == 7
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
-                "plain+keys8"):  # fmt: skip
+                "plain+keys8", "plain+mink0", "plain+minkx"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

@@ -120,13 +120,17 @@ def test_folds_rope_in_decode_batches_with_a_cache(monkeypatch):
     assert fold.folds_rope(2, meta, cache)  # split-KV attention folds it too
 
 
+@pytest.mark.parametrize("min_keys", [0, 40])
 @pytest.mark.parametrize("splits", [1, 2, 3, 5])
 @pytest.mark.parametrize("norm", [False, True])
-def test_split_fold_matches_rope_then_write_then_attention(splits, norm, monkeypatch):
+def test_split_fold_matches_rope_then_write_then_attention(splits, norm, min_keys, monkeypatch):
     """The split-KV kernel with the fold's prologue (``rope_attend`` under a forced split count)
     against the references: every split's keys, the new ones written by the split holding
-    them; contexts from 0 (the new key alone) to 4 blocks, splits left empty at 5."""
+    them; contexts from 0 (the new key alone) to 4 blocks, splits left empty at 5. With splits of
+    at least 48 keys (``MIN_CHUNK_KEYS`` 40, 16-key tiles) the three shorter requests are split
+    0's alone, which writes their keys and their output."""
     monkeypatch.setattr(split_kv, "FORCED_SPLITS", splits)
+    monkeypatch.setattr(split_kv, "MIN_CHUNK_KEYS", min_keys)
     reqs = [(2 * 16 - 1, 1), (16 + 3, 1), (0, 1), (4 * 16, 1)]
     args, want, want_cache, _ = _case(reqs, 2, 2, 32, 16, torch.float32, norm=norm, pad_reqs=2)
     q, k = args[0].clone(), args[1].clone()

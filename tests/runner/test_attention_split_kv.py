@@ -44,11 +44,16 @@ def split_attend(batch: Batch, num_splits: int, block_n: int = 16, fused: bool =
     return out[: batch.num_real_tokens]
 
 
-def splits_with_keys(seq_len: int, num_splits: int, block_n: int) -> int:
-    """How many of a decode's splits hold keys: each holds ceil(seq / splits) keys rounded up to
-    whole key tiles."""
-    chunk = math.ceil(math.ceil(seq_len / num_splits) / block_n) * block_n
-    return math.ceil(seq_len / chunk)
+def chunk_of(seq_len: int, num_splits: int, block_n: int, min_keys: int = 0) -> int:
+    """Keys per split: ceil(seq / splits) rounded up to whole key tiles, and at least
+    ``min_keys`` (``MIN_CHUNK_KEYS``) rounded up to whole tiles, at least one."""
+    per_split = math.ceil(math.ceil(seq_len / num_splits) / block_n) * block_n
+    return max(per_split, max(1, math.ceil(min_keys / block_n)) * block_n)
+
+
+def splits_with_keys(seq_len: int, num_splits: int, block_n: int, min_keys: int = 0) -> int:
+    """How many of a decode's splits hold keys."""
+    return math.ceil(seq_len / chunk_of(seq_len, num_splits, block_n, min_keys))
 
 
 def decode_batch(block_size: int, kvh: int, group: int, head_dim: int, dtype, seed: int) -> Batch:
@@ -106,6 +111,37 @@ def test_narrow_dtypes(dtype, block_n):
     out = split_attend(batch, 2 if block_n == 64 else 4, block_n=block_n)
     assert out.dtype == dtype
     assert_close_verbose(out, reference(batch), *TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("min_keys", [0, 40])
+def test_a_context_in_one_split_is_written_by_that_split(min_keys, fused, monkeypatch):
+    """A request whose keys all fall in split 0 (a context up to one key tile, or up to
+    ``MIN_CHUNK_KEYS`` rounded up to tiles) has its output written by split 0 itself: no partial
+    of it is stored (its workspace cells keep the NaN put there) and no counter moves; a longer
+    one stores a partial in each split holding its keys and is reduced from them as before."""
+    monkeypatch.setattr(split_kv, "MIN_CHUNK_KEYS", min_keys)
+    num_splits, block_n, kvh, group = 4, 16, 2, 2
+    reqs = [(0, 1), (15, 1), (16, 1), (30, 1), (47, 1), (48, 1), (90, 1)]
+    batch = make_batch(reqs, kvh, group, 16, 8, device=DEVICE, seed=11, pad_reqs=1)
+    num_heads, cells = kvh * group, batch.query.shape[0] * kvh * group * num_splits
+    acc, maxes, sums, counter = split_kv_workspace.split_workspace(
+        batch.query.device, cells, 16, batch.meta.num_reqs * kvh
+    )
+    for t in (acc, maxes, sums):
+        t.fill_(float("nan"))
+    out = split_attend(batch, num_splits, block_n=block_n, fused=fused)
+    assert_close_verbose(out, reference(batch), *TOL[torch.float32])
+    stored = maxes[:cells].view(-1, num_heads, num_splits)[: len(reqs)].isfinite()
+    alone = []
+    for i, (ctx, q_len) in enumerate(reqs):
+        seq = ctx + q_len
+        used = splits_with_keys(seq, num_splits, block_n, min_keys)
+        alone.append(used == 1)
+        assert stored[i, :, :used].all() != (used == 1), (seq, stored[i])
+        assert not stored[i, :, used:].any(), (seq, stored[i])
+    assert alone == [True, True] + [min_keys > 0] * 3 + [False, False]
+    assert not counter[: batch.meta.num_reqs * kvh].any()
 
 
 def test_counters_are_reset_and_a_second_call_agrees():

@@ -9,7 +9,8 @@ program whose split holds ``p`` (``[s * chunk, (s + 1) * chunk)``, the split ker
 The splits partition the positions and a program reads only keys of its own split, so every key
 this launch writes is read only by the program that wrote it, after a barrier of its threads: no
 ordering between programs is needed. The partials and their reduction (in the same launch, by the
-row's last program) are the split kernel's (``reduce_request``).
+row's last program) are the split kernel's (``reduce_request``), as is a request whose keys all
+fall in split 0: that program writes the keys and the output, the others exit.
 
 ``rope_attend`` is the model's folded attention: this kernel where ``decode_split_count`` splits
 the batch, else the unsplit fold. The contract is the fold's: ``qk_norm_rope_ref`` of the QKV
@@ -38,19 +39,22 @@ from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
     decode_split_count,
+    min_chunk,
+    split_chunk,
+    store_output,
     store_partial,
 )
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 
-@triton.jit(do_not_specialize=["num_reqs", "num_splits"])
+@triton.jit(do_not_specialize=["num_reqs", "num_splits", "min_chunk"])
 def _split_kv_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
     q_weight_ptr, k_weight_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr,
     block_table_ptr, qk_scale, eps, num_reqs, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, out_stride_t, out_stride_h, cos_stride, sin_stride,
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
-    acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, num_heads,  # the fold's, then these
+    acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, min_chunk, num_heads,  # then these
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
     HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
@@ -67,7 +71,10 @@ def _split_kv_decode_rope_kernel(
         return
     seq_len = tl.load(seq_lens_ptr + req)
     ctx_len = seq_len - q_len
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N  # keys per split
+    chunk = split_chunk(seq_len, num_splits, min_chunk, BLOCK_N)  # keys per split
+    alone = seq_len <= chunk  # split 0 holds (and writes) every key and writes the output
+    if alone & (split > 0):
+        return
     kv_start = split * chunk
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
@@ -107,12 +114,18 @@ def _split_kv_decode_rope_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
-                          num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
-    count_and_reduce(
-        counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len, seq_len,
-        num_splits, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N,
-    )  # fmt: skip
+            if alone:
+                store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h,
+                             acc, l_i)  # fmt: skip
+            else:
+                store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                              num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
+    if seq_len > chunk:  # else split 0 wrote the output itself
+        count_and_reduce(
+            counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
+            seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM,
+            BLOCK_M,
+        )  # fmt: skip
 
 
 def paged_decode_split_kv_rope(
@@ -147,8 +160,9 @@ def paged_decode_split_kv_rope(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
+    fewest = min_chunk(consts["BLOCK_N"])
     _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
-        *args, acc, maxes, sums, counter, num_splits, num_heads, **consts
+        *args, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts
     )
     return out
 

@@ -12,9 +12,12 @@ several (beside padding requests) has its tokens walked one after the other.
 CUDA-graph safety: the split count is a host int (``split_count``: the number of requests, kv
 heads and SMs and an upper bound of the context from shapes), so every batch of one graph key
 launches the same grid; each request's share is computed on the device from ``seq_lens``
-(``cdiv(seq_len, num_splits)`` rounded up to ``BLOCK_N``, so no tile crosses a split's end). A
-split with no keys for a token writes nothing and the reduction reads only the splits that hold
-keys. The workspace (partials and counters) grows only outside a capture, as the sampler's does
+(``split_chunk``: ``cdiv(seq_len, num_splits)`` rounded up to ``BLOCK_N``, so no tile crosses a
+split's end, and at least ``min_chunk`` keys). A split with no keys for a token writes nothing and
+the reduction reads only the splits that hold keys. A request whose keys all fall in split 0
+(``seq_len <= chunk``) is the unsplit kernel's work: split 0 writes its output itself, the other
+programs of its row exit, and nothing is stored, counted or reduced for it. The workspace
+(partials and counters) grows only outside a capture, as the sampler's does
 (``runner/worker/gumbel_argmax_triton.py``).
 
 The reduction runs in the same launch by default (``fused``): each program of a (request, kv
@@ -48,6 +51,10 @@ FORCED_SPLITS: int | None = None  # tests and benchmarks: this count for every d
 PROGRAMS_PER_SM = 2  # split until the grid has about this many programs per SM
 MIN_KEYS_PER_SPLIT = 256  # of the largest context the batch's shapes allow
 MAX_SPLITS = 32
+# The fewest keys of a request's own context a split takes at run time (rounded up to the key
+# tile; 0: one tile): a context up to it is walked by one program, which writes its output
+# itself. One tile keeps short contexts spread over programs; not yet measured against more.
+MIN_CHUNK_KEYS = 0
 
 
 @functools.lru_cache(maxsize=8)
@@ -94,15 +101,36 @@ def decode_split_count(meta: AttentionMetadata, num_kv_heads: int, device: torch
     return split_count(meta.num_reqs, num_kv_heads, max_context, device)
 
 
+def min_chunk(block_n: int) -> int:
+    """``MIN_CHUNK_KEYS`` rounded up to whole key tiles of ``block_n`` (at least one): the
+    kernels' ``min_chunk`` argument."""
+    return max(1, triton.cdiv(MIN_CHUNK_KEYS, block_n)) * block_n
+
+
+@triton.jit
+def split_chunk(seq_len, num_splits, min_chunk, BLOCK_N: tl.constexpr):
+    """Keys per split of a request of ``seq_len`` keys: ``cdiv(seq_len, num_splits)`` rounded up
+    to whole key tiles, and at least ``min_chunk`` (a multiple of ``BLOCK_N``)."""
+    return tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_chunk)
+
+
+@triton.jit
+def store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h, acc, l_i):
+    """A token's attention output (per query head) from split 0, the only split holding its
+    keys: what the reduction of that one partial would write."""
+    o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
+
+
 @triton.jit
 def reduce_request(
-    out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
+    out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits, chunk,
     num_heads, out_stride_t, out_stride_h,
-    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CACHE: tl.constexpr,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CACHE: tl.constexpr,
 ):  # fmt: skip
-    """Each of the request's tokens: its splits' partials combined in key order, written out."""
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    """Each of the request's tokens: its splits' partials combined in key order, written out
+    (``chunk``: keys per split, ``split_chunk``)."""
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
     row_ok = rows < G
@@ -142,8 +170,8 @@ def store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
 @triton.jit
 def count_and_reduce(
     counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len, seq_len,
-    num_splits, num_heads, out_stride_t, out_stride_h,
-    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    num_splits, chunk, num_heads, out_stride_t, out_stride_h,
+    G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     """The fused reduction: this program counts itself done on its row's counter; the row's
     last program reduces the request and resets the counter for the next launch."""
@@ -153,14 +181,14 @@ def count_and_reduce(
     if done == num_splits - 1:  # the row's last split: every partial is visible
         reduce_request(
             out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, kv_head, num_splits,
-            num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, BLOCK_N, ".cg",
+            chunk, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, ".cg",
         )  # fmt: skip
         tl.store(counter_ptr + row, 0)  # ready for the next launch
 
 
 # Values that change from step to step are not specialised on: a new value must
 # never trigger a compile in the middle of a run.
-@triton.jit(do_not_specialize=["num_reqs", "num_splits"])
+@triton.jit(do_not_specialize=["num_reqs", "num_splits", "min_chunk"])
 def _split_kv_decode_kernel(
     out_ptr,  # [T, h, d]
     query_ptr,  # [T, h, d]
@@ -176,6 +204,7 @@ def _split_kv_decode_kernel(
     qk_scale,  # softmax scale * log2(e)
     num_reqs,
     num_splits,
+    min_chunk,  # the fewest keys a split takes (split_chunk), a multiple of BLOCK_N
     num_heads,
     query_stride_t,
     query_stride_h,
@@ -206,7 +235,10 @@ def _split_kv_decode_kernel(
         return
     seq_len = tl.load(seq_lens_ptr + req)
     ctx_len = seq_len - q_len
-    chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N  # keys per split
+    chunk = split_chunk(seq_len, num_splits, min_chunk, BLOCK_N)  # keys per split
+    alone = seq_len <= chunk  # split 0 holds every key: it writes the output, none reduces
+    if alone & (split > 0):
+        return
     kv_start = split * chunk
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
@@ -226,20 +258,25 @@ def _split_kv_decode_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
-                          num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
-    if FUSED:
-        count_and_reduce(
-            counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
-            seq_len, num_splits, num_heads, out_stride_t, out_stride_h,
-            G, HEAD_DIM, BLOCK_M, BLOCK_N,
-        )  # fmt: skip
+            if alone:
+                store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h,
+                             acc, l_i)  # fmt: skip
+            else:
+                store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                              num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
+    if FUSED:  # noqa: SIM102 (a constexpr, then a run-time test: apart for Triton)
+        if seq_len > chunk:  # else split 0 wrote the output itself
+            count_and_reduce(
+                counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
+                seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h,
+                G, HEAD_DIM, BLOCK_M,
+            )  # fmt: skip
 
 
-@triton.jit(do_not_specialize=["num_splits"])
+@triton.jit(do_not_specialize=["num_splits", "min_chunk"])
 def _split_kv_reduce_kernel(
     out_ptr, acc_ptr, max_ptr, sum_ptr, query_start_loc_ptr, seq_lens_ptr, num_splits,
-    num_heads, out_stride_t, out_stride_h,
+    min_chunk, num_heads, out_stride_t, out_stride_h,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the partials after the wait
 ):  # fmt: skip
@@ -249,11 +286,13 @@ def _split_kv_reduce_kernel(
     if USE_GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    reduce_request(
-        out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, tl.load(seq_lens_ptr + req),
-        tl.program_id(1), num_splits, num_heads, out_stride_t, out_stride_h,
-        G, HEAD_DIM, BLOCK_M, BLOCK_N, "",
-    )  # fmt: skip
+    seq_len = tl.load(seq_lens_ptr + req)
+    chunk = split_chunk(seq_len, num_splits, min_chunk, BLOCK_N)
+    if seq_len > chunk:  # else split 0 wrote the output itself
+        reduce_request(
+            out_ptr, acc_ptr, max_ptr, sum_ptr, q_start, q_len, seq_len, tl.program_id(1),
+            num_splits, chunk, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM, BLOCK_M, "",
+        )  # fmt: skip
 
 
 def paged_decode_split_kv(
@@ -286,15 +325,17 @@ def paged_decode_split_kv(
     _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
         meta.block_table, acc, maxes, sums, counter, scale * LOG2_E, meta.num_reqs, num_splits,
-        num_heads, query.stride(0), query.stride(1), out.stride(0), out.stride(1),
-        kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3), meta.block_table.stride(0),
+        min_chunk(block_n), num_heads, query.stride(0), query.stride(1), out.stride(0),
+        out.stride(1), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3),
+        meta.block_table.stride(0),
         G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32", FUSED=fused,
         num_warps=num_warps, num_stages=num_stages, **launch_options(pdl),
     )  # fmt: skip
     if not fused:
         _split_kv_reduce_kernel[(meta.num_reqs, num_kv_heads)](
-            out, acc, maxes, sums, meta.query_start_loc, meta.seq_lens, num_splits, num_heads,
+            out, acc, maxes, sums, meta.query_start_loc, meta.seq_lens, num_splits,
+            min_chunk(block_n), num_heads,
             out.stride(0), out.stride(1), G=group, HEAD_DIM=head_dim, BLOCK_M=block_m,
             BLOCK_N=block_n, num_warps=num_warps, **launch_options(pdl),
         )  # fmt: skip
