@@ -158,12 +158,32 @@ def _finish_in_database(db_path: str, outcome: Outcome, ended_ns: int) -> None:
 def _run(
     job: RunJob, store: Store, run_id: str, emit, should_stop, began: float, set_threads: bool
 ) -> Outcome:
+    """The run, with the host sampler (``probes.host_sampling_hz``) on from the start: what the
+    runner's start-up spends its time on is sampled too (``startup``, step -1)."""
+    from mrv2_prof.scenario import Scenario
+
+    scenario = Scenario.model_validate(job.scenario)
+    sampler: HostSampler | None = None
+    if scenario.probes.host_sampling_hz > 0:  # start-up's samples too: torch's import onwards
+        sampler = HostSampler(scenario.probes.host_sampling_hz).start()
+    try:
+        return _run_sampled(job, store, run_id, emit, should_stop, began, set_threads, scenario,
+                            sampler)  # fmt: skip
+    finally:
+        if sampler is not None:
+            sampler.stop()  # stopped (and its facts taken) by the run; here on an early exit
+
+
+def _run_sampled(
+    job: RunJob, store: Store, run_id: str, emit, should_stop, began: float, set_threads: bool,
+    scenario, sampler: HostSampler | None,
+) -> Outcome:  # fmt: skip
     from mrv2_prof.pipeline.effective_scenario import engine_as_run
     from mrv2_prof.runner.config import ConfigError
     from mrv2_prof.runner.model import CheckpointError
-    from mrv2_prof.scenario import Scenario, ScenarioError, scenario_yaml
+    from mrv2_prof.scenario import ScenarioError, scenario_yaml
 
-    scenario = Scenario.model_validate(job.scenario)
+    _import_torch()
     processes = scenario.runner.tensor_parallel_size
     threads: ThreadChoice | None = None
     if set_threads:  # before the model loads and the ranks are spawned
@@ -199,7 +219,6 @@ def _run(
 
     in_flight = InFlightRows()
     texts: RequestTexts | None = None  # the requests' text columns (None: no tokenizer)
-    sampler: HostSampler | None = None
     live: LiveStats | None = None
 
     def flush() -> None:
@@ -304,8 +323,8 @@ def _run(
         live.roofline = LiveRoofline.of(info.step_cost, outcome.facts["machine_peaks"])
         arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
-        if scenario.probes.host_sampling_hz > 0:
-            sampler = HostSampler(scenario.probes.host_sampling_hz, probe).start()
+        if sampler is not None:  # start-up is over: samples carry the steps and phases now
+            sampler.follow(probe)
         with session.running():
             # Arrivals count from the moment the loop can take its first step (TTFT holds no
             # start-up: the writer thread and the probes are ready by now).
@@ -359,6 +378,12 @@ def _run(
                 outcome.error = _one_line(exc) if full is None else str(full)
             outcome.status, outcome.exit_code = "failed", 1
     return outcome
+
+
+def _import_torch() -> None:
+    """torch and its libraries, the largest part of a runner's start-up on a GPU host: imported
+    here, at a frame of its own, so that the start-up's host samples name it."""
+    import torch  # noqa: F401
 
 
 def _finish_probes(session: ProbeSession, facts: dict[str, Any]) -> None:

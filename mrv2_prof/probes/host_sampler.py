@@ -4,7 +4,10 @@ A daemon thread wakes ``hz`` times a second, reads the step loop thread's frame 
 ``sys._current_frames()`` and records its stack (root first, ``qualname (file)`` per frame, in
 the collapsed-stack format of flame graphs: frames joined by ``;``), stamped with the step and
 the CPU phase the probe has open at that moment (``RecordingProbe.phase``: the innermost one;
-``step`` inside a step but outside its phases, ``idle`` between steps). Stacks are interned to
+``step`` inside a step but outside its phases, ``idle`` between steps). Started without a probe
+(the harness starts it before the engine is built), it stamps its samples ``startup`` and step
+-1 until ``follow`` hands it the run's probe: where start-up goes (torch's import, the weights,
+the profiling run, the warm-up, the graph capture) is in the same table. Stacks are interned to
 ids in the sampler's own table, so a sample is five numbers in a preallocated buffer;
 ``drain()`` hands the rows over as the ``host_samples`` table.
 
@@ -29,6 +32,7 @@ from mrv2_prof.probes.api import PHASES
 from mrv2_prof.probes.columns import RecordBuffer, buffer_dtypes
 
 IDLE = "idle"  # no phase open: the loop between steps, the harness
+STARTUP = "startup"  # before the run's probe is followed: the runner's start-up
 MAX_DEPTH = 128
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,9 +49,10 @@ def frame_label(code) -> str:
 
 
 class HostSampler:
-    """Samples the stack of the thread that created it (the step loop) ``hz`` times a second."""
+    """Samples the stack of the thread that created it (the step loop) ``hz`` times a second;
+    ``probe`` None: start-up samples (``STARTUP``, step -1) until ``follow``."""
 
-    def __init__(self, hz: float, probe, capacity: int = 1 << 12) -> None:
+    def __init__(self, hz: float, probe=None, capacity: int = 1 << 12) -> None:
         if hz <= 0:
             raise ValueError(f"probes.host_sampling_hz must be > 0 to sample, got {hz}")
         self.period_s = 1.0 / hz
@@ -57,7 +62,7 @@ class HostSampler:
         self._labels: dict[object, str] = {}  # code object -> frame label
         self._stacks: dict[str, int] = {}
         self._stack_list: list[str] = []
-        self._phases = [*PHASES, IDLE]
+        self._phases = [*PHASES, IDLE, STARTUP]
         self._lock = threading.Lock()  # the buffer: written here, swapped by the step loop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mrv2-host-sampler", daemon=True)
@@ -67,6 +72,10 @@ class HostSampler:
     def start(self) -> HostSampler:
         self._thread.start()
         return self
+
+    def follow(self, probe) -> None:
+        """From now on stamp samples with ``probe``'s step and phase: start-up is over."""
+        self.probe = probe
 
     def stop(self) -> None:
         self._stop.set()
@@ -88,7 +97,11 @@ class HostSampler:
         if frame is None:
             return
         probe = self.probe
-        step, phase = probe.step, probe.phase
+        if probe is None:
+            step, phase = -1, len(PHASES) + 1  # STARTUP
+        else:
+            step, phase = probe.step, probe.phase
+            phase = phase if phase >= 0 else len(PHASES)  # IDLE
         labels = []
         while frame is not None and len(labels) < MAX_DEPTH:
             code = frame.f_code
@@ -108,7 +121,7 @@ class HostSampler:
             i = b.reserve()
             b.step[i] = step
             b.t_ns[i] = t0
-            b.phase[i] = phase if phase >= 0 else len(PHASES)
+            b.phase[i] = phase
             b.stack[i] = sid
             b.depth[i] = len(labels)
             b.n = i + 1

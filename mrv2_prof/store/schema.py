@@ -195,7 +195,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("run_id", "VARCHAR"),
         ("step", "BIGINT"),  # the step the sample fell in (-1: before the first)
         ("t_ns", "BIGINT"),
-        ("phase", "VARCHAR"),  # the CPU phase open at the sample, or idle
+        ("phase", "VARCHAR"),  # the CPU phase open at the sample, idle, or startup (step -1)
         ("stack", "VARCHAR"),  # root first, frames "qualname (file)" joined by ";"
         ("depth", "INTEGER"),  # frames in the stack
     ],

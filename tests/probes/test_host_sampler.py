@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from mrv2_prof.probes import api
-from mrv2_prof.probes.host_sampler import IDLE, HostSampler, frame_label
+from mrv2_prof.probes.host_sampler import IDLE, STARTUP, HostSampler, frame_label
 from mrv2_prof.probes.recording import RecordingProbe
 
 
@@ -58,6 +58,29 @@ def test_samples_land_in_the_phase_of_the_planted_sleep_with_its_name():
     assert sampler.facts()["host_samples"] == sampler.num_samples == len(phases)
 
 
+def test_without_a_probe_samples_are_start_up_until_it_follows_one():
+    """Started before the run's probe exists (the harness's start-up), a sampler stamps its
+    samples ``startup`` and step -1; after ``follow`` they carry the probe's step and phase."""
+    sampler = HostSampler(500).start()
+    try:
+        planted_sleep(0.1)
+        probe = RecordingProbe()
+        probe.step_begin(4)
+        probe.begin(api.UPDATE)
+        sampler.follow(probe)
+        busy(0.1)
+        probe.end(api.UPDATE)
+    finally:
+        sampler.stop()
+    rows = sampler.drain()
+    leaf = [s.split(";")[-1] for s in rows["stack"]]
+    stamps = list(zip(rows["step"], rows["phase"], leaf, strict=True))
+    asleep = {(int(step), p) for step, p, f in stamps if f.startswith("planted_sleep ")}
+    working = {(int(step), p) for step, p, f in stamps if f.startswith("busy ")}
+    assert asleep == {(-1, STARTUP)} and working == {(4, "update")}
+    assert sum(f.startswith("planted_sleep ") for f in leaf) >= 10
+
+
 def test_frame_label_names_the_function_and_its_file():
     assert frame_label(planted_sleep.__code__) == "planted_sleep (probes/test_host_sampler.py)"
     assert frame_label(HostSampler.sample.__code__) == (
@@ -96,6 +119,33 @@ def test_the_harness_stores_samples_in_the_phase_of_a_planted_sleep(run_in_proce
     assert {phase for _, phase in in_sleep} == {"update"}
     assert all(step >= 0 for step, _ in in_sleep)
     assert messages[-1][1].facts["host_samples"] == len(rows)
+
+
+def test_the_harness_samples_the_runner_s_start_up(run_in_process, monkeypatch):
+    """With the sampler on, the engine's start-up is sampled too: a sleep planted in it lands in
+    ``startup`` samples at step -1, every one before the first served sample."""
+    import mrv2_prof.runner.engine as engine
+
+    start_up = engine.start_up
+
+    def slow_start_up(runner):
+        planted_sleep(0.15)
+        return start_up(runner)
+
+    monkeypatch.setattr(engine, "start_up", slow_start_up)
+    job, messages = run_in_process("probes.host_sampling_hz=400")
+    assert messages[-1][1].status == "completed"
+    con = duckdb.connect(job.db_path, read_only=True)
+    try:
+        rows = con.execute("SELECT step, t_ns, phase, stack FROM host_samples").fetchall()
+    finally:
+        con.close()
+    asleep = [(step, phase) for step, _, phase, s in rows if "planted_sleep (" in s]
+    assert len(asleep) >= 10 and set(asleep) == {(-1, "startup")}
+    assert all("slow_start_up" in s for _, _, _, s in rows if "planted_sleep (" in s)
+    last_start = max(t for _, t, phase, _ in rows if phase == "startup")
+    served = [t for _, t, phase, _ in rows if phase != "startup"]
+    assert served and min(served) > last_start
 
 
 def test_with_sampling_off_nothing_is_recorded_and_no_thread_runs(run_in_process, monkeypatch):
