@@ -18,7 +18,8 @@
 #                                       # (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh gemm      # the decode GEMM against cuBLAS, its tiles swept
 #   benchmarks/limit_round.sh startup   # start-up per phase (PIECEWISE graphs at start-up and on
-#                                       # first use) and the HF transformers ratios
+#                                       # first use), the HF transformers ratios, and where
+#                                       # start-up goes (the host sampler's start-up samples)
 #   benchmarks/limit_round.sh split     # split-KV decode attention in the engine: forced splits at
 #                                       # short contexts, the policy at long ones and under a
 #                                       # context bound far above the contexts
@@ -94,6 +95,10 @@ startup)
             --set runner.piecewise_capture=first_use --out "$out/startup_first_use.json"
         $py benchmarks/peer_transformers.py --preset llama-1b --preset llama-3-8b \
             --preset smollm2-135m --out "$out/peer.json"
+        # where start-up goes, below its phases: the host sampler from torch's import on
+        $py -m mrv2_prof run scenarios/decode_heavy.yaml --headless --db "$out/startup.duckdb" \
+            --set probes.host_sampling_hz=200 --set workload.num_requests=8
+        $py -m mrv2_prof show latest --db "$out/startup.duckdb"
     } 2>&1 | tee "$log"
     ;;
 split)
