@@ -257,6 +257,22 @@ def test_gpu_1b_shapes_match_reference(name, dtype, num_splits, fused):
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-launch"])
+def test_gpu_a_minimum_chunk_leaves_short_contexts_to_one_split(fused, monkeypatch):
+    """``MIN_CHUNK_KEYS`` 256 at the 1B shapes in bf16 (128-key tiles), 8 splits: contexts up to
+    256 keys are split 0's alone (it writes their output), longer ones split in 256-key or
+    larger shares, all against the reference."""
+    monkeypatch.setattr(split_kv, "MIN_CHUNK_KEYS", 256)
+    reqs = [(99, 1), (255, 1), (256, 1), (700, 1), (4000, 1)]  # 100, 256, 257, 701, 4001 keys
+    batch = make_batch(reqs, 8, 4, 64, 16, torch.bfloat16, CUDA, 5, pad_reqs=2)
+    used = [splits_with_keys(c + 1, 8, 128, 256) for c, _ in reqs]
+    assert used == [1, 1, 2, 3, 8]
+    out = split_attend(batch, 8, block_n=128, fused=fused)
+    assert_close_verbose(out, reference(batch), *TOL[torch.bfloat16])
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_gpu_cuda_graph_replay_reads_new_lengths(monkeypatch):
     """Captured once through the dispatcher with a forced split count, replayed on batches of
     the same request count and other lengths: each split's share comes from the device."""
