@@ -97,7 +97,13 @@ def main() -> None:
     ap.add_argument("--keys", type=int, nargs="+", default=[32, 64, 128])
     ap.add_argument("--warps", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--splits", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument(
+        "--splits",
+        type=int,
+        nargs="*",
+        default=[2, 4, 8],
+        help="split counts (none: no split rows)",
+    )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
     if not torch.cuda.is_available():

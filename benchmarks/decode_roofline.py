@@ -331,8 +331,9 @@ VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys")
 
 def _extra(e: str) -> str | None:
     """An extra's name (``splitN``: ``split`` with N forced splits; ``minkN``: split-KV's
-    ``MIN_CHUNK_KEYS`` set to N >= 1; ``keysN``: the decode attention kernels' ``DECODE_KEYS``
-    set to N, a power of two >= 16), None if unknown."""
+    ``MIN_CHUNK_KEYS`` set to N >= 1; ``keysN``: the decode attention kernels' key tile set to
+    N for every grid, ``DECODE_KEYS`` and ``WIDE_DECODE_KEYS``, a power of two >= 16), None if
+    unknown."""
     if e.startswith("split") and e[5:].isdigit() and int(e[5:]) >= 1:
         return "split"
     if e.startswith("mink") and e[4:].isdigit() and int(e[4:]) >= 1:
@@ -416,7 +417,8 @@ def main() -> None:
         help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]: runner.decode_gemv "
         "MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, "
         "runner.split_kv (or N forced splits), at least N keys of a context a split (default: "
-        "one key tile) and/or N keys a step in the decode attention kernels (default 128); "
+        "one key tile) and/or N keys a step in the decode attention kernels (default: 128 where "
+        "requests x kv heads fit the SMs, else 64); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -452,15 +454,17 @@ def main() -> None:
             path = "+".join((mode, *extras))
             split = attention_split_kv_triton  # a forced count is a module switch, not a setting
             split.FORCED_SPLITS = forced
-            keys = attention_triton.DECODE_KEYS  # so is the decode kernels' key tile
-            attention_triton.DECODE_KEYS = extra_int(extras, "keys", keys)
+            # so are the decode kernels' key tiles (narrow and wide grids)
+            keys = attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS
+            attention_triton.DECODE_KEYS = extra_int(extras, "keys", keys[0])
+            attention_triton.WIDE_DECODE_KEYS = extra_int(extras, "keys", keys[1])
             min_chunk = split.MIN_CHUNK_KEYS  # and split-KV's fewest keys a split
             split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 split.FORCED_SPLITS = None
-                attention_triton.DECODE_KEYS = keys
+                attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))

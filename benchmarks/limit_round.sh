@@ -30,6 +30,9 @@
 #                                       # up to it is one program's, which writes its output
 #                                       # itself) in the engine under a 2,048 bound, against the
 #                                       # unsplit kernel, at contexts ~160 and ~2,000
+#   benchmarks/limit_round.sh wide      # decode attention's key tile where requests x kv heads
+#                                       # exceed the SMs (64, the default, against 128), the
+#                                       # kernel alone and batch 64 / 256 in the engine
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -38,7 +41,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|wide|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -134,6 +137,15 @@ mink)
         "${r[@]}" --preset llama-1b --prompt-len 1900 --out "$out/mink_long.json"
     } 2>&1 | tee "$log"
     ;;
+wide)
+    {
+        $py benchmarks/decode_attention_tiles.py --batches 64 256 --contexts 160 1000 \
+            --keys 64 128 --warps 4 8 --stages 2 3 --splits --out "$out/wide_tiles.json"
+        $py benchmarks/decode_roofline.py --batches 64 256 --preset llama-1b \
+            --preset qwen3-0.6b --variant plain+pdl+fold --variant plain+pdl+fold+keys128 \
+            --out "$out/wide_engine.json"
+    } 2>&1 | tee "$log"
+    ;;
 ops)
     db="$out/ops.duckdb"
     common=(scenarios/decode_heavy.yaml --headless --db "$db"
@@ -151,7 +163,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, ops)" >&2
+    startup, split, tiles, mink, wide, ops)" >&2
     exit 2
     ;;
 esac

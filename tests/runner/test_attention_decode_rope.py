@@ -78,12 +78,16 @@ def test_a_request_with_two_tokens_beside_padding():
     assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
 
 
+@pytest.mark.parametrize("sms", [1, 1000], ids=["wide-grid", "narrow-grid"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_contexts_around_the_first_key_tile(dtype):
-    """Contexts just under, at and past the end of a key tile (``decode_keys``: 128 keys in 16
-    bits, 16 in float32), several tiles, and tokens of two beside them (the second sees the
-    first's key, written in the same launch)."""
-    n = decode_keys(dtype)
+def test_contexts_around_the_first_key_tile(dtype, sms, monkeypatch):
+    """Contexts just under, at and past the end of a key tile (``decode_keys``: in 16 bits 128
+    keys where the grid fits the SMs, 64 where it does not; 16 in float32), several tiles, and
+    tokens of two beside them (the second sees the first's key, written in the same launch)."""
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: sms)
+    reqs = [(0, 1)] * 8  # the batch's request count: 6 below and 2 padding
+    n = decode_keys(dtype, len(reqs), 2, DEVICE)
+    assert n == {torch.float32: 16, torch.float16: 64 if sms == 1 else 128}[dtype]
     reqs = [(n - 1, 1), (n, 1), (n + 1, 1), (3 * n + 5, 1), (n - 1, 2), (2 * n, 2)]
     args, want, want_cache, _ = _case(reqs, 2, 4, 32, 16, dtype, norm=True, pad_reqs=2)
     got = fold.paged_decode_rope_triton(*args)

@@ -95,6 +95,36 @@ def test_decode_batches_take_the_decode_kernel_and_match_the_reference(shape, mo
     assert len(calls) == len(cases)  # more tokens than requests: the general kernel
 
 
+def test_decode_key_tile_follows_the_grid_against_the_sms(monkeypatch):
+    """16-bit decode kernels walk ``DECODE_KEYS`` (128) keys a step while requests x kv heads fit
+    one program per SM, ``WIDE_DECODE_KEYS`` (64) beyond (132 SMs, 8 kv heads: batch 16 against
+    17); float32 always 16; without a device, one program's tile; the dispatch launches what it
+    says (the decode kernel's ``block_n``), and the warm-up's wide batch is the first wide one."""
+    import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
+
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
+    cpu = torch.device("cpu")
+    keys = attention_triton.decode_keys
+    assert [keys(torch.bfloat16, b, 8, cpu) for b in (1, 16, 17, 256)] == [128, 128, 64, 64]
+    assert keys(torch.float16, 1, 132, cpu) == 128 and keys(torch.float16, 1, 133, cpu) == 64
+    assert keys(torch.float32, 1, 8, cpu) == 16 and keys(torch.bfloat16) == 128
+    assert attention_triton.smallest_wide_batch(8, cpu) == 17
+    assert attention_triton.smallest_wide_batch(2, cpu) == 67
+    launched = []
+    decode = attention_triton.paged_decode_triton
+
+    def spy(*args, block_n, **kwargs):
+        launched.append(block_n)
+        return decode(*args, block_n=block_n, **kwargs)
+
+    monkeypatch.setattr(attention_triton, "paged_decode_triton", spy)
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 4)  # 2 kv heads: 2 requests fit
+    for n in (2, 3):
+        batch = make_batch([(20, 1)] * n, 2, 2, 16, 8, torch.float16, DEVICE, seed=n)
+        assert_close_verbose(attend(batch), reference(batch), *TOL[torch.bfloat16])
+    assert launched == [128, 64]
+
+
 def test_write_kv_skips_padding_slots():
     gen = torch.Generator().manual_seed(7)
     num_blocks, block_size, kvh, d, T = 6, 8, 3, 64, 12

@@ -92,3 +92,20 @@ def test_with_split_kv_a_decode_batch_it_leaves_unsplit_is_run(monkeypatch, seqs
     unsplit_runs = [r for r in decode if split_kv.split_count(r, 8, model_len, cpu) == 1]
     assert unsplit_runs == ([unsplit] if unsplit else [])
     assert any(split_kv.split_count(r, 8, model_len, cpu) > 1 for r in decode)
+
+
+@pytest.mark.parametrize(("seqs", "wide"), [(256, 17), (17, 17), (16, None)])
+def test_a_decode_batch_wider_than_the_sms_is_run(monkeypatch, seqs, wide):
+    """132 SMs, 8 kv heads: decode batches of up to 16 requests take the 128-key tile, from 17
+    the wide grid's 64 (``attention_triton.decode_keys``); the warm-up runs a batch of 17 when
+    a step can hold 17 requests, so both tiles compile before serving, and none past the limit."""
+    from mrv2_prof.runner.model import attention_split_kv_triton as split_kv
+    from mrv2_prof.runner.model.attention_triton import decode_keys
+
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
+    runs = _shapes(monkeypatch, seqs, 8192, 4096)
+    decode = [r for n, r in runs if is_decode_batch(n, r)]
+    cpu = torch.device("cpu")
+    tiles = {decode_keys(torch.bfloat16, r, 8, cpu) for r in decode}
+    assert tiles == ({128, 64} if wide else {128})
+    assert max(decode) == (wide or min(seqs, 8))

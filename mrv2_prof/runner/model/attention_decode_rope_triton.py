@@ -212,7 +212,8 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
     )  # fmt: skip
     consts = dict(
         G=group, HEAD_DIM=q.shape[2], BLOCK_SIZE=meta.block_size,
-        BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)), BLOCK_N=decode_keys(q.dtype),
+        BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)),
+        BLOCK_N=decode_keys(q.dtype, meta.num_reqs, kv_cache.shape[3], q.device),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
         **launch_options(use_pdl(q.device)),

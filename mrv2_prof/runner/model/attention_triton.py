@@ -55,6 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.model import attention_split_kv_triton as split_kv
 from mrv2_prof.runner.model.attention import AttentionMetadata, paged_attention_ref
 from mrv2_prof.runner.model.attention_decode_triton import (
     LOG2_E,
@@ -85,16 +86,34 @@ FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 
 
 # Keys per loop step of the decode kernels (one program per request and kv head, unsplit, split
-# and with the RoPE fold) in 16 bits: 128 took 15-21 % off the kernel at context 160 and 29-41 %
-# at 1,000 against 64 on an H100 (batch 1 and 8, llama-1b's and qwen3-0.6b's heads; 4 warps and
-# 3 stages stayed best; 256 not tried: benchmarks/decode_attention_tiles.py, RESULTS.md).
+# and with the RoPE fold) in 16 bits, where a batch's requests x kv heads fit one program per SM:
+# 128 took 15-21 % off the kernel at context 160 and 29-41 % at 1,000 against 64 on an H100
+# (batch 1 and 8, llama-1b's and qwen3-0.6b's heads; 4 warps and 3 stages stayed best; 256 not
+# tried: benchmarks/decode_attention_tiles.py, RESULTS.md). A wider grid keeps the 64 keys its
+# batches were measured with (batch 64-256, H200): a 128-key tile's pipelined K and V take twice
+# the shared memory (3 x 64 KiB at head_dim 128, one program an SM), and with many programs an SM
+# what it runs at once counts; 128 there is not yet measured.
 DECODE_KEYS = 128
+WIDE_DECODE_KEYS = 64
 
 
-def decode_keys(dtype: torch.dtype) -> int:
+def decode_keys(
+    dtype: torch.dtype, num_reqs: int = 1, num_kv_heads: int = 1, device: torch.device | None = None
+) -> int:
     """Keys per loop step of the decode kernels: CUDA-core dots in float32 take small key tiles
-    (``FLOAT32_TILES``), tensor cores ``DECODE_KEYS``."""
-    return FLOAT32_TILES.block_n if dtype == torch.float32 else DECODE_KEYS
+    (``FLOAT32_TILES``); tensor cores ``DECODE_KEYS`` where the unsplit grid (``num_reqs`` x
+    ``num_kv_heads`` programs) is at most one program per SM of ``device`` (None: one program),
+    else ``WIDE_DECODE_KEYS``. Host ints only: one CUDA-graph key always takes one tile."""
+    if dtype == torch.float32:
+        return FLOAT32_TILES.block_n
+    sms = 1 if device is None else split_kv.num_sms(device)
+    return DECODE_KEYS if num_reqs * num_kv_heads <= sms else WIDE_DECODE_KEYS
+
+
+def smallest_wide_batch(num_kv_heads: int, device: torch.device) -> int:
+    """The smallest decode batch whose grid takes ``WIDE_DECODE_KEYS`` (more programs than SMs):
+    a warm-up runs it beside the small ones, so both key tiles are compiled."""
+    return split_kv.num_sms(device) // num_kv_heads + 1
 
 
 def pick_tiles(num_tokens: int, num_reqs: int, dtype: torch.dtype) -> AttentionTiles:
@@ -295,7 +314,7 @@ def paged_attention_triton(
     if num_tokens == 0 or meta.num_reqs == 0:
         return out
     if tiles is None and is_decode_batch(num_tokens, meta.num_reqs):
-        keys = decode_keys(query.dtype)
+        keys = decode_keys(query.dtype, meta.num_reqs, num_kv_heads, query.device)
         splits = decode_split_count(meta, num_kv_heads, query.device)
         if splits > 1:
             return paged_decode_split_kv(

@@ -20,6 +20,7 @@ import torch
 from mrv2_prof.runner.config import ConfigError
 from mrv2_prof.runner.model import kv_cache_bytes_per_block, kv_cache_shape
 from mrv2_prof.runner.model.attention_split_kv_triton import smallest_unsplit_batch
+from mrv2_prof.runner.model.attention_triton import smallest_wide_batch
 from mrv2_prof.runner.model.projections_triton import warm_rows
 from mrv2_prof.runner.model.step_cost import step_cost
 from mrv2_prof.runner.worker import triton_launch
@@ -193,7 +194,9 @@ def warm_forward(runner: ModelRunner) -> None:
     - with the Triton decode GEMM on, one token count per class of its variants (one prefill
       request each: ``projections_triton.warm_rows``);
     - with split-KV attention on (``runner.split_kv``), which splits the small decode batches,
-      the smallest decode batch it leaves unsplit, so both decode kernels are compiled.
+      the smallest decode batch it leaves unsplit, so both decode kernels are compiled;
+    - the smallest decode batch with more requests x kv heads than SMs, whose decode attention
+      takes the wide grid's key tile (``attention_triton.decode_keys``).
     """
     c = runner.config
     budget = min(c.max_num_batched_tokens, c.max_model_len - 1)
@@ -215,6 +218,9 @@ def warm_forward(runner: ModelRunner) -> None:
         )  # fmt: skip
         if unsplit is not None:  # split-KV splits the small decode batches: the others too
             shapes.append((unsplit, unsplit))
+        wide = smallest_wide_batch(kv_heads, runner.device)  # the other key tile
+        if wide <= min(c.max_num_seqs, budget):
+            shapes.append((wide, wide))
     for num_tokens, reqs in dict.fromkeys(shapes):  # in order, each shape once
         dummy_run(runner, num_tokens, reqs, with_kv_cache=True)
 
