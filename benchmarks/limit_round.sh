@@ -10,8 +10,9 @@
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
 #   benchmarks/limit_round.sh batch1-8b # the same for llama-3-8b
-#   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256: cuBLAS against the Triton decode
-#                                       # GEMM (with PDL and the fold), llama-1b and qwen3-0.6b
+#   benchmarks/limit_round.sh batches   # batch 8 / 64 / 256: the default paths against PDL and
+#                                       # the fold off, and the Triton decode GEMM, llama-1b and
+#                                       # qwen3-0.6b
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
 #   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
 #                                       # attention's launch shapes against their alternatives
@@ -75,9 +76,10 @@ batch1 | batch1-8b)
 batches | batches-8b)
     presets=(--preset llama-1b --preset qwen3-0.6b)
     [ "$part" = batches-8b ] && presets=(--preset llama-3-8b)
+    # the defaults (plain+pdl+fold+split) against each path off, and the Triton decode GEMM
     $py benchmarks/decode_roofline.py --batches 8 64 256 "${presets[@]}" \
-        --variant plain --variant plain+gemm --variant plain+pdl+fold+gemm \
-        --out "$out/$part.json" 2>&1 | tee "$log"
+        --variant plain --variant plain+pdl --variant plain+pdl+fold+split \
+        --variant plain+pdl+fold+gemm+split --out "$out/$part.json" 2>&1 | tee "$log"
     ;;
 kernels)
     {
