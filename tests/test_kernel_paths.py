@@ -1,8 +1,9 @@
 """The decode paths as runner settings (``runner.decode_gemv``, ``decode_gemm``, ``pdl``,
-``rope_in_attention``; ``runner/worker/kernel_paths.py``) through the real command line on the
-tiny CPU model: a path the run cannot take is a printed and stored note (``strict`` refuses it
-before anything is written), a bad value is one line naming the field, and the as-run scenario
-records the path that ran (``auto`` resolved), so that the asked-for one shows as a downgrade."""
+``rope_in_attention``, ``split_kv``; ``runner/worker/kernel_paths.py``) through the real command
+line on the tiny CPU model: a path the run cannot take is a printed and stored note (``strict``
+refuses it before anything is written), a bad value is one line naming the field, and the as-run
+scenario records the path that ran (``auto`` resolved), so that the asked-for one shows as a
+downgrade."""
 
 from __future__ import annotations
 
@@ -145,6 +146,42 @@ def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert kernel_paths.resolved_paths(off, "triton", is_cuda=True) == kernel_paths.OFF
     assert kernel_paths.kernel_path_notes(off, "torch", is_cuda=True) == []  # off asks nothing
+
+
+def test_auto_decode_gemv_takes_the_one_pass_gemvs_on_a_narrow_model_on_a_gpu(monkeypatch):
+    """``decode_gemv: auto`` (the default): ``fused_onepass`` with the Triton kernels on a GPU
+    for a model of at most 768 hidden features (SmolLM2-135M's 576), ``plain`` for a wider one
+    (qwen3-0.6b's 1,024), on the CPU, or when the width is not known; an explicit value is
+    kept; auto asks for nothing, so it is never a note."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    auto = RunnerConfig(device="cuda")
+    assert auto.decode_gemv == "auto"
+
+    def gemv(config, kernels="triton", is_cuda=True, hidden=None):
+        return kernel_paths.resolved_paths(config, kernels, is_cuda, hidden)["decode_gemv"]
+
+    assert [gemv(auto, hidden=h) for h in (576, 768, 769, 1024, 2048)] == [
+        "fused_onepass", "fused_onepass", "plain", "plain", "plain"
+    ]  # fmt: skip
+    assert gemv(auto, is_cuda=False, hidden=576) == "plain"
+    assert gemv(auto) == "plain" and gemv(auto, "torch", hidden=576) == "plain"
+    explicit = RunnerConfig(device="cuda", decode_gemv="plain")
+    assert gemv(explicit, hidden=576) == "plain"
+    assert gemv(RunnerConfig(device="cuda", decode_gemv="fused"), hidden=4096) == "fused"
+    assert kernel_paths.kernel_path_notes(RunnerConfig(device="cpu"), "torch", False) == []
+
+
+def test_the_as_run_scenario_records_the_resolved_decode_gemv(tmp_path):
+    """Through the command line on the CPU: ``auto`` ran as ``plain`` and is recorded so (not a
+    downgrade: auto asks for nothing); ``auto`` is a value a scenario may spell."""
+    result, db = _run(tmp_path, "runner.decode_gemv=auto")
+    assert result.exit_code == 0, (result.output, result.exception)
+    with duckdb.connect(str(db), read_only=True) as con:
+        yaml, given = con.execute("SELECT scenario_yaml, scenario_given_yaml FROM runs").fetchone()
+    assert ran_doc(yaml)["runner"]["decode_gemv"] == "plain"
+    assert ran_doc(given)["runner"]["decode_gemv"] == "auto"
+    keys = {d.key for d in downgrades(ran_doc(given), ran_doc(yaml))}
+    assert "runner.decode_gemv" not in keys
 
 
 def test_auto_and_booleans_are_the_scenario_spellings(tmp_path):

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
-DecodeGemv = Literal["plain", "fused", "fused_onepass", "off"]  # projections_triton.DECODE_GEMV
+# projections_triton.DECODE_GEMV; auto: kernel_paths.resolved_paths picks by the model's width
+DecodeGemv = Literal["auto", "plain", "fused", "fused_onepass", "off"]
 DecodeGemm = Literal["cublas", "triton"]  # projections_triton.DECODE_GEMM
 PiecewiseCapture = Literal["auto", "startup", "first_use"]
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
@@ -284,7 +285,7 @@ class RunnerConfig:
     enable_prefix_caching: bool = True
     kernels: Kernels = "triton"
     # the Triton bundle's decode paths (worker/kernel_paths.py; docs/roofline.md)
-    decode_gemv: DecodeGemv = "plain"  # batch-1 projections
+    decode_gemv: DecodeGemv = "auto"  # batch-1 projections
     decode_gemm: DecodeGemm = "cublas"  # projections of 2-256 rows
     # None (auto): on where the run can take it (kernel_paths.resolved_paths; measured in
     # benchmarks/RESULTS.md, "Closer to the limit")

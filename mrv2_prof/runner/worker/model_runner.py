@@ -92,6 +92,13 @@ class ModelRunner:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
         self.info.weight_load_s = time.perf_counter() - t0
+        # the decode paths this run takes (auto resolved: decode_gemv by the model's width),
+        # recorded in the as-run scenario; the kernels read them at each call, none before now
+        self.kernel_paths = resolved_paths(
+            self.config, self.kernels.name, self.is_cuda, self.model_args.hidden_size
+        )
+        if self.kernels.name == "triton":
+            apply_kernel_paths(self.kernel_paths)
         self.info.model_params = sum(p.numel() for p in self.model.parameters())
         # max_model_len: auto is the model's own length (vLLM's default); an explicit one wins
         config = self.config = config.for_model(self.model_args.max_position_embeddings)
@@ -160,10 +167,6 @@ class ModelRunner:
             self.info.notes.append("runner.device: auto found no CUDA device; running on the CPU")
         unsupported = unsupported_switches(c, self.kernels.name, kernels_note, self.is_cuda)
         self.uva = c.uva and self.kernels.name == "triton"
-        # the decode paths this run takes (auto resolved), recorded in the as-run scenario
-        self.kernel_paths = resolved_paths(c, self.kernels.name, self.is_cuda)
-        if self.kernels.name == "triton":
-            apply_kernel_paths(self.kernel_paths)
         if unsupported and c.strict:
             raise ConfigError(f"{unsupported[0]} (strict: true)")
         self.info.notes.extend(unsupported)
