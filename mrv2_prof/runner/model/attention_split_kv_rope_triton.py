@@ -39,7 +39,7 @@ from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
     decode_split_count,
-    min_chunk,
+    min_chunk_keys,
     split_chunk,
     store_output,
     store_partial,
@@ -160,7 +160,7 @@ def paged_decode_split_kv_rope(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
-    fewest = min_chunk(consts["BLOCK_N"])
+    fewest = min_chunk_keys(consts["BLOCK_N"])
     _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         *args, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts
     )

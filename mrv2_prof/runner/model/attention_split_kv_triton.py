@@ -101,7 +101,7 @@ def decode_split_count(meta: AttentionMetadata, num_kv_heads: int, device: torch
     return split_count(meta.num_reqs, num_kv_heads, max_context, device)
 
 
-def min_chunk(block_n: int) -> int:
+def min_chunk_keys(block_n: int) -> int:
     """``MIN_CHUNK_KEYS`` rounded up to whole key tiles of ``block_n`` (at least one): the
     kernels' ``min_chunk`` argument."""
     return max(1, triton.cdiv(MIN_CHUNK_KEYS, block_n)) * block_n
@@ -325,7 +325,7 @@ def paged_decode_split_kv(
     _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
         meta.block_table, acc, maxes, sums, counter, scale * LOG2_E, meta.num_reqs, num_splits,
-        min_chunk(block_n), num_heads, query.stride(0), query.stride(1), out.stride(0),
+        min_chunk_keys(block_n), num_heads, query.stride(0), query.stride(1), out.stride(0),
         out.stride(1), kv_cache.stride(1), kv_cache.stride(2), kv_cache.stride(3),
         meta.block_table.stride(0),
         G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -335,7 +335,7 @@ def paged_decode_split_kv(
     if not fused:
         _split_kv_reduce_kernel[(meta.num_reqs, num_kv_heads)](
             out, acc, maxes, sums, meta.query_start_loc, meta.seq_lens, num_splits,
-            min_chunk(block_n), num_heads,
+            min_chunk_keys(block_n), num_heads,
             out.stride(0), out.stride(1), G=group, HEAD_DIM=head_dim, BLOCK_M=block_m,
             BLOCK_N=block_n, num_warps=num_warps, **launch_options(pdl),
         )  # fmt: skip
