@@ -43,6 +43,18 @@ def test_the_process_is_two_phases_where_the_runners_entry_was_recorded():
     assert startup_line(facts).startswith("start-up 8.2 s (interpreter 0.8 s, imports 1.5 s, ")
 
 
+def test_the_host_samplers_share_of_start_up_closes_the_line():
+    """With the host sampler on, its time sampling start-up is said (from 0.05 s), not a phase:
+    the phases still add up to the total."""
+    assert startup_line({**FACTS, "startup_sampler_s": 0.26}).endswith(
+        "other 1.0 s, host sampler 0.3 s of it)"
+    )
+    assert startup_line({**FACTS, "startup_sampler_s": 0.04}) == startup_line(FACTS)
+    assert (
+        abs(sum(s for _, s in startup_phases({**FACTS, "startup_sampler_s": 0.26})) - 8.25) < 1e-9
+    )
+
+
 def test_a_run_stored_before_the_process_time_was_recorded_has_no_process_phase():
     old = {k: v for k, v in FACTS.items() if k != "process_start_s"}
     assert [name for name, _ in startup_phases(old)][0] == "weights"

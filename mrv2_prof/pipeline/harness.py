@@ -271,6 +271,8 @@ def _run_sampled(
         notes += workload_notes
         outcome.facts = startup_facts(info, time.perf_counter() - t0, len(requests), notes)
         outcome.facts["engine_s"] = t_engine - t0  # the rest of start-up: the workload's
+        if sampler is not None:  # what sampling start-up took of it (the start-up line says)
+            outcome.facts["startup_sampler_s"] = sampler.cost_ns / 1e9
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
         if launched is not None and job.entered_at is not None:  # its interpreter's start
             outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)

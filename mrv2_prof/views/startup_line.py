@@ -16,6 +16,9 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
 
 The total is ``process_start_s + startup_s``; the line leaves out a phase under 0.05 s (it would
 read 0.0 s), and ``process`` for a run whose facts do not have it (stored before it was recorded).
+A run with the host sampler on (``probes.host_sampling_hz``) sampled its start-up too, and the
+samples' own time is in the phases: ``startup_sampler_s`` (the sampler's time until start-up
+ended) closes the line, "host sampler 0.1 s of it", from 0.05 s.
 """
 
 from __future__ import annotations
@@ -63,4 +66,7 @@ def startup_line(facts: dict[str, Any]) -> str:
         if name == "graphs" and facts.get("num_graphs"):
             text += f" / {facts['num_graphs']} keys"
         parts.append(text)
+    sampler = float(facts.get("startup_sampler_s") or 0.0)
+    if sampler >= 0.05:
+        parts.append(f"host sampler {sampler:.1f} s of it")
     return f"start-up {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")

@@ -146,6 +146,8 @@ def test_the_harness_samples_the_runner_s_start_up(run_in_process, monkeypatch):
     last_start = max(t for _, t, phase, _ in rows if phase == "startup")
     served = [t for _, t, phase, _ in rows if phase != "startup"]
     assert served and min(served) > last_start
+    facts = messages[-1][1].facts  # the start-up samples' own time, for the start-up line
+    assert 0 < facts["startup_sampler_s"] < facts["startup_s"]
 
 
 def test_with_sampling_off_nothing_is_recorded_and_no_thread_runs(run_in_process, monkeypatch):
