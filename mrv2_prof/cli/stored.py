@@ -69,26 +69,19 @@ def _print_top_host_frames(store: Store, run_id: str) -> None:
     start-up went (per innermost frame of the package's code), when the run was sampled."""
     from mrv2_prof.analysis.host_samples import startup_host_frames, top_host_frames
 
-    top = top_host_frames(store, run_id)
-    if top:
-        out.print("top host frames (self samples, probes.host_sampling_hz):", highlight=False)
-    for t in top:
-        out.print(
-            f"  {t['share']:6.1%}  {t['self_samples']:6d}  {t['phase']:<9} {t['frame']}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    start = startup_host_frames(store, run_id)
-    if start:
-        out.print(
-            "start-up host samples (before the first step), by the package's innermost frame:",
-            highlight=False,
-        )
-    for t in start:
-        out.print(
-            f"  {t['share']:6.1%}  {t['samples']:6d}  {t['frame']}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+    served = [
+        f"  {t['share']:6.1%}  {t['self_samples']:6d}  {t['phase']:<9} {t['frame']}"
+        for t in top_host_frames(store, run_id)
+    ]
+    start = [
+        f"  {t['share']:6.1%}  {t['samples']:6d}  {t['frame']}"
+        for t in startup_host_frames(store, run_id)
+    ]
+    for title, lines in (
+        ("top host frames (self samples, probes.host_sampling_hz):", served),
+        ("start-up host samples (before the first step), by the package's innermost frame:", start),
+    ):
+        if lines:
+            out.print(title, highlight=False)
+        for line in lines:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -41,8 +41,7 @@ from mrv2_prof.runner.model.attention_split_kv_triton import (
     decode_split_count,
     min_chunk_keys,
     split_chunk,
-    store_output,
-    store_partial,
+    store_split,
 )
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
@@ -114,12 +113,10 @@ def _split_kv_decode_rope_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            if alone:
-                store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h,
-                             acc, l_i)  # fmt: skip
-            else:
-                store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
-                              num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
+            store_split(
+                out_ptr, acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                num_splits, split, out_stride_t, out_stride_h, acc, m_i, l_i, alone, HEAD_DIM,
+            )  # fmt: skip
     if seq_len > chunk:  # else split 0 wrote the output itself
         count_and_reduce(
             counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,

@@ -115,12 +115,19 @@ def split_chunk(seq_len, num_splits, min_chunk, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h, acc, l_i):
-    """A token's attention output (per query head) from split 0, the only split holding its
-    keys: what the reduction of that one partial would write."""
-    o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
-    out = acc / l_i[:, None]
-    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
+def store_split(
+    out_ptr, acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads, num_splits, split,
+    out_stride_t, out_stride_h, acc, m_i, l_i, alone, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """A token's result of split ``split``: ``alone`` (split 0 holds every key) its attention
+    output, what the reduction of that one partial would write; else its partial."""
+    if alone:
+        o_off = tok * out_stride_t + head[:, None] * out_stride_h + dims[None, :]
+        out = acc / l_i[:, None]
+        tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), row_ok[:, None])
+    else:
+        store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads, num_splits,
+                      split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
 
 
 @triton.jit
@@ -258,12 +265,10 @@ def _split_kv_decode_kernel(
                 cache_stride_block, cache_stride_slot, qk_scale,
                 BLOCK_M, HEAD_DIM, BLOCK_SIZE, BLOCK_N, DOT_PRECISION,
             )  # fmt: skip
-            if alone:
-                store_output(out_ptr, tok, head, row_ok, dims, out_stride_t, out_stride_h,
-                             acc, l_i)  # fmt: skip
-            else:
-                store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
-                              num_splits, split, acc, m_i, l_i, HEAD_DIM)  # fmt: skip
+            store_split(
+                out_ptr, acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
+                num_splits, split, out_stride_t, out_stride_h, acc, m_i, l_i, alone, HEAD_DIM,
+            )  # fmt: skip
     if FUSED:  # noqa: SIM102 (a constexpr, then a run-time test: apart for Triton)
         if seq_len > chunk:  # else split 0 wrote the output itself
             count_and_reduce(
