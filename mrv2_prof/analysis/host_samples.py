@@ -36,7 +36,7 @@ def top_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, An
 def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:
     """Where the runner's start-up went (samples of phase ``startup``): each sample counted
     for the innermost frame of the package's own code on its stack (the start-up step that
-    led there: ``apply_threads`` importing torch, ``profile_run``, ``capture_graphs``; what it
+    led there: ``_import_torch``, ``profile_run``, ``capture_graphs``; what it
     called outside the package is counted with it; a stack with none, for its top frame). The
     ``n`` most sampled, with their share of the start-up samples; ties by frame."""
     rows = store.connection.execute(
