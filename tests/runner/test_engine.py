@@ -288,6 +288,28 @@ def test_greedy_matches_transformers_on_cuda_bf16(
 
 
 @pytest.mark.gpu
+def test_the_profiling_run_of_the_triton_path_measures_no_attention_scores():
+    """llama-1b with the Triton kernels, an 8,192-token chunk: the profiling run's peak is the
+    activations' a step can reach, well under the [32 heads, 8192, 8192] float32 scores (and
+    their softmax: 17 GiB) the torch reference would have allocated, which no step of this path
+    does; the cache is sized from that peak and serves."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    cfg = RunnerConfig(
+        device="cuda", max_num_batched_tokens=8192, max_model_len=16384, max_num_seqs=16,
+        gpu_memory_utilization=0.5, cudagraph_mode="none",
+    )  # fmt: skip
+    engine = Engine(cfg, ModelSpec(preset="llama-1b"))
+    try:
+        scores = 32 * 8192 * 8192 * 4
+        assert 0 < engine.info.peak_activation_bytes < scores / 4, engine.info.peak_activation_bytes
+        reqs = generate(engine, {"a": list(range(1, 9000))}, SamplingParams(max_tokens=4))
+        assert len(reqs["a"].output_token_ids) == 4
+    finally:
+        engine.close()
+
+
+@pytest.mark.gpu
 def test_kv_blocks_from_gpu_memory_after_a_profiling_run():
     """num_kv_blocks: auto sizes the cache from gpu_memory_utilization after a dummy run that
     leaves no request state behind."""

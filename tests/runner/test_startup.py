@@ -74,3 +74,52 @@ def test_start_up_allocates_the_kv_cache_it_reports():
     kv_bytes = sum(kv.numel() * kv.element_size() for kv in runner.kv_caches)
     assert runner.info.kv_cache_bytes == kv_bytes
     assert runner.graph_runner is None  # nothing to capture on the CPU
+
+
+def test_a_profiling_run_says_so_and_its_triton_attention_computes_no_scores(monkeypatch):
+    """``profile_run``'s batches are profiling batches (the warm-up's are not). Without a KV
+    cache, the Triton path's attention gives a profiling batch zeros of the query's shape (its
+    output, no [heads, tokens, tokens] scores: no step of the run allocates those) and never the
+    torch reference; a batch that does not profile still gets the reference, and so does the
+    torch path (its steps attend through it too)."""
+    import mrv2_prof.runner.model.attention_triton as attention_triton
+    import mrv2_prof.runner.worker.model_runner as model_runner
+    from mrv2_prof.runner.model.attention import paged_attention_ref
+    from mrv2_prof.runner.worker.kernel_set import triton_kernels
+
+    # the Triton kernels in the interpreter (a CPU run takes the torch ones)
+    monkeypatch.setattr(model_runner, "resolve_kernels", lambda r, c: (triton_kernels(), None))
+    config = RunnerConfig(
+        device="cpu", num_kv_blocks=16, max_model_len=64, max_num_seqs=4, uva=False
+    )
+    runner = ModelRunner(config, ModelSpec())
+    assert runner.model.kernels.name == "triton"
+    seen = []
+    run_dummy = runner.run_dummy
+    monkeypatch.setattr(
+        runner, "run_dummy", lambda batch, kv: seen.append(batch.profiling) or run_dummy(batch, kv)
+    )
+    calls = []
+
+    def counted_ref(*args):
+        calls.append(args[4].num_tokens)
+        return paged_attention_ref(*args)
+
+    monkeypatch.setattr(attention_triton, "paged_attention_ref", counted_ref)
+    profile_run(runner)
+    assert seen == [True, True] and calls == []  # the 63-token chunk and the 4-request batch
+    initialize_kv_cache(runner)
+    dummy_run(runner, 7, 3, with_kv_cache=True)
+    assert seen[2:] == [False]
+    batch = dummy_batch(9, 2, 4, CPU, runner.block_tables, profiling=True)
+    meta = batch.attn_metadata(8)
+    q = torch.randn(9, 4, 16)
+    k = v = torch.randn(9, 2, 16)
+    out = attention_triton.paged_attention_triton(q, k, v, None, meta, 0.25)
+    assert out.shape == q.shape and not out.any() and calls == []
+    meta.profiling = False  # not a profiling run: the reference, whose values it returns
+    torch.testing.assert_close(
+        attention_triton.paged_attention_triton(q, k, v, None, meta, 0.25),
+        paged_attention_ref(q, k, v, None, meta, 0.25),
+    )
+    assert calls == [9]

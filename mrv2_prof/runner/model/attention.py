@@ -27,6 +27,9 @@ class AttentionMetadata:
     query_start_loc_np: np.ndarray  # [B+1] CPU mirror (known by the scheduler)
     seq_lens_np: np.ndarray  # [B] CPU mirror
     block_size: int
+    # a start-up profiling run, before the KV cache exists: it measures memory, and a kernel
+    # path whose attention works through the cache (Triton) allocates its output and no more
+    profiling: bool = False
 
 
 def write_kv_ref(

@@ -292,8 +292,14 @@ def paged_attention_triton(
     kernel (``attention_decode_triton.py``), or its split-KV form when ``split_count`` says so,
     and any other to this module's, with the tiles of ``pick_tiles``; ``tiles`` forces this
     module's kernel with that launch shape (benchmarks, tests).
+
+    Without a cache: a profiling run's batch (``meta.profiling``) gets zeros, the output's
+    memory and no more, as the kernels take no other (``startup.profile_run``); any other
+    batch the torch reference.
     """
     if kv_cache is None:
+        if meta.profiling:
+            return torch.zeros_like(query)
         return paged_attention_ref(query, key, value, kv_cache, meta, scale)
     num_tokens, num_heads, head_dim = query.shape
     num_kv_heads = kv_cache.shape[3]

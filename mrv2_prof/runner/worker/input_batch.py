@@ -7,7 +7,8 @@ device from the request slots and block tables. ``prepare_inputs_ref`` is the to
 (the CPU path, and the oracle for the Triton kernel).
 
 ``dummy_batch`` is the batch of the start-up runs (profiling, warm-up): fresh prefills over
-slots 0..B-1 that read, but never write, any request state.
+slots 0..B-1 that read, but never write, any request state; a profiling run's says so, for the
+attention (``AttentionMetadata.profiling``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class InputBatch:
     slot_mapping: torch.Tensor  # [T] int64
     logits_indices: torch.Tensor  # [B] int64
     block_table: torch.Tensor  # [B, max_blocks] int32
+    profiling: bool = False  # a start-up profiling run's (AttentionMetadata.profiling)
 
     def attn_metadata(self, block_size: int) -> AttentionMetadata:
         return AttentionMetadata(
@@ -51,6 +53,7 @@ class InputBatch:
             query_start_loc_np=self.query_start_loc_np,
             seq_lens_np=self.seq_lens_np,
             block_size=block_size,
+            profiling=self.profiling,
         )
 
 
@@ -126,9 +129,11 @@ def dummy_batch(
     max_num_reqs: int,
     device: torch.device,
     block_tables: BlockTables,
+    profiling: bool = False,
 ) -> InputBatch:
     """``num_tokens`` spread evenly over ``num_reqs`` fresh prefills in slots 0..B-1; every
-    token's KV slot is -1, so a forward pass over it writes nothing to the cache."""
+    token's KV slot is -1, so a forward pass over it writes nothing to the cache. ``profiling``:
+    the batch of a start-up profiling run (``AttentionMetadata.profiling``)."""
     counts_np = np.array(
         [num_tokens // num_reqs + (i < num_tokens % num_reqs) for i in range(num_reqs)],
         dtype=np.int32,
@@ -160,4 +165,5 @@ def dummy_batch(
         slot_mapping=torch.full((num_tokens,), -1, dtype=torch.int64, device=dev),
         logits_indices=t(qsl_np[1:] - 1, torch.int64),
         block_table=block_tables.gather(idx_mapping),
+        profiling=profiling,
     )

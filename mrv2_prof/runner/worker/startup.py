@@ -108,21 +108,32 @@ def _profile_num_blocks(runner: ModelRunner, per_block: int) -> int:
 
 
 def profile_run(runner: ModelRunner) -> None:
-    """Peak activation memory: the longest prefill chunk, and the widest sampling batch."""
+    """Peak activation memory: the longest prefill chunk, and the widest sampling batch. Its
+    batches say they profile: without a KV cache yet, the Triton path's attention (which
+    serves every step through the cache, flash-style) allocates its output and computes
+    nothing, as vLLM's backends do in a profiling run, instead of the torch reference's
+    [heads, tokens, tokens] scores (17 GB at 8,192 tokens and 32 heads, which no step of the
+    run allocates); the torch path's attention is that reference in its steps too, and runs."""
     c = runner.config
-    dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1), 1)
+    dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1), 1, profiling=True)
     num_reqs = min(c.max_num_seqs, c.max_num_batched_tokens)
-    dummy_run(runner, num_reqs, num_reqs)
+    dummy_run(runner, num_reqs, num_reqs, profiling=True)
 
 
 def dummy_run(
-    runner: ModelRunner, num_tokens: int, num_reqs: int, with_kv_cache: bool = False
+    runner: ModelRunner,
+    num_tokens: int,
+    num_reqs: int,
+    with_kv_cache: bool = False,
+    profiling: bool = False,
 ) -> None:
     """An empty forward pass and sampling; ``with_kv_cache`` attends through the real cache
-    (every slot is -1, so nothing is written) to compile the kernels on the way."""
+    (every slot is -1, so nothing is written) to compile the kernels on the way; ``profiling``:
+    a profiling run's (``profile_run``)."""
     batch = dummy_batch(
-        num_tokens, num_reqs, runner.config.max_num_reqs, runner.device, runner.block_tables
-    )
+        num_tokens, num_reqs, runner.config.max_num_reqs, runner.device, runner.block_tables,
+        profiling,
+    )  # fmt: skip
     runner.run_dummy(batch, runner.kv_caches if with_kv_cache else None)
 
 
