@@ -291,7 +291,7 @@ def test_greedy_matches_transformers_on_cuda_bf16(
 def test_the_profiling_run_of_the_triton_path_measures_no_attention_scores():
     """llama-1b with the Triton kernels, an 8,192-token chunk: the profiling run's peak is the
     activations' a step can reach, well under the [32 heads, 8192, 8192] float32 scores (and
-    their softmax: 17 GiB) the torch reference would have allocated, which no step of this path
+    their softmax: 16 GiB) the torch reference would have allocated, which no step of this path
     does; the cache is sized from that peak and serves."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")

@@ -112,8 +112,9 @@ def profile_run(runner: ModelRunner) -> None:
     batches say they profile: without a KV cache yet, the Triton path's attention (which
     serves every step through the cache, flash-style) allocates its output and computes
     nothing, as vLLM's backends do in a profiling run, instead of the torch reference's
-    [heads, tokens, tokens] scores (17 GB at 8,192 tokens and 32 heads, which no step of the
-    run allocates); the torch path's attention is that reference in its steps too, and runs."""
+    [heads, tokens, tokens] scores and softmax (16 GiB at 8,192 tokens and 32 heads, which no
+    step of the run allocates); the torch path's attention is that reference in its steps too,
+    and runs."""
     c = runner.config
     dummy_run(runner, min(c.max_num_batched_tokens, c.max_model_len - 1), 1, profiling=True)
     num_reqs = min(c.max_num_seqs, c.max_num_batched_tokens)
