@@ -37,6 +37,9 @@ from mrv2_prof.runner.worker.staged_write import (
 )
 from mrv2_prof.runner.worker.uva import PinnedRing, UvaTable
 
+# the sampling parameters sent to the device as whole tables (with uva: pinned ring buffers)
+PARAM_TABLES = ("temperature", "top_k", "top_p", "seeds")
+
 
 def request_seed(engine_seed: int, req_id: str, seed: int | None) -> int:
     """A request's sampling seed: its own, or one derived from the engine seed and its id."""
@@ -98,7 +101,7 @@ class RequestStates:
         if uva:
             self._param_rings = {
                 name: PinnedRing(max_num_reqs, getattr(self, name).dtype, pin=True)
-                for name in ("temperature", "top_k", "top_p", "seeds")
+                for name in PARAM_TABLES
             }
 
     def param_table(self, name: str) -> torch.Tensor:
@@ -159,7 +162,7 @@ class RequestStates:
             if s is not None:
                 stats[name] = s
         if self._params_dirty:
-            for name in ("temperature", "top_k", "top_p", "seeds"):
+            for name in PARAM_TABLES:
                 host = getattr(self, f"{name}_np")
                 if self.uva:  # the sampler reads the new pinned buffer in place
                     buf, view = self._param_rings[name].next()

@@ -29,6 +29,7 @@ from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
 from mrv2_prof.runner.worker.memory_breakdown import memory_breakdown
 from mrv2_prof.runner.worker.model_runner import ModelRunner
+from mrv2_prof.runner.worker.request_states import PARAM_TABLES
 from mrv2_prof.runner.worker.sampler import SamplingMetadata
 from mrv2_prof.runner.worker.spec_decode.draft_graph import capture_draft_graphs
 from mrv2_prof.runner.worker.staged_write import StagedWriteTensor
@@ -264,7 +265,7 @@ def warm_sampling(runner: ModelRunner) -> None:
         )
         runner.kernels.sample(logits, meta)
     if rs.uva:  # the speculative samplers gather the seeds as well (uva.take)
-        for name in ("temperature", "top_k", "top_p", "seeds"):
+        for name in PARAM_TABLES:
             take(rs.param_table(name), batch.idx_mapping)
 
 
