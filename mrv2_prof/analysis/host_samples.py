@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from mrv2_prof.store.db import Store
 
 
@@ -33,22 +35,66 @@ def top_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, An
     ]
 
 
-def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:
-    """Where the runner's start-up went (samples of phase ``startup``): each sample counted
-    for the innermost frame of the package's own code on its stack (the start-up step that
-    led there: ``_import_torch``, ``profile_run``, ``capture_graphs``; what it
-    called outside the package is counted with it; a stack with none, for its top frame). The
-    ``n`` most sampled, with their share of the start-up samples; ties by frame."""
+STALL_PERIODS = 4  # a start-up interval over this many median intervals: a stall
+
+
+def _package_frame(stack: str) -> str:
+    """The innermost frame of the package's own code on a stack; a stack with none, its top."""
+    frames = stack.split(";")
+    return next((f for f in reversed(frames) if "(mrv2_prof/" in f), frames[-1])
+
+
+def _startup_samples(store: Store, run_id: str) -> tuple[list[str], np.ndarray]:
+    """The start-up samples' stacks in time order, and the wall seconds each stands for: the
+    time since the one before (the first: the median interval)."""
     rows = store.connection.execute(
-        "SELECT stack, count(*) FROM host_samples WHERE run_id = ? AND phase = 'startup' "
-        "GROUP BY stack",
+        "SELECT stack, t_ns FROM host_samples WHERE run_id = ? AND phase = 'startup' "
+        "ORDER BY t_ns, stack",
         [run_id],
     ).fetchall()
-    counts: dict[str, int] = {}
-    for stack, k in rows:
-        frames = stack.split(";")
-        frame = next((f for f in reversed(frames) if "(mrv2_prof/" in f), frames[-1])
-        counts[frame] = counts.get(frame, 0) + k
-    total = sum(counts.values())
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
-    return [{"frame": f, "samples": k, "share": k / total} for f, k in top]
+    t = np.array([r[1] for r in rows], dtype=np.int64)
+    gaps = np.diff(t) / 1e9
+    first = float(np.median(gaps)) if len(gaps) else 0.0
+    return [r[0] for r in rows], np.concatenate(([first], gaps)) if len(t) else gaps
+
+
+def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:
+    """Where the runner's start-up went (samples of phase ``startup``), by wall time: each
+    sample stands for the time since the sample before it (the first, for the median
+    interval), counted for the innermost frame of the package's own code on its stack (the
+    start-up step that led there: ``_import_torch``, ``profile_run``, ``capture_graphs``; what
+    it called outside the package is counted with it; a stack with none, for its top frame).
+
+    Why time and not counts: the sampler is a thread of the runner, and it cannot run while a
+    C call holds the GIL (a shared library's load in torch's import, a database write); the
+    sample after such a stall is taken where the GIL came back, in the frame that held it or
+    just after it returned, so it stands for the stall. Counting samples made a 0.4 s load
+    one 5 ms sample. The ``n`` frames with the most time, each with its samples, seconds and
+    share of the sampled span; ties by frame."""
+    stacks, seconds = _startup_samples(store, run_id)
+    per_frame: dict[str, list[float]] = {}
+    for stack, s in zip(stacks, seconds.tolist(), strict=True):
+        entry = per_frame.setdefault(_package_frame(stack), [0, 0.0])
+        entry[0] += 1
+        entry[1] += s
+    total = float(seconds.sum())  # 0: a single sample, which is all of it
+    top = sorted(per_frame.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))[:n]
+    return [
+        {"frame": f, "samples": k, "seconds": s, "share": s / total if total else 1.0}
+        for f, (k, s) in top
+    ]
+
+
+def startup_stalls(store: Store, run_id: str) -> dict[str, float] | None:
+    """The start-up samples' span (seconds from one interval before the first sample to the
+    last), and the intervals over ``STALL_PERIODS`` median intervals in it (the sampler
+    could not run: a C call held the GIL): their count and seconds. None: no samples."""
+    _, seconds = _startup_samples(store, run_id)
+    if not len(seconds):
+        return None
+    stalled = seconds[1:][seconds[1:] > STALL_PERIODS * seconds[0]]
+    return {
+        "span_s": float(seconds.sum()),
+        "stalls": int(len(stalled)),
+        "stalled_s": float(stalled.sum()),
+    }

@@ -66,22 +66,40 @@ def show(
 
 def _print_top_host_frames(store: Store, run_id: str) -> None:
     """The host sampler's top frames (self samples) while the run served, then where its
-    start-up went (per innermost frame of the package's code), when the run was sampled."""
-    from mrv2_prof.analysis.host_samples import startup_host_frames, top_host_frames
+    start-up went (wall time per innermost frame of the package's code, with the stalls the
+    sampler could not see into), when the run was sampled."""
+    from mrv2_prof.analysis.host_samples import (
+        STALL_PERIODS,
+        startup_host_frames,
+        startup_stalls,
+        top_host_frames,
+    )
 
     served = [
         f"  {t['share']:6.1%}  {t['self_samples']:6d}  {t['phase']:<9} {t['frame']}"
         for t in top_host_frames(store, run_id)
     ]
     start = [
-        f"  {t['share']:6.1%}  {t['samples']:6d}  {t['frame']}"
+        f"  {t['share']:6.1%}  {t['seconds']:6.2f} s  {t['samples']:6d}  {t['frame']}"
         for t in startup_host_frames(store, run_id)
     ]
+    stalls = startup_stalls(store, run_id)
+    startup_title = (
+        "start-up host samples (before the first step), by the package's innermost frame: "
+        "share and seconds of the sampled span, each sample standing for the time since the "
+        "one before"
+    )
+    if stalls is not None:
+        startup_title += (
+            f" ({stalls['span_s']:.2f} s sampled; {stalls['stalled_s']:.2f} s of it in "
+            f"{stalls['stalls']} stalls over {STALL_PERIODS} intervals, where a C call held "
+            "the GIL and the sample after names the frame)"
+        )
     for title, lines in (
         ("top host frames (self samples, probes.host_sampling_hz):", served),
-        ("start-up host samples (before the first step), by the package's innermost frame:", start),
+        (startup_title, start),
     ):
         if lines:
-            out.print(title, highlight=False)
+            out.print(title, highlight=False, soft_wrap=True)
         for line in lines:
             out.print(line, markup=False, highlight=False, soft_wrap=True)

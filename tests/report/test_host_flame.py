@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+
+import duckdb
+import pytest
+
 from mrv2_prof.report.figure_meta import NotMeasured
 from mrv2_prof.report.host_flame import ROOT, host_flame, icicle_nodes
 
@@ -54,7 +59,26 @@ def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
     assert top and sum(t["self_samples"] for t in top) <= serving
     assert abs(top[0]["share"] - top[0]["self_samples"] / serving) < 1e-9
     assert all(t["phase"] != "startup" for t in top)
-    assert start and abs(start[0]["share"] - start[0]["samples"] / startup) < 1e-9
+    # each start-up sample stands for the wall time since the one before (the first: the
+    # median interval): the same weights by SQL's lag over the stored rows
+    with duckdb.connect(job.db_path, read_only=True) as con:
+        rows = con.execute(
+            "SELECT stack, t_ns - lag(t_ns) OVER (ORDER BY t_ns, stack) FROM host_samples "
+            "WHERE phase = 'startup' ORDER BY t_ns, stack"
+        ).fetchall()
+    first = statistics.median(gap for _, gap in rows[1:]) / 1e9
+    weights = [first if gap is None else gap / 1e9 for _, gap in rows]
+
+    def frame_of(stack: str) -> str:
+        frames = stack.split(";")
+        return ([f for f in frames if "(mrv2_prof/" in f] or frames)[-1]
+
+    pairs = zip(rows, weights, strict=True)
+    mine = sum(w for (stack, _), w in pairs if frame_of(stack) == start[0]["frame"])
+    assert start and len(rows) == startup and sum(t["samples"] for t in start) <= startup
+    assert abs(start[0]["seconds"] - mine) < 1e-9
+    assert abs(start[0]["share"] - mine / sum(weights)) < 1e-9
+    assert start[0]["seconds"] == max(t["seconds"] for t in start)
     result = CliRunner().invoke(app, ["show", run_id, "--db", job.db_path])
     assert result.exit_code == 0, result.output
     assert "top host frames" in result.output and "start-up host samples" in result.output
@@ -63,38 +87,66 @@ def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
 
 
 def test_start_up_samples_count_for_the_package_s_innermost_frame(tmp_path):
-    """``startup_host_frames``, hand-worked: a start-up sample counts for the innermost frame of
-    the package's code on its stack (what it called outside the package with it), a stack with
-    none for its top frame; the serving samples are ``top_host_frames``' alone."""
-    from mrv2_prof.analysis.host_samples import startup_host_frames, top_host_frames
+    """``startup_host_frames``, hand-worked: a start-up sample stands for the wall time since
+    the one before (the first, for the median interval) and counts for the innermost frame of
+    the package's code on its stack (what it called outside the package with it), a stack
+    with none for its top frame; a stall (an interval over four median ones: the GIL held by
+    a C call) counts for the sample after it; the serving samples are ``top_host_frames``'
+    alone."""
+    from mrv2_prof.analysis.host_samples import (
+        startup_host_frames,
+        startup_stalls,
+        top_host_frames,
+    )
     from mrv2_prof.store import Store
 
     harness = "_run_sampled (mrv2_prof/pipeline/harness.py)"
     torch_import = "_import_torch (mrv2_prof/pipeline/harness.py)"
     profile = "profile_run (mrv2_prof/runner/worker/startup.py)"
-    rows = [  # (phase, stack, samples)
-        ("startup", f"{harness};{torch_import};<module> (torch/__init__.py);get_data (x/y.py)", 5),
-        ("startup", f"{harness};{torch_import}", 1),
-        ("startup", f"{harness};{profile};forward (nn/module.py)", 3),
-        ("startup", "<module> (a/b.py);f (a/c.py)", 2),  # no frame of the package
-        ("forward", f"{harness};{profile}", 4),  # served: not start-up
+    ms = 1_000_000
+    rows = [  # (phase, stack, t_ns): start-up samples 5 ms apart, but for one stall of 400 ms
+        ("startup", f"{harness};{torch_import};<module> (torch/__init__.py);get_data (x/y.py)", 0),
+        ("startup", f"{harness};{torch_import}", 5 * ms),
+        ("startup", f"{harness};{torch_import};create_module (<frozen>)", 405 * ms),  # stall
+        ("startup", f"{harness};{profile};forward (nn/module.py)", 410 * ms),
+        ("startup", f"{harness};{profile}", 415 * ms),
+        ("startup", "<module> (a/b.py);f (a/c.py)", 420 * ms),  # no frame of the package
+        ("startup", "<module> (a/b.py);f (a/c.py)", 425 * ms),
+        ("forward", f"{harness};{profile}", 430 * ms),  # served: not start-up
     ]
     with Store.open(str(tmp_path / "s.duckdb")) as store:
-        for phase, stack, k in rows:
-            for _ in range(k):
-                store.connection.execute(
-                    "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
-                    "VALUES ('r', -1, 0, ?, ?, 1)",
-                    [phase, stack],
-                )
+        for phase, stack, t in rows:
+            store.connection.execute(
+                "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
+                "VALUES ('r', -1, ?, ?, ?, 1)",
+                [t, phase, stack],
+            )
         start = startup_host_frames(store, "r")
+        stalls = startup_stalls(store, "r")
         top = top_host_frames(store, "r")
-    assert [(t["frame"], t["samples"]) for t in start] == [
-        (torch_import, 6),
-        (profile, 3),
-        ("f (a/c.py)", 2),
+    # intervals 5, 5, 400, 5, 5, 5, 5 ms (the first: the median, 5): 430 ms in all
+    assert [(t["frame"], t["samples"], round(t["seconds"] * 1e3, 6)) for t in start] == [
+        (torch_import, 3, 410.0),
+        ("f (a/c.py)", 2, 10.0),  # a tie: by frame
+        (profile, 2, 10.0),
     ]
-    assert [round(t["share"], 4) for t in start] == [round(6 / 11, 4), round(3 / 11, 4), 0.1818]
+    assert [round(t["share"], 4) for t in start] == [round(410 / 430, 4), 0.0233, 0.0233]
+    assert stalls == {"span_s": pytest.approx(0.43), "stalls": 1, "stalled_s": pytest.approx(0.4)}
     assert [(t["phase"], t["frame"], t["self_samples"], t["share"]) for t in top] == [
-        ("forward", profile, 4, 1.0)
+        ("forward", profile, 1, 1.0)
     ]
+
+
+def test_a_single_start_up_sample_is_all_of_start_up(tmp_path):
+    from mrv2_prof.analysis.host_samples import startup_host_frames, startup_stalls
+    from mrv2_prof.store import Store
+
+    with Store.open(str(tmp_path / "s.duckdb")) as store:
+        store.connection.execute(
+            "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
+            "VALUES ('r', -1, 7, 'startup', 'g (mrv2_prof/x.py)', 1)"
+        )
+        start = startup_host_frames(store, "r")
+        assert startup_stalls(store, "r") == {"span_s": 0.0, "stalls": 0, "stalled_s": 0.0}
+        assert startup_stalls(store, "q") is None and startup_host_frames(store, "q") == []
+    assert start == [{"frame": "g (mrv2_prof/x.py)", "samples": 1, "seconds": 0.0, "share": 1.0}]
