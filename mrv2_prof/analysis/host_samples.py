@@ -70,7 +70,7 @@ def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str
     sample after such a stall is taken where the GIL came back, in the frame that held it or
     just after it returned, so it stands for the stall. Counting samples made a 0.4 s load
     one 5 ms sample. The ``n`` frames with the most time, each with its samples, seconds and
-    share of the sampled span; ties by frame."""
+    share of the sampled span; ties by samples, then frame."""
     stacks, seconds = _startup_samples(store, run_id)
     per_frame: dict[str, list[float]] = {}
     for stack, s in zip(stacks, seconds.tolist(), strict=True):

@@ -92,8 +92,8 @@ def _print_top_host_frames(store: Store, run_id: str) -> None:
     if stalls is not None:
         startup_title += (
             f" ({stalls['span_s']:.2f} s sampled; {stalls['stalled_s']:.2f} s of it in "
-            f"{stalls['stalls']} stalls over {STALL_PERIODS} intervals, where a C call held "
-            "the GIL and the sample after names the frame)"
+            f"{stalls['stalls']} stalls, intervals over {STALL_PERIODS}x the median: a C call "
+            "held the GIL, and the sample after names the frame)"
         )
     for title, lines in (
         ("top host frames (self samples, probes.host_sampling_hz):", served),
