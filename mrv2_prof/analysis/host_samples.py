@@ -10,13 +10,21 @@ import numpy as np
 from mrv2_prof.store.db import Store
 
 
-def stack_counts(store: Store, run_id: str) -> list[tuple[str, str, int]]:
-    """``(phase, stack, samples)`` of a run, most sampled first."""
-    return store.connection.execute(
-        "SELECT phase, stack, count(*) AS n FROM host_samples WHERE run_id = ? "
-        "GROUP BY phase, stack ORDER BY n DESC, phase, stack",
+def stack_seconds(store: Store, run_id: str) -> list[tuple[str, str, float, int]]:
+    """``(phase, stack, seconds, samples)`` of a run, the most time first: each sample stands
+    for the wall time since the run's sample before it (the first, for the median interval),
+    start-up and serving alike (why time and not counts: ``startup_host_frames``)."""
+    rows = store.connection.execute(
+        "SELECT phase, stack, t_ns FROM host_samples WHERE run_id = ? ORDER BY t_ns, stack",
         [run_id],
     ).fetchall()
+    per_stack: dict[tuple[str, str], list[float]] = {}
+    for (phase, stack, _), s in zip(rows, _weights([r[2] for r in rows]).tolist(), strict=True):
+        entry = per_stack.setdefault((phase, stack), [0.0, 0])
+        entry[0] += s
+        entry[1] += 1
+    ordered = sorted(per_stack.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
+    return [(phase, stack, s, int(k)) for (phase, stack), (s, k) in ordered]
 
 
 def top_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:
@@ -44,18 +52,23 @@ def _package_frame(stack: str) -> str:
     return next((f for f in reversed(frames) if "(mrv2_prof/" in f), frames[-1])
 
 
+def _weights(t_ns: list[int]) -> np.ndarray:
+    """The wall seconds each of samples taken at ``t_ns`` (ascending) stands for: the time
+    since the one before; the first, the median interval (a single sample: 0)."""
+    t = np.array(t_ns, dtype=np.int64)
+    gaps = np.diff(t) / 1e9
+    first = float(np.median(gaps)) if len(gaps) else 0.0
+    return np.concatenate(([first], gaps)) if len(t) else gaps
+
+
 def _startup_samples(store: Store, run_id: str) -> tuple[list[str], np.ndarray]:
-    """The start-up samples' stacks in time order, and the wall seconds each stands for: the
-    time since the one before (the first: the median interval)."""
+    """The start-up samples' stacks in time order, and the wall seconds each stands for."""
     rows = store.connection.execute(
         "SELECT stack, t_ns FROM host_samples WHERE run_id = ? AND phase = 'startup' "
         "ORDER BY t_ns, stack",
         [run_id],
     ).fetchall()
-    t = np.array([r[1] for r in rows], dtype=np.int64)
-    gaps = np.diff(t) / 1e9
-    first = float(np.median(gaps)) if len(gaps) else 0.0
-    return [r[0] for r in rows], np.concatenate(([first], gaps)) if len(t) else gaps
+    return [r[0] for r in rows], _weights([r[1] for r in rows])
 
 
 def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:

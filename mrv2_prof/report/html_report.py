@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from mrv2_prof.analysis.energy import energy_rows
 from mrv2_prof.analysis.finding_facts import FindingFacts, finding_facts
 from mrv2_prof.analysis.findings import Finding, findings
-from mrv2_prof.analysis.host_samples import stack_counts
+from mrv2_prof.analysis.host_samples import stack_seconds
 from mrv2_prof.analysis.metrics import Percentiles, RunSummary, run_summary
 from mrv2_prof.analysis.rank_steps import rank_columns
 from mrv2_prof.analysis.roofline import roofline_line
@@ -73,9 +73,11 @@ FIGURE_GUIDE = {
                    "verifies gave back, requests that sat out, and dynamic k's decision: the k "
                    "chosen against its expected tokens over cost ratio (speculation pays above "
                    "1)."),
-    "host_flame": ("Host samples by phase", "Where the runner's host time went: the Python "
-                   "stacks the host sampler took, split by the CPU phase each fell in; click "
-                   "a phase or frame to zoom."),
+    "host_flame": ("Host time by phase (sampled)", "Where the runner's host time went: the "
+                   "Python stacks the host sampler took, split by the CPU phase each fell in, "
+                   "each standing for the wall time since the sample before it (a stall, "
+                   "where a C call held the GIL, counts for the sample after it); click a "
+                   "phase or frame to zoom."),
     "ranks": ("Tensor parallel", "Each rank's step time and its time in collectives, step "
               "by step (rank_steps); the notes give each rank's collective share."),
     "roofline": ("Roofline", "Each step at its FLOPs per byte and its achieved TFLOP/s under "
@@ -235,7 +237,7 @@ def render_run_report(
     facts = finding_facts(store, run_id, include_perturbed=summary.includes_perturbed)
     data = load_run_data(store, run_id, detail_steps=detail_steps, detail_window=detail_window)
     figs = [make(data) for make in RUN_FIGURES]
-    figs.append(host_flame(stack_counts(store, run_id), data.probes.get("host_sampling_hz", 0)))
+    figs.append(host_flame(stack_seconds(store, run_id), data.probes.get("host_sampling_hz", 0)))
     figs.append(roofline_figure(summary.roofline))
     figs.append(kernel_table(facts.kernel_roofline))
     if summary.tensor_parallel is not None:  # only a tensor-parallel run has rank rows

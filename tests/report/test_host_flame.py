@@ -11,25 +11,73 @@ from mrv2_prof.report.figure_meta import NotMeasured
 from mrv2_prof.report.host_flame import ROOT, host_flame, icicle_nodes
 
 
-def test_every_node_counts_the_samples_below_it():
-    rows = [("update", "a;b", 3), ("update", "a;c", 2), ("schedule", "a;b", 1)]
-    ids, labels, parents, values = icicle_nodes(rows)
-    tree = {i: (lab, par, v) for i, lab, par, v in zip(ids, labels, parents, values, strict=True)}
+def test_every_node_sums_the_time_and_samples_below_it():
+    rows = [  # (phase, stack, seconds, samples)
+        ("update", "a;b", 0.003, 3),
+        ("update", "a;c", 0.4021, 2),
+        ("schedule", "a;b", 0.0000004, 1),  # under half a microsecond: 0 wide, still counted
+    ]
+    ids, labels, parents, micros, samples = icicle_nodes(rows)
+    tree = {
+        i: (lab, par, us, n)
+        for i, lab, par, us, n in zip(ids, labels, parents, micros, samples, strict=True)
+    }
     s = "\x1f"
     assert tree == {
-        ROOT: (ROOT, "", 6),
-        "update": ("update", ROOT, 5),
-        f"update{s}a": ("a", "update", 5),
-        f"update{s}a{s}b": ("b", f"update{s}a", 3),
-        f"update{s}a{s}c": ("c", f"update{s}a", 2),
-        "schedule": ("schedule", ROOT, 1),
-        f"schedule{s}a": ("a", "schedule", 1),
-        f"schedule{s}a{s}b": ("b", f"schedule{s}a", 1),
+        ROOT: (ROOT, "", 405100, 6),
+        "update": ("update", ROOT, 405100, 5),
+        f"update{s}a": ("a", "update", 405100, 5),
+        f"update{s}a{s}b": ("b", f"update{s}a", 3000, 3),
+        f"update{s}a{s}c": ("c", f"update{s}a", 402100, 2),
+        "schedule": ("schedule", ROOT, 0, 1),
+        f"schedule{s}a": ("a", "schedule", 0, 1),
+        f"schedule{s}a{s}b": ("b", f"schedule{s}a", 0, 1),
     }
+    # a parent is exactly the sum of its children (Plotly drops a branch that exceeds it)
+    for node in ids:
+        kids = [us for i, us in zip(ids, micros, strict=True) if parents[ids.index(i)] == node]
+        assert not kids or sum(kids) == micros[ids.index(node)]
+
+
+def test_the_flame_graph_weights_each_sample_by_the_time_since_the_one_before(tmp_path):
+    """``stack_seconds``, hand-worked over start-up and serving samples together: a sample
+    stands for the wall time since the run's sample before it (the first, for the median
+    interval), so a 400 ms stall is 400 ms wide, not one sample's width."""
+    from mrv2_prof.analysis.host_samples import stack_seconds
+    from mrv2_prof.store import Store
+
+    ms = 1_000_000
+    rows = [  # (phase, stack, t_ns): 5 ms apart but for one stall of 400 ms
+        ("startup", "h;imp", 0),
+        ("startup", "h;imp;load", 405 * ms),  # the stall, where the GIL came back
+        ("startup", "h;imp", 410 * ms),
+        ("forward", "h;step", 415 * ms),
+        ("forward", "h;step", 420 * ms),
+        ("idle", "h", 430 * ms),
+    ]
+    with Store.open(str(tmp_path / "s.duckdb")) as store:
+        for phase, stack, t in rows:
+            store.connection.execute(
+                "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
+                "VALUES ('r', -1, ?, ?, ?, 1)",
+                [t, phase, stack],
+            )
+        got = stack_seconds(store, "r")
+        assert stack_seconds(store, "q") == []
+    # intervals 405, 5, 5, 5, 10 ms; the first sample: their median, 5 ms
+    assert [(p, st, round(sec * 1e3, 6), n) for p, st, sec, n in got] == [
+        ("startup", "h;imp;load", 405.0, 1),
+        ("forward", "h;step", 10.0, 2),  # ties: by samples, then phase and stack
+        ("startup", "h;imp", 10.0, 2),
+        ("idle", "h", 10.0, 1),
+    ]
+    fig = host_flame(got, 200)
+    assert fig.layout.meta["sampled_s"] == pytest.approx(0.435)
+    assert fig.layout.meta["num_samples"] == 6
 
 
 def test_no_samples_is_not_measured_with_the_reason():
-    assert host_flame([], 0) == NotMeasured("host_flame", "Host samples by phase",
+    assert host_flame([], 0) == NotMeasured("host_flame", "Host time by phase (sampled)",
                                             "probes.host_sampling_hz was 0")  # fmt: skip
     assert "no host samples" in host_flame([], 100).why
 
@@ -37,7 +85,11 @@ def test_no_samples_is_not_measured_with_the_reason():
 def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
     from typer.testing import CliRunner
 
-    from mrv2_prof.analysis.host_samples import startup_host_frames, top_host_frames
+    from mrv2_prof.analysis.host_samples import (
+        stack_seconds,
+        startup_host_frames,
+        top_host_frames,
+    )
     from mrv2_prof.cli import app
     from mrv2_prof.report.html_report import render_run_report
     from mrv2_prof.store import Store
@@ -48,6 +100,7 @@ def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
         page = render_run_report(store, run_id)
         top = top_host_frames(store, run_id, n=5)
         start = startup_host_frames(store, run_id, n=5)
+        flame = stack_seconds(store, run_id)
         (startup,) = store.connection.execute(
             "SELECT count(*) FROM host_samples WHERE phase = 'startup'"
         ).fetchone()
@@ -66,6 +119,20 @@ def test_the_report_and_show_carry_the_samples(run_in_process, monkeypatch):
             "SELECT stack, t_ns - lag(t_ns) OVER (ORDER BY t_ns, stack) FROM host_samples "
             "WHERE phase = 'startup' ORDER BY t_ns, stack"
         ).fetchall()
+        every = con.execute(
+            "SELECT phase, stack, t_ns - lag(t_ns) OVER (ORDER BY t_ns, stack) FROM "
+            "host_samples ORDER BY t_ns, stack"
+        ).fetchall()
+    # the flame graph: every sample of the run by the same weights, start-up and serving
+    first_all = statistics.median(gap for *_, gap in every[1:]) / 1e9
+    by_stack: dict[tuple[str, str], float] = {}
+    for phase, stack, gap in every:
+        by_stack[phase, stack] = by_stack.get((phase, stack), 0.0) + (
+            first_all if gap is None else gap / 1e9
+        )
+    assert len(flame) == len(by_stack) and sum(n for *_, n in flame) == len(every)
+    assert all(abs(sec - by_stack[p, st]) < 1e-9 for p, st, sec, _ in flame)
+    assert flame[0][2] == max(by_stack.values())
     first = statistics.median(gap for _, gap in rows[1:]) / 1e9
     weights = [first if gap is None else gap / 1e9 for _, gap in rows]
 
