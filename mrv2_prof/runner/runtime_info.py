@@ -26,7 +26,7 @@ class RuntimeInfo:
     capture_s: float = 0.0  # capturing the CUDA graphs
     graph_memory_bytes: int = 0  # reserved memory the graphs' pool grew by
     num_graphs: int = 0  # captured keys (a PIECEWISE key is one graph per segment)
-    peak_activation_bytes: int = 0
+    peak_activation_bytes: int = 0  # the profiling run's peak above what was allocated before
     draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
     draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
     spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)

@@ -289,10 +289,10 @@ def test_greedy_matches_transformers_on_cuda_bf16(
 
 @pytest.mark.gpu
 def test_the_profiling_run_of_the_triton_path_measures_no_attention_scores():
-    """llama-1b with the Triton kernels, an 8,192-token chunk: the profiling run's peak is the
-    activations' a step can reach, well under the [32 heads, 8192, 8192] float32 scores (and
-    their softmax: 16 GiB) the torch reference would have allocated, which no step of this path
-    does; the cache is sized from that peak and serves."""
+    """llama-1b with the Triton kernels, an 8,192-token chunk: the profiling run's peak above
+    the weights is the activations' a step can reach, well under the [32 heads, 8192, 8192]
+    float32 scores (and their softmax: 16 GiB) the torch reference would have allocated, which
+    no step of this path does; the cache is sized from that peak and serves."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     cfg = RunnerConfig(
@@ -302,11 +302,15 @@ def test_the_profiling_run_of_the_triton_path_measures_no_attention_scores():
     engine = Engine(cfg, ModelSpec(preset="llama-1b"))
     try:
         scores = 32 * 8192 * 8192 * 4
-        assert 0 < engine.info.peak_activation_bytes < scores / 4, engine.info.peak_activation_bytes
+        hidden = 8192 * 2048 * 2  # one [tokens, hidden] bfloat16 tensor, at least
+        peak = engine.info.peak_activation_bytes
+        # under 1 GiB against the reference's 16 GiB, and the weights (2.3 GiB) not in it
+        assert hidden < peak < scores / 8, peak
         reqs = generate(engine, {"a": list(range(1, 9000))}, SamplingParams(max_tokens=4))
         assert len(reqs["a"].output_token_ids) == 4
     finally:
         engine.close()
+        del engine  # a failure's traceback keeps its frame: not its 19 GiB cache too
 
 
 @pytest.mark.gpu

@@ -90,14 +90,15 @@ def _profile_num_blocks(runner: ModelRunner, per_block: int) -> int:
     c, device = runner.config, runner.device
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)  # the weights and the runner's buffers
     t0 = time.perf_counter()
     profile_run(runner)
     torch.cuda.synchronize(device)
     runner.info.profile_run_s = time.perf_counter() - t0
-    peak = torch.cuda.max_memory_allocated(device)
+    peak = torch.cuda.max_memory_allocated(device)  # everything at once: the cache gets the rest
     free, total = torch.cuda.mem_get_info(device)
     non_torch = (total - free) - torch.cuda.memory_reserved(device)
-    runner.info.peak_activation_bytes = peak
+    runner.info.peak_activation_bytes = peak - before  # what the profiling run added at its peak
     available = int(total * c.gpu_memory_utilization) - peak - max(non_torch, 0)
     num_blocks = available // per_block
     if num_blocks < 1:
