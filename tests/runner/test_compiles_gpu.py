@@ -126,6 +126,26 @@ def test_gpu_a_warmed_shipped_scenario_records_no_compile_after_warm_up(tmp_path
     assert late == []
 
 
+def test_gpu_a_decode_batch_wider_than_the_sms_compiles_nothing_after_warm_up(tmp_path):
+    """decode_heavy on llama-tiny (2 kv heads) with 96 requests at once: its decode batches
+    have more programs than the device has SMs, so they take the wide key tile
+    (``attention_triton.decode_keys``), which the warm-up compiled with a batch of
+    ``smallest_wide_batch`` requests: nothing compiles while serving."""
+    from mrv2_prof.runner.model.attention_triton import smallest_wide_batch
+
+    wide = smallest_wide_batch(2, torch.device("cuda"))
+    db = tmp_path / "runs.duckdb"
+    args = ["run", str(ROOT / "scenarios/decode_heavy.yaml"), "--headless", "--db", str(db)]
+    for s in ("model.preset=llama-tiny", "runner.num_kv_blocks=4096", "workload.num_requests=96",
+              "workload.output_len.value=24"):  # fmt: skip
+        args += ["--set", s]
+    proc = cli(*args, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    widest = query(db, "SELECT max(num_reqs) FROM steps WHERE num_prefill_tokens = 0")[0][0]
+    assert widest >= wide, (widest, wide)  # the wide tile was served
+    assert query(db, "SELECT step, kernel, key FROM compiles WHERE after_warmup") == []
+
+
 # every shipped scenario but the smollm2 ones (a downloaded model), each matrix cell run
 SHIPPED = sorted(p for p in (ROOT / "scenarios").glob("*.yaml") if "smollm2" not in p.stem)
 # a scenario's requests, cut to a few so that each runs in seconds; its other settings as shipped
