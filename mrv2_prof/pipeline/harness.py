@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import os
 import signal
 import sys
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
 from mrv2_prof.pipeline.live_roofline import LiveRoofline
@@ -245,9 +245,10 @@ def _run_sampled(
         if should_stop():  # asked to stop while the runner started: load no model for nothing
             outcome.status = "aborted"
             return outcome
-        from mrv2_prof.runner.engine import Engine
-        from mrv2_prof.runner.model.model_name import model_identity
-        from mrv2_prof.workload import build_workload, model_tokenizer
+        with imports_uncollected():  # triton and the model's modules (``collector``)
+            from mrv2_prof.runner.engine import Engine
+            from mrv2_prof.runner.model.model_name import model_identity
+            from mrv2_prof.workload import build_workload, model_tokenizer
 
         t0 = time.perf_counter()
         launched = None if job.launched_at is None else max(0.0, time.time() - job.launched_at)
@@ -314,9 +315,7 @@ def _run_sampled(
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
         # reach: a full collection over them stalled a step for hundreds of ms mid-run.
-        gc.collect()
-        gc.freeze()
-        outcome.facts["gc_frozen_objects"] = gc.get_freeze_count()
+        outcome.facts["gc_frozen_objects"] = freeze_start_up()
         store.update_run(run_id, info=outcome.facts)
         live = LiveStats(
             run_id, job.label, len(requests), info.num_kv_blocks, probe=probe,
@@ -384,8 +383,10 @@ def _run_sampled(
 
 def _import_torch() -> None:
     """torch and its libraries, the largest part of a runner's start-up on a GPU host: imported
-    here, at a frame of its own, so that the start-up's host samples name it."""
-    import torch  # noqa: F401
+    here, at a frame of its own, so that the start-up's host samples name it; with no garbage
+    collection over its objects while it imports, or after (``collector``)."""
+    with imports_uncollected():
+        import torch  # noqa: F401
 
 
 def _finish_probes(session: ProbeSession, facts: dict[str, Any]) -> None:

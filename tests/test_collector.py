@@ -1,0 +1,70 @@
+"""The garbage collector around start-up (``pipeline.collector``), in a fresh interpreter each
+(freezing is process-wide): no collection inside ``imports_uncollected``, what it made frozen
+after it, a cycle it made freed by ``freeze_start_up`` and not before, the collector left as
+it was found; and a run records the objects it froze."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SCRIPT = r"""
+import gc, json, weakref
+from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected
+
+class Node:
+    pass
+
+out = {}
+if {disabled}:
+    gc.disable()
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info))
+before = gc.get_freeze_count()
+with imports_uncollected():
+    out["enabled_inside"] = gc.isenabled()
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle, garbage once the names go
+    cycle = weakref.ref(a)
+    del a, b
+    kept = [[i] for i in range(50_000)]  # enough allocations for many collections, were it on
+    out["collections_inside"] = len(collections)
+out["enabled_after"] = gc.isenabled()
+out["frozen_grew_by"] = gc.get_freeze_count() - before
+gc.collect()  # walks nothing frozen: the cycle stays
+out["cycle_after_collect"] = cycle() is not None
+out["frozen_after_start_up"] = freeze_start_up()
+out["cycle_after_start_up"] = cycle() is not None
+out["all_frozen"] = gc.get_freeze_count() == out["frozen_after_start_up"] > len(kept)
+print(json.dumps(out))
+"""
+
+
+def _run(disabled: bool) -> dict:
+    code = SCRIPT.replace("{disabled}", str(disabled))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_imports_made_uncollected_are_frozen_and_their_cycles_freed_after_start_up():
+    out = _run(disabled=False)
+    assert out["enabled_inside"] is False and out["collections_inside"] == 0
+    assert out["enabled_after"] is True
+    assert out["frozen_grew_by"] >= 50_000  # the lists made inside, and everything before
+    assert out["cycle_after_collect"] is True  # frozen: no collection walks it
+    assert out["cycle_after_start_up"] is False  # the one full collection freed it
+    assert out["all_frozen"] is True
+
+
+def test_a_collector_switched_off_before_stays_off():
+    out = _run(disabled=True)
+    assert out["enabled_inside"] is False and out["enabled_after"] is False
+    assert out["cycle_after_start_up"] is False  # gc.collect runs whether or not it is enabled
+
+
+def test_a_run_records_the_objects_it_froze(run_in_process):
+    job, messages = run_in_process()
+    frozen = messages[-1][1].facts["gc_frozen_objects"]
+    assert isinstance(frozen, int) and frozen > 10_000  # torch's objects at least
