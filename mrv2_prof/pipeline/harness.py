@@ -270,7 +270,13 @@ def _run_sampled(
         texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
         notes = [*job.notes, *unavailable_probe_notes(scenario.probes.model_dump())]
         notes += workload_notes
+        # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
+        # reach: a full collection over them stalled a step for hundreds of ms mid-run. Both
+        # before the first step, so in the start-up it reports (its "other").
+        frozen = freeze_start_up()
+        arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         outcome.facts = startup_facts(info, time.perf_counter() - t0, len(requests), notes)
+        outcome.facts["gc_frozen_objects"] = frozen
         outcome.facts["engine_s"] = t_engine - t0  # the rest of start-up: the workload's
         if sampler is not None:  # what sampling start-up took of it (the start-up line says)
             outcome.facts["startup_sampler_s"] = sampler.cost_ns / 1e9
@@ -313,16 +319,11 @@ def _run_sampled(
             environment=environment,
         )
         emit(("started", {"run_id": run_id, "label": job.label, **outcome.facts}))
-        # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
-        # reach: a full collection over them stalled a step for hundreds of ms mid-run.
-        outcome.facts["gc_frozen_objects"] = freeze_start_up()
-        store.update_run(run_id, info=outcome.facts)
         live = LiveStats(
             run_id, job.label, len(requests), info.num_kv_blocks, probe=probe,
             max_tokens={w.req_id: w.max_tokens for w in requests},
         )  # fmt: skip
         live.roofline = LiveRoofline.of(info.step_cost, outcome.facts["machine_peaks"])
-        arrow_tables({"prime": {"t_ns": np.array([-1])}})  # its first call imports numpy.ma
         writer = BackgroundWriter(store, run_id, convert, lambda h: probe.give_back(h[0])).start()
         if sampler is not None:  # start-up is over: samples carry the steps and phases now
             sampler.follow(probe)
