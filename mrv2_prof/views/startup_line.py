@@ -11,8 +11,9 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
 * ``weights``, ``profile run``, ``KV cache``, ``warm-up``, ``graphs`` (with the keys captured),
   ``draft graphs``: the engine's own timings (``RuntimeInfo``: ``weight_load_s``,
   ``profile_run_s``, ``kv_alloc_s``, ``kernel_warmup_s``, ``capture_s``, ``draft_capture_s``).
-* ``other``: the rest of ``startup_s`` (the engine built, then the workload and tokenizer,
-  until the first step): ``startup_s`` less the engine's phases.
+* ``other``: the rest of ``startup_s`` (the engine built, then the workload and tokenizer and
+  the collection of start-up's objects, until the first step): ``startup_s`` less the engine's
+  phases.
 
 The total is ``process_start_s + startup_s``; the line leaves out a phase under 0.05 s (it would
 read 0.0 s), and ``process`` for a run whose facts do not have it (stored before it was recorded).
