@@ -22,7 +22,7 @@ if {disabled}:
 collections = []
 gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info))
 before = gc.get_freeze_count()
-with imports_uncollected():
+with imports_uncollected("{module}"):
     out["enabled_inside"] = gc.isenabled()
     a, b = Node(), Node()
     a.other, b.other = b, a  # a cycle, garbage once the names go
@@ -46,8 +46,8 @@ print(json.dumps(out))
 """
 
 
-def _run(disabled: bool) -> dict:
-    code = SCRIPT.replace("{disabled}", str(disabled))
+def _run(disabled: bool, module: str = "not.imported.yet") -> dict:
+    code = SCRIPT.replace("{disabled}", str(disabled)).replace("{module}", module)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -68,6 +68,15 @@ def test_a_collector_switched_off_before_stays_off():
     out = _run(disabled=True)
     assert out["enabled_inside"] is False and out["enabled_after"] is False
     assert out["later_cycle_after_start_up"] is False  # gc.collect runs, enabled or not
+
+
+def test_a_module_imported_already_changes_nothing():
+    """A process that imported it before (the tests run runners in their own process): the
+    collector stays on and nothing is frozen, so garbage the process holds is still freed."""
+    out = _run(disabled=False, module="json")
+    assert out["enabled_inside"] is True and out["collections_inside"] > 0
+    assert out["frozen_grew_by"] == 0
+    assert out["cycle_after_collect"] is False  # the cycle made in the block: collected
 
 
 def test_a_run_records_the_objects_it_froze(run_in_process):

@@ -245,7 +245,7 @@ def _run_sampled(
         if should_stop():  # asked to stop while the runner started: load no model for nothing
             outcome.status = "aborted"
             return outcome
-        with imports_uncollected():  # triton and the model's modules (``collector``)
+        with imports_uncollected("mrv2_prof.runner.engine"):  # triton, the model (``collector``)
             from mrv2_prof.runner.engine import Engine
             from mrv2_prof.runner.model.model_name import model_identity
             from mrv2_prof.workload import build_workload, model_tokenizer
@@ -386,7 +386,7 @@ def _import_torch() -> None:
     """torch and its libraries, the largest part of a runner's start-up on a GPU host: imported
     here, at a frame of its own, so that the start-up's host samples name it; with no garbage
     collection over its objects while it imports, or after (``collector``)."""
-    with imports_uncollected():
+    with imports_uncollected("torch"):
         import torch  # noqa: F401
 
 
