@@ -11,6 +11,16 @@ from mrv2_prof.report.figure_meta import NotMeasured
 from mrv2_prof.report.host_flame import ROOT, host_flame, icicle_nodes
 
 
+def _insert_samples(store, rows: list[tuple[str, str, int]]) -> None:
+    """``(phase, stack, t_ns)`` rows as run ``r``'s host samples."""
+    for phase, stack, t in rows:
+        store.connection.execute(
+            "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
+            "VALUES ('r', -1, ?, ?, ?, 1)",
+            [t, phase, stack],
+        )
+
+
 def test_every_node_sums_the_time_and_samples_below_it():
     rows = [  # (phase, stack, seconds, samples)
         ("update", "a;b", 0.003, 3),
@@ -56,12 +66,7 @@ def test_the_flame_graph_weights_each_sample_by_the_time_since_the_one_before(tm
         ("idle", "h", 430 * ms),
     ]
     with Store.open(str(tmp_path / "s.duckdb")) as store:
-        for phase, stack, t in rows:
-            store.connection.execute(
-                "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
-                "VALUES ('r', -1, ?, ?, ?, 1)",
-                [t, phase, stack],
-            )
+        _insert_samples(store, rows)
         got = stack_seconds(store, "r")
         assert stack_seconds(store, "q") == []
     # intervals 405, 5, 5, 5, 10 ms; the first sample: their median, 5 ms
@@ -182,12 +187,7 @@ def test_start_up_samples_count_for_the_package_s_innermost_frame(tmp_path):
         ("forward", f"{harness};{profile}", 430 * ms),  # served: not start-up
     ]
     with Store.open(str(tmp_path / "s.duckdb")) as store:
-        for phase, stack, t in rows:
-            store.connection.execute(
-                "INSERT INTO host_samples (run_id, step, t_ns, phase, stack, depth) "
-                "VALUES ('r', -1, ?, ?, ?, 1)",
-                [t, phase, stack],
-            )
+        _insert_samples(store, rows)
         start = startup_host_frames(store, "r")
         stalls = startup_stalls(store, "r")
         top = top_host_frames(store, "r")
