@@ -18,7 +18,8 @@
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh gemm      # the decode GEMM against cuBLAS, its tiles swept
-#   benchmarks/limit_round.sh startup   # start-up per phase (PIECEWISE graphs at start-up and on
+#   benchmarks/limit_round.sh startup   # start-up per phase (the collector through the imports
+#                                       # off and on; PIECEWISE graphs at start-up and on
 #                                       # first use), the HF transformers ratios, and where
 #                                       # start-up goes (the host sampler's start-up samples)
 #   benchmarks/limit_round.sh split     # split-KV decode attention in the engine: forced splits at
@@ -94,7 +95,8 @@ gemm)
     ;;
 startup)
     {
-        $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
+        # the garbage collector through the imports: off (as shipped) against on, alternating
+        $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --collector off on \
             --out "$out/startup.json"
         $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
             --set runner.piecewise_capture=first_use --out "$out/startup_first_use.json"

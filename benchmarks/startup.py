@@ -11,7 +11,13 @@ load from triton's disk cache included) and those after warm-up (the target: non
 repeat of a preset may pay Triton's first compiles into its disk cache; later repeats read them
 from it, as a user's second run does: both are printed.
 
+With ``--collector off on``, each repeat runs once per side, alternating: ``off`` as shipped
+(no garbage collection over torch's and the runner's imports, their objects frozen:
+``pipeline/collector.py``), ``on`` the collector left on through them
+(``MRV2_PROF_START_UP_COLLECTOR=on``); the medians per side close the output.
+
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
+    python benchmarks/startup.py --presets llama-1b --repeats 3 --collector off on
     python benchmarks/startup.py --presets llama-tiny --set runner.device=cpu  # a CPU smoke run
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,18 +35,20 @@ from pathlib import Path
 import duckdb
 from bench_io import write_results
 
+from mrv2_prof.pipeline.collector import ENV as COLLECTOR_ENV
 from mrv2_prof.views.startup_line import startup_phases
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "decode_heavy.yaml"
 
 
-def one_run(preset: str, db: Path, sets: list[str], requests: int) -> dict:
+def one_run(preset: str, db: Path, sets: list[str], requests: int, collector: str = "off") -> dict:
     args = [sys.executable, "-m", "mrv2_prof", "run", str(SCENARIO), "--headless", "--db", str(db)]
     for s in [f"model.preset={preset}", f"workload.num_requests={requests}",
               "workload.output_len.value=16", *sets]:  # fmt: skip
         args += ["--set", s]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, COLLECTOR_ENV: collector}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{preset}: exit {done.returncode}\n{done.stderr[-3000:]}")
     con = duckdb.connect(str(db), read_only=True)
@@ -56,9 +66,11 @@ def one_run(preset: str, db: Path, sets: list[str], requests: int) -> dict:
     total = float(info.get("process_start_s") or 0) + float(info["startup_s"])
     return {
         "preset": preset,
+        "collector": collector,
         "to_first_step_s": total,
         "phases": dict(startup_phases(info)),
         "num_graphs": info.get("num_graphs"),
+        "gc_frozen_objects": info.get("gc_frozen_objects"),
         "compiles_after_warmup": int(late[0]),
         "compile_ms_after_warmup": float(late[1]),
         "startup_compiles": int(early[0]),  # warm-up and capture: their share of start-up
@@ -73,22 +85,48 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--set", dest="sets", action="append", default=[], help="an override")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--collector",
+        nargs="+",
+        choices=["off", "on"],
+        default=["off"],
+        help="the garbage collector through the runner's imports: off (as shipped) and/or on "
+        "(as before); several: each repeat runs each, alternating",
+    )
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
             for repeat in range(args.repeats):
-                row = one_run(preset, Path(tmp) / f"{preset}.duckdb", args.sets, args.requests)
-                row["repeat"] = repeat
-                rows.append(row)
-                phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
-                print(f"{preset} #{repeat}: {row['to_first_step_s']:.2f} s to the first step "
-                      f"({phases}; {row['num_graphs']} graph keys); "
-                      f"{row['startup_compiles']} compiles in start-up "
-                      f"({row['startup_compile_ms']:.0f} ms), "
-                      f"{row['compiles_after_warmup']} after warm-up "
-                      f"({row['compile_ms_after_warmup']:.0f} ms)", flush=True)  # fmt: skip
-    write_results(args.out, {"scenario": str(SCENARIO.name), "sets": args.sets}, rows)
+                for side in args.collector:
+                    db = Path(tmp) / f"{preset}-{side}.duckdb"
+                    row = one_run(preset, db, args.sets, args.requests, side)
+                    row["repeat"] = repeat
+                    rows.append(row)
+                    print(f"{preset} #{repeat} collector {side}: {describe(row)}", flush=True)
+    if len(args.collector) > 1:
+        for preset in args.presets:
+            for side in args.collector:
+                mine = [r for r in rows if r["preset"] == preset and r["collector"] == side]
+                med = statistics.median(r["to_first_step_s"] for r in mine)
+                imports = statistics.median(r["phases"].get("imports", 0.0) for r in mine)
+                print(f"{preset} collector {side}: median {med:.2f} s to the first step, "
+                      f"imports {imports:.2f} s ({len(mine)} runs)")  # fmt: skip
+    write_results(
+        args.out, {"scenario": str(SCENARIO.name), "sets": args.sets, "collector": args.collector},
+        rows,
+    )  # fmt: skip
+
+
+def describe(row: dict) -> str:
+    """One run's line: to the first step, its phases, the compiles in and after start-up."""
+    phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
+    return (
+        f"{row['to_first_step_s']:.2f} s to the first step ({phases}; {row['num_graphs']} graph "
+        f"keys); {row['startup_compiles']} compiles in start-up ({row['startup_compile_ms']:.0f} "
+        f"ms), {row['compiles_after_warmup']} after warm-up "
+        f"({row['compile_ms_after_warmup']:.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

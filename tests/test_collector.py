@@ -6,8 +6,11 @@ the collector left as it was found; and a run records the objects it froze."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+
+from mrv2_prof.pipeline.collector import ENV
 
 SCRIPT = r"""
 import gc, json, weakref
@@ -46,9 +49,15 @@ print(json.dumps(out))
 """
 
 
-def _run(disabled: bool, module: str = "not.imported.yet") -> dict:
+def _run(disabled: bool, module: str = "not.imported.yet", env: dict | None = None) -> dict:
     code = SCRIPT.replace("{disabled}", str(disabled)).replace("{module}", module)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, ENV: "", **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -79,7 +88,34 @@ def test_a_module_imported_already_changes_nothing():
     assert out["cycle_after_collect"] is False  # the cycle made in the block: collected
 
 
+def test_the_benchmarks_switch_leaves_the_collector_on_as_before():
+    """``MRV2_PROF_START_UP_COLLECTOR=on`` (``benchmarks/startup.py --collector on``): the
+    imports collected as they go, nothing frozen until start-up's one full collection."""
+    out = _run(disabled=False, env={ENV: "on"})
+    assert out["enabled_inside"] is True and out["collections_inside"] > 0
+    assert out["frozen_grew_by"] == 0
+    assert out["cycle_after_collect"] is False and out["all_frozen"] is True
+
+
 def test_a_run_records_the_objects_it_froze(run_in_process):
     job, messages = run_in_process()
     frozen = messages[-1][1].facts["gc_frozen_objects"]
     assert isinstance(frozen, int) and frozen > 10_000  # torch's objects at least
+
+
+def test_the_start_up_benchmark_times_both_sides_in_one_invocation(tmp_path):
+    """``benchmarks/startup.py --collector off on`` on the CPU: one run per side, and the sides
+    differ as the switch says: with the imports frozen uncollected, more objects end frozen
+    (the ones a collection would have untracked or freed) than after one full collection."""
+    from tests.benchmark_runs import run_benchmark
+
+    run = run_benchmark(
+        "startup.py", tmp_path / "s.json", "--presets", "llama-tiny", "--set",
+        "runner.device=cpu", "--repeats", "1", "--requests", "2", "--collector", "off", "on",
+        timeout=300,
+    )  # fmt: skip
+    off, on = run.results
+    assert (off["collector"], on["collector"]) == ("off", "on")
+    assert off["to_first_step_s"] > 0 and on["to_first_step_s"] > 0
+    assert off["gc_frozen_objects"] > on["gc_frozen_objects"] > 10_000
+    assert "llama-tiny collector on: median" in run.stdout

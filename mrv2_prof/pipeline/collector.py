@@ -19,14 +19,21 @@ imports (1.6-2.0 s) went to collections, and 90-100 ms of an engine's build with
   model, the KV blocks, the compiled kernels' objects), then everything frozen, so that no
   collection over them stalls a step mid-run (one did, for hundreds of ms, before this). The
   harness does both before the first step, and inside the start-up it reports.
+
+``MRV2_PROF_START_UP_COLLECTOR=on`` in the runner's environment puts the collector back as it
+was before (on through the imports, one collection over everything after start-up), so that
+``benchmarks/startup.py --collector`` times both ways in one invocation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 from collections.abc import Iterator
+
+ENV = "MRV2_PROF_START_UP_COLLECTOR"
 
 
 @contextlib.contextmanager
@@ -35,7 +42,7 @@ def imports_uncollected(module: str) -> Iterator[None]:
     afterwards; what it made, and everything before it, frozen out of later collections' walk.
     With ``module`` already imported (a process that started a runner before: the tests'), the
     block runs as it is, nothing frozen: it would freeze whatever garbage that process holds."""
-    if module in sys.modules:
+    if module in sys.modules or _collector_left_on():
         yield
         return
     was_on = gc.isenabled()
@@ -54,3 +61,8 @@ def freeze_start_up() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def _collector_left_on() -> bool:
+    """``MRV2_PROF_START_UP_COLLECTOR=on``: the benchmark's other side."""
+    return os.environ.get(ENV, "").strip().lower() == "on"
