@@ -18,13 +18,9 @@ def stack_seconds(store: Store, run_id: str) -> list[tuple[str, str, float, int]
         "SELECT phase, stack, t_ns FROM host_samples WHERE run_id = ? ORDER BY t_ns, stack",
         [run_id],
     ).fetchall()
-    per_stack: dict[tuple[str, str], list[float]] = {}
-    for (phase, stack, _), s in zip(rows, _weights([r[2] for r in rows]).tolist(), strict=True):
-        entry = per_stack.setdefault((phase, stack), [0.0, 0])
-        entry[0] += s
-        entry[1] += 1
-    ordered = sorted(per_stack.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
-    return [(phase, stack, s, int(k)) for (phase, stack), (s, k) in ordered]
+    weights = _weights([r[2] for r in rows])
+    timed = _time_per([(phase, stack) for phase, stack, _ in rows], weights)
+    return [(phase, stack, s, k) for (phase, stack), s, k in timed]
 
 
 def top_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str, Any]]:
@@ -61,6 +57,19 @@ def _weights(t_ns: list[int]) -> np.ndarray:
     return np.concatenate(([first], gaps)) if len(t) else gaps
 
 
+def _time_per(keys: list, seconds: np.ndarray) -> list[tuple[Any, float, int]]:
+    """``(key, seconds, samples)`` per distinct key of the samples (``keys[i]`` stands for
+    ``seconds[i]``), the most time first; ties by samples, then key."""
+    per_key: dict[Any, list] = {}
+    for key, s in zip(keys, seconds.tolist(), strict=True):
+        entry = per_key.setdefault(key, [0.0, 0])
+        entry[0] += s
+        entry[1] += 1
+    return sorted(
+        ((key, s, k) for key, (s, k) in per_key.items()), key=lambda r: (-r[1], -r[2], r[0])
+    )
+
+
 def _startup_samples(store: Store, run_id: str) -> tuple[list[str], np.ndarray]:
     """The start-up samples' stacks in time order, and the wall seconds each stands for."""
     rows = store.connection.execute(
@@ -85,16 +94,11 @@ def startup_host_frames(store: Store, run_id: str, n: int = 10) -> list[dict[str
     one 5 ms sample. The ``n`` frames with the most time, each with its samples, seconds and
     share of the sampled span; ties by samples, then frame."""
     stacks, seconds = _startup_samples(store, run_id)
-    per_frame: dict[str, list[float]] = {}
-    for stack, s in zip(stacks, seconds.tolist(), strict=True):
-        entry = per_frame.setdefault(_package_frame(stack), [0, 0.0])
-        entry[0] += 1
-        entry[1] += s
     total = float(seconds.sum())  # 0: a single sample, which is all of it
-    top = sorted(per_frame.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))[:n]
+    top = _time_per([_package_frame(stack) for stack in stacks], seconds)[:n]
     return [
         {"frame": f, "samples": k, "seconds": s, "share": s / total if total else 1.0}
-        for f, (k, s) in top
+        for f, s, k in top
     ]
 
 
