@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from mrv2_prof.pipeline.arrow_no_pandas import arrow_without_pandas
 from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
@@ -84,6 +85,7 @@ def runner_process_main(
     and triton down only made some builds print native-extension leak reports (nanobind).
     ``stop_signal`` and ``parent_pid``: see ``lifetime.RunnerLifetime``."""
     job = dataclasses.replace(job, entered_at=time.time())  # the process's start, split in two
+    arrow_without_pandas()  # before the first Arrow array: it would import pandas (0.2 s)
     lifetime = RunnerLifetime(parent_pid, stop_signal)
     try:
         runner_main(job, queue, stop_event, lifetime)
