@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual.geometry import Region
 from textual.widgets import DataTable, Input
 from tui_helpers import svg_text, text, wait_for
 
@@ -18,6 +19,7 @@ from mrv2_prof.store import Store
 from mrv2_prof.tui.browser import BrowserApp
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
+from mrv2_prof.tui.screens.runs_screen import RunsScreen
 
 NARROW = (80, 24)
 MS = 1_000_000
@@ -126,6 +128,36 @@ async def test_the_run_list_at_80x24_cuts_no_number_and_shows_the_whole_label(lo
         assert "".join(lines[-4:]).replace(" ", "").count(LABELS["e00001"].replace(" ", "")) == 1
         await pilot.press("down")
         await wait_for(pilot, lambda: text(app, "runs-status") == f"e00002: {LABELS['e00002']}")
+
+
+@pytest.mark.asyncio
+async def test_rows_painted_before_the_table_measures_its_columns_end_with_every_number_whole(
+    long_db, monkeypatch
+):
+    """A screen refresh between a fill of the run list and the table's measure of its columns
+    (what a loaded machine does now and then) paints the rows at the headers' widths; the
+    measure paints them anew, so no number stays cut ("1,376 m")."""
+    fill = RunsScreen._fill
+
+    def fill_and_paint(screen: RunsScreen) -> None:
+        fill(screen)
+        screen.query_one("#runs", DataTable).render_lines(Region(0, 0, NARROW[0], 4))
+
+    monkeypatch.setattr(RunsScreen, "_fill", fill_and_paint)
+    app = BrowserApp(long_db)
+    async with app.run_test(size=NARROW) as pilot:
+        await settle(app, pilot)
+
+        def shown() -> bool:
+            on_screen = "\n".join(screen_lines(app))
+            return all(f" {itl}" in on_screen for _, itl in SHOWN.values())
+
+        await wait_for(pilot, shown)
+        lines = screen_lines(app)
+        for run_id, (tok_s, itl) in SHOWN.items():
+            (row,) = [line for line in lines if f" {run_id} " in line]
+            for value in ("completed", "03-01", tok_s, itl):
+                assert f" {value}" in row, (value, row)
 
 
 SCROLLBAR = "▁▂▃▄▅▆▇█▉▊▋▌▍▎▏▐ "
