@@ -11,10 +11,11 @@ load from triton's disk cache included) and those after warm-up (the target: non
 repeat of a preset may pay Triton's first compiles into its disk cache; later repeats read them
 from it, as a user's second run does: both are printed.
 
-With ``--collector off on``, each repeat runs once per side, alternating: ``off`` as shipped
-(no garbage collection over torch's and the runner's imports, their objects frozen:
-``pipeline/collector.py``), ``on`` the collector left on through them
-(``MRV2_PROF_START_UP_COLLECTOR=on``); the medians per side close the output.
+With ``--collector off on``, each repeat runs once per side, alternating (the order flips each
+repeat), after one untimed run that fills Triton's disk cache and the page cache so that
+neither side pays them: ``off`` as shipped (no garbage collection over torch's and the
+runner's imports, their objects frozen: ``pipeline/collector.py``), ``on`` the collector left
+on through them (``MRV2_PROF_START_UP_COLLECTOR=on``); the medians per side close the output.
 
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
     python benchmarks/startup.py --presets llama-1b --repeats 3 --collector off on
@@ -97,8 +98,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
+            if len(args.collector) > 1:  # untimed: Triton's disk cache and the page cache filled
+                one_run(preset, Path(tmp) / "first.duckdb", args.sets, args.requests)
             for repeat in range(args.repeats):
-                for side in args.collector:
+                order = args.collector if repeat % 2 == 0 else args.collector[::-1]
+                for side in order:
                     db = Path(tmp) / f"{preset}-{side}.duckdb"
                     row = one_run(preset, db, args.sets, args.requests, side)
                     row["repeat"] = repeat
