@@ -295,3 +295,72 @@ async def test_the_run_summary_in_the_browser_opens_with_the_findings(long_db):
         lines = screen_lines(app)
         first = next(i for i, line in enumerate(lines) if line.strip().startswith("findings"))
         assert first < next(i for i, x in enumerate(lines) if x.strip().startswith("status "))
+
+
+@pytest.mark.asyncio
+async def test_a_comparison_painted_before_its_table_measures_its_columns_ends_whole(
+    long_db, monkeypatch
+):
+    """As the run list: a paint between the comparison's fill and its table's measure (the
+    headers' widths) is painted anew at the widths measured, so no value stays cut."""
+    fill = CompareScreen._fill
+
+    def fill_and_paint(screen: CompareScreen) -> None:
+        fill(screen)
+        screen.query_one("#compare-table", DataTable).render_lines(Region(0, 0, NARROW[0], 10))
+
+    monkeypatch.setattr(CompareScreen, "_fill", fill_and_paint)
+    app = BrowserApp(long_db)
+    async with app.run_test(size=NARROW) as pilot:
+        await settle(app, pilot)
+        await pilot.press("c", "down", "c")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen) and screen.loaded
+        table = screen.query_one("#compare-table", DataTable)
+        on_screen = list(table.rows)[:8]  # the rows on screen at 80x24
+        lines = await lines_showing(app, pilot, [f" {k.value} " for k in on_screen])
+        for row_key in on_screen:
+            (line,) = [x for x in lines if x.startswith(f" {row_key.value} ")]
+            for column in ("a", "b", "pct"):
+                assert f" {table.get_cell(row_key, column)}" in line, (column, line)
+
+
+@pytest.mark.asyncio
+async def test_steps_painted_before_the_table_measures_its_columns_end_whole(long_db, monkeypatch):
+    """As the run list, for the step table: a page of steps painted before the table measures
+    its columns is painted anew at the widths measured. A page that comes while the steps tab
+    is hidden is dropped, so the table is first filled on screen (by ``o``)."""
+    loaded = RunScreen.on_run_screen_steps_loaded
+    paints: list[int] = []
+
+    def load_and_paint(screen: RunScreen, message: RunScreen.StepsLoaded) -> None:
+        table = screen.query_one("#steps-table", DataTable)
+        if not table.size.width:
+            return
+        loaded(screen, message)
+        table.render_lines(Region(0, 0, table.size.width, 8))
+        paints.append(table.row_count)
+
+    monkeypatch.setattr(RunScreen, "on_run_screen_steps_loaded", load_and_paint)
+    app = BrowserApp(long_db)
+    async with app.run_test(size=NARROW) as pilot:
+        screen, table = await _steps(app, pilot)
+        await pilot.press("o")
+        await settle(app, pilot)
+        assert paints and paints[0] == len(HOST_MS)  # the first fill was painted on screen
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+        def whole() -> bool:
+            lines = screen_lines(app)
+            return all(
+                any(line.startswith(f" {r[0]} ") and f" {r[3]}" in line for line in lines)
+                for r in rows
+            )
+
+        await wait_for(pilot, whole)
+        lines = screen_lines(app)
+        for r in rows:
+            (line,) = [x for x in lines if x.startswith(f" {r[0]} ")]
+            for cell in r[1:]:
+                assert f" {cell}" in line, (cell, line)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import DataTable, TabbedContent
-from tui_helpers import text, wait_for
+from tui_helpers import svg_text, text, wait_for
 
 from mrv2_prof.store import Store
 from mrv2_prof.tui.browser import BrowserApp
@@ -126,3 +127,48 @@ async def test_a_run_without_text_lists_its_requests_without_text(text_db: Path)
         assert _row(table, "r00")[:3] == ["r00", "—", "—"]
         assert "prompt: — (no text: no tokenizer)" in text(app, "request-detail")
         assert "output: — (no tokenizer)" in text(app, "request-detail")
+
+
+@pytest.mark.asyncio
+async def test_requests_painted_before_the_table_measures_its_columns_end_whole(
+    text_db: Path, monkeypatch
+) -> None:
+    """A page of requests painted before the table measures its columns (the headers' widths:
+    "TTFT" for "10.0 ms") is painted anew at the widths measured, so no cell stays cut. A page
+    that comes while the tab is hidden is dropped, so the table is first filled on screen."""
+    loaded = RequestView.on_request_view_page_loaded
+    paints: list[int] = []
+
+    def load_and_paint(view: RequestView, message: RequestView.PageLoaded) -> None:
+        table = view.query_one("#requests-table", DataTable)
+        if not table.size.width:
+            return
+        loaded(view, message)
+        table.render_lines(Region(0, 0, table.size.width, 14))
+        paints.append(table.row_count)
+
+    monkeypatch.setattr(RequestView, "on_request_view_page_loaded", load_and_paint)
+    app = BrowserApp(text_db)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.loaded)
+        await pilot.press("r")
+        view = app.screen.query_one(RequestView)
+        await wait_for(pilot, lambda: view.query_one("#requests-table", DataTable).size.width > 0)
+        view.load_page()
+        await wait_for(pilot, lambda: view.loaded)
+        assert paints and paints[0] == 11  # the first fill, painted on screen
+        table = app.screen.query_one("#requests-table", DataTable)
+        rows = {key: _row(table, key) for key in ("r01", "r10")}
+
+        def whole() -> bool:
+            lines = svg_text(app.export_screenshot()).splitlines()
+            return all(
+                any(line.startswith(f" {key} ") and all(f" {c}" in line for c in cells[3:])
+                    for line in lines)
+                for key, cells in rows.items()
+            )  # fmt: skip
+
+        await wait_for(pilot, whole)

@@ -29,6 +29,7 @@ from mrv2_prof.report.comparability import Comparability, check
 from mrv2_prof.report.compare import format_pct
 from mrv2_prof.report.metric_stats import MetricStat, metric_stats
 from mrv2_prof.store import StoreError
+from mrv2_prof.tui.widgets.measured_table import MeasuredTable
 from mrv2_prof.views.format import one_line
 from mrv2_prof.views.safe_text import markup_safe, plain
 
@@ -105,7 +106,7 @@ class CompareScreen(Screen[None]):
             markup=False,
         )
         yield Static("", id="compare-warnings", markup=False)
-        yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield MeasuredTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield Static(CAPTION, id="compare-caption", markup=False)
         yield Static("", id="compare-verdict", markup=False)
         yield Footer()

@@ -37,6 +37,7 @@ from mrv2_prof.analysis.run_queries import (
 )
 from mrv2_prof.analysis.summary import summary_tables
 from mrv2_prof.store import Store, StoreError
+from mrv2_prof.tui.widgets.measured_table import MeasuredTable
 from mrv2_prof.tui.widgets.request_view import RequestView
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_percent, one_line
 from mrv2_prof.views.safe_text import markup_safe, plain
@@ -134,7 +135,7 @@ class RunScreen(Screen[None]):
             with TabPane("summary", id="summary"), VerticalScroll(id="summary-scroll"):
                 yield Static("", id="summary-body")
             with TabPane("steps", id="steps"):
-                yield DataTable(id="steps-table", cursor_type="row", zebra_stripes=True)
+                yield MeasuredTable(id="steps-table", cursor_type="row", zebra_stripes=True)
                 yield Input(id="steps-input")
                 yield Static("", id="steps-note", markup=False)
             with TabPane("requests", id="requests"):

@@ -12,7 +12,6 @@ it whole for the run under the cursor), so the numbers are never cut.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import duckdb
@@ -23,7 +22,6 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
-from textual.widgets.data_table import RowKey
 from textual.worker import get_current_worker
 
 from mrv2_prof.analysis.run_queries import RunRow, list_run_rows
@@ -31,6 +29,7 @@ from mrv2_prof.store import Store, StoreError
 from mrv2_prof.tui.run_figures import FROM_DATABASE, LIVE, SO_FAR, UNREAD, RunFigures, run_figures
 from mrv2_prof.tui.screens.compare_screen import CompareScreen
 from mrv2_prof.tui.screens.run_screen import RunScreen
+from mrv2_prof.tui.widgets.measured_table import MeasuredTable
 from mrv2_prof.views.format import NO_VALUE, format_count, format_ms, format_rate, one_line
 from mrv2_prof.views.safe_text import markup_safe, plain
 
@@ -57,19 +56,6 @@ LEGEND = {
 }
 MIN_LABEL = 8  # the label column never gets narrower than this
 SCROLLBAR = 2
-
-
-class RunsTable(DataTable):
-    """The run list's table. A DataTable measures its columns when idle, after the screen may
-    have painted its new rows at the widths before (each column's header after ``_fill``) and
-    cached those lines under its update count, which a measure leaves as it is: a column that
-    widened then stayed cut on screen ("1,376 m") until the table's next change. A measure is
-    a change here, so the rows are painted anew at the widths measured."""
-
-    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
-        super()._update_dimensions(new_rows)
-        self._update_count += 1
-        self.refresh()
 
 
 class RunsScreen(Screen[None]):
@@ -111,7 +97,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(plain(f"runs in {self.db_path}"), id="runs-title", markup=False)
-        yield RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield MeasuredTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(HINT, id="runs-status", markup=False)
         yield Footer()
 

@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Static
 
 from mrv2_prof.analysis.request_list import RequestRow, request_page, token_times
 from mrv2_prof.store import Store, StoreError
+from mrv2_prof.tui.widgets.measured_table import MeasuredTable
 from mrv2_prof.views.format import NO_VALUE, format_ms, one_line
 from mrv2_prof.views.request_text import asked, head
 from mrv2_prof.views.safe_text import markup_safe, plain
@@ -112,7 +113,7 @@ class RequestView(Vertical):
         self.rows: dict[str, RequestRow] = {}
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="requests-table", cursor_type="row", zebra_stripes=True)
+        yield MeasuredTable(id="requests-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="requests-note", markup=False)
         with VerticalScroll(id="request-detail-scroll"):
             yield Static("", id="request-detail", markup=False)
