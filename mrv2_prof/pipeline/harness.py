@@ -186,6 +186,9 @@ def _run_sampled(
     from mrv2_prof.scenario import ScenarioError, scenario_yaml
 
     _import_torch()
+    from mrv2_prof.runner.worker import triton_key_prefetch
+
+    triton_key_prefetch.start(str(scenario.runner.device))  # hashed while the engine builds
     processes = scenario.runner.tensor_parallel_size
     threads: ThreadChoice | None = None
     if set_threads:  # before the model loads and the ranks are spawned

@@ -23,7 +23,7 @@ from mrv2_prof.runner.model.attention_split_kv_triton import smallest_unsplit_ba
 from mrv2_prof.runner.model.attention_triton import smallest_wide_batch
 from mrv2_prof.runner.model.projections_triton import warm_rows
 from mrv2_prof.runner.model.step_cost import step_cost
-from mrv2_prof.runner.worker import triton_launch
+from mrv2_prof.runner.worker import triton_key_prefetch, triton_launch
 from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import dummy_batch
@@ -38,6 +38,7 @@ from mrv2_prof.runner.worker.uva import take
 
 def start_up(runner: ModelRunner) -> int:
     """KV cache, warm-up, CUDA graphs. Returns the number of KV cache blocks."""
+    triton_key_prefetch.wait()  # triton's cache key, hashed on a thread since torch imported
     num_blocks = initialize_kv_cache(runner)
     per_token = runner.info.kv_cache_bytes // (num_blocks * runner.config.block_size)
     runner.info.step_cost = step_cost(runner.model, runner.model_args, per_token)
