@@ -23,8 +23,6 @@ from mrv2_prof.runner.config import ConfigError, ModelSpec
 from mrv2_prof.runner.model.args import CheckpointError, ModelArgs
 from mrv2_prof.runner.model.checkpoint_args import checked_checkpoint, checked_gguf, is_gguf
 from mrv2_prof.runner.model.decoder import LlamaForCausalLM
-from mrv2_prof.runner.model.gguf_dequant import dequantize
-from mrv2_prof.runner.model.gguf_model import unpermute_qk
 from mrv2_prof.runner.model.model_kernels import (
     TORCH_MODEL_KERNELS,
     Attend,
@@ -123,6 +121,10 @@ def load_gguf(
     """A Llama/Qwen2/Qwen3 model from a GGUF file: its header checked, then every tensor's bytes
     read in file order, copied to ``device`` and dequantized there to ``dtype`` (a ``llama``
     file's q/k rows put back in Hugging Face's order)."""
+    # here, not at the top: the ``gguf`` package's import (~0.1 s) only for a GGUF's run
+    from mrv2_prof.runner.model.gguf_dequant import dequantize
+    from mrv2_prof.runner.model.gguf_model import unpermute_qk
+
     args, tensors = checked_gguf(path)
     with torch.device("meta"):
         model = LlamaForCausalLM(args, kernels)

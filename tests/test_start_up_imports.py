@@ -1,10 +1,13 @@
-"""pyarrow in the runner process without pandas (``pipeline.arrow_no_pandas``), in fresh
-interpreters: a stand-in ``pandas`` package on the path records every attempt to import it (and
-then fails, as a missing pandas would), so the tests do not depend on pandas being installed.
+"""Packages a run's start-up does not need stay unimported, in fresh interpreters: stand-in
+packages on the path record every attempt to import them (and then fail, as a missing package
+would), so the tests do not depend on what is installed.
 
-Without the guard pyarrow's first array tries to import pandas (the cost it removes); with it,
-arrays, tables and DuckDB's scan of them leave pandas alone and an explicit import still reaches
-it; and a headless run through the CLI never imports it, in either process."""
+* pandas: pyarrow's first array tries to import it (``pipeline.arrow_no_pandas`` stops that in
+  the runner process); with the guard arrays, tables and DuckDB's scan of them leave pandas
+  alone and an explicit import still reaches it;
+* gguf: only a GGUF model's load imports it (``runner/model/loader.py``);
+* a headless run of a preset through the CLI imports neither, in either process.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +18,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FAKE_PANDAS = """
+FAKE = """
 import os
-with open(os.environ["PANDAS_MARKER"], "a") as f:
+with open(os.environ["{marker}"], "a") as f:
     f.write("imported\\n")
-raise ImportError("a stand-in: pandas is not here")
+raise ImportError("a stand-in: {name} is not here")
 """
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "fake" / "pandas").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "fake" / "pandas" / "__init__.py").write_text(FAKE_PANDAS)
+    markers = {}
+    for name in ("pandas", "gguf"):
+        (tmp_path / "fake" / name).mkdir(parents=True, exist_ok=True)
+        marker = f"{name.upper()}_MARKER"
+        (tmp_path / "fake" / name / "__init__.py").write_text(
+            FAKE.replace("{marker}", marker).replace("{name}", name)
+        )
+        markers[marker] = str(tmp_path / f"{name}.marker")
     path = os.pathsep.join([str(tmp_path / "fake"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "PYTHONPATH": path, "PANDAS_MARKER": str(tmp_path / "marker")}
+    return {**os.environ, "PYTHONPATH": path, **markers}
 
 
 def _python(tmp_path: Path, code: str) -> str:
@@ -39,8 +48,8 @@ def _python(tmp_path: Path, code: str) -> str:
     return proc.stdout.strip()
 
 
-def _attempts(tmp_path: Path) -> int:
-    marker = tmp_path / "marker"
+def _attempts(tmp_path: Path, name: str = "pandas") -> int:
+    marker = tmp_path / f"{name}.marker"
     return len(marker.read_text().splitlines()) if marker.exists() else 0
 
 
@@ -81,7 +90,7 @@ print(arrow_without_pandas(), sys.modules["pandas"].__file__.endswith("pandas.py
     assert _python(tmp_path, code) == "False True"
 
 
-def test_a_headless_run_imports_pandas_in_neither_process(tmp_path):
+def test_a_headless_run_imports_neither_pandas_nor_gguf_in_either_process(tmp_path):
     db = tmp_path / "runs.duckdb"
     proc = subprocess.run(
         [sys.executable, "-m", "mrv2_prof", "run", "--headless", "--db", str(db)],
@@ -89,4 +98,4 @@ def test_a_headless_run_imports_pandas_in_neither_process(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "requests 16/16 done" in proc.stdout + proc.stderr
-    assert _attempts(tmp_path) == 0
+    assert (_attempts(tmp_path, "pandas"), _attempts(tmp_path, "gguf")) == (0, 0)
