@@ -34,6 +34,10 @@ from mrv2_prof.store import Store
 
 FAR_FROM_ROOF = 0.5  # an op under this fraction of its roof is a finding ...
 MIN_TIME_SHARE = 0.10  # ... when it takes at least this share of the window's kernel time
+# A launch whose work takes under this at its roof is bound by what every launch costs (its
+# start, its first loads' latency, its tail): an empty kernel takes ~1 µs in a CUDA graph on an
+# H100/H200, a small decode kernel's latency chain 2-5 µs (benchmarks/RESULTS.md, third round).
+LAUNCH_BOUND_US = 2.0
 NO_KERNELS = "no kernels recorded (probes.kernel_trace on a CUDA run, or nsys import)"
 _KERNELS = """
     SELECT step, name, start_ns, end_ns FROM kernels
@@ -172,13 +176,39 @@ def far_from_roof(table: KernelRoofline | None, most: int = 2) -> list[OpRow]:
 
 
 def op_line(r: OpRow) -> str:
-    """``qkv at 1.60 TB/s, 39 % of the HBM roof: 120 µs per step (22 % of kernel time)``."""
+    """``qkv at 1.60 TB/s, 39 % of the HBM roof: 120 µs per step (22 % of kernel time, 16
+    launches per step); 7.5 µs a launch ...`` (``to_close``)."""
     speed = (f"{r.flops_per_s / 1e12:.3g} TFLOP/s" if r.bound == "tensor-core"
              else f"{(r.bytes_per_s or 0) / 1e12:.2f} TB/s")  # fmt: skip
-    return (
+    line = (
         f"{r.op} at {speed}, {100 * (r.fraction or 0):.0f} % of the {r.bound} roof: "
         f"{r.us:,.1f} µs per step ({100 * r.share:.0f} % of kernel time, "
         f"{r.launches:g} launch{'' if r.launches == 1 else 'es'} per step)"
+    )
+    closing = to_close(r)
+    return line if closing is None else f"{line}; {closing}"
+
+
+def to_close(r: OpRow) -> str | None:
+    """What would close an op's gap to its roof, from its time a launch (device time per step
+    over launches per step) against that launch's work at the roof (the same times its fraction
+    of the roof): under ``LAUNCH_BOUND_US`` of work a launch, each launch's fixed cost binds, so
+    fewer, larger launches would (fusing it with a kernel beside it, more work each); with more
+    work a launch, the kernel itself would (its tiles, and programs enough to fill the SMs)."""
+    if r.fraction is None or r.launches <= 0 or r.us <= 0:
+        return None
+    taken = r.us / r.launches
+    at_roof = r.fraction * taken
+    if at_roof < LAUNCH_BOUND_US:
+        return (
+            f"{taken:,.1f} µs a launch for {at_roof:.2f} µs of work at the roof: launch-bound, "
+            "so fewer, larger launches would close it (fused with a kernel beside it, or more "
+            "work each), not faster tiles"
+        )
+    return (
+        f"{taken:,.1f} µs a launch for {at_roof:,.1f} µs of work at the roof: enough work a "
+        "launch, so the kernel itself would close it (its tiles, and programs enough to fill "
+        "the SMs)"
     )
 
 

@@ -11,7 +11,14 @@ import pytest
 from mrv2_prof.analysis import kernel_roofline as kernel_roofline_module
 from mrv2_prof.analysis.findings import RULES, Finding
 from mrv2_prof.analysis.kernel_ops import attribute_step
-from mrv2_prof.analysis.kernel_roofline import NO_KERNELS, kernel_roofline, kernels_far_from_roof
+from mrv2_prof.analysis.kernel_roofline import (
+    NO_KERNELS,
+    OpRow,
+    kernel_roofline,
+    kernels_far_from_roof,
+    op_line,
+    to_close,
+)
 from mrv2_prof.report.figure_meta import NotMeasured
 from mrv2_prof.report.html_report import render_run_report
 from mrv2_prof.report.kernel_table import kernel_table
@@ -161,6 +168,11 @@ def test_the_finding_names_the_top_ops_far_from_their_roof(tmp_path):
     assert found.rule == "kernels_far_from_roof" and found.severity == 1
     assert found.text.startswith("kernels far from their roof (1 tokens per step): gate_up at ")
     assert "; lm_head at 0.01 TB/s, 1 % of the HBM roof: 8.0 µs per step (17 % of" in found.text
+    # gate_up: 9 µs over 2 launches, 65,536 B at 1 TB/s = 0.066 µs of work, 0.033 µs a launch
+    assert (
+        "launches per step); 4.5 µs a launch for 0.03 µs of work at the roof: launch-bound, "
+        "so fewer, larger launches would close it" in found.text
+    )
     assert found.weight == pytest.approx(17_000 / 47_000)
     assert any(getattr(rule, "func", None) is kernels_far_from_roof for rule in RULES)
     assert kernels_far_from_roof(Finding, None, SimpleNamespace()) is None
@@ -190,3 +202,25 @@ def test_a_run_stored_before_the_op_cost_says_so(tmp_path):
     with _store(tmp_path, {5: STEP}, cost={"weight_bytes": 1}) as store:
         table = kernel_roofline(store, "r")
     assert table.why == "the run recorded no per-op cost (stored before it was)"
+
+
+def _op(launches: float, us: float, fraction: float | None) -> OpRow:
+    return OpRow(op="x", launches=launches, us=us, share=0.5, bytes=1.0, flops=0.0,
+                 bytes_per_s=1.0, flops_per_s=0.0, fraction=fraction, bound="HBM")  # fmt: skip
+
+
+def test_what_would_close_an_op_follows_its_work_a_launch_at_the_roof():
+    """Hand-worked: time a launch = µs per step / launches; its work at the roof = that x the
+    fraction of the roof; under LAUNCH_BOUND_US (2 µs) the launches bind."""
+    assert kernel_roofline_module.LAUNCH_BOUND_US == 2.0
+    # decode attention at batch 1: 16 launches, 107 µs, 2 % of the roof: 6.7 µs for 0.13 µs
+    attention = to_close(_op(16, 107.0, 0.02))
+    assert attention.startswith("6.7 µs a launch for 0.13 µs of work at the roof: launch-bound")
+    # a down projection: 28 launches, 148 µs at 40 %: 5.3 µs a launch for 2.1 µs of work
+    down = to_close(_op(28, 148.0, 0.40))
+    assert down.startswith("5.3 µs a launch for 2.1 µs of work at the roof: enough work a launch")
+    assert "its tiles" in down and "launch-bound" not in down
+    assert "enough work" in to_close(_op(1, 4.0, 0.5))  # exactly 2 µs of work: not launch-bound
+    assert "launch-bound" in to_close(_op(1, 4.0, 0.49))
+    assert to_close(_op(2, 5.0, None)) is None  # no cost, no roof: nothing said
+    assert op_line(_op(2, 5.0, None)).endswith("(50 % of kernel time, 2 launches per step)")
