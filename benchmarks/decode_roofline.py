@@ -64,6 +64,8 @@ from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
 
 SKIP_STEPS = 2  # steady steps that still overlap the last prefill
+# an op's line in "most time to gain": whether its launches bind (kernel_roofline.launch_bound)
+BOUND = {True: "launch-bound", False: "kernel-bound", None: "no roof"}
 
 
 def sync() -> None:
@@ -317,7 +319,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
         if r.get("op_roofs"):
             far = "; ".join(
                 f"{o['op']} {o['us']:.0f} µs at {100 * o['of_roof']:.0f}% of its roof "
-                f"({o['to_gain_us']:.0f} µs)"
+                f"({o['to_gain_us']:.0f} µs, {BOUND[o.get('launch_bound')]})"
                 for o in r["op_roofs"][:3]
             )
             gaps = r.get("graph_gap_us_per_step", 0)

@@ -22,7 +22,7 @@ import collections
 import json
 
 from mrv2_prof.analysis.kernel_ops import OTHER, UNATTRIBUTED, attribute_step
-from mrv2_prof.analysis.kernel_roofline import op_bytes_flops, op_row, own_ns
+from mrv2_prof.analysis.kernel_roofline import launch_bound, op_bytes_flops, op_row, own_ns
 
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
 
@@ -139,5 +139,6 @@ def op_roofs(
         rows.append({
             "op": op, "launches": t["launches"], "us": t["us"], "bytes": nbytes, "flops": flops,
             "roof_us": roof_us, "of_roof": r.fraction, "to_gain_us": t["us"] - roof_us,
+            "launch_bound": launch_bound(r),  # under 2 µs of work a launch at the roof
         })  # fmt: skip
     return sorted(rows, key=lambda r: -r["to_gain_us"])

@@ -176,6 +176,12 @@ def test_each_op_of_the_forward_replays_is_timed_and_set_against_its_roof(monkey
         ("qkv", 6.0, 4.0),
     ]
     assert roofs[1]["of_roof"] == 0.6
+    # launch-bound under 2 µs of work a launch at the roof: 5 and 6 µs are not; two norms of
+    # 100 B each are (0.1 µs a launch at 1 GB/s)
+    assert [r["launch_bound"] for r in roofs] == [False, False]
+    cost["norm"] = {"weight_bytes": 100}
+    roofs = trace.op_roofs(ops, cost, (2, 2, 10, 10), bandwidth=1e9, peak=None)
+    assert {r["op"]: r["launch_bound"] for r in roofs}["norm"] is True
 
 
 def test_an_op_launched_early_under_pdl_counts_its_own_time(monkeypatch, tmp_path):

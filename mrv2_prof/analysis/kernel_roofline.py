@@ -189,17 +189,26 @@ def op_line(r: OpRow) -> str:
     return line if closing is None else f"{line}; {closing}"
 
 
+def launch_bound(r: OpRow) -> bool | None:
+    """Whether one launch of the op does under ``LAUNCH_BOUND_US`` of work at its roof (None:
+    an op with no roof, or no launches)."""
+    if r.fraction is None or r.launches <= 0 or r.us <= 0:
+        return None
+    return r.fraction * r.us / r.launches < LAUNCH_BOUND_US
+
+
 def to_close(r: OpRow) -> str | None:
     """What would close an op's gap to its roof, from its time a launch (device time per step
     over launches per step) against that launch's work at the roof (the same times its fraction
     of the roof): under ``LAUNCH_BOUND_US`` of work a launch, each launch's fixed cost binds, so
     fewer, larger launches would (fusing it with a kernel beside it, more work each); with more
     work a launch, the kernel itself would (its tiles, and programs enough to fill the SMs)."""
-    if r.fraction is None or r.launches <= 0 or r.us <= 0:
+    bound = launch_bound(r)
+    if bound is None:
         return None
     taken = r.us / r.launches
     at_roof = r.fraction * taken
-    if at_roof < LAUNCH_BOUND_US:
+    if bound:
         return (
             f"{taken:,.1f} µs a launch for {at_roof:.2f} µs of work at the roof: launch-bound, "
             "so fewer, larger launches would close it (fused with a kernel beside it, or more "
