@@ -151,9 +151,11 @@ def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
 def test_auto_decode_gemv_takes_the_one_pass_gemvs_on_a_narrow_model_on_a_gpu(monkeypatch):
     """``decode_gemv: auto`` (the default): ``fused_onepass`` with the Triton kernels on a GPU
     for a model of at most 768 hidden features (SmolLM2-135M's 576), ``plain`` for a wider one
-    (qwen3-0.6b's 1,024), on the CPU, or when the width is not known; an explicit value is
-    kept; auto asks for nothing, so it is never a note."""
+    (qwen3-0.6b's 1,024), on the CPU, or when the width is not known; on an H100 SXM up to
+    2,048 (llama-1b's), not 4,096 (the 8B's); an explicit value is kept; auto asks for nothing,
+    so it is never a note."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     auto = RunnerConfig(device="cuda")
     assert auto.decode_gemv == "auto"
 
@@ -163,6 +165,12 @@ def test_auto_decode_gemv_takes_the_one_pass_gemvs_on_a_narrow_model_on_a_gpu(mo
     assert [gemv(auto, hidden=h) for h in (576, 768, 769, 1024, 2048)] == [
         "fused_onepass", "fused_onepass", "plain", "plain", "plain"
     ]  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert [gemv(auto, hidden=h) for h in (576, 1024, 2048, 2049, 4096)] == [
+        "fused_onepass", "fused_onepass", "fused_onepass", "plain", "plain"
+    ]  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
+    assert gemv(auto, hidden=1024) == "plain"  # not measured: the width of any other GPU
     assert gemv(auto, is_cuda=False, hidden=576) == "plain"
     assert gemv(auto) == "plain" and gemv(auto, "torch", hidden=576) == "plain"
     explicit = RunnerConfig(device="cuda", decode_gemv="plain")

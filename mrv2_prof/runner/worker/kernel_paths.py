@@ -26,14 +26,17 @@ batch's contexts, so that a CUDA graph fits every batch of its size). Its GPU te
 warmed engine's no-compile test on every shipped scenario included (the failure that kept it off
 was the sampler's UVA gather compiling late, not split-KV).
 ``decode_gemv`` defaults to ``auto``: with the Triton kernels on a GPU, ``fused_onepass`` for a
-model of at most ``ONE_PASS_MAX_HIDDEN`` hidden features, ``plain`` otherwise (and on the CPU).
+model of at most ``one_pass_max_hidden`` hidden features, ``plain`` otherwise (and on the CPU).
 In one invocation on an H200 (batch 1, PDL and the fold on) the one-pass fused GEMVs took
 SmolLM2-135M (576 features) from 0.543 to 0.511 ms, were even on qwen3-0.6b (1,024: 0.851 against
 0.854) and lost 4 % on llama-1b (2,048) and 10 % on llama-3-8b (4,096): with a narrow model the
-step is launches, and the fused path has six a layer against nine. Its GPU tests (SmolLM2's
-greedy tokens against the torch path and transformers, no compile after warm-up) passed with
-every decode path on. ``decode_gemm: cublas`` stays the default: the Triton GEMM lost at every
-batch.
+step is launches, and the fused path has six a layer against nine. So the width is 768
+(``ONE_PASS_MAX_HIDDEN``) on any GPU but one measured otherwise: on the H100 SXM ("H100 80GB
+HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 576 (6-7 %),
+1,024 (2-3 %) and 2,048 (3.6-6.8 %) and lost at 4,096 (2.6 %), so there it is 2,048. Its GPU
+tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
+warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
+Triton GEMM lost at every batch.
 
 ``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
 refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
@@ -49,6 +52,7 @@ from mrv2_prof.runner.config import RunnerConfig
 
 PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention", "split_kv")
 ONE_PASS_MAX_HIDDEN = 768  # decode_gemv auto: fused_onepass up to this width (SmolLM2's 576)
+ONE_PASS_WIDER = {"H100 80GB HBM3": 2048}  # ... or this, on a GPU of this name (measured there)
 OFF = {
     "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False,
     "split_kv": False,
@@ -57,6 +61,13 @@ OFF = {
 
 def _pdl_capable(is_cuda: bool) -> bool:
     return is_cuda and torch.cuda.get_device_capability()[0] >= 9
+
+
+def one_pass_max_hidden() -> int:
+    """The widest model (hidden features) ``decode_gemv: auto`` gives the one-pass fused GEMVs
+    on this process's CUDA device: ``ONE_PASS_WIDER`` by the device's name, else 768."""
+    name = torch.cuda.get_device_name()
+    return next((w for key, w in ONE_PASS_WIDER.items() if key in name), ONE_PASS_MAX_HIDDEN)
 
 
 def resolved_paths(
@@ -69,7 +80,7 @@ def resolved_paths(
         return dict(OFF)
     paths = {name: getattr(config, name) for name in PATHS}
     if paths["decode_gemv"] == "auto":
-        narrow = is_cuda and hidden_size is not None and hidden_size <= ONE_PASS_MAX_HIDDEN
+        narrow = is_cuda and hidden_size is not None and hidden_size <= one_pass_max_hidden()
         paths["decode_gemv"] = "fused_onepass" if narrow else "plain"
     if paths["pdl"] is None:
         paths["pdl"] = _pdl_capable(is_cuda)
