@@ -35,6 +35,10 @@
 #   benchmarks/limit_round.sh wide      # decode attention's key tile where requests x kv heads
 #                                       # exceed the SMs (64, the default, against 128), the
 #                                       # kernel alone and batch 64 / 256 in the engine
+#   benchmarks/limit_round.sh gemv-auto # decode_gemv auto's choice on this GPU: plain against
+#                                       # fused_onepass at batch 1 (split-KV, PDL, the fold on)
+#                                       # for llama-1b, qwen3-0.6b and llama-3-8b (ONE_PASS_WIDER
+#                                       # in runner/worker/kernel_paths.py reads the winner)
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -43,7 +47,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|wide|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|wide|gemv-auto|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -150,6 +154,11 @@ wide)
             --out "$out/wide_engine.json"
     } 2>&1 | tee "$log"
     ;;
+gemv-auto)
+    $py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b \
+        --preset llama-3-8b --variant plain+pdl+fold+split --variant fused_onepass+pdl+fold+split \
+        --out "$out/$part.json" 2>&1 | tee "$log"
+    ;;
 ops)
     db="$out/ops.duckdb"
     common=(scenarios/decode_heavy.yaml --headless --db "$db"
@@ -167,7 +176,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, wide, ops)" >&2
+    startup, split, tiles, mink, wide, gemv-auto, ops)" >&2
     exit 2
     ;;
 esac
