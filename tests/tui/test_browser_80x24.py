@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.geometry import Region
 from textual.widgets import DataTable, Input
-from tui_helpers import svg_text, text, wait_for
+from tui_helpers import paint_after, svg_text, text, wait_for
 
 from mrv2_prof.report.verdict import BETTER, INCONCLUSIVE, NOISE, WORSE
 from mrv2_prof.store import Store
@@ -137,13 +136,7 @@ async def test_rows_painted_before_the_table_measures_its_columns_end_with_every
     """A screen refresh between a fill of the run list and the table's measure of its columns
     (what a loaded machine does now and then) paints the rows at the headers' widths; the
     measure paints them anew, so no number stays cut ("1,376 m")."""
-    fill = RunsScreen._fill
-
-    def fill_and_paint(screen: RunsScreen) -> None:
-        fill(screen)
-        screen.query_one("#runs", DataTable).render_lines(Region(0, 0, NARROW[0], 4))
-
-    monkeypatch.setattr(RunsScreen, "_fill", fill_and_paint)
+    paint_after(monkeypatch, RunsScreen, "_fill", "runs", 4, width=NARROW[0])
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         await settle(app, pilot)
@@ -303,13 +296,7 @@ async def test_a_comparison_painted_before_its_table_measures_its_columns_ends_w
 ):
     """As the run list: a paint between the comparison's fill and its table's measure (the
     headers' widths) is painted anew at the widths measured, so no value stays cut."""
-    fill = CompareScreen._fill
-
-    def fill_and_paint(screen: CompareScreen) -> None:
-        fill(screen)
-        screen.query_one("#compare-table", DataTable).render_lines(Region(0, 0, NARROW[0], 10))
-
-    monkeypatch.setattr(CompareScreen, "_fill", fill_and_paint)
+    paint_after(monkeypatch, CompareScreen, "_fill", "compare-table", 10, width=NARROW[0])
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         await settle(app, pilot)
@@ -331,18 +318,9 @@ async def test_steps_painted_before_the_table_measures_its_columns_end_whole(lon
     """As the run list, for the step table: a page of steps painted before the table measures
     its columns is painted anew at the widths measured. A page that comes while the steps tab
     is hidden is dropped, so the table is first filled on screen (by ``o``)."""
-    loaded = RunScreen.on_run_screen_steps_loaded
-    paints: list[int] = []
-
-    def load_and_paint(screen: RunScreen, message: RunScreen.StepsLoaded) -> None:
-        table = screen.query_one("#steps-table", DataTable)
-        if not table.size.width:
-            return
-        loaded(screen, message)
-        table.render_lines(Region(0, 0, table.size.width, 8))
-        paints.append(table.row_count)
-
-    monkeypatch.setattr(RunScreen, "on_run_screen_steps_loaded", load_and_paint)
+    paints = paint_after(
+        monkeypatch, RunScreen, "on_run_screen_steps_loaded", "steps-table", 8, on_screen_only=True
+    )
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
         screen, table = await _steps(app, pilot)

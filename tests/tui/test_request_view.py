@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
-from textual.geometry import Region
 from textual.widgets import DataTable, TabbedContent
-from tui_helpers import svg_text, text, wait_for
+from tui_helpers import paint_after, svg_text, text, wait_for
 
 from mrv2_prof.store import Store
 from mrv2_prof.tui.browser import BrowserApp
@@ -136,18 +135,10 @@ async def test_requests_painted_before_the_table_measures_its_columns_end_whole(
     """A page of requests painted before the table measures its columns (the headers' widths:
     "TTFT" for "10.0 ms") is painted anew at the widths measured, so no cell stays cut. A page
     that comes while the tab is hidden is dropped, so the table is first filled on screen."""
-    loaded = RequestView.on_request_view_page_loaded
-    paints: list[int] = []
-
-    def load_and_paint(view: RequestView, message: RequestView.PageLoaded) -> None:
-        table = view.query_one("#requests-table", DataTable)
-        if not table.size.width:
-            return
-        loaded(view, message)
-        table.render_lines(Region(0, 0, table.size.width, 14))
-        paints.append(table.row_count)
-
-    monkeypatch.setattr(RequestView, "on_request_view_page_loaded", load_and_paint)
+    paints = paint_after(
+        monkeypatch, RequestView, "on_request_view_page_loaded", "requests-table", 14,
+        on_screen_only=True,
+    )  # fmt: skip
     app = BrowserApp(text_db)
     async with app.run_test(size=(160, 48)) as pilot:
         await app.workers.wait_for_complete()

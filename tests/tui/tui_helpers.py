@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from textual.app import App
+from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from mrv2_prof.views.snapshot import Snapshot
 
@@ -122,6 +123,30 @@ class ScriptedSource(FakeSource):
         self.num_polls += 1
         snapshot = self.script.pop(0) if self.script else None
         return snapshot, not self.script
+
+
+def paint_after(
+    monkeypatch, cls: type, method: str, table_id: str, rows: int, *, width: int = 0,
+    on_screen_only: bool = False,
+) -> list[int]:  # fmt: skip
+    """``cls.method`` (a fill, or the handler of a loaded page) patched to paint the table
+    ``#table_id`` (its first ``rows`` lines, ``width`` or its own width wide) right after it, as
+    a screen refresh between a fill and the table's measure of its columns does on a loaded
+    machine. ``on_screen_only``: a call while the table is hidden (width 0) is dropped, so the
+    first fill happens on screen. Returns the table's row count at each paint."""
+    original = getattr(cls, method)
+    paints: list[int] = []
+
+    def patched(self, *args) -> None:
+        table = self.query_one(f"#{table_id}", DataTable)
+        if on_screen_only and not table.size.width:
+            return
+        original(self, *args)
+        table.render_lines(Region(0, 0, width or table.size.width, rows))
+        paints.append(table.row_count)
+
+    monkeypatch.setattr(cls, method, patched)
+    return paints
 
 
 def text(app: App, widget_id: str) -> str:
