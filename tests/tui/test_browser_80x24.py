@@ -156,18 +156,25 @@ async def test_rows_painted_before_the_table_measures_its_columns_end_with_every
 SCROLLBAR = "▁▂▃▄▅▆▇█▉▊▋▌▍▎▏▐ "
 
 
+async def _comparison(app, pilot) -> tuple[CompareScreen, DataTable, list, list[str]]:
+    """The first two runs compared at 80x24: the screen, its table, the rows on screen and the
+    screen's lines once they all show."""
+    await settle(app, pilot)
+    await pilot.press("c", "down", "c")
+    await settle(app, pilot)
+    screen = app.screen
+    assert isinstance(screen, CompareScreen) and screen.loaded
+    table = screen.query_one("#compare-table", DataTable)
+    on_screen = list(table.rows)[:8]  # the rows on screen at 80x24
+    lines = await lines_showing(app, pilot, [f" {k.value} " for k in on_screen])
+    return screen, table, on_screen, lines
+
+
 @pytest.mark.asyncio
 async def test_the_comparison_at_80x24_keeps_every_verdict_whole(long_db):
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
-        await settle(app, pilot)
-        await pilot.press("c", "down", "c")
-        await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, CompareScreen) and screen.loaded
-        table = screen.query_one("#compare-table", DataTable)
-        on_screen = list(table.rows)[:8]  # the rows on screen at 80x24
-        lines = await lines_showing(app, pilot, [f" {k.value} " for k in on_screen])
+        screen, table, on_screen, lines = await _comparison(app, pilot)
         verdicts = 0
         for row_key in on_screen:
             verdict = str(table.get_cell(row_key, "verdict"))
@@ -299,14 +306,7 @@ async def test_a_comparison_painted_before_its_table_measures_its_columns_ends_w
     paint_after(monkeypatch, CompareScreen, "_fill", "compare-table", 10, width=NARROW[0])
     app = BrowserApp(long_db)
     async with app.run_test(size=NARROW) as pilot:
-        await settle(app, pilot)
-        await pilot.press("c", "down", "c")
-        await settle(app, pilot)
-        screen = app.screen
-        assert isinstance(screen, CompareScreen) and screen.loaded
-        table = screen.query_one("#compare-table", DataTable)
-        on_screen = list(table.rows)[:8]  # the rows on screen at 80x24
-        lines = await lines_showing(app, pilot, [f" {k.value} " for k in on_screen])
+        _, table, on_screen, lines = await _comparison(app, pilot)
         for row_key in on_screen:
             (line,) = [x for x in lines if x.startswith(f" {row_key.value} ")]
             for column in ("a", "b", "pct"):
