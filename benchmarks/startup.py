@@ -72,6 +72,8 @@ def one_run(preset: str, db: Path, sets: list[str], requests: int, collector: st
         "phases": dict(startup_phases(info)),
         "num_graphs": info.get("num_graphs"),
         "gc_frozen_objects": info.get("gc_frozen_objects"),
+        "triton_key_s": info.get("triton_key_s"),  # hashed on a thread (None: no thread)
+        "triton_key_wait_s": info.get("triton_key_wait_s"),
         "compiles_after_warmup": int(late[0]),
         "compile_ms_after_warmup": float(late[1]),
         "startup_compiles": int(early[0]),  # warm-up and capture: their share of start-up
@@ -125,6 +127,11 @@ def main() -> None:
 def describe(row: dict) -> str:
     """One run's line: to the first step, its phases, the compiles in and after start-up."""
     phases = ", ".join(f"{k} {v:.2f}" for k, v in row["phases"].items())
+    key = row.get("triton_key_s")
+    if key is not None:  # triton's cache key, hashed beside start-up, and the wait for it
+        phases += (
+            f"; triton's cache key {key:.2f} s on a thread, {row['triton_key_wait_s']:.2f} waited"
+        )
     return (
         f"{row['to_first_step_s']:.2f} s to the first step ({phases}; {row['num_graphs']} graph "
         f"keys); {row['startup_compiles']} compiles in start-up ({row['startup_compile_ms']:.0f} "

@@ -50,6 +50,8 @@ def startup_facts(info, startup_s: float, num_requests: int, notes: list[str]) -
         "draft_kv_cache_bytes": info.draft_kv_cache_bytes,  # spec_decode draft_model
         "draft_capture_s": info.draft_capture_s,
         "spec_drafts_on": info.spec_drafts_on,  # spec_decode: where drafts are made and kept
+        "triton_key_s": info.triton_key_s,  # worker/triton_key_prefetch.py: hashed on a thread
+        "triton_key_wait_s": info.triton_key_wait_s,  # ... and waited for (in "other")
         "step_cost": info.step_cost,  # the per-step roofline's constants (model/step_cost.py)
         "memory": info.memory,  # device memory at start-up (worker/memory_breakdown.py)
         "startup_s": startup_s,

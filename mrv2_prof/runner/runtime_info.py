@@ -30,6 +30,8 @@ class RuntimeInfo:
     draft_kv_cache_bytes: int = 0  # speculative draft model: its KV cache and draft probs
     draft_capture_s: float = 0.0  # capturing the draft model's fused draft graphs
     spec_drafts_on: str = ""  # speculative decoding: "device" or "host" (the drafter's choice)
+    triton_key_s: float | None = None  # triton's cache key hashed on a thread (None: no thread)
+    triton_key_wait_s: float = 0.0  # start-up's wait for that thread before its first launch
     step_cost: dict[str, Any] = field(default_factory=dict)  # model/step_cost.py: the roofline's
     memory: dict[str, Any] = field(default_factory=dict)  # worker/memory_breakdown.py
     notes: list[str] = field(default_factory=list)

@@ -67,12 +67,22 @@ def test_start_up_joins_the_thread_before_its_first_launch(monkeypatch):
     from mrv2_prof.runner.worker import startup
 
     events = []
-    monkeypatch.setattr(triton_key_prefetch, "wait", lambda: events.append("wait"))
+    monkeypatch.setattr(triton_key_prefetch, "wait", lambda: events.append("wait") or 0.25)
     for name in ("initialize_kv_cache", "warm_up"):  # the profiling run, the warm-up's launches
         real = getattr(startup, name)
         monkeypatch.setattr(
             startup, name, lambda *a, _n=name, _f=real, **k: (events.append(_n), _f(*a, **k))[1]
         )
     cfg = RunnerConfig(device="cpu", num_kv_blocks=64, max_model_len=256, cudagraph_mode="none")
-    Engine(cfg, ModelSpec(preset="llama-tiny"))
+    engine = Engine(cfg, ModelSpec(preset="llama-tiny"))
     assert events == ["wait", "initialize_kv_cache", "warm_up"]
+    assert engine.info.triton_key_s == 0.25  # what the thread took, as wait returned it
+    assert 0 <= engine.info.triton_key_wait_s < 1.0
+
+
+def test_a_run_records_no_thread_on_the_cpu(run_in_process):
+    """On the CPU nothing is hashed on a thread: the start-up facts say so (None), and the
+    wait before the first launch is nil."""
+    _, messages = run_in_process()
+    facts = messages[-1][1].facts
+    assert facts["triton_key_s"] is None and 0 <= facts["triton_key_wait_s"] < 0.01

@@ -38,7 +38,9 @@ from mrv2_prof.runner.worker.uva import take
 
 def start_up(runner: ModelRunner) -> int:
     """KV cache, warm-up, CUDA graphs. Returns the number of KV cache blocks."""
-    triton_key_prefetch.wait()  # triton's cache key, hashed on a thread since torch imported
+    t0 = time.perf_counter()  # triton's cache key, hashed on a thread since torch imported
+    runner.info.triton_key_s = triton_key_prefetch.wait()
+    runner.info.triton_key_wait_s = time.perf_counter() - t0
     num_blocks = initialize_kv_cache(runner)
     per_token = runner.info.kv_cache_bytes // (num_blocks * runner.config.block_size)
     runner.info.step_cost = step_cost(runner.model, runner.model_args, per_token)
