@@ -20,8 +20,9 @@ pytest.importorskip("triton")
 
 SCRIPT = r"""
 import json
-from triton.runtime.cache import triton_key
 from mrv2_prof.runner.worker import triton_key_prefetch as prefetch
+
+triton_key = prefetch.triton_key_function()
 
 prefetch.will_compile = lambda device="auto": True  # as on a CUDA host
 out = {"cached_before": triton_key.cache_info().currsize}

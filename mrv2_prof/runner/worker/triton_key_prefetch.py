@@ -59,12 +59,20 @@ def wait() -> float | None:
     return _took[0] if _took else None
 
 
+def triton_key_function():
+    """triton's ``triton_key`` (``triton.runtime.cache`` from triton 3.5, before it
+    ``triton.compiler.compiler``)."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # triton 3.3 and 3.4
+        from triton.compiler.compiler import triton_key
+    return triton_key
+
+
 def _compute() -> None:
     t0 = time.perf_counter()
     try:
-        from triton.runtime.cache import triton_key
-
-        triton_key()
+        triton_key_function()()
     except Exception:  # noqa: BLE001 - the compile that needs the key raises it itself
         return
     _took.append(time.perf_counter() - t0)
