@@ -53,7 +53,9 @@ def start_up(runner: ModelRunner) -> int:
 
 def rank_runner(config, model_spec, tp) -> ModelRunner:
     """A worker rank of a tensor-parallel runner (``parallel/tp_workers.py`` spawns it): its
-    model runner, started up as rank 0's is, so their collectives pair up."""
+    model runner, started up as rank 0's is, so their collectives pair up. Its own process
+    hashes triton's cache key on a thread while the rank's weights load, as rank 0's does."""
+    triton_key_prefetch.start(str(config.device))
     runner = ModelRunner(config, model_spec, tp=tp)
     start_up(runner)
     return runner

@@ -13,7 +13,8 @@ CUDA device, triton installed, not the interpreter); the harness calls it right 
 import, so the key is hashed while the engine's modules import and the weights load. ``wait``
 joins that thread; start-up (``startup.start_up``) calls it before the first launch, so the
 main thread finds the key in the cache instead of hashing it a second time beside the thread.
-Without ``start`` (the tests, a CPU run, a tensor-parallel rank) ``wait`` returns at once.
+A tensor-parallel rank's process starts its own before its weights load
+(``startup.rank_runner``). Without ``start`` (the tests, a CPU run) ``wait`` returns at once.
 A failure on the thread is left for the main thread's own call of ``triton_key`` to raise, in
 the compile that needs it, as it would have without the thread.
 """
