@@ -116,8 +116,11 @@ def main() -> None:
                 mine = [r for r in rows if r["preset"] == preset and r["collector"] == side]
                 med = statistics.median(r["to_first_step_s"] for r in mine)
                 imports = statistics.median(r["phases"].get("imports", 0.0) for r in mine)
-                print(f"{preset} collector {side}: median {med:.2f} s to the first step, "
-                      f"imports {imports:.2f} s ({len(mine)} runs)")  # fmt: skip
+                torch_s = statistics.median(r["phases"].get("torch", 0.0) for r in mine)
+                print(
+                    f"{preset} collector {side}: median {med:.2f} s to the first step, "
+                    f"torch {torch_s:.2f} s, imports {imports:.2f} s ({len(mine)} runs)"
+                )
     write_results(
         args.out, {"scenario": str(SCENARIO.name), "sets": args.sets, "collector": args.collector},
         rows,

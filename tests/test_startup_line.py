@@ -43,6 +43,19 @@ def test_the_process_is_two_phases_where_the_runners_entry_was_recorded():
     assert startup_line(facts).startswith("start-up 8.2 s (interpreter 0.8 s, imports 1.5 s, ")
 
 
+def test_torchs_own_import_is_a_phase_of_the_imports_where_it_was_recorded():
+    facts = {**FACTS, "process_entry_s": 0.75, "torch_import_s": 1.0}  # of the 1.5 s after entry
+    phases = startup_phases(facts)
+    assert phases[:3] == [("interpreter", 0.75), ("torch", 1.0), ("imports", 0.5)]
+    assert abs(sum(s for _, s in phases) - 8.25) < 1e-9  # the same total
+    assert startup_line(facts).startswith(
+        "start-up 8.2 s (interpreter 0.8 s, torch 1.0 s, imports 0.5 s, "
+    )
+    # never more than the time after the entry (clocks of two processes): imports then nil
+    over = startup_phases({**facts, "torch_import_s": 9.0})
+    assert over[:2] == [("interpreter", 0.75), ("torch", 1.5)] and over[2][0] == "weights"
+
+
 def test_the_host_samplers_share_of_start_up_closes_the_line():
     """With the host sampler on, its time sampling start-up is said (from 0.05 s), not a phase:
     the phases still add up to the total."""
@@ -66,13 +79,18 @@ def test_a_headless_runs_line_totals_process_and_engine_startup(tmp_path):
     proc = cli("run", str(QUICKSTART), "--headless", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     text = " ".join((proc.stdout + proc.stderr).split())  # the progress console may wrap it
-    got = re.search(r"start-up (\d+\.\d) s \(interpreter (\d+\.\d) s, imports (\d+\.\d) s", text)
+    got = re.search(r"start-up (\d+\.\d) s \(([^)]*)\)", text)
     assert got, text
-    sql = "SELECT info->>'process_start_s', info->>'startup_s', info->>'process_entry_s' FROM runs"
+    pairs = re.findall(r"([a-z ]+) (\d+\.\d) s", got.group(2))
+    shown = {name.strip(): float(v) for name, v in pairs}
+    sql = ("SELECT info->>'process_start_s', info->>'startup_s', info->>'process_entry_s', "
+           "info->>'torch_import_s' FROM runs")  # fmt: skip
     (info,) = query(db, sql)
-    process, startup, entry = float(info[0]), float(info[1]), float(info[2])
+    process, startup, entry, torch_s = (float(v) for v in info)
     assert 0.1 < process < 60  # a fresh interpreter importing torch takes a while
     assert 0 < entry < process  # the target began before the engine's imports were done
+    assert 0.1 < torch_s < process - entry  # torch's import, inside the imports
     assert float(got.group(1)) == round(process + startup, 1)
-    assert float(got.group(2)) == round(entry, 1)
-    assert float(got.group(3)) == round(process - entry, 1)
+    assert shown["interpreter"] == round(entry, 1)
+    assert shown["torch"] == round(torch_s, 1)
+    assert shown.get("imports", 0.0) == round(process - entry - torch_s, 1)

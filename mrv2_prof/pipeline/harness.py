@@ -185,7 +185,9 @@ def _run_sampled(
     from mrv2_prof.runner.model import CheckpointError
     from mrv2_prof.scenario import ScenarioError, scenario_yaml
 
+    t_torch = time.perf_counter()
     _import_torch()
+    torch_import_s = time.perf_counter() - t_torch  # the start-up line's "torch"
     from mrv2_prof.runner.worker import triton_key_prefetch
 
     triton_key_prefetch.start(str(scenario.runner.device))  # hashed while the engine builds
@@ -286,6 +288,7 @@ def _run_sampled(
         if sampler is not None:  # what sampling start-up took of it (the start-up line says)
             outcome.facts["startup_sampler_s"] = sampler.cost_ns / 1e9
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
+        outcome.facts["torch_import_s"] = torch_import_s  # of it: torch's own import
         if launched is not None and job.entered_at is not None:  # its interpreter's start
             outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it

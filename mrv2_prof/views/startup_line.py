@@ -7,7 +7,9 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
   when the runner's target began (``process_entry_s``, ``RunJob.entered_at``), it is two phases:
   ``interpreter`` (the spawn: a fresh interpreter, multiprocessing's bootstrap and the harness
   module's imports, until the target runs) and ``imports`` (the rest: the database opened, torch
-  and the engine's modules imported).
+  and the engine's modules imported); where the run also recorded torch's own import
+  (``torch_import_s``, the harness's ``_import_torch``), it is ``torch`` and ``imports`` the
+  rest of that time.
 * ``weights``, ``profile run``, ``KV cache``, ``warm-up``, ``graphs`` (with the keys captured),
   ``draft graphs``: the engine's own timings (``RuntimeInfo``: ``weight_load_s``,
   ``profile_run_s``, ``kv_alloc_s``, ``kernel_warmup_s``, ``capture_s``, ``draft_capture_s``).
@@ -46,7 +48,9 @@ def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
         phases = [("process", float(process))]
     else:
         entry = min(float(entry), float(process))
-        phases = [("interpreter", entry), ("imports", float(process) - entry)]
+        rest = float(process) - entry
+        torch = min(float(facts.get("torch_import_s") or 0.0), rest)
+        phases = [("interpreter", entry), ("torch", torch), ("imports", rest - torch)]
     engine = [(name, float(facts.get(key) or 0.0)) for key, name in PHASES]
     phases += engine
     other = float(facts.get("startup_s") or 0.0) - sum(s for _, s in engine)
