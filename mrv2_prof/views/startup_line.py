@@ -49,8 +49,8 @@ def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
     else:
         entry = min(float(entry), float(process))
         rest = float(process) - entry
-        torch = min(float(facts.get("torch_import_s") or 0.0), rest)
-        phases = [("interpreter", entry), ("torch", torch), ("imports", rest - torch)]
+        torch_s = min(float(facts.get("torch_import_s") or 0.0), rest)
+        phases = [("interpreter", entry), ("torch", torch_s), ("imports", rest - torch_s)]
     engine = [(name, float(facts.get(key) or 0.0)) for key, name in PHASES]
     phases += engine
     other = float(facts.get("startup_s") or 0.0) - sum(s for _, s in engine)
