@@ -189,12 +189,20 @@ def op_line(r: OpRow) -> str:
     return line if closing is None else f"{line}; {closing}"
 
 
+def _per_launch(r: OpRow) -> tuple[float, float] | None:
+    """One launch's device time and its work at the roof (that time x the op's fraction of the
+    roof), in µs (None: an op with no roof, or no launches)."""
+    if r.fraction is None or r.launches <= 0 or r.us <= 0:
+        return None
+    taken = r.us / r.launches
+    return taken, r.fraction * taken
+
+
 def launch_bound(r: OpRow) -> bool | None:
     """Whether one launch of the op does under ``LAUNCH_BOUND_US`` of work at its roof (None:
     an op with no roof, or no launches)."""
-    if r.fraction is None or r.launches <= 0 or r.us <= 0:
-        return None
-    return r.fraction * r.us / r.launches < LAUNCH_BOUND_US
+    per = _per_launch(r)
+    return None if per is None else per[1] < LAUNCH_BOUND_US
 
 
 def to_close(r: OpRow) -> str | None:
@@ -203,12 +211,11 @@ def to_close(r: OpRow) -> str | None:
     of the roof): under ``LAUNCH_BOUND_US`` of work a launch, each launch's fixed cost binds, so
     fewer, larger launches would (fusing it with a kernel beside it, more work each); with more
     work a launch, the kernel itself would (its tiles, and programs enough to fill the SMs)."""
-    bound = launch_bound(r)
-    if bound is None:
+    per = _per_launch(r)
+    if per is None:
         return None
-    taken = r.us / r.launches
-    at_roof = r.fraction * taken
-    if bound:
+    taken, at_roof = per
+    if at_roof < LAUNCH_BOUND_US:
         return (
             f"{taken:,.1f} µs a launch for {at_roof:.2f} µs of work at the roof: launch-bound, "
             "so fewer, larger launches would close it (fused with a kernel beside it, or more "
