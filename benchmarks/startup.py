@@ -17,8 +17,16 @@ neither side pays them: ``off`` as shipped (no garbage collection over torch's a
 runner's imports, their objects frozen: ``pipeline/collector.py``), ``on`` the collector left
 on through them (``MRV2_PROF_START_UP_COLLECTOR=on``); the medians per side close the output.
 
+With ``--bytecode source cached`` the two sides are Python's bytecode cache instead (the
+collector as shipped): ``source`` compiles every module from source in every process, as on a
+host that ships no ``.pyc`` and sets ``PYTHONDONTWRITEBYTECODE`` (``PYTHONPYCACHEPREFIX`` at an
+empty directory, writing off), ``cached`` reads them from a cache the untimed first run wrote
+(``PYTHONPYCACHEPREFIX`` at its own directory, writing on). Each run prints how many modules its
+runner compiled (the run's ``bytecode`` fact, ``pipeline/bytecode_cache.py``).
+
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
     python benchmarks/startup.py --presets llama-1b --repeats 3 --collector off on
+    python benchmarks/startup.py --presets llama-1b --repeats 3 --bytecode source cached
     python benchmarks/startup.py --presets llama-tiny --set runner.device=cpu  # a CPU smoke run
 """
 
@@ -43,12 +51,26 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "decode_heavy.yaml"
 
 
-def one_run(preset: str, db: Path, sets: list[str], requests: int, collector: str = "off") -> dict:
+def side_env(axis: str, side: str, tmp: Path) -> dict[str, str]:
+    """The environment of a run of ``side`` (``--collector`` or ``--bytecode``)."""
+    env = dict(os.environ)
+    if axis == "collector":
+        env[COLLECTOR_ENV] = side
+    elif side == "source":  # nothing cached is read, nothing is written
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(tmp / "empty-pycache"))
+    else:  # "cached": the untimed first run writes the cache the timed runs read
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    return env
+
+
+def one_run(
+    preset: str, db: Path, sets: list[str], requests: int, env: dict[str, str] | None = None
+) -> dict:
     args = [sys.executable, "-m", "mrv2_prof", "run", str(SCENARIO), "--headless", "--db", str(db)]
     for s in [f"model.preset={preset}", f"workload.num_requests={requests}",
               "workload.output_len.value=16", *sets]:  # fmt: skip
         args += ["--set", s]
-    env = {**os.environ, COLLECTOR_ENV: collector}
     done = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{preset}: exit {done.returncode}\n{done.stderr[-3000:]}")
@@ -67,7 +89,7 @@ def one_run(preset: str, db: Path, sets: list[str], requests: int, collector: st
     total = float(info.get("process_start_s") or 0) + float(info["startup_s"])
     return {
         "preset": preset,
-        "collector": collector,
+        "bytecode": info.get("bytecode"),  # the modules the runner compiled from source
         "to_first_step_s": total,
         "phases": dict(startup_phases(info)),
         "num_graphs": info.get("num_graphs"),
@@ -96,35 +118,43 @@ def main() -> None:
         help="the garbage collector through the runner's imports: off (as shipped) and/or on "
         "(as before); several: each repeat runs each, alternating",
     )
+    ap.add_argument(
+        "--bytecode",
+        nargs="+",
+        choices=["source", "cached"],
+        default=None,
+        help="Python's bytecode cache: source (every module compiled in every process) and/or "
+        "cached (read from a cache the untimed first run writes); instead of --collector",
+    )
     args = ap.parse_args()
+    axis, sides = ("bytecode", args.bytecode) if args.bytecode else ("collector", args.collector)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
         for preset in args.presets:
-            if len(args.collector) > 1:  # untimed: Triton's disk cache and the page cache filled
-                one_run(preset, Path(tmp) / "first.duckdb", args.sets, args.requests)
+            if len(sides) > 1:  # untimed: Triton's disk cache, the page cache (and pycache) filled
+                one_run(preset, tmp / "first.duckdb", args.sets, args.requests,
+                        side_env(axis, sides[-1], tmp))  # fmt: skip
             for repeat in range(args.repeats):
-                order = args.collector if repeat % 2 == 0 else args.collector[::-1]
-                for side in order:
-                    db = Path(tmp) / f"{preset}-{side}.duckdb"
-                    row = one_run(preset, db, args.sets, args.requests, side)
-                    row["repeat"] = repeat
+                for side in sides if repeat % 2 == 0 else sides[::-1]:
+                    db = tmp / f"{preset}-{side}.duckdb"
+                    env = side_env(axis, side, tmp)
+                    row = one_run(preset, db, args.sets, args.requests, env)
+                    row.update(repeat=repeat, side=side)
                     rows.append(row)
-                    print(f"{preset} #{repeat} collector {side}: {describe(row)}", flush=True)
-    if len(args.collector) > 1:
+                    print(f"{preset} #{repeat} {axis} {side}: {describe(row)}", flush=True)
+    if len(sides) > 1:
         for preset in args.presets:
-            for side in args.collector:
-                mine = [r for r in rows if r["preset"] == preset and r["collector"] == side]
+            for side in sides:
+                mine = [r for r in rows if r["preset"] == preset and r["side"] == side]
                 med = statistics.median(r["to_first_step_s"] for r in mine)
                 imports = statistics.median(r["phases"].get("imports", 0.0) for r in mine)
                 torch_s = statistics.median(r["phases"].get("torch", 0.0) for r in mine)
                 print(
-                    f"{preset} collector {side}: median {med:.2f} s to the first step, "
+                    f"{preset} {axis} {side}: median {med:.2f} s to the first step, "
                     f"torch {torch_s:.2f} s, imports {imports:.2f} s ({len(mine)} runs)"
                 )
-    write_results(
-        args.out, {"scenario": str(SCENARIO.name), "sets": args.sets, "collector": args.collector},
-        rows,
-    )  # fmt: skip
+    write_results(args.out, {"scenario": str(SCENARIO.name), "sets": args.sets, axis: sides}, rows)
 
 
 def describe(row: dict) -> str:
@@ -134,6 +164,11 @@ def describe(row: dict) -> str:
     if key is not None:  # triton's cache key, hashed beside start-up, and the wait for it
         phases += (
             f"; triton's cache key {key:.2f} s on a thread, {row['triton_key_wait_s']:.2f} waited"
+        )
+    b = row.get("bytecode")
+    if isinstance(b, dict):  # the modules this run's runner compiled from source
+        phases += (
+            f"; {b['compiled']} of {b['modules']} modules compiled ({b['torch_compiled']} torch)"
         )
     return (
         f"{row['to_first_step_s']:.2f} s to the first step ({phases}; {row['num_graphs']} graph "

@@ -26,13 +26,16 @@ VOCAB = PRESETS["llama-tiny"].vocab_size
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 
 
-def cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mrv2_prof", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         cwd=cwd,
+        env=None if env is None else os.environ | env,
     )
 
 

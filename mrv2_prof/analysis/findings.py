@@ -25,6 +25,10 @@ from mrv2_prof.views.format import format_bytes
 HOST_BOUND_SHARE = 0.10  # host-bound steps below this share of the timed steps are not a finding
 KV_FULL_SHARE = 0.95  # KV blocks in use, of all, that count as a full cache without preemptions
 SPEC_MIN_STEPS = 8  # verify and plain decode steps (or dynamic-k decisions) a spec verdict needs
+BYTECODE_WHY = {  # the bytecode fact's "why" (pipeline/bytecode_cache.py)
+    "writing_off": "Python's bytecode writing is off (PYTHONDONTWRITEBYTECODE or -B)",
+    "read_only": "their directories are read-only",
+}
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,27 @@ def compiles_after_warmup(s: RunSummary, f: FindingFacts) -> Finding | None:
     return Finding("compiles_after_warmup", 2, weight, text, where)
 
 
+def uncached_bytecode(s: RunSummary, f: FindingFacts) -> Finding | None:
+    """Python modules the runner compiled from source and could not cache: every run compiles
+    them again (``pipeline/bytecode_cache.py``; torch's import is most of it)."""
+    b = s.info.get("bytecode")
+    if not isinstance(b, dict) or not b.get("uncached") or not b.get("modules"):
+        return None
+    n, torch_n = int(b["uncached"]), int(b.get("torch_compiled") or 0)
+    text = f"{n:,} of {int(b['modules']):,} Python modules compiled from source, none cached"
+    if torch_n and s.info.get("torch_import_s") is not None:
+        text += f" (torch's {torch_n:,}: its import took {s.info['torch_import_s']:.1f} s)"
+    why = b.get("why")
+    text += f": {BYTECODE_WHY.get(why, 'the cause unknown')}, so every run compiles them again"
+    fix = (
+        "unset PYTHONDONTWRITEBYTECODE"
+        if why == "writing_off"
+        else ("PYTHONPYCACHEPREFIX=<a writable directory>")
+    )
+    where = f"runs.info bytecode; python -m compileall -q <site-packages> once, or {fix}"
+    return Finding("uncached_bytecode", 1, n / int(b["modules"]), text, where)
+
+
 def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
     """A run that failed or was stopped: its figures cover only what ran."""
     if s.status in ("completed", "running"):
@@ -284,7 +309,8 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
     not_completed, host_contention, host_bound, implicit_syncs, compiles_after_warmup,
-    kv_pressure, spec_costs_more, spec_sat_out, graph_fallback, unused_graphs, downgraded,
+    kv_pressure, spec_costs_more, spec_sat_out, graph_fallback, unused_graphs, uncached_bytecode,
+    downgraded,
     prefix_cache, perturbed, partial(kernels_far_from_roof, Finding),
 )  # fmt: skip
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from mrv2_prof.pipeline.arrow_no_pandas import arrow_without_pandas
+from mrv2_prof.pipeline.bytecode_cache import bytecode_facts
 from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
@@ -289,6 +290,9 @@ def _run_sampled(
             outcome.facts["startup_sampler_s"] = sampler.cost_ns / 1e9
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
         outcome.facts["torch_import_s"] = torch_import_s  # of it: torch's own import
+        since = job.launched_at if job.launched_at is not None else job.entered_at
+        if since is not None:  # which modules this process compiled from source
+            outcome.facts["bytecode"] = bytecode_facts(since)
         if launched is not None and job.entered_at is not None:  # its interpreter's start
             outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it

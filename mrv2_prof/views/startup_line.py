@@ -9,7 +9,8 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
   module's imports, until the target runs) and ``imports`` (the rest: the database opened, torch
   and the engine's modules imported); where the run also recorded torch's own import
   (``torch_import_s``, the harness's ``_import_torch``), it is ``torch`` and ``imports`` the
-  rest of that time.
+  rest of that time, "from source" where most of torch's modules were compiled in the runner
+  process (no bytecode cache read: the ``bytecode`` fact, ``pipeline/bytecode_cache.py``).
 * ``weights``, ``profile run``, ``KV cache``, ``warm-up``, ``graphs`` (with the keys captured),
   ``draft graphs``: the engine's own timings (``RuntimeInfo``: ``weight_load_s``,
   ``profile_run_s``, ``kv_alloc_s``, ``kernel_warmup_s``, ``capture_s``, ``draft_capture_s``).
@@ -58,6 +59,15 @@ def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
     return [(name, s) for name, s in phases if s > 0]
 
 
+def torch_from_source(facts: dict[str, Any]) -> bool:
+    """Whether most of torch's modules were compiled from source in the runner process (the
+    run's ``bytecode`` fact, ``pipeline/bytecode_cache.py``): no bytecode cache was read."""
+    bytecode = facts.get("bytecode")
+    if not isinstance(bytecode, dict) or not bytecode.get("torch_modules"):
+        return False
+    return 2 * int(bytecode.get("torch_compiled") or 0) > int(bytecode["torch_modules"])
+
+
 def startup_line(facts: dict[str, Any]) -> str:
     """``start-up 8.3 s (process 2.1 s, weights 1.2 s, ..., graphs 2.0 s / 86 keys, other
     0.4 s)``."""
@@ -70,6 +80,8 @@ def startup_line(facts: dict[str, Any]) -> str:
         text = f"{name} {seconds:.1f} s"
         if name == "graphs" and facts.get("num_graphs"):
             text += f" / {facts['num_graphs']} keys"
+        if name == "torch" and torch_from_source(facts):
+            text += " from source"
         parts.append(text)
     sampler = float(facts.get("startup_sampler_s") or 0.0)
     if sampler >= 0.05:
