@@ -103,6 +103,34 @@ def test_a_run_records_the_objects_it_froze(run_in_process):
     assert isinstance(frozen, int) and frozen > 10_000  # torch's objects at least
 
 
+def test_an_in_process_run_leaves_nothing_frozen_and_its_engine_collected(run_in_process):
+    """A run in the caller's process (no runner process to exit) gives what start-up froze
+    back to the collector and collects it: an engine in a reference cycle, frozen at start-up,
+    is gone after the run (it held the KV cache and graph pools of a GPU test process)."""
+    import gc
+    import weakref
+
+    from mrv2_prof.runner import engine as engine_module
+
+    engines = []
+    init = engine_module.Engine.__init__
+
+    def tracked(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.test_cycle = self  # only a collection frees it
+        engines.append(weakref.ref(self))
+
+    engine_module.Engine.__init__ = tracked
+    try:
+        job, messages = run_in_process()
+    finally:
+        engine_module.Engine.__init__ = init
+    assert messages[-1][1].status == "completed"
+    assert messages[-1][1].facts["gc_frozen_objects"] > 10_000  # start-up did freeze
+    assert len(engines) == 1 and engines[0]() is None  # collected with the run
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_start_up_benchmark_times_both_sides_in_one_invocation(tmp_path):
     """``benchmarks/startup.py --collector off on`` on the CPU: one run per side, and the sides
     differ as the switch says: with the imports frozen uncollected, more objects end frozen
@@ -115,7 +143,7 @@ def test_the_start_up_benchmark_times_both_sides_in_one_invocation(tmp_path):
         timeout=300,
     )  # fmt: skip
     off, on = run.results
-    assert (off["collector"], on["collector"]) == ("off", "on")
+    assert (off["side"], on["side"]) == ("off", "on")
     assert off["to_first_step_s"] > 0 and on["to_first_step_s"] > 0
     assert off["gc_frozen_objects"] > on["gc_frozen_objects"] > 10_000
     assert "llama-tiny collector on: median" in run.stdout

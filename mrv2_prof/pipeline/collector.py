@@ -19,6 +19,11 @@ imports (1.6-2.0 s) went to collections, and 90-100 ms of an engine's build with
   model, the KV blocks, the compiled kernels' objects), then everything frozen, so that no
   collection over them stalls a step mid-run (one did, for hundreds of ms, before this). The
   harness does both before the first step, and inside the start-up it reports.
+* ``thaw``: a run in the caller's process (the tests', without a runner process of its own)
+  gives its objects back to the collector when it ends and collects them: frozen, an engine
+  in a reference cycle, its KV cache and its CUDA graphs would outlive the run for the life of
+  the process (a GPU test process ran out of memory with 78 GiB held that way). A runner
+  process exits instead.
 
 ``MRV2_PROF_START_UP_COLLECTOR=on`` in the runner's environment puts the collector back as it
 was before (on through the imports, one collection over everything after start-up), so that
@@ -66,3 +71,9 @@ def freeze_start_up() -> int:
 def _collector_left_on() -> bool:
     """``MRV2_PROF_START_UP_COLLECTOR=on``: the benchmark's other side."""
     return os.environ.get(ENV, "").strip().lower() == "on"
+
+
+def thaw() -> None:
+    """Everything frozen back under the collector, then a collection (an in-process run's end)."""
+    gc.unfreeze()
+    gc.collect()

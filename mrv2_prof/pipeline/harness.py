@@ -30,7 +30,7 @@ import numpy as np
 
 from mrv2_prof.pipeline.arrow_no_pandas import arrow_without_pandas
 from mrv2_prof.pipeline.bytecode_cache import bytecode_facts
-from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected
+from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected, thaw
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
 from mrv2_prof.pipeline.live_roofline import LiveRoofline
@@ -117,6 +117,8 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
         should_stop = lambda: interrupted.flag or stop_event.is_set()  # noqa: E731
         # the runner process's own threads (runner_threads); in-process (tests) the caller's
         outcome = _run(job, store, run_id, emit, should_stop, began, lifetime is not None)
+        if lifetime is None:  # in-process: the run's engine is not the process's for good
+            thaw()
     except DiskFullError as exc:  # the run row could not be written: nothing of the run is kept
         outcome = Outcome(None, "failed", str(exc), exit_code=2)
     except Exception as exc:  # before the run row existed, or while finishing it
