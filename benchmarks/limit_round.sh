@@ -18,8 +18,8 @@
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
 #   benchmarks/limit_round.sh gemm      # the decode GEMM against cuBLAS, its tiles swept
-#   benchmarks/limit_round.sh startup   # start-up per phase (the collector through the imports
-#                                       # off and on; PIECEWISE graphs at start-up and on
+#   benchmarks/limit_round.sh startup   # start-up per phase (Python's bytecode compiled from
+#                                       # source and cached; PIECEWISE graphs at start-up and on
 #                                       # first use), the HF transformers ratios, and where
 #                                       # start-up goes (the host sampler's start-up samples)
 #   benchmarks/limit_round.sh split     # split-KV decode attention in the engine: forced splits at
@@ -99,9 +99,10 @@ gemm)
     ;;
 startup)
     {
-        # the garbage collector through the imports: off (as shipped) against on, alternating
-        $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --collector off on \
-            --out "$out/startup.json"
+        # Python's bytecode cache: every module compiled from source in every process (a host
+        # that ships no .pyc under PYTHONDONTWRITEBYTECODE) against read from a cache, alternating
+        $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
+            --bytecode source cached --out "$out/startup.json"
         $py benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 \
             --set runner.piecewise_capture=first_use --out "$out/startup_first_use.json"
         $py benchmarks/peer_transformers.py --preset llama-1b --preset llama-3-8b \
