@@ -32,6 +32,11 @@
 #                                       # up to it is one program's, which writes its output
 #                                       # itself) in the engine under a 2,048 bound, against the
 #                                       # unsplit kernel, at contexts ~160 and ~2,000
+#   benchmarks/limit_round.sh short-split # batch-1 attention at a short context (~160-190 keys)
+#                                       # spread over more programs: 4 and 8 forced splits of
+#                                       # 32- and 64-key tiles against the unsplit 128-key kernel
+#                                       # (at most two 128-key splits hold keys there), llama-1b
+#                                       # and qwen3-0.6b, fused one-pass GEMVs, PDL, the fold
 #   benchmarks/limit_round.sh wide      # decode attention's key tile where requests x kv heads
 #                                       # exceed the SMs (64, the default, against 128), the
 #                                       # kernel alone and batch 64 / 256 in the engine
@@ -47,7 +52,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|wide|gemv-auto|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -146,6 +151,13 @@ mink)
         "${r[@]}" --preset llama-1b --prompt-len 1900 --out "$out/mink_long.json"
     } 2>&1 | tee "$log"
     ;;
+short-split)
+    v=fused_onepass+pdl+fold
+    $py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b \
+        --variant $v --variant $v+split4+keys32 --variant $v+split8+keys32 \
+        --variant $v+split4+keys64 --variant $v+split8+keys16 --out "$out/$part.json" 2>&1 |
+        tee "$log"
+    ;;
 wide)
     {
         $py benchmarks/decode_attention_tiles.py --batches 64 256 --contexts 160 1000 \
@@ -177,7 +189,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, wide, gemv-auto, ops)" >&2
+    startup, split, tiles, mink, short-split, wide, gemv-auto, ops)" >&2
     exit 2
     ;;
 esac
