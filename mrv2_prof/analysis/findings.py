@@ -283,17 +283,15 @@ def uncached_bytecode(s: RunSummary, f: FindingFacts) -> Finding | None:
     b = s.info.get("bytecode")
     if not isinstance(b, dict) or not b.get("uncached") or not b.get("modules"):
         return None
-    n, torch_n = int(b["uncached"]), int(b.get("torch_compiled") or 0)
+    n, torch_n = int(b["uncached"]), int(b.get("torch_uncached") or 0)
     text = f"{n:,} of {int(b['modules']):,} Python modules compiled from source, none cached"
     if torch_n and s.info.get("torch_import_s") is not None:
         text += f" (torch's {torch_n:,}: its import took {s.info['torch_import_s']:.1f} s)"
     why = b.get("why")
     text += f": {BYTECODE_WHY.get(why, 'the cause unknown')}, so every run compiles them again"
-    fix = (
-        "unset PYTHONDONTWRITEBYTECODE"
-        if why == "writing_off"
-        else ("PYTHONPYCACHEPREFIX=<a writable directory>")
-    )
+    fix = "PYTHONPYCACHEPREFIX=<a writable directory>"
+    if why == "writing_off":  # a cache prefix is not written either
+        fix = "unset PYTHONDONTWRITEBYTECODE"
     where = f"runs.info bytecode; python -m compileall -q <site-packages> once, or {fix}"
     return Finding("uncached_bytecode", 1, n / int(b["modules"]), text, where)
 
@@ -310,8 +308,7 @@ def not_completed(s: RunSummary, f: FindingFacts) -> Finding | None:
 RULES: tuple[Callable[[RunSummary, FindingFacts], Finding | None], ...] = (
     not_completed, host_contention, host_bound, implicit_syncs, compiles_after_warmup,
     kv_pressure, spec_costs_more, spec_sat_out, graph_fallback, unused_graphs, uncached_bytecode,
-    downgraded,
-    prefix_cache, perturbed, partial(kernels_far_from_roof, Finding),
+    downgraded, prefix_cache, perturbed, partial(kernels_far_from_roof, Finding),
 )  # fmt: skip
 
 

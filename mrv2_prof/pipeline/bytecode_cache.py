@@ -35,12 +35,14 @@ def _compiled(cached: str, since: float) -> tuple[bool, bool]:
 
 
 def bytecode_facts(since: float, modules: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``{"modules", "compiled", "torch_modules", "torch_compiled", "uncached", "why"}`` over
-    ``modules`` (default ``sys.modules``): source modules, those compiled in this process
-    (``since``: ``time.time()`` at the process's spawn), torch's share of both, those compiled
-    and still with no cache, and why (None where every compiled module was cached)."""
+    """``{"modules", "compiled", "uncached", "torch_...", "why"}`` over ``modules`` (default
+    ``sys.modules``): source modules, those compiled in this process (``since``: ``time.time()``
+    at the process's spawn), those compiled and still with no cache, torch's share of each, and
+    why nothing was cached (None where every compiled module was)."""
     modules = sys.modules if modules is None else modules
-    counts = {"modules": 0, "compiled": 0, "torch_modules": 0, "torch_compiled": 0, "uncached": 0}
+    counts = dict.fromkeys(
+        ("modules", "compiled", "uncached", "torch_modules", "torch_compiled", "torch_uncached"), 0
+    )
     read_only = False
     for name, module in list(modules.items()):
         spec = getattr(module, "__spec__", None)
@@ -56,6 +58,7 @@ def bytecode_facts(since: float, modules: dict[str, Any] | None = None) -> dict[
             counts["torch_compiled"] += torch
         if not exists:
             counts["uncached"] += 1
+            counts["torch_uncached"] += torch
             read_only = read_only or not os.access(os.path.dirname(origin), os.W_OK)
     why = None
     if counts["uncached"]:

@@ -117,12 +117,12 @@ def runner_main(job: RunJob, queue, stop_event, lifetime: RunnerLifetime | None 
         should_stop = lambda: interrupted.flag or stop_event.is_set()  # noqa: E731
         # the runner process's own threads (runner_threads); in-process (tests) the caller's
         outcome = _run(job, store, run_id, emit, should_stop, began, lifetime is not None)
-        if lifetime is None:  # in-process: the run's engine is not the process's for good
-            thaw()
     except DiskFullError as exc:  # the run row could not be written: nothing of the run is kept
         outcome = Outcome(None, "failed", str(exc), exit_code=2)
     except Exception as exc:  # before the run row existed, or while finishing it
         outcome = Outcome(None, "failed", _one_line(exc), exit_code=1)
+    if lifetime is None:  # in-process: the run's engine is not the process's for good
+        thaw()
     if outcome.status == "aborted":
         outcome.error = interrupted.reason() or "stopped by the user"
         if interrupted.signum:
