@@ -36,7 +36,8 @@
 #                                       # spread over more programs: 4 and 8 forced splits of
 #                                       # 32- and 64-key tiles against the unsplit 128-key kernel
 #                                       # (at most two 128-key splits hold keys there), llama-1b
-#                                       # and qwen3-0.6b, fused one-pass GEMVs, PDL, the fold
+#                                       # and qwen3-0.6b, fused one-pass GEMVs, PDL, the fold;
+#                                       # and the same at ~1,000 keys beside the split policy
 #   benchmarks/limit_round.sh wide      # decode attention's key tile where requests x kv heads
 #                                       # exceed the SMs (64, the default, against 128), the
 #                                       # kernel alone and batch 64 / 256 in the engine
@@ -164,10 +165,15 @@ mink)
     ;;
 short-split)
     v=fused_onepass+pdl+fold
-    $py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b \
-        --variant $v --variant $v+split4+keys32 --variant $v+split8+keys32 \
-        --variant $v+split4+keys64 --variant $v+split8+keys16 --out "$out/$part.json" 2>&1 |
-        tee "$log"
+    r=($py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b
+        --variant $v --variant $v+split4+keys32 --variant $v+split8+keys32
+        --variant $v+split4+keys64 --variant $v+split8+keys16)
+    {
+        "${r[@]}" --out "$out/short_split.json"
+        # a ~1,000-key context: the policy's own split (a 2,048 bound) beside the forced ones
+        "${r[@]}" --variant $v+split --prompt-len 900 --max-model-len 2048 \
+            --out "$out/short_split_1k.json"
+    } 2>&1 | tee "$log"
     ;;
 wide)
     {
