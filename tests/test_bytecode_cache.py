@@ -170,3 +170,22 @@ def test_a_run_with_bytecode_writing_off_says_so_in_its_line_and_findings(tmp_pa
     assert f"{b['uncached']:,} of {b['modules']:,} Python modules compiled from source" in (
         shown.stdout
     )
+
+
+def test_the_start_up_benchmark_compiles_every_module_on_one_side_and_none_on_the_other(tmp_path):
+    """``benchmarks/startup.py --bytecode source cached`` on the CPU: the source side's runner
+    compiled every module it loaded, the cached side's none (the untimed first run wrote the
+    cache it read), and the medians name both sides."""
+    from tests.benchmark_runs import run_benchmark
+
+    run = run_benchmark(
+        "startup.py", tmp_path / "s.json", "--presets", "llama-tiny", "--set",
+        "runner.device=cpu", "--repeats", "1", "--requests", "2", "--bytecode", "source",
+        "cached", timeout=300,
+    )  # fmt: skip
+    source, cached = run.results
+    assert (source["side"], cached["side"]) == ("source", "cached")
+    s, c = source["bytecode"], cached["bytecode"]
+    assert s["compiled"] == s["uncached"] == s["modules"] > 500 and s["why"] == "writing_off"
+    assert c["compiled"] == c["uncached"] == 0 and c["modules"] > 500
+    assert "llama-tiny bytecode cached: median" in run.stdout

@@ -103,7 +103,9 @@ def test_a_run_records_the_objects_it_froze(run_in_process):
     assert isinstance(frozen, int) and frozen > 10_000  # torch's objects at least
 
 
-def test_an_in_process_run_leaves_nothing_frozen_and_its_engine_collected(run_in_process):
+def test_an_in_process_run_leaves_nothing_frozen_and_its_engine_collected(
+    run_in_process, monkeypatch
+):
     """A run in the caller's process (no runner process to exit) gives what start-up froze
     back to the collector and collects it: an engine in a reference cycle, frozen at start-up,
     is gone after the run (it held the KV cache and graph pools of a GPU test process)."""
@@ -120,11 +122,8 @@ def test_an_in_process_run_leaves_nothing_frozen_and_its_engine_collected(run_in
         self.test_cycle = self  # only a collection frees it
         engines.append(weakref.ref(self))
 
-    engine_module.Engine.__init__ = tracked
-    try:
-        job, messages = run_in_process()
-    finally:
-        engine_module.Engine.__init__ = init
+    monkeypatch.setattr(engine_module.Engine, "__init__", tracked)
+    job, messages = run_in_process()
     assert messages[-1][1].status == "completed"
     assert messages[-1][1].facts["gc_frozen_objects"] > 10_000  # start-up did freeze
     assert len(engines) == 1 and engines[0]() is None  # collected with the run
