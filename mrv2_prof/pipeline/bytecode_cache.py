@@ -49,16 +49,13 @@ def bytecode_facts(since: float, modules: dict[str, Any] | None = None) -> dict[
         origin, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
         if not (isinstance(origin, str) and origin.endswith(".py") and isinstance(cached, str)):
             continue
-        torch = name == "torch" or name.startswith("torch.")
-        counts["modules"] += 1
-        counts["torch_modules"] += torch
         compiled, exists = _compiled(cached, since)
-        if compiled:
-            counts["compiled"] += 1
-            counts["torch_compiled"] += torch
+        torch = name == "torch" or name.startswith("torch.")
+        for group in ("", "torch_") if torch else ("",):  # every module's counts, torch's too
+            counts[group + "modules"] += 1
+            counts[group + "compiled"] += compiled
+            counts[group + "uncached"] += not exists
         if not exists:
-            counts["uncached"] += 1
-            counts["torch_uncached"] += torch
             read_only = read_only or not os.access(os.path.dirname(origin), os.W_OK)
     why = None
     if counts["uncached"]:
