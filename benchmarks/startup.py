@@ -17,11 +17,14 @@ neither side pays them: ``off`` as shipped (no garbage collection over torch's a
 runner's imports, their objects frozen: ``pipeline/collector.py``), ``on`` the collector left
 on through them (``MRV2_PROF_START_UP_COLLECTOR=on``); the medians per side close the output.
 
-With ``--bytecode source cached`` the two sides are Python's bytecode cache instead (the
+With ``--bytecode source cached host`` the sides are Python's bytecode cache instead (the
 collector as shipped): ``source`` compiles every module from source in every process, as on a
 host that ships no ``.pyc`` and sets ``PYTHONDONTWRITEBYTECODE`` (``PYTHONPYCACHEPREFIX`` at an
-empty directory, writing off), ``cached`` reads them from a cache the untimed first run wrote
-(``PYTHONPYCACHEPREFIX`` at its own directory, writing on). Each run prints how many modules its
+empty directory, writing off, and the runner's own cache off: ``MRV2_PROF_BYTECODE_CACHE=off``),
+``cached`` reads them from a cache the untimed first run wrote (``PYTHONPYCACHEPREFIX`` at its
+own directory, writing on), ``host`` is that host as it is, ``PYTHONDONTWRITEBYTECODE`` set and
+no prefix: the runner turns the cache on under ``~/.cache/mrv2-prof/bytecode``
+(``$MRV2_PROF_CACHE``), which the untimed first run fills. Each run prints how many modules its
 runner compiled (the run's ``bytecode`` fact, ``pipeline/bytecode_cache.py``).
 
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
@@ -44,6 +47,7 @@ from pathlib import Path
 import duckdb
 from bench_io import write_results
 
+from mrv2_prof.pipeline.bytecode_cache import CACHE_SWITCH_ENV
 from mrv2_prof.pipeline.collector import ENV as COLLECTOR_ENV
 from mrv2_prof.views.startup_line import startup_phases
 
@@ -58,6 +62,11 @@ def side_env(axis: str, side: str, tmp: Path) -> dict[str, str]:
         env[COLLECTOR_ENV] = side
     elif side == "source":  # nothing cached is read, nothing is written
         env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(tmp / "empty-pycache"))
+        env[CACHE_SWITCH_ENV] = "off"
+    elif side == "host":  # writing off, as the host sets it: the runner's own cache
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+        env.pop(CACHE_SWITCH_ENV, None)
     else:  # "cached": the untimed first run writes the cache the timed runs read
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
@@ -121,10 +130,11 @@ def main() -> None:
     ap.add_argument(
         "--bytecode",
         nargs="+",
-        choices=["source", "cached"],
+        choices=["source", "cached", "host"],
         default=None,
-        help="Python's bytecode cache: source (every module compiled in every process) and/or "
-        "cached (read from a cache the untimed first run writes); instead of --collector",
+        help="Python's bytecode cache: source (every module compiled in every process), "
+        "cached (read from a cache the untimed first run writes) and/or host (writing off, the "
+        "runner's own cache on); instead of --collector",
     )
     args = ap.parse_args()
     axis, sides = ("bytecode", args.bytecode) if args.bytecode else ("collector", args.collector)

@@ -4,7 +4,10 @@ This module imports nothing heavy, so that it is in charge from the start: the c
 (typer, DuckDB, torch...) takes a second or more to import, and Ctrl-C in that time ends with
 ``interrupted`` on stderr and exit code 130, an import that fails with one line and exit code 1,
 never a traceback (``MRV2_PROF_DEBUG=1`` shows it). The rest (usage errors, a closed or full
-stdout, an unexpected error in a command) is ``mrv2_prof.cli.main_entry``'s.
+stdout, an unexpected error in a command) is ``mrv2_prof.cli.main_entry``'s. Before that import,
+Python's bytecode cache is turned on where the host left it off and ``rich``'s or the project's
+bytecode is missing (``pipeline/bytecode_cache.cache_bytecode``, as the runner process does for
+torch's), so the command line is not compiled from source at every command.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import signal
 import sys
 
 from mrv2_prof.entry_messages import EXIT_INTERRUPTED, debugging, internal_error, interrupted
+from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 
 
 def _interrupted_while_importing(signum: int, frame: object) -> None:
@@ -32,6 +36,7 @@ def main() -> None:
         signal.signal(signal.SIGINT, _interrupted_while_importing)
     try:
         try:
+            cache_bytecode(("rich", "mrv2_prof.cli"))  # before the command line's imports
             from mrv2_prof.cli import main_entry
         except Exception as exc:
             if debugging():

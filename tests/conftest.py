@@ -17,6 +17,10 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# The runs the tests start leave Python's bytecode settings as the environment has them (no
+# bytecode written under ~/.cache/mrv2-prof where writing is off); the tests of the runner's own
+# bytecode cache (test_bytecode_cache.py) turn it on in the runs they start.
+os.environ.setdefault("MRV2_PROF_BYTECODE_CACHE", "off")
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Which modules the runner compiled from source: the stock taken of ``sys.modules`` against
 hand-made modules and their caches, a real interpreter with bytecode writing off, and a run
-through the CLI whose start-up line and findings say that torch was compiled from source."""
+through the CLI whose start-up line and findings say that torch was compiled from source; and
+the runner's own cache where the host leaves Python's off (``cache_bytecode``): in a real
+interpreter, and through the CLI, where the first run compiles torch and the second reads it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 from test_run import QUICKSTART, cli, query
 
 from mrv2_prof.analysis.findings import Finding, uncached_bytecode
-from mrv2_prof.pipeline.bytecode_cache import bytecode_facts
+from mrv2_prof.pipeline.bytecode_cache import CACHE_SWITCH_ENV, bytecode_facts
 from mrv2_prof.views.startup_line import startup_line
 
 
@@ -89,7 +91,7 @@ def test_a_fresh_interpreter_with_writing_off_compiles_a_package_every_time(tmp_
     (pkg / "b.py").write_text("Y = 2\n")
     code = (
         "import json, sys, time; t = time.time() - 1; import torch_like; "
-        "from mrv2_prof.pipeline.bytecode_cache import bytecode_facts; "
+        "from mrv2_prof.pipeline.bytecode_cache import CACHE_SWITCH_ENV, bytecode_facts; "
         "m = {k: v for k, v in sys.modules.items() if k.startswith('torch_like')}; "
         "print(json.dumps(bytecode_facts(t, m)))"
     )
@@ -148,6 +150,16 @@ def test_the_finding_names_the_uncached_modules_the_cause_and_the_fix():
     found = uncached_bytecode(S, None)
     assert "their directories are read-only" in found.text and "torch's" not in found.text
     assert "PYTHONPYCACHEPREFIX" in found.where
+    cache = {"prefix": "/c/bytecode", "was": "writing_off", "module": "torch"}
+    S.info = {"bytecode": {**S.info["bytecode"], "torch_uncached": 0, "cache": cache}}
+    assert uncached_bytecode(S, None) is None  # the few imported before the runner's cache
+    S.info["bytecode"]["torch_uncached"] = 5  # the runner's cache did not take: said
+    assert uncached_bytecode(S, None) is not None
+    few = {"modules": 2500, "compiled": 249, "uncached": 249, "torch_uncached": 0}
+    S.info = {"bytecode": few}  # torch cached, under a tenth not: not worth a finding
+    assert uncached_bytecode(S, None) is None
+    S.info = {"bytecode": {**few, "uncached": 250}}
+    assert uncached_bytecode(S, None) is not None
     S.info = {"bytecode": {**S.info["bytecode"], "uncached": 0}}  # compiled once, now cached
     assert uncached_bytecode(S, None) is None
     S.info = {}  # a run stored before the fact
@@ -158,7 +170,8 @@ def test_a_run_with_bytecode_writing_off_says_so_in_its_line_and_findings(tmp_pa
     """Through the CLI, as a container that sets PYTHONDONTWRITEBYTECODE and ships no bytecode
     would run it (an empty cache prefix: nothing read)."""
     db = tmp_path / "runs.duckdb"
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path / "empty")}
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path / "empty"),
+           CACHE_SWITCH_ENV: "off"}  # fmt: skip
     proc = cli("run", str(QUICKSTART), "--headless", "--db", str(db), env=env)
     assert proc.returncode == 0, proc.stderr
     ((raw,),) = query(db, "SELECT info->'bytecode' FROM runs")
@@ -189,3 +202,91 @@ def test_the_start_up_benchmark_compiles_every_module_on_one_side_and_none_on_th
     assert s["compiled"] == s["uncached"] == s["modules"] > 500 and s["why"] == "writing_off"
     assert c["compiled"] == c["uncached"] == 0 and c["modules"] > 500
     assert "llama-tiny bytecode cached: median" in run.stdout
+
+
+PROBE_CODE = (
+    "import json, sys, time; t = time.time() - 1; "
+    "from mrv2_prof.pipeline.bytecode_cache import bytecode_facts, cache_bytecode; "
+    "c = cache_bytecode(('probe_pkg',)); import probe_pkg; "
+    "m = {k: v for k, v in sys.modules.items() if k.startswith('probe_pkg')}; "
+    "print(json.dumps([c, bytecode_facts(t, m), sys.dont_write_bytecode]))"
+)
+
+
+def _probe_run(tmp_path: Path, **env: str) -> list:
+    """A fresh interpreter that turns the cache on for ``probe_pkg`` (a package with no
+    bytecode) and imports it: [what ``cache_bytecode`` did, the package's stock, writing off]."""
+    pkg = tmp_path / "src" / "probe_pkg"
+    if not pkg.exists():
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("from . import a\n")
+        (pkg / "a.py").write_text("X = 1\n")
+    unset = ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", CACHE_SWITCH_ENV)
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    path = os.pathsep.join([str(tmp_path / "src"), *sys.path])
+    env = base | {"PYTHONPATH": path, "MRV2_PROF_CACHE": str(tmp_path / "cache")} | env
+    done = subprocess.run([sys.executable, "-c", PROBE_CODE], capture_output=True, text=True,
+                          env=env, check=True)  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_the_runner_caches_bytecode_where_writing_is_off_and_reads_it_next_time(tmp_path):
+    """PYTHONDONTWRITEBYTECODE and no bytecode for the probe: the cache goes on under
+    ``$MRV2_PROF_CACHE/bytecode``, the package is compiled and written there (nothing beside its
+    sources), and the next interpreter reads it."""
+    prefix = tmp_path / "cache" / "bytecode"
+    cache, first, writing_off = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    assert cache == {"prefix": str(prefix), "was": "writing_off", "module": "probe_pkg"}
+    assert writing_off is False
+    assert (first["modules"], first["compiled"], first["uncached"]) == (2, 2, 0)
+    written = sorted(p.name for p in prefix.rglob("*.pyc"))
+    assert [n.split(".")[0] for n in written] == ["__init__", "a"]
+    assert not list((tmp_path / "src").rglob("*.pyc"))
+    time.sleep(1.1)  # the next interpreter starts after the caches were written
+    cache, second, _ = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    assert cache == {"prefix": str(prefix), "was": "writing_off", "module": "probe_pkg"}
+    assert (second["modules"], second["compiled"], second["uncached"]) == (2, 0, 0)
+
+
+def test_the_cache_is_left_alone_when_switched_off_or_when_python_caches_it_itself(tmp_path):
+    off = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1", **{CACHE_SWITCH_ENV: "off"})
+    assert off[0] is None and off[2] is True and off[1]["uncached"] == 2
+    assert not (tmp_path / "cache").exists()
+    on = _probe_run(tmp_path)  # writing on, a writable __pycache__: Python's own cache
+    assert on[0] is None and on[1]["uncached"] == 0
+    assert list((tmp_path / "src").rglob("*.pyc")) and not (tmp_path / "cache").exists()
+    again = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")  # a cache there now: read
+    assert again[0] is None and again[1]["uncached"] == 0
+    prefix = tmp_path / "own"  # the environment's own prefix, writing off: written there
+    own = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(prefix))
+    assert own[0] == {"prefix": str(prefix), "was": "writing_off", "module": "probe_pkg"}
+    assert len(list(prefix.rglob("*.pyc"))) == 2
+
+
+def test_a_host_with_writing_off_compiles_torch_once_and_reads_it_in_later_runs(tmp_path):
+    """Through the CLI, as a container that sets PYTHONDONTWRITEBYTECODE (an empty prefix of
+    its own: nothing cached to read): the first run compiles torch, caches it and says so in a
+    note; the second reads it, and neither has the uncached-bytecode finding."""
+    db = tmp_path / "runs.duckdb"
+    prefix = tmp_path / "pyc"
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix),
+           CACHE_SWITCH_ENV: "on"}  # fmt: skip
+    first = cli("run", str(QUICKSTART), "--headless", "--db", str(db), env=env)
+    assert first.returncode == 0, first.stderr
+    time.sleep(1.1)
+    second = cli("run", str(QUICKSTART), "--headless", "--db", str(db), env=env)
+    assert second.returncode == 0, second.stderr
+    (a,), (b,) = query(db, "SELECT info->'bytecode' FROM runs ORDER BY started_ns")
+    a, b = json.loads(a), json.loads(b)
+    assert a["cache"] == {"prefix": str(prefix), "was": "writing_off", "module": "torch"}
+    assert b["cache"] is None  # its own prefix holds the cache now: nothing to change
+    assert a["torch_compiled"] == a["torch_modules"] > 500 and a["torch_uncached"] == 0
+    assert b["torch_compiled"] == 0  # the rest: those imported before the runner's switch
+    assert b["compiled"] == b["uncached"] < b["modules"] / 20
+    assert "from source" in first.stdout and "from source" not in second.stdout
+    first_id = query(db, "SELECT run_id FROM runs ORDER BY started_ns")[0][0]
+    for shown in (cli("show", first_id, "--db", str(db)), cli("show", "latest", "--db", str(db))):
+        assert shown.returncode == 0, shown.stderr
+        assert "Python modules compiled from source" not in shown.stdout
+    note = "bytecode: Python's bytecode writing was off and torch's was not cached"
+    assert note in " ".join(cli("show", first_id, "--db", str(db)).stdout.split())

@@ -283,6 +283,9 @@ def uncached_bytecode(s: RunSummary, f: FindingFacts) -> Finding | None:
     b = s.info.get("bytecode")
     if not isinstance(b, dict) or not b.get("uncached") or not b.get("modules"):
         return None
+    if not b.get("torch_uncached") and (b.get("cache") or 10 * b["uncached"] < b["modules"]):
+        return None  # torch cached, and a few modules not (those imported before the runner's
+        # own cache went on: ``bytecode_cache.cache_bytecode``): some ms, not worth a finding
     n, torch_n = int(b["uncached"]), int(b.get("torch_uncached") or 0)
     text = f"{n:,} of {int(b['modules']):,} Python modules compiled from source, none cached"
     if torch_n and s.info.get("torch_import_s") is not None:
@@ -292,7 +295,9 @@ def uncached_bytecode(s: RunSummary, f: FindingFacts) -> Finding | None:
     fix = "PYTHONPYCACHEPREFIX=<a writable directory>"
     if why == "writing_off":  # a cache prefix is not written either
         fix = "unset PYTHONDONTWRITEBYTECODE"
-    where = f"runs.info bytecode; python -m compileall -q <site-packages> once, or {fix}"
+    where = (f"runs.info bytecode; python -m compileall -q <site-packages> once, or {fix} (the "
+             "runner caches it itself unless MRV2_PROF_BYTECODE_CACHE=off or no cache directory "
+             "is writable)")  # fmt: skip
     return Finding("uncached_bytecode", 1, n / int(b["modules"]), text, where)
 
 

@@ -15,13 +15,108 @@ nothing was cached where a compiled module has no cache now: ``writing_off`` (Py
 bytecode writing is off) or ``read_only`` (its directory is read-only). Torch's modules are
 counted apart (the start-up line's ``torch`` phase). One ``os.stat`` a module: 9.6 ms for
 1,040 modules on the CPU host.
+
+``cache_bytecode`` is the fix, run at the runner process's first frame (``runner_entry``) and at
+the command line's start (``mrv2_prof.__main__``), before anything heavy is imported: where
+torch's or the project's bytecode is not cached and this process would not cache it (writing
+off, or its ``__pycache__`` not writable), Python writes bytecode under ``sys.pycache_prefix``
+from then on (the one the environment set, else ``<cache>/bytecode``: ``$MRV2_PROF_CACHE``,
+else ``~/.cache/mrv2-prof``), so the first run compiles as before and every later run reads it
+(the few modules imported before the switch stay uncached).
+Nothing is written beside the installed sources. ``MRV2_PROF_BYTECODE_CACHE=off`` leaves
+Python's settings as they are. What it did is the ``cache`` of the run's ``bytecode`` fact, and
+a run note says it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+CACHE_SWITCH_ENV = "MRV2_PROF_BYTECODE_CACHE"  # "off": Python's bytecode settings left alone
+
+
+def _cache_dir() -> Path:
+    """``$MRV2_PROF_CACHE/bytecode``, else ``~/.cache/mrv2-prof/bytecode`` (the models' cache:
+    ``runner/model/shipped.py``, not imported here: it is the runner's)."""
+    root = os.environ.get("MRV2_PROF_CACHE") or os.path.join("~", ".cache", "mrv2-prof")
+    return Path(root).expanduser() / "bytecode"
+
+
+def _writable(path: str) -> bool:
+    """Whether Python could write a cache at ``path``: its directory, or the nearest existing
+    one above it (``__pycache__`` is made on the first write)."""
+    d = os.path.dirname(path)
+    while d and not os.path.exists(d):
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return os.access(d or ".", os.W_OK)
+
+
+def _uncacheable(probe: str) -> str | None:
+    """Why ``probe``'s bytecode is not cached and this process would not cache it
+    (``writing_off`` or ``read_only``), or None (cached, about to be, or not a source package)."""
+    try:
+        spec = importlib.util.find_spec(probe)  # found, not imported (its parents are)
+    except (ImportError, ValueError):
+        return None
+    origin, cached = getattr(spec, "origin", None), getattr(spec, "cached", None)
+    if not (isinstance(origin, str) and origin.endswith(".py") and isinstance(cached, str)):
+        return None
+    if os.path.exists(cached):
+        return None
+    if sys.dont_write_bytecode:
+        return "writing_off"
+    return None if _writable(cached) else "read_only"  # writable: cached at this import
+
+
+PROBES = ("torch", "mrv2_prof.pipeline.harness")  # the runner's: imported after the switch
+
+
+def cache_bytecode(probes: tuple[str, ...] = PROBES) -> dict[str, str] | None:
+    """Turn Python's bytecode cache on where a probe's is missing and would stay missing:
+    ``{"prefix": where bytecode is written now, "was": "writing_off" | "read_only", "module":
+    the probe}``, or None where nothing was changed (every probe cached or about to be, or not
+    a source package, ``MRV2_PROF_BYTECODE_CACHE=off``, or no writable directory for the
+    prefix). With a prefix, Python reads bytecode from there alone: the first run compiles what
+    it imports once more (shipped caches beside the sources included), later runs read it."""
+    if os.environ.get(CACHE_SWITCH_ENV, "").strip().lower() == "off":
+        return None
+    was, module = next(((w, p) for p in probes if (w := _uncacheable(p))), (None, None))
+    if was is None or module is None:
+        return None
+    prefix = sys.pycache_prefix  # the environment's own choice, where it made one
+    if prefix is None or not _writable(os.path.join(prefix, "x")):
+        prefix = str(_cache_dir())
+        try:
+            os.makedirs(prefix, exist_ok=True)
+        except OSError:
+            return None
+        if not os.access(prefix, os.W_OK):
+            return None
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = False
+    return {"prefix": prefix, "was": was, "module": module}
+
+
+def cache_note(cache: dict[str, str]) -> str:
+    """The run note of what ``cache_bytecode`` did."""
+    why = (
+        "Python's bytecode writing was off"
+        if cache.get("was") == "writing_off"
+        else ("the installed packages' bytecode directories are read-only")
+    )
+    return (
+        f"bytecode: {why} and {cache.get('module')}'s was not cached, so the runner caches "
+        "Python bytecode "
+        f"under {cache.get('prefix')} (the first run compiles it, later runs read it; "
+        f"{CACHE_SWITCH_ENV}=off leaves Python's settings alone)"
+    )
 
 
 def _compiled(cached: str, since: float) -> tuple[bool, bool]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mrv2_prof.pipeline.arrow_no_pandas import arrow_without_pandas
-from mrv2_prof.pipeline.bytecode_cache import bytecode_facts
+from mrv2_prof.pipeline.bytecode_cache import bytecode_facts, cache_note
 from mrv2_prof.pipeline.collector import freeze_start_up, imports_uncollected, thaw
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import RunnerLifetime, exit_code, stop_reason
@@ -85,7 +85,8 @@ def runner_process_main(
     interpreter's teardown. By then everything is written and the outcome sent; tearing torch
     and triton down only made some builds print native-extension leak reports (nanobind).
     ``stop_signal`` and ``parent_pid``: see ``lifetime.RunnerLifetime``."""
-    job = dataclasses.replace(job, entered_at=time.time())  # the process's start, split in two
+    if job.entered_at is None:  # (``runner_entry`` takes it before the bytecode cache)
+        job = dataclasses.replace(job, entered_at=time.time())  # the process's start, in two
     arrow_without_pandas()  # before the first Arrow array: it would import pandas (0.2 s)
     lifetime = RunnerLifetime(parent_pid, stop_signal)
     try:
@@ -280,6 +281,8 @@ def _run_sampled(
         texts = RequestTexts.of(tokenizer, requests)  # None without a tokenizer: no text
         notes = [*job.notes, *unavailable_probe_notes(scenario.probes.model_dump())]
         notes += workload_notes
+        if job.bytecode_cache is not None:  # Python's settings changed: said, not silent
+            notes.append(cache_note(job.bytecode_cache))
         # Start-up objects (torch, triton, the model, compiled kernels) leave the collector's
         # reach: a full collection over them stalled a step for hundreds of ms mid-run. Both
         # before the first step, so in the start-up it reports (its "other").
@@ -294,7 +297,7 @@ def _run_sampled(
         outcome.facts["torch_import_s"] = torch_import_s  # of it: torch's own import
         since = job.launched_at if job.launched_at is not None else job.entered_at
         if since is not None:  # which modules this process compiled from source
-            outcome.facts["bytecode"] = bytecode_facts(since)
+            outcome.facts["bytecode"] = {**bytecode_facts(since), "cache": job.bytecode_cache}
         if launched is not None and job.entered_at is not None:  # its interpreter's start
             outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it

@@ -26,9 +26,11 @@ class RunJob:
     known_peaks: dict[str, list[Any]] = field(default_factory=dict)
     memo_key: str | None = None  # the cell's key (pipeline/resume.py), kept in runs.info
     launched_at: float | None = None  # time.time() as the parent spawned the runner process
-    # time.time() as the runner process's target began: its interpreter up and the harness
-    # module imported (the rest of its start, to the engine's build: the database, torch)
+    # time.time() as the runner process's target began (``runner_entry``): its interpreter up
+    # (the rest of its start, to the engine's build: the harness, the database, torch)
     entered_at: float | None = None
+    # what ``bytecode_cache.cache_bytecode`` did in the runner process (None: nothing)
+    bytecode_cache: dict[str, str] | None = None
 
 
 @dataclass

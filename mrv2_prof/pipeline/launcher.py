@@ -31,11 +31,11 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from mrv2_prof.pipeline.harness import runner_process_main
 from mrv2_prof.pipeline.headless_progress import with_progress_bar, with_progress_lines
 from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.pipeline.metrics_exporter import serving
+from mrv2_prof.pipeline.runner_entry import runner_entry
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.run_notes import add_run_note
@@ -59,7 +59,7 @@ class RunnerProcess:
         self.stop_event = ctx.Event()
         self.stop_signal = ctx.Value("i", 0)  # the signal a stop was asked for with (0: none)
         self.process = ctx.Process(
-            target=runner_process_main,
+            target=runner_entry,
             args=(job, self.queue, self.stop_event, self.stop_signal, os.getpid()),
         )
         self.run_id: str | None = None
