@@ -58,12 +58,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import (
-    attention_split_kv_triton,
-    attention_triton,
-    gemv_triton,
-    projections_triton,
-)
+from mrv2_prof.runner.model import attention_split_kv_triton, attention_triton, projections_triton
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -333,7 +328,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "early")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys")
 
 
 def _extra(e: str) -> str | None:
@@ -351,17 +346,16 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+early]`` -> (decode GEMV
-    mode, the extras switched on, in order). ``split``: split-KV decode attention's policy on
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]`` -> (decode GEMV mode, the
+    extras switched on, in order). ``split``: split-KV decode attention's policy on
     (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
     Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
-    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``early``: with PDL the
-    batch-1 GEMV lets the next launch start at its first wait (``gemv_triton.EARLY_LAUNCH``)."""
+    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+early], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN], MODE "
+            "one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -422,7 +416,7 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+early]: runner.decode_gemv "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]: runner.decode_gemv "
         "MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, "
         "runner.split_kv (or N forced splits), at least N keys of a context a split (default: "
         "one key tile) and/or N keys a step in the decode attention kernels (default: 128 where "
@@ -468,14 +462,12 @@ def main() -> None:
             attention_triton.WIDE_DECODE_KEYS = extra_int(extras, "keys", keys[1])
             min_chunk = split.MIN_CHUNK_KEYS  # and split-KV's fewest keys a split
             split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
-            gemv_triton.EARLY_LAUNCH = "early" in extras  # and the GEMV's PDL trigger
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 split.FORCED_SPLITS = None
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
-                gemv_triton.EARLY_LAUNCH = False
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

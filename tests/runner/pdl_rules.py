@@ -205,17 +205,6 @@ def _gemv(prologue: str) -> None:
         gemv_triton(x, w, _randn(96), residual=r)
 
 
-def _gemv_early(prologue: str) -> None:
-    """``_gemv`` with the next launch let start at the first wait (``EARLY_LAUNCH``)."""
-    from mrv2_prof.runner.model import gemv_triton
-
-    gemv_triton.EARLY_LAUNCH = True
-    try:
-        _gemv(prologue)
-    finally:
-        gemv_triton.EARLY_LAUNCH = False
-
-
 def _decode_batch():
     import torch
 
@@ -301,9 +290,6 @@ CASES = {
     "gemv_norm": (lambda: _gemv("norm"), {"x_ptr", "out_ptr"}),
     "gemv_norm_one_pass": (lambda: _gemv("norm_one_pass"), {"x_ptr", "out_ptr"}),
     "gemv_silu_mul": (lambda: _gemv("silu_mul"), {"x_ptr", "out_ptr"}),
-    "gemv_early": (lambda: _gemv_early("none"), {"x_ptr", "out_ptr"}),
-    "gemv_norm_one_pass_early": (lambda: _gemv_early("norm_one_pass"), {"x_ptr", "out_ptr"}),
-    "gemv_silu_mul_early": (lambda: _gemv_early("silu_mul"), {"x_ptr", "out_ptr"}),
     "rmsnorm": (lambda: _norm(False), {"x_ptr"}),
     "fused_add_rmsnorm": (lambda: _norm(True), {"x_ptr", "res_ptr"}),
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),

@@ -3,8 +3,8 @@ PDL (``runner.pdl``) serves the same tokens with the same logprobs, bit for bit,
 launched without it (PDL changes when a kernel starts, never its arithmetic; a kernel that read
 its input before the kernel writing it had finished would differ). llama-1b's sizes, random
 weights, in bfloat16, through CUDA graphs: a batch-1 request, then four together, with the
-batch-1 GEMV plain and fused (one-pass norm), with split-KV attention forced, with RoPE folded
-into decode attention, and with the GEMV letting the next launch start at its first wait."""
+batch-1 GEMV plain and fused (one-pass norm), with split-KV attention forced, and with RoPE
+folded into decode attention."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_split_kv_triton, gemv_triton
+from mrv2_prof.runner.model import attention_split_kv_triton
 
 pytestmark = [
     pytest.mark.gpu,
@@ -57,15 +57,12 @@ def _serve(config: RunnerConfig) -> list[tuple[list[int], list]]:
 
 
 @pytest.mark.parametrize(
-    ("decode_gemv", "splits", "fold", "early"),
-    [("plain", None, False, False), ("fused_onepass", None, False, False),
-     ("plain", 4, False, False), ("fused_onepass", None, True, False), ("plain", 4, True, False),
-     ("plain", None, True, True), ("fused_onepass", None, True, True)],
+    ("decode_gemv", "splits", "fold"),
+    [("plain", None, False), ("fused_onepass", None, False), ("plain", 4, False),
+     ("fused_onepass", None, True), ("plain", 4, True)],
 )  # fmt: skip
-def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold, early):
-    """``early``: the GEMV lets the next launch start at its first wait (``EARLY_LAUNCH``)."""
+def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits, fold):
     monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
-    monkeypatch.setattr(gemv_triton, "EARLY_LAUNCH", early)
     config = dataclasses.replace(CONFIG, decode_gemv=decode_gemv, rope_in_attention=fold)
     without = _serve(dataclasses.replace(config, pdl=False))  # auto (the default) takes it
     with_pdl = _serve(dataclasses.replace(config, pdl=True))

@@ -30,10 +30,7 @@ Programmatic dependent launch (``pdl.py``, off until measured): the program load
 tile (the model's own, never an output of the kernel before it) before ``gdc_wait`` and its
 input row after it; once its walk of ``K`` is done it lets the next PDL launch start
 (``gdc_launch_dependents``), waits once more at the top level (a no-op, for ``pdl.py``'s third
-rule) and writes its output. With ``EARLY_LAUNCH`` (a module switch, off: measured by
-``benchmarks/decode_roofline.py``'s ``+early`` variants) it lets the next launch start at its
-first wait instead, so the next kernel's programs are placed, and load their weights, while this
-one still streams its own.
+rule) and writes its output.
 
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
@@ -56,7 +53,6 @@ from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
 GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
 NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
-EARLY_LAUNCH = False  # PDL: the next launch may start at the first wait, not after the walk
 
 
 @dataclass(frozen=True)
@@ -131,7 +127,6 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr = False,  # RMSNORM: the squares summed in the weight walk
     USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
-    EARLY: tl.constexpr = False,  # with PDL: the next launch may start at the first wait
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
     col_ok = cols < N
@@ -158,8 +153,6 @@ def _gemv_kernel(
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
         if USE_GDC:  # the weights are the model's: loaded before waiting; x after (a no-op
             tl.extra.cuda.gdc_wait()  # once the previous grid is done)
-            if EARLY:  # the next launch may be placed now (it waits for our writes)
-                tl.extra.cuda.gdc_launch_dependents()
         x_mask = row_ok[:, None] & k_ok[None, :]
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
         if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
@@ -244,7 +237,6 @@ def gemv_triton(
         ONE_PASS=one_pass and norm is not None,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
-        EARLY=EARLY_LAUNCH,
         **launch_options(use_pdl(x.device)),
     )
     return out
