@@ -8,7 +8,10 @@ every call reads HBM, as a decode step's distinct layers do); the time per call 
 replay time (median of 7) over the calls. GB/s counts the weight, input and output bytes. The
 down projection is also timed with the residual epilogue against ``addmm_``; the QKV and gate/up
 projections at M = 1 with the RMSNorm prologue, its two passes (the row's squares first) against
-``one_pass`` (the squares summed in the weight walk), beside the GEMV without a prologue.
+``one_pass`` (the squares summed in the weight walk), beside the GEMV without a prologue. With
+``--prologue-sweep`` the tiles are also swept at M = 1 with the prologues the fused one-pass path
+launches (QKV and gate/up with the one-pass RMSNorm, down with SiLU-and-mul and the residual),
+against ``pick_tiles``' tile with the same prologue.
 
     python benchmarks/gemv.py --out gemv.json
     python benchmarks/gemv.py --cpu-smoke   # tiny shapes in Triton's interpreter, no timing
@@ -62,7 +65,45 @@ def sweep_tiles(m: int) -> list[GemvTiles]:
     return out
 
 
-def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
+PROLOGUES = {"qkv": "norm_one_pass", "gate_up": "norm_one_pass", "down": "silu_mul_residual"}
+
+
+def sweep_prologue(name: str, x, ws, picked: GemvTiles, n: int, k: int) -> dict:
+    """The M = 1 tiles swept with the prologue the fused one-pass path launches for ``name``:
+    ``{"prologue", "prologue_picked_us", "prologue_best_us", "prologue_best"}``."""
+    dev, dt = x.device, x.dtype
+    if PROLOGUES[name] == "norm_one_pass":
+        g = torch.rand(k, device=dev, dtype=dt) + 0.5
+
+        def call(w, t):
+            return gemv_triton(x, w, norm=(g, 1e-5), tiles=t, one_pass=True)
+    else:
+        gate_up, res = (
+            torch.randn(1, 2 * k, device=dev, dtype=dt),
+            torch.randn(1, n, device=dev, dtype=dt),
+        )
+
+        def call(w, t):
+            return gemv_triton(gate_up, w, residual=res, silu_mul=True, tiles=t)
+
+    picked_us = graph_time_us([lambda w=w: call(w, picked) for w in ws])
+    best = (picked_us, picked)
+    for t in sweep_tiles(1):
+        try:
+            us = graph_time_us([lambda w=w, t=t: call(w, t) for w in ws])
+        except Exception as exc:  # a tile that does not compile (registers, shared memory)
+            print(f"  {name} prologue {t}: {type(exc).__name__}", file=sys.stderr)
+            continue
+        best = min(best, (us, t), key=lambda b: b[0])
+    print(f"  {name:8s} m=1 with {PROLOGUES[name]}: picked {picked_us:.1f} us, best "
+          f"{best[0]:.1f} us {best[1]}", file=sys.stderr, flush=True)  # fmt: skip
+    return {"prologue": PROLOGUES[name], "prologue_picked_us": picked_us,
+            "prologue_best_us": best[0], "prologue_best": best[1].__dict__}  # fmt: skip
+
+
+def bench_shape(
+    name: str, m: int, n: int, k: int, sweep: bool, prologue_sweep: bool = False
+) -> dict:
     dev, dt = torch.device("cuda"), torch.bfloat16
     copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
     ws = [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
@@ -98,6 +139,8 @@ def bench_shape(name: str, m: int, n: int, k: int, sweep: bool) -> dict:
                 [lambda w=w, one=one: gemv_triton(x, w, norm=(g, 1e-5), tiles=picked, one_pass=one)
                  for w in ws]
             )  # fmt: skip
+    if prologue_sweep and m == 1 and name in PROLOGUES:
+        row.update(sweep_prologue(name, x, ws, picked, n, k))
     for key in ("cublas", "triton", "best"):
         if f"{key}_us" in row:
             row[f"{key}_gbps"] = nbytes / row[f"{key}_us"] / 1e3
@@ -143,6 +186,13 @@ def markdown(rows: list[dict]) -> str:
             f"{r['norm_two_pass_us']:.1f} us, one pass {r['norm_one_pass_us']:.1f} us "
             f"(no prologue {r['triton_us']:.1f} us)"
         )
+    for r in (r for r in rows if "prologue_best_us" in r):
+        b = r["prologue_best"]
+        out.append(
+            f"\n{r['proj']} with {r['prologue']}, {r['preset']} M=1: picked tiles "
+            f"{r['prologue_picked_us']:.1f} us, best {r['prologue_best_us']:.1f} us "
+            f"({b['block_n']}, {b['block_k']}, {b['num_warps']}, {b['num_stages']})"
+        )
     downs = [r for r in rows if "addmm_us" in r]
     for r in downs:
         out.append(
@@ -168,6 +218,13 @@ def main() -> None:
     ap.add_argument("--preset", action="append", help="default: llama-1b, qwen3-0.6b, llama-3-8b")
     ap.add_argument("--rows", type=int, action="append", help="M values (default 1, 2, 4)")
     ap.add_argument("--no-sweep", action="store_true", help="time only the picked tiles")
+    ap.add_argument(
+        "--prologue-sweep",
+        action="store_true",
+        help="at M = 1, also sweep the tiles with the fused one-pass path's prologues (with "
+        "--no-sweep: only those)",
+    )
+    ap.add_argument("--proj", action="append", help="only these projections (default: all)")
     ap.add_argument("--out", help="write the rows as JSON here")
     ap.add_argument("--cpu-smoke", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -178,7 +235,10 @@ def main() -> None:
     for preset in presets:
         for m in args.rows or [1, 2, 4]:
             for name, (n, k) in projections(preset).items():
-                row = bench_shape(name, m, n, k, sweep=not args.no_sweep and m in (1, 4))
+                if args.proj and name not in args.proj:
+                    continue
+                sweep = not args.no_sweep and m in (1, 4)
+                row = bench_shape(name, m, n, k, sweep, args.prologue_sweep)
                 rows.append({"preset": preset, **row})
     print(markdown(rows))
     write_results(args.out, {"presets": presets}, rows)
