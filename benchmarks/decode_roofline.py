@@ -58,7 +58,12 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_split_kv_triton, attention_triton, projections_triton
+from mrv2_prof.runner.model import (
+    attention_split_kv_triton,
+    attention_triton,
+    gemv_triton,
+    projections_triton,
+)
 from mrv2_prof.runner.model.presets import PRESETS
 from mrv2_prof.runner.model.projections_triton import DECODE_GEMV_MODES
 from mrv2_prof.runner.model.shipped import SHIPPED
@@ -328,7 +333,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw")
 
 
 def _extra(e: str) -> str | None:
@@ -340,22 +345,25 @@ def _extra(e: str) -> str | None:
         return "split"
     if e.startswith("mink") and e[4:].isdigit() and int(e[4:]) >= 1:
         return "mink"
+    if e.startswith("siluw"):
+        return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
         return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]`` -> (decode GEMV mode, the
-    extras switched on, in order). ``split``: split-KV decode attention's policy on
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]`` -> (decode GEMV
+    mode, the extras switched on, in order). ``split``: split-KV decode attention's policy on
     (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
     Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
-    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``)."""
+    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
+    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN], MODE "
-            "one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
+            "[+siluwN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -416,11 +424,12 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]: runner.decode_gemv "
-        "MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: triton, "
-        "runner.split_kv (or N forced splits), at least N keys of a context a split (default: "
-        "one key tile) and/or N keys a step in the decode attention kernels (default: 128 where "
-        "requests x kv heads fit the SMs, else 64); "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]: "
+        "runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: "
+        "triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
+        "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
+        "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
+        "with SiLU-and-mul (default 8); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -462,12 +471,15 @@ def main() -> None:
             attention_triton.WIDE_DECODE_KEYS = extra_int(extras, "keys", keys[1])
             min_chunk = split.MIN_CHUNK_KEYS  # and split-KV's fewest keys a split
             split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
+            silu_warps = gemv_triton.SILU_MUL_WARPS  # and the batch-1 down GEMV's warps
+            gemv_triton.SILU_MUL_WARPS = extra_int(extras, "siluw", silu_warps)
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 split.FORCED_SPLITS = None
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
+                gemv_triton.SILU_MUL_WARPS = silu_warps
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -33,6 +33,8 @@ from graph_timing import graph_time_us  # noqa: E402
 
 from mrv2_prof.runner.model import PRESETS  # noqa: E402
 from mrv2_prof.runner.model.gemv_triton import (  # noqa: E402
+    RMSNORM,
+    SILU_MUL,
     GemvTiles,
     gemv_ref,
     gemv_triton,
@@ -68,7 +70,7 @@ def sweep_tiles(m: int) -> list[GemvTiles]:
 PROLOGUES = {"qkv": "norm_one_pass", "gate_up": "norm_one_pass", "down": "silu_mul_residual"}
 
 
-def sweep_prologue(name: str, x, ws, picked: GemvTiles, n: int, k: int) -> dict:
+def sweep_prologue(name: str, x, ws, n: int, k: int) -> dict:
     """The M = 1 tiles swept with the prologue the fused one-pass path launches for ``name``:
     ``{"prologue", "prologue_picked_us", "prologue_best_us", "prologue_best"}``."""
     dev, dt = x.device, x.dtype
@@ -86,6 +88,8 @@ def sweep_prologue(name: str, x, ws, picked: GemvTiles, n: int, k: int) -> dict:
         def call(w, t):
             return gemv_triton(gate_up, w, residual=res, silu_mul=True, tiles=t)
 
+    kind = SILU_MUL if PROLOGUES[name] == "silu_mul_residual" else RMSNORM
+    picked = pick_tiles(1, n, k, kind)  # the tiles the runner launches with this prologue
     picked_us = graph_time_us([lambda w=w: call(w, picked) for w in ws])
     best = (picked_us, picked)
     for t in sweep_tiles(1):
@@ -140,7 +144,7 @@ def bench_shape(
                  for w in ws]
             )  # fmt: skip
     if prologue_sweep and m == 1 and name in PROLOGUES:
-        row.update(sweep_prologue(name, x, ws, picked, n, k))
+        row.update(sweep_prologue(name, x, ws, n, k))
     for key in ("cublas", "triton", "best"):
         if f"{key}_us" in row:
             row[f"{key}_gbps"] = nbytes / row[f"{key}_us"] / 1e3

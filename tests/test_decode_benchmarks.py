@@ -210,8 +210,9 @@ def test_an_op_launched_early_under_pdl_counts_its_own_time(monkeypatch, tmp_pat
 def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     """``decode_roofline.py --variant``: the extras in a fixed order whatever the spelling's;
     ``split`` the policy, ``splitN`` N forced splits, ``minkN`` split-KV's fewest keys a split
-    (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16); anything else
-    refused, naming the text."""
+    (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16), ``siluwN`` the
+    batch-1 SiLU-and-mul GEMV's warps (a power of two to 16); anything else refused, naming the
+    text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -224,8 +225,11 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     assert roofline.extra_int(extras, "mink", 0) == 256
     assert roofline.extra_int(extras, "keys", 128) == 64
     assert roofline.extra_int(("pdl",), "mink", 7) == 7
+    extras = roofline.parse_variant("fused_onepass+siluw4+pdl")[1]
+    assert extras == ("pdl", "siluw4") and roofline.extra_int(extras, "siluw", 8) == 4
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
-                "plain+keys8", "plain+mink0", "plain+minkx"):  # fmt: skip
+                "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
+                "plain+siluw"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

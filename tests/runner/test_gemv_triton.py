@@ -14,6 +14,9 @@ import torch
 from mrv2_prof.runner.model import pdl
 from mrv2_prof.runner.model.gemv_triton import (
     GEMV_MAX_ROWS,
+    RMSNORM,
+    SILU_MUL,
+    SILU_MUL_WARPS,
     GemvTiles,
     gemv_ref,
     gemv_triton,
@@ -148,6 +151,9 @@ def test_pick_tiles_bounds_the_partial_products():
             t = pick_tiles(m, n, 2048)
             block_m = 1 << (m - 1).bit_length()
             assert block_m * t.block_n * t.block_k <= 4096
+    # the SiLU-and-mul prologue at M = 1 takes SILU_MUL_WARPS (the sweep's winner), no other
+    assert pick_tiles(1, 2048, 8192, SILU_MUL).num_warps == SILU_MUL_WARPS == 8
+    assert pick_tiles(1, 2048, 8192, RMSNORM).num_warps == pick_tiles(1, 2048, 8192).num_warps == 4
 
 
 @pytest.mark.gpu

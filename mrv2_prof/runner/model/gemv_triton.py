@@ -53,6 +53,10 @@ from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
 GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
 NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
+# Warps at M = 1 with the SiLU-and-mul prologue (its exp and the gate/up loads of every K step):
+# 8 against 4 took the down projection from 17.5 to 15.2 us (llama-1b) and 6.9 to 6.1 us
+# (qwen3-0.6b) on an H100 (``benchmarks/gemv.py --prologue-sweep``, RESULTS.md ninth round)
+SILU_MUL_WARPS = 8
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,13 @@ class GemvTiles:
     num_stages: int = 3
 
 
-def pick_tiles(m: int, n: int, k: int) -> GemvTiles:
+def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles:
     """Tiles for M rows against an [n, k] weight: the float32 partial products of a program
-    (``block_m * block_n * block_k``) held to 4096, and enough programs to fill the SMs."""
+    (``block_m * block_n * block_k``) held to 4096, and enough programs to fill the SMs; at
+    M = 1 with the SiLU-and-mul prologue, ``SILU_MUL_WARPS`` warps."""
     if m == 1:  # the best of a sweep on nearly every projection of three presets
-        return GemvTiles(block_n=4, block_k=1024, num_warps=4, num_stages=4)
+        warps = SILU_MUL_WARPS if prologue == SILU_MUL else 4
+        return GemvTiles(block_n=4, block_k=1024, num_warps=warps, num_stages=4)
     block_m = triton.next_power_of_2(max(m, 1))
     block_n = 8 if n <= 4096 else 16
     return GemvTiles(block_n=block_n, block_k=max(4096 // (block_m * block_n), 32))
@@ -214,7 +220,8 @@ def gemv_triton(
     out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    t = tiles or pick_tiles(m, n, weight.shape[1])
+    prologue = RMSNORM if norm is not None else SILU_MUL if silu_mul else NO_PROLOGUE
+    t = tiles or pick_tiles(m, n, weight.shape[1], prologue)
     _gemv_kernel[(triton.cdiv(n, t.block_n),)](
         x,
         weight,
@@ -231,7 +238,7 @@ def gemv_triton(
         BLOCK_M=triton.next_power_of_2(m),
         HAS_BIAS=bias is not None,
         RESIDUAL=residual is not None,
-        PROLOGUE=RMSNORM if norm is not None else SILU_MUL if silu_mul else NO_PROLOGUE,
+        PROLOGUE=prologue,
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         ONE_PASS=one_pass and norm is not None,
