@@ -205,17 +205,19 @@ def test_the_start_up_benchmark_compiles_every_module_on_one_side_and_none_on_th
 
 
 PROBE_CODE = (
-    "import json, sys, time; t = time.time() - 1; "
+    "import json, os, sys, time; t = time.time() - 1; "
     "from mrv2_prof.pipeline.bytecode_cache import bytecode_facts, cache_bytecode; "
-    "c = cache_bytecode(('probe_pkg',)); import probe_pkg; "
+    "c = cache_bytecode(('probe_pkg',), export=True); import probe_pkg; "
     "m = {k: v for k, v in sys.modules.items() if k.startswith('probe_pkg')}; "
-    "print(json.dumps([c, bytecode_facts(t, m), sys.dont_write_bytecode]))"
+    "print(json.dumps([c, bytecode_facts(t, m), sys.dont_write_bytecode, "
+    "os.environ.get('PYTHONPYCACHEPREFIX')]))"
 )
 
 
 def _probe_run(tmp_path: Path, **env: str) -> list:
     """A fresh interpreter that turns the cache on for ``probe_pkg`` (a package with no
-    bytecode) and imports it: [what ``cache_bytecode`` did, the package's stock, writing off]."""
+    bytecode) and imports it: [what ``cache_bytecode`` did, the package's stock, writing off,
+    the PYTHONPYCACHEPREFIX it leaves for the processes it starts]."""
     pkg = tmp_path / "src" / "probe_pkg"
     if not pkg.exists():
         pkg.mkdir(parents=True)
@@ -235,22 +237,22 @@ def test_the_runner_caches_bytecode_where_writing_is_off_and_reads_it_next_time(
     ``$MRV2_PROF_CACHE/bytecode``, the package is compiled and written there (nothing beside its
     sources), and the next interpreter reads it."""
     prefix = tmp_path / "cache" / "bytecode"
-    cache, first, writing_off = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    cache, first, writing_off, exported = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
     assert cache == {"prefix": str(prefix), "was": "writing_off", "module": "probe_pkg"}
-    assert writing_off is False
+    assert writing_off is False and exported == str(prefix)  # for the processes it starts
     assert (first["modules"], first["compiled"], first["uncached"]) == (2, 2, 0)
     written = sorted(p.name for p in prefix.rglob("*.pyc"))
     assert [n.split(".")[0] for n in written] == ["__init__", "a"]
     assert not list((tmp_path / "src").rglob("*.pyc"))
     time.sleep(1.1)  # the next interpreter starts after the caches were written
-    cache, second, _ = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    cache, second, _, _ = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1")
     assert cache == {"prefix": str(prefix), "was": "writing_off", "module": "probe_pkg"}
     assert (second["modules"], second["compiled"], second["uncached"]) == (2, 0, 0)
 
 
 def test_the_cache_is_left_alone_when_switched_off_or_when_python_caches_it_itself(tmp_path):
     off = _probe_run(tmp_path, PYTHONDONTWRITEBYTECODE="1", **{CACHE_SWITCH_ENV: "off"})
-    assert off[0] is None and off[2] is True and off[1]["uncached"] == 2
+    assert off[0] is None and off[2] is True and off[1]["uncached"] == 2 and off[3] is None
     assert not (tmp_path / "cache").exists()
     on = _probe_run(tmp_path)  # writing on, a writable __pycache__: Python's own cache
     assert on[0] is None and on[1]["uncached"] == 0

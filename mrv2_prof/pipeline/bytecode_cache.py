@@ -78,13 +78,19 @@ def _uncacheable(probe: str) -> str | None:
 PROBES = ("torch", "mrv2_prof.pipeline.harness")  # the runner's: imported after the switch
 
 
-def cache_bytecode(probes: tuple[str, ...] = PROBES) -> dict[str, str] | None:
+def cache_bytecode(probes: tuple[str, ...] = PROBES, export: bool = False) -> dict[str, str] | None:
     """Turn Python's bytecode cache on where a probe's is missing and would stay missing:
     ``{"prefix": where bytecode is written now, "was": "writing_off" | "read_only", "module":
     the probe}``, or None where nothing was changed (every probe cached or about to be, or not
     a source package, ``MRV2_PROF_BYTECODE_CACHE=off``, or no writable directory for the
     prefix). With a prefix, Python reads bytecode from there alone: the first run compiles what
-    it imports once more (shipped caches beside the sources included), later runs read it."""
+    it imports once more (shipped caches beside the sources included), later runs read it.
+
+    ``export`` (the runner process): the prefix also goes to ``PYTHONPYCACHEPREFIX`` for the
+    processes it starts, so that a tensor-parallel rank, which imports torch before any code of
+    ours runs in it, reads the bytecode the runner wrote (it writes none itself: Python's
+    ``-B`` passes to it). Not the command line's: the runner then found torch cached under the
+    prefix and left writing off, so its own modules would never be cached."""
     if os.environ.get(CACHE_SWITCH_ENV, "").strip().lower() == "off":
         return None
     was, module = next(((w, p) for p in probes if (w := _uncacheable(p))), (None, None))
@@ -101,6 +107,8 @@ def cache_bytecode(probes: tuple[str, ...] = PROBES) -> dict[str, str] | None:
             return None
     sys.pycache_prefix = prefix
     sys.dont_write_bytecode = False
+    if export:
+        os.environ["PYTHONPYCACHEPREFIX"] = prefix
     return {"prefix": prefix, "was": was, "module": module}
 
 

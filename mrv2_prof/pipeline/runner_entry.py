@@ -20,7 +20,7 @@ from mrv2_prof.pipeline.job import RunJob
 def runner_entry(job: RunJob, *args) -> None:
     """``runner_process_main(job, *args)`` with the bytecode cache set up first."""
     entered = time.time()  # the process's start, split in two (the start-up line's interpreter)
-    cache = cache_bytecode()
+    cache = cache_bytecode(export=True)  # its tensor-parallel ranks read what it writes
     from mrv2_prof.pipeline.harness import runner_process_main
 
     runner_process_main(dataclasses.replace(job, entered_at=entered, bytecode_cache=cache), *args)
