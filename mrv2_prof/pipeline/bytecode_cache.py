@@ -89,8 +89,9 @@ def cache_bytecode(probes: tuple[str, ...] = PROBES, export: bool = False) -> di
     ``export`` (the runner process): the prefix also goes to ``PYTHONPYCACHEPREFIX`` for the
     processes it starts, so that a tensor-parallel rank, which imports torch before any code of
     ours runs in it, reads the bytecode the runner wrote (it writes none itself: Python's
-    ``-B`` passes to it). Not the command line's: the runner then found torch cached under the
-    prefix and left writing off, so its own modules would never be cached."""
+    ``-B`` passes to it). The command line does not export: a runner started with the prefix
+    would find torch cached there and leave writing off, so its own modules would never be
+    cached."""
     if os.environ.get(CACHE_SWITCH_ENV, "").strip().lower() == "off":
         return None
     was, module = next(((w, p) for p in probes if (w := _uncacheable(p))), (None, None))
