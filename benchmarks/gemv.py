@@ -67,6 +67,20 @@ def sweep_tiles(m: int) -> list[GemvTiles]:
     return out
 
 
+def best_tiles(call, ws, m: int, start: tuple[float, GemvTiles], label: str):
+    """(µs, tiles): the fastest of ``start`` and every tile of ``sweep_tiles(m)``, each timed as
+    ``call(w, tiles)`` over the weights ``ws`` (a tile that does not compile is skipped)."""
+    best = start
+    for t in sweep_tiles(m):
+        try:
+            us = graph_time_us([lambda w=w, t=t: call(w, t) for w in ws])
+        except Exception as exc:  # a tile that does not compile (registers, shared memory)
+            print(f"  {label} {t}: {type(exc).__name__}", file=sys.stderr)
+            continue
+        best = min(best, (us, t), key=lambda b: b[0])
+    return best
+
+
 PROLOGUES = {"qkv": "norm_one_pass", "gate_up": "norm_one_pass", "down": "silu_mul_residual"}
 
 
@@ -91,14 +105,7 @@ def sweep_prologue(name: str, x, ws, n: int, k: int) -> dict:
     kind = SILU_MUL if PROLOGUES[name] == "silu_mul_residual" else RMSNORM
     picked = pick_tiles(1, n, k, kind)  # the tiles the runner launches with this prologue
     picked_us = graph_time_us([lambda w=w: call(w, picked) for w in ws])
-    best = (picked_us, picked)
-    for t in sweep_tiles(1):
-        try:
-            us = graph_time_us([lambda w=w, t=t: call(w, t) for w in ws])
-        except Exception as exc:  # a tile that does not compile (registers, shared memory)
-            print(f"  {name} prologue {t}: {type(exc).__name__}", file=sys.stderr)
-            continue
-        best = min(best, (us, t), key=lambda b: b[0])
+    best = best_tiles(call, ws, 1, (picked_us, picked), f"{name} prologue")
     print(f"  {name:8s} m=1 with {PROLOGUES[name]}: picked {picked_us:.1f} us, best "
           f"{best[0]:.1f} us {best[1]}", file=sys.stderr, flush=True)  # fmt: skip
     return {"prologue": PROLOGUES[name], "prologue_picked_us": picked_us,
@@ -121,14 +128,8 @@ def bench_shape(
     row["picked"] = picked.__dict__
     torch.testing.assert_close(gemv_triton(x, ws[0]), gemv_ref(x, ws[0]), atol=2e-2, rtol=2e-2)
     if sweep:
-        best = (row["triton_us"], picked)
-        for t in sweep_tiles(m):
-            try:
-                us = graph_time_us([lambda w=w, t=t: gemv_triton(x, w, tiles=t) for w in ws])
-            except Exception as exc:  # a tile that does not compile (registers, shared memory)
-                print(f"  {name} m={m} {t}: {type(exc).__name__}", file=sys.stderr)
-                continue
-            best = min(best, (us, t), key=lambda b: b[0])
+        best = best_tiles(lambda w, t: gemv_triton(x, w, tiles=t), ws, m,
+                          (row["triton_us"], picked), f"{name} m={m}")  # fmt: skip
         row["best_us"], row["best"] = best[0], best[1].__dict__
     if name == "down":
         res = torch.randn(m, n, device=dev, dtype=dt)

@@ -40,10 +40,10 @@ CACHE_SWITCH_ENV = "MRV2_PROF_BYTECODE_CACHE"  # "off": Python's bytecode settin
 
 
 def _cache_dir() -> Path:
-    """``$MRV2_PROF_CACHE/bytecode``, else ``~/.cache/mrv2-prof/bytecode`` (the models' cache:
-    ``runner/model/shipped.py``, not imported here: it is the runner's)."""
-    root = os.environ.get("MRV2_PROF_CACHE") or os.path.join("~", ".cache", "mrv2-prof")
-    return Path(root).expanduser() / "bytecode"
+    """``bytecode`` in the models' cache (``$MRV2_PROF_CACHE``, else ``~/.cache/mrv2-prof``)."""
+    from mrv2_prof.runner.model.shipped import cache_dir  # no torch; only where the cache goes on
+
+    return cache_dir() / "bytecode"
 
 
 def _writable(path: str) -> bool:
