@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
+from mrv2_prof import entry_messages
 from mrv2_prof.entry_messages import EXIT_INTERRUPTED, debugging, internal_error, interrupted
 from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 
@@ -31,6 +33,7 @@ def _interrupted_while_importing(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Import the command line with Ctrl-C held, then run ``main_entry`` (which exits)."""
+    entry_messages.command_started_at = time.time()
     held = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when ignored
     if held:
         signal.signal(signal.SIGINT, _interrupted_while_importing)

@@ -10,6 +10,10 @@ import sys
 
 DEBUG_VARIABLE = "MRV2_PROF_DEBUG"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+# time.time() as ``__main__.main`` began: the ``mrv2-prof`` command's own start (None where the
+# command line is called in-process, as tests call it); ``run`` times its first runner's spawn
+# from it (the start-up line's ``command`` phase)
+command_started_at: float | None = None
 
 
 def debugging() -> bool:

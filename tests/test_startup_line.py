@@ -1,5 +1,6 @@
 """The start-up line: the phases from the run's facts, hand-worked, and a real run's line whose
-total is the process's spawn-to-engine time plus the engine's start-up."""
+total is the command's time before the spawn, the process's spawn-to-engine time and the
+engine's start-up."""
 
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def test_the_host_samplers_share_of_start_up_closes_the_line():
     )
 
 
+def test_the_commands_own_time_before_the_spawn_opens_the_line_and_the_total():
+    facts = {**FACTS, "process_entry_s": 0.75, "command_s": 0.5}
+    phases = startup_phases(facts)
+    assert phases[:3] == [("command", 0.5), ("interpreter", 0.75), ("imports", 1.5)]
+    assert abs(sum(s for _, s in phases) - 8.75) < 1e-9  # 0.5 + 2.25 + 6.0
+    assert startup_line(facts).startswith("start-up 8.8 s (command 0.5 s, interpreter 0.8 s, ")
+
+
 def test_a_run_stored_before_the_process_time_was_recorded_has_no_process_phase():
     old = {k: v for k, v in FACTS.items() if k != "process_start_s"}
     assert [name for name, _ in startup_phases(old)][0] == "weights"
@@ -84,13 +93,15 @@ def test_a_headless_runs_line_totals_process_and_engine_startup(tmp_path):
     pairs = re.findall(r"([a-z ]+) (\d+\.\d) s", got.group(2))
     shown = {name.strip(): float(v) for name, v in pairs}
     sql = ("SELECT info->>'process_start_s', info->>'startup_s', info->>'process_entry_s', "
-           "info->>'torch_import_s' FROM runs")  # fmt: skip
+           "info->>'torch_import_s', info->>'command_s' FROM runs")  # fmt: skip
     (info,) = query(db, sql)
-    process, startup, entry, torch_s = (float(v) for v in info)
+    process, startup, entry, torch_s, command = (float(v) for v in info)
     assert 0.1 < process < 60  # a fresh interpreter importing torch takes a while
     assert 0 < entry < process  # the target began before the engine's imports were done
     assert 0.1 < torch_s < process - entry  # torch's import, inside the imports
-    assert float(got.group(1)) == round(process + startup, 1)
+    assert 0.05 < command < 60  # the command's imports and checks, before the spawn
+    assert float(got.group(1)) == round(command + process + startup, 1)
+    assert shown["command"] == round(command, 1)
     assert shown["interpreter"] == round(entry, 1)
     assert shown["torch"] == round(torch_s, 1)
     assert shown.get("imports", 0.0) == round(process - entry - torch_s, 1)

@@ -5,7 +5,8 @@ and the request state will take against what is free, and the whole workload.
 
 Every problem is a one-line ``ConfigError``, ``CheckpointError`` or ``ScenarioError``; the CLI
 prints it and exits 2 before a run row exists. Checked in this process, which never creates a
-CUDA context: the GPU's free memory comes from NVML.
+CUDA context and (unless ``strict`` or tensor parallelism needs it) never imports torch: whether
+CUDA has a device and the GPU's free memory come from NVML (``inputs/cuda_devices.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from mrv2_prof.inputs.cuda_devices import visible_cuda_devices
 from mrv2_prof.inputs.memory_budget import shortfall
 from mrv2_prof.runner.model.args import weight_count
 from mrv2_prof.scenario import Scenario, ScenarioError
@@ -34,10 +36,14 @@ def _on_gpu(config: RunnerConfig) -> bool:
     if config.device == "cpu":
         return False
     available = _cuda_driver_present()
-    if available:
-        import torch
+    if available:  # NVML and torch's build, not torch's 1-3 s of imports (cuda_devices.py)
+        count = visible_cuda_devices()
+        if count is None:  # what only torch can answer
+            import torch
 
-        available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
+            available = torch.cuda.is_available()  # asks the driver; creates no CUDA context
+        else:
+            available = count > 0
     if config.device == "cuda" and not available:
         raise invalid("device", NO_CUDA)
     return available
@@ -62,7 +68,7 @@ def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:
             "set probes.kernel_trace: false and use mrv2-prof nsys import for the kernels"
         )
     notes = unavailable_probe_notes(scenario.probes.model_dump())
-    if scenario.runner.strict and config.resolve_device().type != "cuda":
+    if scenario.runner.strict and not _on_gpu(config):
         notes += cpu_probe_notes(scenario.probes.model_dump())
     if notes and scenario.runner.strict:
         raise ConfigError(f"{notes[0]} (strict: true)")

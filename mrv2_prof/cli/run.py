@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from mrv2_prof import entry_messages
 from mrv2_prof.analysis.summary import render_comparison, render_summary
 from mrv2_prof.cli import metrics_port as metrics_option
 from mrv2_prof.cli.console import checked_db, err, fail, out
@@ -195,6 +196,8 @@ def run(
     cells: dict[int, CellRun] = {}  # the landed cells by index, in the order they landed
     unstored: list[str] = []  # runs left in their side files (the database refused the merge)
 
+    spawned: list[int] = []  # the jobs made so far
+
     def make_job(index: int) -> RunJob:
         label, (given, scenario), group, repeat_index = runs[index]
         data, given_yaml = (
@@ -202,9 +205,13 @@ def run(
             scenario_yaml(given.model_dump(mode="json")),
         )
         combo = _combo(base, scenario)
+        # the first local runner only: a Ray worker's clock is not this machine's
+        first = not spawned and executor_name == "local"
+        command_at = entry_messages.command_started_at if first else None
+        spawned.append(index)  # later jobs' spawns wait on earlier runs, not on the command
         return RunJob(
             data, given_yaml, label, combo, str(db_path), group, repeat_index, given.notes,
-            known_peaks=_known_peaks(db_path), memo_key=keys[index],
+            known_peaks=_known_peaks(db_path), memo_key=keys[index], command_at=command_at,
         )  # fmt: skip
 
     def landed(cell: CellRun) -> bool:

@@ -298,6 +298,8 @@ def _run_sampled(
         since = job.launched_at if job.launched_at is not None else job.entered_at
         if since is not None:  # which modules this process compiled from source
             outcome.facts["bytecode"] = {**bytecode_facts(since), "cache": job.bytecode_cache}
+        if job.launched_at is not None and job.command_at is not None:  # the command before
+            outcome.facts["command_s"] = max(0.0, job.launched_at - job.command_at)
         if launched is not None and job.entered_at is not None:  # its interpreter's start
             outcome.facts["process_entry_s"] = max(0.0, job.entered_at - job.launched_at)
         outcome.facts["model"] = model_identity(scenario.model_spec())  # show and runs name it

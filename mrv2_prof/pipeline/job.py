@@ -26,6 +26,9 @@ class RunJob:
     known_peaks: dict[str, list[Any]] = field(default_factory=dict)
     memo_key: str | None = None  # the cell's key (pipeline/resume.py), kept in runs.info
     launched_at: float | None = None  # time.time() as the parent spawned the runner process
+    # time.time() as the ``mrv2-prof`` command began, on the first job it spawns (None on the
+    # rest and in-process): the command's imports and checks before the spawn
+    command_at: float | None = None
     # time.time() as the runner process's target began (``runner_entry``): its interpreter up
     # (the rest of its start, to the engine's build: the harness, the database, torch)
     entered_at: float | None = None

@@ -1,6 +1,10 @@
 """The start-up line of a headless run: the seconds from the runner process's spawn to its first
 step, and the phases they went to, from the run's start-up facts (``runs.info``).
 
+* ``command``: the ``mrv2-prof`` command itself until it spawned the runner (its own imports,
+  the scenario's checks, the database's), for the first runner a command spawns:
+  ``command_s``, wall-clock time from ``__main__.main`` to the spawn (``RunJob.command_at``).
+  Later runners of a sweep and runs started in-process have none.
 * ``process``: the parent spawning the runner until the runner begins building the engine (a
   fresh interpreter, torch and the runner's imports, the database opened): ``process_start_s``,
   wall-clock time between the two processes (``RunJob.launched_at``). Where the run recorded
@@ -18,8 +22,9 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
   the collection of start-up's objects, until the first step): ``startup_s`` less the engine's
   phases.
 
-The total is ``process_start_s + startup_s``; the line leaves out a phase under 0.05 s (it would
-read 0.0 s), and ``process`` for a run whose facts do not have it (stored before it was recorded).
+The total is ``command_s + process_start_s + startup_s``; the line leaves out a phase under
+0.05 s (it would read 0.0 s), and ``process`` (``command``) for a run whose facts do not have it
+(stored before it was recorded, or started in-process).
 A run with the host sampler on (``probes.host_sampling_hz``) sampled its start-up too, and the
 samples' own time is in the phases: ``startup_sampler_s`` (the sampler's time until start-up
 ended) closes the line, "host sampler 0.1 s of it", from 0.05 s.
@@ -43,15 +48,16 @@ def startup_phases(facts: dict[str, Any]) -> list[tuple[str, float]]:
     """(phase, seconds) in order, ``other`` last; phases of zero seconds left out."""
     process = facts.get("process_start_s")
     entry = facts.get("process_entry_s")
+    phases = [("command", float(facts.get("command_s") or 0.0))]
     if process is None:
-        phases = []
+        pass
     elif entry is None:
-        phases = [("process", float(process))]
+        phases.append(("process", float(process)))
     else:
         entry = min(float(entry), float(process))
         rest = float(process) - entry
         torch_s = min(float(facts.get("torch_import_s") or 0.0), rest)
-        phases = [("interpreter", entry), ("torch", torch_s), ("imports", rest - torch_s)]
+        phases += [("interpreter", entry), ("torch", torch_s), ("imports", rest - torch_s)]
     engine = [(name, float(facts.get(key) or 0.0)) for key, name in PHASES]
     phases += engine
     other = float(facts.get("startup_s") or 0.0) - sum(s for _, s in engine)
@@ -72,7 +78,7 @@ def startup_line(facts: dict[str, Any]) -> str:
     """``start-up 8.3 s (process 2.1 s, weights 1.2 s, ..., graphs 2.0 s / 86 keys, other
     0.4 s)``."""
     phases = startup_phases(facts)
-    total = float(facts.get("process_start_s") or 0.0) + float(facts.get("startup_s") or 0.0)
+    total = sum(float(facts.get(k) or 0.0) for k in ("command_s", "process_start_s", "startup_s"))
     parts = []
     for name, seconds in phases:
         if seconds < 0.05:
