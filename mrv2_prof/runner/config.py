@@ -26,7 +26,7 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
 # projections_triton.DECODE_GEMV; auto: kernel_paths.resolved_paths picks by the model's width
-DecodeGemv = Literal["auto", "plain", "fused", "fused_onepass", "off"]
+DecodeGemv = Literal["auto", "plain", "fused", "fused_onepass", "hybrid", "off"]
 DecodeGemm = Literal["cublas", "triton"]  # projections_triton.DECODE_GEMM
 PiecewiseCapture = Literal["auto", "startup", "first_use"]
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]

@@ -90,3 +90,51 @@ def test_the_references_are_the_unfused_decoder_arithmetic():
     gate, up = t["gate_up"].chunk(2, dim=-1)
     want = x + (gate * torch.sigmoid(gate) * up) @ t["w_down"].T
     torch.testing.assert_close(mlp_down_ref(x, t["gate_up"], t["w_down"]), want)
+
+
+def test_hybrid_folds_the_narrow_projections_and_leaves_a_wide_gate_up_to_cublas(monkeypatch):
+    """``hybrid`` at batch 1 with gate/up wider than ``PLAIN_MAX_FEATURES``: QKV is the GEMV with
+    the input norm folded in, o the GEMV alone, then the residual add + norm kernel and cuBLAS
+    for gate/up, and down the GEMV with SiLU-and-mul folded in; the values are the references'.
+    With gate/up narrow enough, the o GEMV adds into the residual and gate/up takes the norm."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", "hybrid")
+    monkeypatch.setattr(projections_triton, "PLAIN_MAX_FEATURES", QKV)  # gate/up (192) is wide
+    calls = []
+    gemv, add_norm = projections_triton.gemv_triton, projections_triton.fused_add_rmsnorm_triton
+
+    def spy_gemv(x, weight, bias=None, residual=None, **kw):
+        prologue = "norm" if kw.get("norm") else "silu_mul" if kw.get("silu_mul") else "-"
+        calls.append(
+            ("gemv", weight.shape[0], prologue, residual is not None, bool(kw.get("one_pass")))
+        )
+        return gemv(x, weight, bias, residual, **kw)
+
+    def spy_add_norm(*args):
+        calls.append(("add_norm",))
+        return add_norm(*args)
+
+    monkeypatch.setattr(projections_triton, "gemv_triton", spy_gemv)
+    monkeypatch.setattr(projections_triton, "fused_add_rmsnorm_triton", spy_add_norm)
+    t = tensors(1, torch.float32, seed=5)
+    atol, rtol = TOL[torch.float32]
+    got = norm_linear_triton(t["x"], t["norm"], 1e-5, t["w_qkv"], t["b_qkv"])
+    want = norm_linear_ref(t["x"], t["norm"], 1e-5, t["w_qkv"], t["b_qkv"])
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    args = (t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
+    got_gu, got_x = add_norm_linear_triton(t["x"].clone(), *args)
+    want_gu, want_x = add_norm_linear_ref(t["x"], *args)
+    torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_gu, want_gu, atol=atol, rtol=rtol)
+    got = mlp_down_triton(t["x"].clone(), t["gate_up"], t["w_down"])
+    torch.testing.assert_close(got, mlp_down_ref(t["x"], t["gate_up"], t["w_down"]), atol=atol,
+                               rtol=rtol)  # fmt: skip
+    assert calls == [
+        ("gemv", QKV, "norm", False, True),  # the input norm in the QKV GEMV, one pass
+        ("gemv", H, "-", False, False),  # o alone: cuBLAS's gate/up needs the normed row
+        ("add_norm",),
+        ("gemv", H, "silu_mul", True, False),  # SiLU-and-mul folded in, adding into x
+    ]
+    calls.clear()
+    monkeypatch.setattr(projections_triton, "PLAIN_MAX_FEATURES", 2 * INTER)  # now narrow
+    add_norm_linear_triton(t["x"].clone(), *args)
+    assert calls == [("gemv", H, "-", True, False), ("gemv", 2 * INTER, "norm", False, True)]

@@ -31,6 +31,12 @@ runner is built: ``runner/worker/kernel_paths.py``; ``benchmarks/decode_roofline
   ``one_pass``: the row's squares summed in the weight walk, its scale applied at the end), so no
   program reads its input twice. Six launches a layer; on the H200 6 % faster than ``plain`` on
   SmolLM2-135M, even on qwen3-0.6b, 4-10 % slower on llama-1b and llama-3-8b.
+* ``hybrid``: ``fused_onepass`` on weights of at most ``PLAIN_MAX_FEATURES`` outputs, ``plain``'s
+  cuBLAS GEMM beside the elementwise kernels on wider ones: the input norm folded into QKV and
+  SiLU-and-mul into down, the o GEMV, the residual add + norm kernel and cuBLAS for a gate/up
+  wider than that (llama-1b, llama-3-8b: seven launches a layer, two fewer than ``plain``, and
+  none of them the fused path's slower wide gate/up GEMV); where gate/up is narrow enough it is
+  ``fused_onepass`` (six).
 * ``off``: cuBLAS for every batch.
 
 ``DECODE_GEMM`` selects the path of the other projections of up to ``GEMM_DECODE_MAX_ROWS`` rows
@@ -56,8 +62,9 @@ from mrv2_prof.runner.model.gemm_decode_triton import (
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
-DECODE_GEMV_MODES = ("fused", "fused_onepass", "plain", "off")
-FUSED_MODES = ("fused", "fused_onepass")
+DECODE_GEMV_MODES = ("fused", "fused_onepass", "hybrid", "plain", "off")
+FUSED_MODES = ("fused", "fused_onepass", "hybrid")
+WIDTH_BOUND_MODES = ("plain", "hybrid")  # cuBLAS above PLAIN_MAX_FEATURES outputs
 DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the model's width)
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
@@ -68,7 +75,7 @@ def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
     """Whether this projection of ``x`` takes the GEMV (with its prologue where ``fused``)."""
     if DECODE_GEMV == "off" or (fused and DECODE_GEMV not in FUSED_MODES):
         return False
-    if DECODE_GEMV == "plain" and weight.shape[0] > PLAIN_MAX_FEATURES:
+    if DECODE_GEMV in WIDTH_BOUND_MODES and weight.shape[0] > PLAIN_MAX_FEATURES:
         return False
     return x.dim() == 2 and x.stride(-1) == 1 and prefers_gemv(x.shape[0], weight.shape[0])
 
@@ -91,7 +98,7 @@ def warm_rows(max_rows: int) -> list[int]:
 
 
 def _one_pass() -> bool:
-    return DECODE_GEMV == "fused_onepass"
+    return DECODE_GEMV in ("fused_onepass", "hybrid")
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
