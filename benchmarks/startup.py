@@ -28,9 +28,15 @@ no prefix: the runner turns the cache on under ``~/.cache/mrv2-prof/bytecode``
 (``$MRV2_PROF_CACHE``), which the untimed first run fills. Each run prints how many modules its
 runner compiled (the run's ``bytecode`` fact, ``pipeline/bytecode_cache.py``).
 
+With ``--standby on off`` the sides are the standby runner (``pipeline/standby.py``,
+``MRV2_PROF_STANDBY``): ``on`` starts the runner's process before the command's imports and hands
+it the job, ``off`` spawns it once the job exists. The spawn moves, so compare the medians from
+the command (``command_s`` + the rest), not those from the spawn.
+
     python benchmarks/startup.py --presets llama-1b llama-3-8b --repeats 2 --out startup.json
     python benchmarks/startup.py --presets llama-1b --repeats 3 --collector off on
     python benchmarks/startup.py --presets llama-1b --repeats 3 --bytecode source cached
+    python benchmarks/startup.py --presets llama-1b --repeats 3 --standby on off
     python benchmarks/startup.py --presets llama-tiny --set runner.device=cpu  # a CPU smoke run
 """
 
@@ -50,6 +56,7 @@ from bench_io import write_results
 
 from mrv2_prof.pipeline.bytecode_cache import CACHE_SWITCH_ENV
 from mrv2_prof.pipeline.collector import ENV as COLLECTOR_ENV
+from mrv2_prof.pipeline.standby import SWITCH_ENV as STANDBY_ENV
 from mrv2_prof.views.startup_line import startup_phases
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +68,8 @@ def side_env(axis: str, side: str, tmp: Path) -> dict[str, str]:
     env = dict(os.environ)
     if axis == "collector":
         env[COLLECTOR_ENV] = side
+    elif axis == "standby":
+        env[STANDBY_ENV] = side
     elif side == "source":  # nothing cached is read, nothing is written
         env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(tmp / "empty-pycache"))
         env[CACHE_SWITCH_ENV] = "off"
@@ -140,8 +149,21 @@ def main() -> None:
         "cached (read from a cache the untimed first run writes) and/or host (writing off, the "
         "runner's own cache on); instead of --collector",
     )
+    ap.add_argument(
+        "--standby",
+        nargs="+",
+        choices=["on", "off"],
+        default=None,
+        help="the standby runner (pipeline/standby.py): on (started before the command's "
+        "imports, handed the job) and/or off (spawned once the job exists); instead of "
+        "--collector. Compare the medians from the command: the spawn moves",
+    )
     args = ap.parse_args()
-    axis, sides = ("bytecode", args.bytecode) if args.bytecode else ("collector", args.collector)
+    axis, sides = ("collector", args.collector)
+    if args.bytecode:
+        axis, sides = "bytecode", args.bytecode
+    elif args.standby:
+        axis, sides = "standby", args.standby
     rows = []
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -165,10 +187,12 @@ def main() -> None:
                 imports = statistics.median(r["phases"].get("imports", 0.0) for r in mine)
                 torch_s = statistics.median(r["phases"].get("torch", 0.0) for r in mine)
                 command = statistics.median(r["command_s"] for r in mine)
+                whole = statistics.median(r["from_command_s"] for r in mine)
                 print(
                     f"{preset} {axis} {side}: median {med:.2f} s to the first step, "
                     f"torch {torch_s:.2f} s, imports {imports:.2f} s; the command line "
-                    f"{command:.2f} s before the spawn ({len(mine)} runs)"
+                    f"{command:.2f} s before the spawn; {whole:.2f} s from the command "
+                    f"({len(mine)} runs)"
                 )
     write_results(args.out, {"scenario": str(SCENARIO.name), "sets": args.sets, axis: sides}, rows)
 

@@ -19,6 +19,7 @@ import time
 
 from mrv2_prof import entry_messages
 from mrv2_prof.entry_messages import EXIT_INTERRUPTED, debugging, internal_error, interrupted
+from mrv2_prof.pipeline import standby
 from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 
 
@@ -27,6 +28,7 @@ def _interrupted_while_importing(signum: int, frame: object) -> None:
     process ends here (a KeyboardInterrupt could surface inside a library's import machinery)."""
     try:
         os.write(2, b"interrupted\n")
+        standby.dismiss()  # (os._exit runs no exit handler)
     finally:
         os._exit(EXIT_INTERRUPTED)
 
@@ -39,6 +41,8 @@ def main() -> None:
         signal.signal(signal.SIGINT, _interrupted_while_importing)
     try:
         try:
+            if standby.wanted(sys.argv):  # the runner's imports beside these (standby.py)
+                standby.prespawn()
             cache_bytecode(("rich", "mrv2_prof.cli"))  # before the command line's imports
             from mrv2_prof.cli import main_entry
         except Exception as exc:

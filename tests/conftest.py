@@ -21,6 +21,10 @@ if not torch.cuda.is_available():
 # bytecode written under ~/.cache/mrv2-prof where writing is off); the tests of the runner's own
 # bytecode cache (test_bytecode_cache.py) turn it on in the runs they start.
 os.environ.setdefault("MRV2_PROF_BYTECODE_CACHE", "off")
+# The commands the tests start spawn their runner once the job exists, on a GPU host as on the
+# CPU (the start-up phases and the signal timings they check are that path's); test_standby.py
+# starts the standby runner itself.
+os.environ.setdefault("MRV2_PROF_STANDBY", "off")
 
 
 @pytest.fixture

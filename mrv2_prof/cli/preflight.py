@@ -12,10 +12,9 @@ CUDA has a device and the GPU's free memory come from NVML (``inputs/cuda_device
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
-from mrv2_prof.inputs.cuda_devices import visible_cuda_devices
+from mrv2_prof.inputs.cuda_devices import cuda_driver_present, visible_cuda_devices
 from mrv2_prof.inputs.memory_budget import shortfall
 from mrv2_prof.runner.model.args import weight_count
 from mrv2_prof.scenario import Scenario, ScenarioError
@@ -49,13 +48,8 @@ def _on_gpu(config: RunnerConfig) -> bool:
     return available
 
 
-# Device nodes of an NVIDIA driver (Linux; WSL's GPU node). Without one, CUDA is unavailable and
-# torch (1-2 s of imports) is not loaded in this process just to be told so.
-_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-
-
 def _cuda_driver_present() -> bool:
-    return not sys.platform.startswith("linux") or any(map(os.path.exists, _DRIVER_NODES))
+    return cuda_driver_present()
 
 
 def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:

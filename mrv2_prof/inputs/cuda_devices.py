@@ -21,9 +21,18 @@ import ast
 import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+# Device nodes of an NVIDIA driver (Linux; WSL's GPU node). Without one, CUDA is unavailable and
+# nothing (torch's 1-2 s of imports, NVML) is asked.
+DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def cuda_driver_present() -> bool:
+    """Whether this host has an NVIDIA driver's device node (always True off Linux)."""
+    return not sys.platform.startswith("linux") or any(map(os.path.exists, DRIVER_NODES))
 
 
 def _leading_int(text: str) -> int:

@@ -295,7 +295,9 @@ def _run_sampled(
             outcome.facts["startup_sampler_s"] = sampler.cost_ns / 1e9
         outcome.facts["process_start_s"] = launched  # spawn, imports, the database opened
         outcome.facts["torch_import_s"] = torch_import_s  # of it: torch's own import
-        since = job.launched_at if job.launched_at is not None else job.entered_at
+        since = next((t for t in (job.prespawned_at, job.launched_at, job.entered_at) if t), None)
+        if job.prespawned_at is not None and job.launched_at is not None:  # beside the command
+            outcome.facts["standby_s"] = max(0.0, job.launched_at - job.prespawned_at)
         if since is not None:  # which modules this process compiled from source
             outcome.facts["bytecode"] = {**bytecode_facts(since), "cache": job.bytecode_cache}
         if job.launched_at is not None and job.command_at is not None:  # the command before
@@ -399,6 +401,16 @@ def _run_sampled(
                 outcome.error = _one_line(exc) if full is None else str(full)
             outcome.status, outcome.exit_code = "failed", 1
     return outcome
+
+
+def prepare_imports() -> None:
+    """What a runner imports before its job exists (a standby runner, ``standby.py``): torch,
+    then the engine's modules, as ``_run_sampled`` imports them (no collection over them)."""
+    _import_torch()
+    with imports_uncollected("mrv2_prof.runner.engine"):
+        import mrv2_prof.runner.engine  # noqa: F401
+        import mrv2_prof.runner.model.model_name  # noqa: F401
+        import mrv2_prof.workload  # noqa: F401
 
 
 def _import_torch() -> None:

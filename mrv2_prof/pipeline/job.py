@@ -26,6 +26,9 @@ class RunJob:
     known_peaks: dict[str, list[Any]] = field(default_factory=dict)
     memo_key: str | None = None  # the cell's key (pipeline/resume.py), kept in runs.info
     launched_at: float | None = None  # time.time() as the parent spawned the runner process
+    # (or handed the job to one spawned before it: ``standby.py``; then time.time() at that
+    # spawn here, its interpreter and imports done beside the command)
+    prespawned_at: float | None = None
     # time.time() as the ``mrv2-prof`` command began, on the first job it spawns (None on the
     # rest and in-process): the command's imports and checks before the spawn
     command_at: float | None = None

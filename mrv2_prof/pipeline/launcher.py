@@ -36,6 +36,7 @@ from mrv2_prof.pipeline.job import Outcome, RunJob
 from mrv2_prof.pipeline.lifetime import STOP_SIGNALS, stop_signals_blocked
 from mrv2_prof.pipeline.metrics_exporter import serving
 from mrv2_prof.pipeline.runner_entry import runner_entry
+from mrv2_prof.pipeline.standby import claim, hand_over
 from mrv2_prof.probes.nvml_sampler import NvmlSampler
 from mrv2_prof.store import Store, StoreError
 from mrv2_prof.store.run_notes import add_run_note
@@ -81,6 +82,15 @@ class RunnerProcess:
         )
 
     def start(self) -> None:
+        standby = claim()  # a runner spawned before the command's imports (``standby.py``)
+        if standby is not None:
+            self.queue, self.stop_event = standby.queue, standby.stop_event
+            self.stop_signal, self.process = standby.stop_signal, standby.process
+            self.job = dataclasses.replace(
+                self.job, launched_at=time.time(), prespawned_at=standby.spawned_at
+            )
+            hand_over(standby, self.job)
+            return
         with stop_signals_blocked():  # the runner unblocks them once it handles them
             self.process.start()
 

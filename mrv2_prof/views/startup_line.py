@@ -4,7 +4,10 @@ step, and the phases they went to, from the run's start-up facts (``runs.info``)
 * ``command``: the ``mrv2-prof`` command itself until it spawned the runner (its own imports,
   the scenario's checks, the database's), for the first runner a command spawns:
   ``command_s``, wall-clock time from ``__main__.main`` to the spawn (``RunJob.command_at``).
-  Later runners of a sweep and runs started in-process have none.
+  Later runners of a sweep and runs started in-process have none. Where the runner was started
+  before the command's imports and waited for its job (``pipeline/standby.py``: the
+  ``standby_s`` fact), the line says so ("the runner starting beside it"): its interpreter and
+  imports went beside the command, and its own phases count from the hand-over.
 * ``process``: the parent spawning the runner until the runner begins building the engine (a
   fresh interpreter, torch and the runner's imports, the database opened): ``process_start_s``,
   wall-clock time between the two processes (``RunJob.launched_at``). Where the run recorded
@@ -86,6 +89,8 @@ def startup_line(facts: dict[str, Any]) -> str:
         text = f"{name} {seconds:.1f} s"
         if name == "graphs" and facts.get("num_graphs"):
             text += f" / {facts['num_graphs']} keys"
+        if name == "command" and facts.get("standby_s"):  # standby.py
+            text += ", the runner starting beside it"
         if name == "torch" and torch_from_source(facts):
             text += " from source"
         parts.append(text)
