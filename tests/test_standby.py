@@ -26,6 +26,24 @@ SETS = ["runner.device=cpu", "model.preset=llama-tiny", "workload.num_requests=3
         "workload.output_len.value=12"]  # fmt: skip
 
 
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def gone(tag: str) -> None:
+    """The command's standby is gone as soon as the command is (killed and joined before it
+    exits, not left to end after its imports), and every other process of it within seconds."""
+    time.sleep(0.2)
+    assert [p for p in _tagged_processes(tag) if b"spawn_main" in cmdline(p)] == []
+    deadline = time.monotonic() + 20  # multiprocessing's resource tracker ends by itself
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tagged_processes(tag) == []
+
+
 def run_cli(*args: str, switch: str, tag: str = "", **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, standby.SWITCH_ENV: switch, TAG: tag or uuid.uuid4().hex}
     return subprocess.run(
@@ -95,19 +113,18 @@ def test_a_standby_that_gets_no_job_does_not_outlive_the_command(tmp_path):
                   "--set", "runner.max_num_reqs=-3", switch="on", tag=tag)  # fmt: skip
     assert bad.returncode == 2 and "runner.max_num_reqs" in bad.stderr, bad.stderr
     assert not (tmp_path / "r.duckdb").exists()
-    assert _tagged_processes(tag) == []
+    gone(tag)
     tag = uuid.uuid4().hex
     env = {**os.environ, standby.SWITCH_ENV: "on", TAG: tag}
     proc = subprocess.Popen([sys.executable, "-m", "mrv2_prof", "run", str(SCENARIO)], env=env,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # fmt: skip
     deadline = time.monotonic() + 30
-    while len(_tagged_processes(tag)) < 2 and time.monotonic() < deadline:  # the standby is up
+    while not any(b"spawn_main" in cmdline(p) for p in _tagged_processes(tag)):  # it is up
+        assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.01)
-    assert len(_tagged_processes(tag)) >= 2
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130, proc.stderr.read()
-    time.sleep(0.5)
-    assert _tagged_processes(tag) == []
+    gone(tag)
 
 
 def test_a_standby_is_dismissed_where_the_first_runner_needs_other_devices(monkeypatch):
@@ -125,3 +142,27 @@ def test_a_standby_is_dismissed_where_the_first_runner_needs_other_devices(monke
     finally:
         waiting.process.kill()
         waiting.process.join(5)
+
+
+def test_a_standby_that_died_waiting_is_passed_over_for_a_fresh_runner(monkeypatch):
+    """The job cannot be handed to a standby that is gone between its claim and the hand-over:
+    ``hand_over`` says so and the launcher spawns a runner as ever (its own queue and process)."""
+    from mrv2_prof.pipeline import launcher
+    from mrv2_prof.pipeline.job import RunJob
+
+    monkeypatch.setattr(standby, "_standby", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    waiting = standby.prespawn()
+    waiting.process.kill()
+    waiting.process.join(5)
+    monkeypatch.setattr(waiting.process, "is_alive", lambda: True)  # died after the claim's look
+    job = RunJob({"name": "x"}, "", "x", None, "unused.duckdb")
+    assert standby.claim() is waiting
+    assert standby.hand_over(waiting, job) is False
+    spawned = []
+    runner = launcher.RunnerProcess(job)
+    monkeypatch.setattr(standby, "_standby", None)  # the launcher's claim: nothing waits now
+    monkeypatch.setattr(runner.process, "start", lambda: spawned.append(True))
+    runner.start()
+    assert spawned == [True] and runner.process is not waiting.process
+    assert runner.job.prespawned_at is None

@@ -79,13 +79,15 @@ def prespawn() -> Standby:
         args=(receive, queue, stop_event, stop_signal, os.getpid()),
         daemon=False,
     )
-    spawned_at = time.time()
-    with stop_signals_blocked():  # kept blocked while it waits: a Ctrl-C is the command's
-        process.start()
-    receive.close()  # the child's end
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    _standby = Standby(process, send, queue, stop_event, stop_signal, spawned_at, visible)
-    atexit.register(dismiss)
+    # The child keeps the stop signals blocked while it waits (a Ctrl-C is the command's); the
+    # parent takes a pending one only once ``dismiss`` can find the child.
+    with stop_signals_blocked():
+        spawned_at = time.time()
+        process.start()
+        _standby = Standby(process, send, queue, stop_event, stop_signal, spawned_at, visible)
+        atexit.register(dismiss)
+    receive.close()  # the child's end
     return _standby
 
 
@@ -103,10 +105,17 @@ def claim() -> Standby | None:
     return standby
 
 
-def hand_over(standby: Standby, job: RunJob) -> None:
-    """Send ``job`` to the waiting runner, which then runs it as a freshly spawned one would."""
-    standby.conn.send(job)
-    standby.conn.close()
+def hand_over(standby: Standby, job: RunJob) -> bool:
+    """Send ``job`` to the waiting runner, which then runs it as a freshly spawned one would;
+    False where it is gone (it died importing: the runner spawned instead says why)."""
+    try:
+        standby.conn.send(job)
+    except (BrokenPipeError, ConnectionError, OSError):
+        standby.process.join(5.0)
+        return False
+    finally:
+        standby.conn.close()
+    return True
 
 
 def dismiss() -> None:
