@@ -19,7 +19,6 @@ import time
 
 from mrv2_prof import entry_messages
 from mrv2_prof.entry_messages import EXIT_INTERRUPTED, debugging, internal_error, interrupted
-from mrv2_prof.pipeline import standby
 from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 
 
@@ -28,7 +27,9 @@ def _interrupted_while_importing(signum: int, frame: object) -> None:
     process ends here (a KeyboardInterrupt could surface inside a library's import machinery)."""
     try:
         os.write(2, b"interrupted\n")
-        standby.dismiss()  # (os._exit runs no exit handler)
+        standby = sys.modules.get("mrv2_prof.pipeline.standby")
+        if standby is not None:  # a runner started for this command (os._exit runs no atexit)
+            standby.dismiss()
     finally:
         os._exit(EXIT_INTERRUPTED)
 
@@ -41,6 +42,8 @@ def main() -> None:
         signal.signal(signal.SIGINT, _interrupted_while_importing)
     try:
         try:
+            from mrv2_prof.pipeline import standby
+
             if standby.wanted(sys.argv):  # the runner's imports beside these (standby.py)
                 standby.prespawn()
             cache_bytecode(("rich", "mrv2_prof.cli"))  # before the command line's imports

@@ -68,6 +68,8 @@ def cli_run(db: Path, switch: str, *extra: str) -> subprocess.CompletedProcess:
         (["mrv2-prof", "run", "--help"], "on", True, False),
         (["mrv2-prof", "show", "latest"], "on", True, False),  # no runner to start
         (["mrv2-prof"], "on", True, False),
+        (["mrv2-prof", "run", "s.yaml", "--executor", "ray"], "on", True, False),
+        (["mrv2-prof", "run", "--executor=ray", "s.yaml"], "auto", True, False),
     ],
 )
 def test_wanted_for_a_run_command_where_a_driver_is_or_where_asked(

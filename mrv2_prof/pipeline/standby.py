@@ -18,7 +18,8 @@ waits with the stop signals blocked, so a Ctrl-C reaches the command alone.
 What the start-up line says: the runner's phases are timed from the hand-over
 (``RunJob.launched_at``), so its interpreter and imports, done beside the command, are no phase of
 their own. ``RunJob.prespawned_at`` (the ``standby_s`` fact: the seconds it ran before its job
-came) says how much of its start went beside the command.
+came) says how much of its start went beside the command. The host sampler
+(``probes.host_sampling_hz``), which starts with the job, does not sample those imports.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def wanted(argv: list[str], env: dict[str, str] | os._Environ = os.environ) -> b
     """Whether ``argv`` (``sys.argv``) is a ``run`` command that gets a standby runner."""
     switch = env.get(SWITCH_ENV, "auto").strip().lower()
     if switch == "off" or argv[1:2] != ["run"] or {"-h", "--help"} & set(argv[2:]):
+        return False
+    if "ray" in argv[2:] or "--executor=ray" in argv[2:]:  # its runners start on Ray's workers
         return False
     return switch == "on" or (switch == "auto" and cuda_driver_present())
 
