@@ -403,16 +403,6 @@ def _run_sampled(
     return outcome
 
 
-def prepare_imports() -> None:
-    """What a runner imports before its job exists (a standby runner, ``standby.py``): torch,
-    then the engine's modules, as ``_run_sampled`` imports them (no collection over them)."""
-    _import_torch()
-    with imports_uncollected("mrv2_prof.runner.engine"):
-        import mrv2_prof.runner.engine  # noqa: F401
-        import mrv2_prof.runner.model.model_name  # noqa: F401
-        import mrv2_prof.workload  # noqa: F401
-
-
 def _import_torch() -> None:
     """torch and its libraries, the largest part of a runner's start-up on a GPU host: imported
     here, at a frame of its own, so that the start-up's host samples name it; with no garbage

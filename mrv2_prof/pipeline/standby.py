@@ -5,7 +5,7 @@ command line (typer, rich, pydantic, DuckDB) and checking the scenario, the mode
 database. The runner then spends 1.5-2 s starting an interpreter and importing torch and the
 engine's modules. Neither needs the other until the job exists. So for a ``run`` command
 ``__main__`` starts the runner's process first (``prespawn``): it sets up the bytecode cache,
-imports the harness, torch and the engine (``harness.prepare_imports``), and waits on a pipe.
+imports the harness, torch and the engine (``prepare_imports``), and waits on a pipe.
 The first ``RunnerProcess`` started in this process takes it (``claim``) and sends the job through
 the pipe; what it did is the same as a runner spawned then, less those imports.
 
@@ -135,13 +135,26 @@ def dismiss() -> None:
         pass
 
 
+def prepare_imports() -> None:
+    """What a runner imports before its job exists: torch, then the engine's modules, as the
+    harness imports them (no garbage collection over them, their objects frozen after)."""
+    from mrv2_prof.pipeline.collector import imports_uncollected
+
+    with imports_uncollected("torch"):
+        import torch  # noqa: F401
+    with imports_uncollected("mrv2_prof.runner.engine"):
+        import mrv2_prof.runner.engine  # noqa: F401
+        import mrv2_prof.runner.model.model_name  # noqa: F401
+        import mrv2_prof.workload  # noqa: F401
+
+
 def standby_entry(conn, queue, stop_event, stop_signal, parent_pid: int) -> None:
     """The waiting runner's target: the bytecode cache and the imports, then the job."""
     entered = time.time()
     cache = cache_bytecode(export=True)  # as ``runner_entry`` does, before the imports
     from mrv2_prof.pipeline import harness
 
-    harness.prepare_imports()
+    prepare_imports()
     try:
         job = conn.recv()
     except (EOFError, OSError):  # the command launched no runner, or ended
