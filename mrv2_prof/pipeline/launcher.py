@@ -84,13 +84,17 @@ class RunnerProcess:
     def start(self) -> None:
         standby = claim()  # a runner spawned before the command's imports (``standby.py``)
         if standby is not None:
-            job = dataclasses.replace(
+            own = (self.job, self.queue, self.stop_event, self.stop_signal, self.process)
+            # adopted before the job is sent: a stop asked while it is sent reaches the standby
+            self.queue, self.stop_event = standby.queue, standby.stop_event
+            self.stop_signal, self.process = standby.stop_signal, standby.process
+            self.job = dataclasses.replace(
                 self.job, launched_at=time.time(), prespawned_at=standby.spawned_at
             )
-            if hand_over(standby, job):  # else it died waiting: a runner is spawned as ever
-                self.job, self.queue, self.stop_event = job, standby.queue, standby.stop_event
-                self.stop_signal, self.process = standby.stop_signal, standby.process
+            if hand_over(standby, self.job):
                 return
+            # it died waiting: a runner is spawned as ever
+            self.job, self.queue, self.stop_event, self.stop_signal, self.process = own
         with stop_signals_blocked():  # the runner unblocks them once it handles them
             self.process.start()
 
