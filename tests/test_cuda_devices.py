@@ -87,7 +87,7 @@ sys.modules["torch"] = None
 from mrv2_prof.cli import preflight
 from mrv2_prof.inputs import cuda_devices
 from mrv2_prof.scenario.loading import load_quickstart
-preflight._cuda_driver_present = lambda: True
+preflight.cuda_driver_present = lambda: True
 cuda_devices.torch_cuda_build = lambda package=None: True
 cuda_devices.nvml_device_count = lambda: int(sys.argv[1])
 scenario = load_quickstart([f"runner.device={sys.argv[2]}"])

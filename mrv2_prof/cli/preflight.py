@@ -34,7 +34,7 @@ def _on_gpu(config: RunnerConfig) -> bool:
 
     if config.device == "cpu":
         return False
-    available = _cuda_driver_present()
+    available = cuda_driver_present()
     if available:  # NVML and torch's build, not torch's 1-3 s of imports (cuda_devices.py)
         count = visible_cuda_devices()
         if count is None:  # what only torch can answer
@@ -46,10 +46,6 @@ def _on_gpu(config: RunnerConfig) -> bool:
     if config.device == "cuda" and not available:
         raise invalid("device", NO_CUDA)
     return available
-
-
-def _cuda_driver_present() -> bool:
-    return cuda_driver_present()
 
 
 def _probe_checks(scenario: Scenario, config: RunnerConfig) -> None:

@@ -17,10 +17,21 @@ from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 from mrv2_prof.pipeline.job import RunJob
 
 
-def runner_entry(job: RunJob, *args) -> None:
-    """``runner_process_main(job, *args)`` with the bytecode cache set up first."""
+def process_start() -> tuple[float, dict[str, str] | None]:
+    """The runner process's first step: (``time.time()`` at its entry, what
+    ``cache_bytecode`` did); also the standby runner's (``standby.py``)."""
     entered = time.time()  # the process's start, split in two (the start-up line's interpreter)
-    cache = cache_bytecode(export=True)  # its tensor-parallel ranks read what it writes
+    return entered, cache_bytecode(export=True)  # its tensor-parallel ranks read what it writes
+
+
+def run_job(job: RunJob, start: tuple[float, dict[str, str] | None], *args) -> None:
+    """``runner_process_main(job, *args)``, the job carrying ``process_start``'s results."""
     from mrv2_prof.pipeline.harness import runner_process_main
 
+    entered, cache = start
     runner_process_main(dataclasses.replace(job, entered_at=entered, bytecode_cache=cache), *args)
+
+
+def runner_entry(job: RunJob, *args) -> None:
+    """``runner_process_main(job, *args)`` with the bytecode cache set up first."""
+    run_job(job, process_start(), *args)

@@ -27,13 +27,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import sys
 import time
 from typing import Any
 
 from mrv2_prof.inputs.cuda_devices import cuda_driver_present
-from mrv2_prof.pipeline.bytecode_cache import cache_bytecode
 from mrv2_prof.pipeline.job import RunJob
+from mrv2_prof.pipeline.runner_entry import process_start, run_job
 
 SWITCH_ENV = "MRV2_PROF_STANDBY"  # on | off; unset or auto: on where a CUDA driver is present
 
@@ -150,16 +149,11 @@ def prepare_imports() -> None:
 
 def standby_entry(conn, queue, stop_event, stop_signal, parent_pid: int) -> None:
     """The waiting runner's target: the bytecode cache and the imports, then the job."""
-    entered = time.time()
-    cache = cache_bytecode(export=True)  # as ``runner_entry`` does, before the imports
-    from mrv2_prof.pipeline import harness
-
+    start = process_start()  # as ``runner_entry`` does, before the imports
     prepare_imports()
     try:
         job = conn.recv()
     except (EOFError, OSError):  # the command launched no runner, or ended
         os._exit(0)
     conn.close()
-    job = dataclasses.replace(job, entered_at=entered, bytecode_cache=cache)
-    harness.runner_process_main(job, queue, stop_event, stop_signal, parent_pid)
-    sys.exit(0)  # (runner_process_main exits itself)
+    run_job(job, start, queue, stop_event, stop_signal, parent_pid)  # (it exits the process)

@@ -1,5 +1,6 @@
-"""The start-up line of a headless run: the seconds from the runner process's spawn to its first
-step, and the phases they went to, from the run's start-up facts (``runs.info``).
+"""The start-up line of a headless run: the seconds from the command's start (the runner
+process's spawn, for a run without ``command_s``) to its first step, and the phases they went
+to, from the run's start-up facts (``runs.info``).
 
 * ``command``: the ``mrv2-prof`` command itself until it spawned the runner (its own imports,
   the scenario's checks, the database's), for the first runner a command spawns:
