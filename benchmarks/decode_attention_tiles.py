@@ -12,7 +12,8 @@ the attention shapes of the given presets, batches and contexts, two ways:
   L2 (as a model's step reads each layer's KV once, after the weights have gone through L2).
 
 ``empty`` is a one-program kernel that stores one value: the floor of a launch in a graph. Each
-configuration's output is checked against the default configuration's before timing. Prints a
+configuration's output is checked against the default configuration's before timing; with
+``--heads-first`` each is also timed with the grid's kv heads first (``HEADS_FIRST``). Prints a
 markdown table per case (µs per launch, the KV bandwidth) and the best configuration.
 
     python benchmarks/decode_attention_tiles.py --out tiles.json
@@ -36,7 +37,7 @@ from graph_timing import graph_time_us, in_graph_us
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
 from attention_batches import Batch, make_batch  # noqa: E402
 
-from mrv2_prof.runner.model import PRESETS  # noqa: E402
+from mrv2_prof.runner.model import PRESETS, attention_decode_triton  # noqa: E402
 from mrv2_prof.runner.model.attention_decode_triton import paged_decode_triton  # noqa: E402
 from mrv2_prof.runner.model.attention_split_kv_triton import paged_decode_split_kv  # noqa: E402
 
@@ -61,11 +62,18 @@ def copies_of(batch: Batch, n: int) -> list[Batch]:
     return [dataclasses.replace(batch, kv_cache=batch.kv_cache.clone()) for _ in range(n)]
 
 
-def bench(batch: Batch, copies: list[Batch], configs, splits) -> list[dict]:
-    def call(b: Batch, cfg, out):
+def bench(batch: Batch, copies: list[Batch], configs, splits, heads_first=()) -> list[dict]:
+    def call(b: Batch, cfg, out, heads: bool = False):
         n, w, s = cfg
-        return paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out, block_n=n,
-                                   num_warps=w, num_stages=s)  # fmt: skip
+        attention_decode_triton.HEADS_FIRST = heads  # the grid's order, read at the launch
+        try:
+            return paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out, block_n=n,
+                                       num_warps=w, num_stages=s)  # fmt: skip
+        finally:
+            attention_decode_triton.HEADS_FIRST = False
+
+    def call_heads(b: Batch, cfg, out):
+        return call(b, cfg, out, heads=True)
 
     def call_split(b: Batch, k, out):
         return paged_decode_split_kv(b.query, b.kv_cache, b.meta, b.scale, out, num_splits=k)
@@ -75,6 +83,7 @@ def bench(batch: Batch, copies: list[Batch], configs, splits) -> list[dict]:
     rows = []
     variants = [(f"tiles {c}", c, call) for c in configs]
     variants += [(f"split {k}", k, call_split) for k in splits]
+    variants += [(f"tiles {c}, kv heads first", c, call_heads) for c in heads_first]
     for name, cfg, fn in variants:
         try:
             got = fn(batch, cfg, out)
@@ -104,6 +113,12 @@ def main() -> None:
         default=[2, 4, 8],
         help="split counts (none: no split rows)",
     )
+    ap.add_argument(
+        "--heads-first",
+        action="store_true",
+        help="also time every tile with the grid's kv heads first (HEADS_FIRST): a request's "
+        "heads side by side",
+    )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -121,7 +136,8 @@ def main() -> None:
         group = model.num_attention_heads // kvh
         batch = make_batch([(ctx, 1)] * b, kvh, group, d, 16, torch.bfloat16, cuda)
         n = max(2, int(2 * L2_BYTES // batch.kv_cache.nbytes) + 1)
-        rows = bench(batch, copies_of(batch, n), configs, args.splits)
+        heads = configs if args.heads_first else ()
+        rows = bench(batch, copies_of(batch, n), configs, args.splits, heads)
         ok = [r for r in rows if "cold_us" in r]
         best = min(ok, key=lambda r: r["cold_us"])
         base = next(r for r in ok if r["variant"] == f"tiles {DEFAULT}")
