@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
+from mrv2_prof.runner.model.attention_decode_packed_triton import packs, paged_decode_packed_rope
 from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
     norm_rope_rows,
@@ -170,9 +171,13 @@ def paged_decode_split_kv_rope(
 def rope_attend(q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale):
     """The model's folded decode attention (``folds_rope`` said yes): split where
     ``decode_split_count`` splits the batch (host ints: the same for every batch of a CUDA-graph
-    key), the unsplit fold otherwise."""
+    key), the unsplit fold otherwise: over several kv heads a program where
+    ``DECODE_HEADS_PER_PROGRAM`` says so (``attention_decode_packed_triton.py``)."""
     splits = decode_split_count(meta, kv_cache.shape[3], kv_cache.device)
     args = (q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale)
     if splits > 1:
         return paged_decode_split_kv_rope(*args, num_splits=splits)
+    pack = packs(kv_cache.shape[3])
+    if pack > 1:
+        return paged_decode_packed_rope(*args, pack=pack)
     return paged_decode_rope_triton(*args)
