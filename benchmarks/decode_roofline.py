@@ -360,11 +360,12 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+heads][+packN]``
     -> (decode GEMV mode, the extras switched on, in order). ``split``: split-KV decode
     attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
-    (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
-    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
-    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``heads``:
-    the decode attention grids with kv heads first (``HEADS_FIRST``). ``packN``: the unsplit fold
-    over N kv heads a program (``DECODE_HEADS_PER_PROGRAM``)."""
+    (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
+    take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
+    ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with N warps
+    (``SILU_MUL_WARPS``). ``heads``: the decode attention grids with kv heads first
+    (``HEADS_FIRST``). ``packN``: the unsplit fold over N kv heads a program
+    (``DECODE_HEADS_PER_PROGRAM``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
