@@ -335,7 +335,19 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "heads", "pack")
+VARIANT_EXTRAS = (
+    "pdl",
+    "fold",
+    "gemm",
+    "split",
+    "mink",
+    "keys",
+    "siluw",
+    "heads",
+    "pack",
+    "ww",
+    "ws",
+)
 
 
 def _extra(e: str) -> str | None:
@@ -349,6 +361,8 @@ def _extra(e: str) -> str | None:
         return "mink"
     if e.startswith("siluw"):
         return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
+    if e.startswith(("ww", "ws")):
+        return e[:2] if e[2:] in ("1", "2", "3", "4", "8") else None
     if e.startswith("pack"):
         return "pack" if e[4:] in ("2", "4", "8") else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
@@ -365,12 +379,13 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with N warps
     (``SILU_MUL_WARPS``). ``heads``: the decode attention grids with kv heads first
     (``HEADS_FIRST``). ``packN``: the unsplit fold over N kv heads a program
-    (``DECODE_HEADS_PER_PROGRAM``)."""
+    (``DECODE_HEADS_PER_PROGRAM``). ``wwN`` / ``wsN``: the folded decode kernels' warps / stages
+    on a grid wider than the SMs (``WIDE_DECODE_WARPS`` / ``WIDE_DECODE_STAGES``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+heads][+packN], MODE one of "
+            "[+siluwN][+heads][+packN][+wwN][+wsN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -431,13 +446,15 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+heads][+packN]: "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+heads][+packN]"
+        "[+wwN][+wsN]: "
         "runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: "
         "triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
         "with SiLU-and-mul (default 8), the decode attention grids with kv heads first, and/or "
-        "the unsplit fold over N kv heads a program (2, 4, 8); "
+        "the unsplit fold over N kv heads a program (2, 4, 8), and the folded decode kernels' "
+        "warps (wwN) and stages (wsN) on grids wider than the SMs; "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -483,6 +500,9 @@ def main() -> None:
             gemv_triton.SILU_MUL_WARPS = extra_int(extras, "siluw", silu_warps)
             attention_decode_triton.HEADS_FIRST = "heads" in extras  # kv heads first in the grid
             packed.DECODE_HEADS_PER_PROGRAM = extra_int(extras, "pack", 1)  # kv heads a program
+            wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
+            attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
+            attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
@@ -492,6 +512,7 @@ def main() -> None:
                 gemv_triton.SILU_MUL_WARPS = silu_warps
                 attention_decode_triton.HEADS_FIRST = False
                 packed.DECODE_HEADS_PER_PROGRAM = 1
+                attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_decode_triton
+from mrv2_prof.runner.model import attention_decode_triton, attention_triton
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import (
     DECODE_ROWS,
@@ -45,7 +45,7 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     decode_program,
     is_decode_batch,
 )
-from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
+from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, is_wide_grid
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -202,6 +202,10 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
     split-KV one, ``attention_split_kv_rope_triton.py``), and their constexprs and launch
     options."""
     group = q.shape[1] // kv_cache.shape[3]
+    shape = {}  # warps and stages: triton's defaults, or the wide grid's (attention_triton)
+    if q.dtype != torch.float32 and is_wide_grid(meta.num_reqs, kv_cache.shape[3], q.device):
+        shape = dict(num_warps=attention_triton.WIDE_DECODE_WARPS,
+                     num_stages=attention_triton.WIDE_DECODE_STAGES)  # fmt: skip
     args = (
         out, q, k, v, kv_cache[0], kv_cache[1], cos, sin,
         positions if positions is not None else meta.slot_mapping,
@@ -219,7 +223,7 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
         HEADS_FIRST=attention_decode_triton.HEADS_FIRST,
-        **launch_options(use_pdl(q.device)),
+        **shape, **launch_options(use_pdl(q.device)),
     )  # fmt: skip
     return args, consts
 
