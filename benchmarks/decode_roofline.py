@@ -58,9 +58,7 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_decode_packed_triton as packed
 from mrv2_prof.runner.model import (
-    attention_decode_triton,
     attention_split_kv_triton,
     attention_triton,
     gemv_triton,
@@ -343,8 +341,6 @@ VARIANT_EXTRAS = (
     "mink",
     "keys",
     "siluw",
-    "heads",
-    "pack",
     "ww",
     "ws",
 )
@@ -363,29 +359,25 @@ def _extra(e: str) -> str | None:
         return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
     if e.startswith(("ww", "ws")):
         return e[:2] if e[2:] in ("1", "2", "3", "4", "8") else None
-    if e.startswith("pack"):
-        return "pack" if e[4:] in ("2", "4", "8") else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
         return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+heads][+packN]``
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]``
     -> (decode GEMV mode, the extras switched on, in order). ``split``: split-KV decode
     attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
     (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
     take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
     ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with N warps
-    (``SILU_MUL_WARPS``). ``heads``: the decode attention grids with kv heads first
-    (``HEADS_FIRST``). ``packN``: the unsplit fold over N kv heads a program
-    (``DECODE_HEADS_PER_PROGRAM``). ``wwN`` / ``wsN``: the folded decode kernels' warps / stages
-    on a grid wider than the SMs (``WIDE_DECODE_WARPS`` / ``WIDE_DECODE_STAGES``)."""
+    (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``: the folded decode kernels' warps / stages on a
+    grid wider than the SMs (``WIDE_DECODE_WARPS`` / ``WIDE_DECODE_STAGES``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+heads][+packN][+wwN][+wsN], MODE one of "
+            "[+siluwN][+wwN][+wsN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -446,15 +438,14 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+heads][+packN]"
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]"
         "[+wwN][+wsN]: "
         "runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: "
         "triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
-        "with SiLU-and-mul (default 8), the decode attention grids with kv heads first, and/or "
-        "the unsplit fold over N kv heads a program (2, 4, 8), and the folded decode kernels' "
-        "warps (wwN) and stages (wsN) on grids wider than the SMs; "
+        "with SiLU-and-mul (default 8), and/or the folded decode kernels' warps (wwN) and "
+        "stages (wsN) on grids wider than the SMs (default: triton's, 4 and 3); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -498,8 +489,6 @@ def main() -> None:
             split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
             silu_warps = gemv_triton.SILU_MUL_WARPS  # and the batch-1 down GEMV's warps
             gemv_triton.SILU_MUL_WARPS = extra_int(extras, "siluw", silu_warps)
-            attention_decode_triton.HEADS_FIRST = "heads" in extras  # kv heads first in the grid
-            packed.DECODE_HEADS_PER_PROGRAM = extra_int(extras, "pack", 1)  # kv heads a program
             wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
             attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
             attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
@@ -510,8 +499,6 @@ def main() -> None:
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
                 gemv_triton.SILU_MUL_WARPS = silu_warps
-                attention_decode_triton.HEADS_FIRST = False
-                packed.DECODE_HEADS_PER_PROGRAM = 1
                 attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))

@@ -229,10 +229,9 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope(splits: int = 0, pack: int = 1) -> None:
+def _decode_rope(splits: int = 0) -> None:
     import torch
 
-    from mrv2_prof.runner.model.attention_decode_packed_triton import paged_decode_packed_rope
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
     from mrv2_prof.runner.model.attention_split_kv_rope_triton import paged_decode_split_kv_rope
 
@@ -244,8 +243,6 @@ def _decode_rope(splits: int = 0, pack: int = 1) -> None:
             _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
     if splits:
         paged_decode_split_kv_rope(*args, num_splits=splits)
-    elif pack > 1:
-        paged_decode_packed_rope(*args, pack=pack)
     else:
         paged_decode_rope_triton(*args)
 
@@ -300,10 +297,6 @@ CASES = {
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
     "paged_decode_rope": (
         _decode_rope,
-        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
-    ),
-    "packed_decode_rope": (
-        lambda: _decode_rope(pack=2),
         {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
     ),
     "split_kv_decode_rope": (

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import mrv2_prof.runner.model.attention_decode_rope_triton as fold
-import mrv2_prof.runner.model.attention_decode_triton as decode
 import mrv2_prof.runner.model.attention_split_kv_rope_triton as split_fold
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 from mrv2_prof.runner.model import kv_cache_shape
@@ -145,20 +144,6 @@ def test_split_fold_matches_rope_then_write_then_attention(splits, norm, min_key
     assert torch.equal(args[0], q) and torch.equal(args[1], k)
 
 
-@pytest.mark.parametrize("splits", [1, 3])
-def test_kv_heads_first_grid_folds_as_the_references(splits, monkeypatch):
-    """The folded kernels (unsplit and split) launched with kv heads first (``HEADS_FIRST``):
-    the same output and cache, the new keys written by the program of their own request and
-    head."""
-    monkeypatch.setattr(decode, "HEADS_FIRST", True)
-    monkeypatch.setattr(split_kv, "FORCED_SPLITS", splits if splits > 1 else None)
-    reqs = [(2 * 16 - 1, 1), (16 + 3, 1), (0, 1), (4 * 16, 1)]
-    args, want, want_cache, _ = _case(reqs, 2, 2, 32, 16, torch.float32, norm=True, pad_reqs=2)
-    got = split_fold.rope_attend(*args)
-    assert_close_verbose(got[: len(reqs)], want, *TOLS[torch.float32])
-    assert_close_verbose(args[9], want_cache, *TOLS[torch.float32])
-
-
 @pytest.mark.parametrize("splits", [2, 4])
 def test_split_fold_with_two_tokens_beside_padding(splits, monkeypatch):
     """A request of two tokens whose new keys may fall in different splits: each split writes
@@ -185,12 +170,9 @@ def test_a_batch_that_is_not_a_decode_is_refused():
 @pytest.mark.parametrize(("kvh", "group", "head_dim", "norm"), [(8, 4, 64, False),
                                                                  (8, 2, 128, True)])  # fmt: skip
 @pytest.mark.parametrize("splits", [None, 4, "policy"])
-@pytest.mark.parametrize("heads_first", [False, True], ids=["reqs-first", "heads-first"])
-def test_gpu_fold_at_real_sizes(kvh, group, head_dim, norm, splits, heads_first, monkeypatch):
+def test_gpu_fold_at_real_sizes(kvh, group, head_dim, norm, splits, monkeypatch):
     """The unsplit fold, the split one at 4 splits and at the policy's count (the context bound
-    of the batch's block table), through ``rope_attend`` as the model calls it; both grid
-    orders (``HEADS_FIRST``)."""
-    monkeypatch.setattr(decode, "HEADS_FIRST", heads_first)
+    of the batch's block table), through ``rope_attend`` as the model calls it."""
     if splits == "policy":
         monkeypatch.setattr(split_kv, "SPLIT_KV_ENABLED", True)
     elif splits is not None:

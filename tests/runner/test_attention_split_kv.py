@@ -12,7 +12,6 @@ import math
 import pytest
 import torch
 
-import mrv2_prof.runner.model.attention_decode_triton as decode
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 import mrv2_prof.runner.model.attention_triton as attention_triton
 import mrv2_prof.runner.model.split_kv_workspace as split_kv_workspace
@@ -74,20 +73,6 @@ def test_split_decode_matches_reference(shape, num_splits):
     used = [splits_with_keys(int(s), num_splits, 16) for s in seqs]
     assert num_splits == 1 or (min(used) < num_splits and max(used) > 1)  # some empty, some not
     assert_close_verbose(split_attend(batch, num_splits), reference(batch), *TOL[torch.float32])
-
-
-@pytest.mark.parametrize("num_splits", [1, 3])
-def test_kv_heads_first_grid_matches_reference(num_splits, monkeypatch):
-    """``HEADS_FIRST``: the grid (kv heads, requests, splits); each program still finds its own
-    request and head, and the fused reduction's counters their own row (a wrong row leaves a
-    request unreduced: NaN rows). The unsplit decode kernel through the dispatch, too."""
-    monkeypatch.setattr(decode, "HEADS_FIRST", True)
-    batch = decode_batch(8, 2, 4, 32, torch.float32, seed=11)
-    want = reference(batch)
-    assert_close_verbose(split_attend(batch, num_splits), want, *TOL[torch.float32])
-    assert decode.decode_grid(6, 2, num_splits) == (2, 6, num_splits)
-    if num_splits == 1:
-        assert_close_verbose(attend(batch), want, *TOL[torch.float32])
 
 
 @pytest.mark.parametrize("num_splits", [2, 5])

@@ -35,14 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_decode_triton, attention_triton
+from mrv2_prof.runner.model import attention_triton
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import (
     DECODE_ROWS,
     LOG2_E,
     attend_keys,
-    decode_grid,
-    decode_program,
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, is_wide_grid
@@ -126,9 +124,10 @@ def _paged_decode_rope_kernel(
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, HEADS_FIRST: tl.constexpr = False, USE_GDC: tl.constexpr = False,
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
-    req, kv_head, _ = decode_program(HEADS_FIRST)
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
@@ -192,7 +191,7 @@ def paged_decode_rope_triton(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
-    _paged_decode_rope_kernel[decode_grid(meta.num_reqs, kv_cache.shape[3])](*args, **consts)
+    _paged_decode_rope_kernel[(meta.num_reqs, kv_cache.shape[3])](*args, **consts)
     return out
 
 
@@ -222,7 +221,6 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         BLOCK_N=decode_keys(q.dtype, meta.num_reqs, kv_cache.shape[3], q.device),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
-        HEADS_FIRST=attention_decode_triton.HEADS_FIRST,
         **shape, **launch_options(use_pdl(q.device)),
     )  # fmt: skip
     return args, consts

@@ -31,34 +31,12 @@ from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 LOG2_E = 1.4426950408889634
 DECODE_ROWS = 16  # tl.dot's smallest M: the G query heads of a kv head, padded
-# The decode grids' first axis (the one the GPU places programs along first): requests, or (on)
-# kv heads, so that a request's heads run side by side and read its cache slots together. Off
-# until measured (``benchmarks/decode_roofline.py --variant ...+heads``); read at each launch.
-HEADS_FIRST = False
-
-
-def decode_grid(num_reqs: int, num_kv_heads: int, *rest: int) -> tuple[int, ...]:
-    """A decode kernel's grid: (requests, kv heads, ...), or (kv heads, requests, ...) under
-    ``HEADS_FIRST``; the kernels read their program's pair with ``decode_program``."""
-    if HEADS_FIRST:
-        return (num_kv_heads, num_reqs, *rest)
-    return (num_reqs, num_kv_heads, *rest)
 
 
 def is_decode_batch(num_tokens: int, num_reqs: int) -> bool:
     """Whether ``paged_attention_triton`` hands a batch to this kernel: no more query tokens
     than requests (host ints only, so the same for every batch of a CUDA-graph key)."""
     return num_tokens <= num_reqs
-
-
-@triton.jit
-def decode_program(HEADS_FIRST: tl.constexpr):
-    """(request, kv head, kv heads in the grid) of this program (``decode_grid``)."""
-    if HEADS_FIRST:
-        req, kv_head, num_kv_heads = tl.program_id(1), tl.program_id(0), tl.num_programs(0)
-    else:
-        req, kv_head, num_kv_heads = tl.program_id(0), tl.program_id(1), tl.num_programs(1)
-    return req, kv_head, num_kv_heads
 
 
 @triton.jit
@@ -163,10 +141,10 @@ def _paged_decode_kernel(
     BLOCK_M: tl.constexpr,  # rows: G heads, padded to a power of two >= 16
     BLOCK_N: tl.constexpr,  # keys per loop step
     DOT_PRECISION: tl.constexpr,
-    HEADS_FIRST: tl.constexpr = False,  # the grid's order (decode_grid)
     USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the step's metadata, then wait
 ):
-    req, kv_head, _ = decode_program(HEADS_FIRST)
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
@@ -208,7 +186,7 @@ def paged_decode_triton(
     num_heads, head_dim = query.shape[1], query.shape[2]
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
-    _paged_decode_kernel[decode_grid(meta.num_reqs, num_kv_heads)](
+    _paged_decode_kernel[(meta.num_reqs, num_kv_heads)](
         out,
         query,
         kv_cache[0],
@@ -232,7 +210,6 @@ def paged_decode_triton(
         BLOCK_M=max(DECODE_ROWS, triton.next_power_of_2(group)),
         BLOCK_N=block_n,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-        HEADS_FIRST=HEADS_FIRST,
         num_warps=num_warps,
         num_stages=num_stages,
         **launch_options(use_pdl(query.device)),

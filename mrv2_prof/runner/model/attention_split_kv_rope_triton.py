@@ -27,7 +27,6 @@ import triton
 import triton.language as tl
 
 from mrv2_prof.runner.model.attention import AttentionMetadata
-from mrv2_prof.runner.model.attention_decode_packed_triton import packs, paged_decode_packed_rope
 from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
     norm_rope_rows,
@@ -36,11 +35,7 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
     rope_tables,
     write_rotated_kv,
 )
-from mrv2_prof.runner.model.attention_decode_triton import (
-    attend_key_range,
-    decode_grid,
-    decode_program,
-)
+from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
     decode_split_count,
@@ -61,9 +56,10 @@ def _split_kv_decode_rope_kernel(
     acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, min_chunk, num_heads,  # then these
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, HEADS_FIRST: tl.constexpr = False, USE_GDC: tl.constexpr = False,
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
-    req, kv_head, num_kv_heads = decode_program(HEADS_FIRST)
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
@@ -123,8 +119,8 @@ def _split_kv_decode_rope_kernel(
             )  # fmt: skip
     if seq_len > chunk:  # else split 0 wrote the output itself
         count_and_reduce(
-            counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, num_kv_heads, q_start,
-            q_len, seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM,
+            counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
+            seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h, G, HEAD_DIM,
             BLOCK_M,
         )  # fmt: skip
 
@@ -162,7 +158,7 @@ def paged_decode_split_kv_rope(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
     fewest = min_chunk_keys(consts["BLOCK_N"])
-    _split_kv_decode_rope_kernel[decode_grid(meta.num_reqs, num_kv_heads, num_splits)](
+    _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         *args, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts
     )
     return out
@@ -171,13 +167,9 @@ def paged_decode_split_kv_rope(
 def rope_attend(q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale):
     """The model's folded decode attention (``folds_rope`` said yes): split where
     ``decode_split_count`` splits the batch (host ints: the same for every batch of a CUDA-graph
-    key), the unsplit fold otherwise: over several kv heads a program where
-    ``DECODE_HEADS_PER_PROGRAM`` says so (``attention_decode_packed_triton.py``)."""
+    key), the unsplit fold otherwise."""
     splits = decode_split_count(meta, kv_cache.shape[3], kv_cache.device)
     args = (q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale)
     if splits > 1:
         return paged_decode_split_kv_rope(*args, num_splits=splits)
-    pack = packs(kv_cache.shape[3])
-    if pack > 1:
-        return paged_decode_packed_rope(*args, pack=pack)
     return paged_decode_rope_triton(*args)

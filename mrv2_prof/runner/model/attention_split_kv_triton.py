@@ -41,15 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_decode_triton
 from mrv2_prof.runner.model.attention import AttentionMetadata
-from mrv2_prof.runner.model.attention_decode_triton import (
-    DECODE_ROWS,
-    LOG2_E,
-    attend_key_range,
-    decode_grid,
-    decode_program,
-)
+from mrv2_prof.runner.model.attention_decode_triton import DECODE_ROWS, LOG2_E, attend_key_range
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
@@ -183,14 +176,14 @@ def store_partial(acc_ptr, max_ptr, sum_ptr, tok, head, row_ok, dims, num_heads,
 
 @triton.jit
 def count_and_reduce(
-    counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, num_kv_heads, q_start, q_len,
-    seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h,
+    counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len, seq_len,
+    num_splits, chunk, num_heads, out_stride_t, out_stride_h,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     """The fused reduction: this program counts itself done on its row's counter; the row's
     last program reduces the request and resets the counter for the next launch."""
     tl.debug_barrier()  # every thread's partial stores before the release below
-    row = req * num_kv_heads + kv_head
+    row = req * tl.num_programs(1) + kv_head
     done = tl.atomic_add(counter_ptr + row, 1, sem="acq_rel", scope="gpu")
     if done == num_splits - 1:  # the row's last split: every partial is visible
         reduce_request(
@@ -235,10 +228,10 @@ def _split_kv_decode_kernel(
     BLOCK_N: tl.constexpr,  # keys per loop step
     DOT_PRECISION: tl.constexpr,
     FUSED: tl.constexpr,  # the row's last program reduces it
-    HEADS_FIRST: tl.constexpr = False,  # the grid's order (decode_grid)
     USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the step's metadata, then wait
 ):
-    req, kv_head, num_kv_heads = decode_program(HEADS_FIRST)
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
@@ -279,9 +272,9 @@ def _split_kv_decode_kernel(
     if FUSED:  # noqa: SIM102 (a constexpr, then a run-time test: apart for Triton)
         if seq_len > chunk:  # else split 0 wrote the output itself
             count_and_reduce(
-                counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, num_kv_heads,
-                q_start, q_len, seq_len, num_splits, chunk, num_heads, out_stride_t,
-                out_stride_h, G, HEAD_DIM, BLOCK_M,
+                counter_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, req, kv_head, q_start, q_len,
+                seq_len, num_splits, chunk, num_heads, out_stride_t, out_stride_h,
+                G, HEAD_DIM, BLOCK_M,
             )  # fmt: skip
 
 
@@ -334,7 +327,7 @@ def paged_decode_split_kv(
         device, cells, head_dim, meta.num_reqs * num_kv_heads
     )
     pdl = use_pdl(device)
-    _split_kv_decode_kernel[decode_grid(meta.num_reqs, num_kv_heads, num_splits)](
+    _split_kv_decode_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
         out, query, kv_cache[0], kv_cache[1], meta.query_start_loc, meta.seq_lens,
         meta.block_table, acc, maxes, sums, counter, scale * LOG2_E, meta.num_reqs, num_splits,
         min_chunk_keys(block_n), num_heads, query.stride(0), query.stride(1), out.stride(0),
@@ -342,8 +335,7 @@ def paged_decode_split_kv(
         meta.block_table.stride(0),
         G=group, HEAD_DIM=head_dim, BLOCK_SIZE=meta.block_size, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32", FUSED=fused,
-        HEADS_FIRST=attention_decode_triton.HEADS_FIRST, num_warps=num_warps,
-        num_stages=num_stages, **launch_options(pdl),
+        num_warps=num_warps, num_stages=num_stages, **launch_options(pdl),
     )  # fmt: skip
     if not fused:
         _split_kv_reduce_kernel[(meta.num_reqs, num_kv_heads)](
