@@ -333,17 +333,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = (
-    "pdl",
-    "fold",
-    "gemm",
-    "split",
-    "mink",
-    "keys",
-    "siluw",
-    "ww",
-    "ws",
-)
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw")
 
 
 def _extra(e: str) -> str | None:
@@ -357,27 +347,23 @@ def _extra(e: str) -> str | None:
         return "mink"
     if e.startswith("siluw"):
         return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
-    if e.startswith(("ww", "ws")):
-        return e[:2] if e[2:] in ("1", "2", "3", "4", "8") else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
         return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]``
-    -> (decode GEMV mode, the extras switched on, in order). ``split``: split-KV decode
-    attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
-    (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
-    take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
-    ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with N warps
-    (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``: the folded decode kernels' warps / stages on a
-    grid wider than the SMs (``WIDE_DECODE_WARPS`` / ``WIDE_DECODE_STAGES``)."""
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]`` -> (decode GEMV
+    mode, the extras switched on, in order). ``split``: split-KV decode attention's policy on
+    (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
+    Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
+    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
+    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN], MODE one of "
+            "[+siluwN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -438,14 +424,12 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]"
-        "[+wwN][+wsN]: "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN]: "
         "runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: "
         "triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
-        "with SiLU-and-mul (default 8), and/or the folded decode kernels' warps (wwN) and "
-        "stages (wsN) on grids wider than the SMs (default: triton's, 4 and 3); "
+        "with SiLU-and-mul (default 8); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -489,9 +473,6 @@ def main() -> None:
             split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
             silu_warps = gemv_triton.SILU_MUL_WARPS  # and the batch-1 down GEMV's warps
             gemv_triton.SILU_MUL_WARPS = extra_int(extras, "siluw", silu_warps)
-            wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
-            attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
-            attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
@@ -499,7 +480,6 @@ def main() -> None:
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
                 gemv_triton.SILU_MUL_WARPS = silu_warps
-                attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

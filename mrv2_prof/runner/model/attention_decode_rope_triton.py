@@ -35,7 +35,6 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_triton
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import (
     DECODE_ROWS,
@@ -43,7 +42,7 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     attend_keys,
     is_decode_batch,
 )
-from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, is_wide_grid
+from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -201,10 +200,6 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
     split-KV one, ``attention_split_kv_rope_triton.py``), and their constexprs and launch
     options."""
     group = q.shape[1] // kv_cache.shape[3]
-    shape = {}  # warps and stages: triton's defaults, or the wide grid's (attention_triton)
-    if q.dtype != torch.float32 and is_wide_grid(meta.num_reqs, kv_cache.shape[3], q.device):
-        shape = dict(num_warps=attention_triton.WIDE_DECODE_WARPS,
-                     num_stages=attention_triton.WIDE_DECODE_STAGES)  # fmt: skip
     args = (
         out, q, k, v, kv_cache[0], kv_cache[1], cos, sin,
         positions if positions is not None else meta.slot_mapping,
@@ -221,7 +216,7 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         BLOCK_N=decode_keys(q.dtype, meta.num_reqs, kv_cache.shape[3], q.device),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
-        **shape, **launch_options(use_pdl(q.device)),
+        **launch_options(use_pdl(q.device)),
     )  # fmt: skip
     return args, consts
 

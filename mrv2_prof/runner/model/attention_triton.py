@@ -95,18 +95,6 @@ FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 # what it runs at once counts; 128 there is not yet measured.
 DECODE_KEYS = 128
 WIDE_DECODE_KEYS = 64
-# Warps and pipeline stages of the folded decode kernels on a wide grid (more programs than
-# SMs): triton's defaults, which the batch-64 / 256 rows were measured with; a benchmark's
-# variant sets them (``decode_roofline.py --variant ...+wwN+wsN``).
-WIDE_DECODE_WARPS, WIDE_DECODE_STAGES = 4, 3
-
-
-def is_wide_grid(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> bool:
-    """Whether an unsplit decode grid of ``num_reqs`` x ``num_kv_heads`` programs has more
-    programs than ``device`` has SMs (None: one SM): ``WIDE_DECODE_KEYS`` and its warps and
-    stages (host ints only)."""
-    sms = 1 if device is None else split_kv.num_sms(device)
-    return num_reqs * num_kv_heads > sms
 
 
 def decode_keys(
@@ -118,7 +106,8 @@ def decode_keys(
     else ``WIDE_DECODE_KEYS``. Host ints only: one CUDA-graph key always takes one tile."""
     if dtype == torch.float32:
         return FLOAT32_TILES.block_n
-    return WIDE_DECODE_KEYS if is_wide_grid(num_reqs, num_kv_heads, device) else DECODE_KEYS
+    sms = 1 if device is None else split_kv.num_sms(device)
+    return DECODE_KEYS if num_reqs * num_kv_heads <= sms else WIDE_DECODE_KEYS
 
 
 def smallest_wide_batch(num_kv_heads: int, device: torch.device) -> int:
