@@ -15,19 +15,26 @@ run ``PHASES`` phases over ``P`` programs, in one CUDA graph per side (``graph_t
 With ``work`` each phase is a GEMV of its own 1024 x 1024 bf16 weight (2 MiB; 64 layers' worth,
 1 GiB in all, so every phase reads HBM) over ``P`` programs; without, the phases are empty and the
 figure is the barrier or the boundary alone. µs per phase: the graph's replay time (median of 7)
-over the phases.
+over the phases. Each phase reads the same input and writes the same output (the phases are
+fully ordered either way, by the barrier or by the wait). Before timing, both sides' GEMVs are
+checked against torch (the last phase's ``W x``) and the counters found reset.
 
     python benchmarks/grid_barrier.py
+    python benchmarks/grid_barrier.py --cpu-smoke   # one program in Triton's interpreter
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import torch
-import triton
-import triton.language as tl
-from graph_timing import graph_time_us
+if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at decoration time
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from graph_timing import graph_time_us  # noqa: E402
 
 K = 1024  # a phase's reduction length and its weight's rows: 2 MiB of bf16
 PHASES = 8
@@ -85,13 +92,38 @@ def _one_phase(w_ptr, x_ptr, out_ptr, n, BN: tl.constexpr, BK: tl.constexpr,
         _phase(w_ptr, x_ptr, out_ptr, n, tl.num_programs(0), tl.program_id(0), BN, BK)
 
 
+def check(p: int, dev: torch.device, k: int) -> None:
+    """Both sides' last phase equals torch's ``W x`` (bf16 rounding), over ``p`` programs, and
+    the persistent kernel leaves its counters at zero."""
+    counter, exits = (torch.zeros(1, dtype=torch.int32, device=dev) for _ in range(2))
+    gen = torch.Generator(dev).manual_seed(0)
+    x = torch.randn(k, device=dev, generator=gen).to(torch.bfloat16)
+    w = torch.randn(PHASES * k * k, device=dev, generator=gen).to(torch.bfloat16)
+    want = w[-k * k :].view(k, k).float() @ x.float()
+    consts = dict(BN=4, BK=k, WORK=True, USE_GDC=False)
+    for side in ("persistent", "kernels"):
+        out = torch.full((k,), float("nan"), device=dev, dtype=torch.bfloat16)
+        if side == "persistent":
+            _persistent[(p,)](w, x, out, counter, exits, k, PHASES=PHASES, **consts)
+        else:
+            for ph in range(PHASES):
+                _one_phase[(p,)](w[ph * k * k :], x, out, k, **consts)
+        torch.testing.assert_close(out.float(), want, atol=0.1, rtol=2e-2)
+    assert counter.item() == 0 and exits.item() == 0, "a barrier left its counter"
+    print(f"grid_barrier: both sides match torch's W x over {p} program(s), counters reset")
+
+
 def main() -> None:
+    if "--cpu-smoke" in sys.argv:  # one program: the interpreter runs programs one at a time
+        check(1, torch.device("cpu"), 64)
+        return
     if not torch.cuda.is_available():
-        sys.exit("grid_barrier benchmark: needs a CUDA device")
+        sys.exit("grid_barrier benchmark: needs a CUDA device (or --cpu-smoke)")
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, torch {torch.__version__}, triton "
           f"{triton.__version__}; {PHASES} phases a layer, {LAYERS} layers a graph")  # fmt: skip
+    check(sms, dev, K)
     counter = torch.zeros(1, dtype=torch.int32, device=dev)
     exits = torch.zeros(1, dtype=torch.int32, device=dev)
     x = torch.randn(K, device=dev, dtype=torch.bfloat16)

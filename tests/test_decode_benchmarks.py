@@ -118,11 +118,12 @@ def test_the_tools_step_bytes_equal_the_benchmarks(batch, monkeypatch):
 @pytest.mark.parametrize(
     ("script", "says"),
     [("gemv.py", "gemv_triton matches gemv_ref"),
-     ("decode_gemm.py", "gemm_decode_triton matches gemm_decode_ref")],
+     ("decode_gemm.py", "gemm_decode_triton matches gemm_decode_ref"),
+     ("grid_barrier.py", "both sides match torch's W x over 1 program(s), counters reset")],
 )  # fmt: skip
 def test_kernel_benchmarks_cpu_smoke(script, says):
-    """The GEMV and decode-GEMM benchmarks' smoke modes: each kernel against its reference at
-    tiny shapes in the interpreter, as the GPU run would time them."""
+    """The GEMV, decode-GEMM and grid-barrier benchmarks' smoke modes: each kernel against its
+    reference at tiny shapes in the interpreter, as the GPU run would time them."""
     import os
     import subprocess
     import sys
