@@ -42,7 +42,7 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     attend_keys,
     is_decode_batch,
 )
-from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys
+from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -217,6 +217,7 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
         **launch_options(use_pdl(q.device)),
+        **(decode_launch(meta.num_reqs, kv_cache.shape[3], q.device) if q.is_cuda else {}),
     )  # fmt: skip
     return args, consts
 

@@ -95,6 +95,11 @@ FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 # what it runs at once counts; 128 there is not yet measured.
 DECODE_KEYS = 128
 WIDE_DECODE_KEYS = 64
+# Warps and pipeline stages of the folded decode kernels on a wide grid (Triton's defaults; 3
+# stages of 64-key K and V tiles are 48 KiB of shared memory a program at head_dim 64, which caps
+# the programs an SM holds): settings for benchmarks/decode_roofline.py's ``wwN`` / ``wsN``.
+WIDE_DECODE_WARPS = 4
+WIDE_DECODE_STAGES = 3
 
 
 def decode_keys(
@@ -108,6 +113,16 @@ def decode_keys(
         return FLOAT32_TILES.block_n
     sms = 1 if device is None else split_kv.num_sms(device)
     return DECODE_KEYS if num_reqs * num_kv_heads <= sms else WIDE_DECODE_KEYS
+
+
+def decode_launch(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> dict:
+    """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
+    ``WIDE_DECODE_STAGES`` where the grid is wide (``decode_keys``' test), else Triton's defaults
+    (4, 3). Host ints only."""
+    sms = 1 if device is None else split_kv.num_sms(device)
+    if num_reqs * num_kv_heads <= sms:
+        return {}
+    return {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
 
 
 def smallest_wide_batch(num_kv_heads: int, device: torch.device) -> int:
