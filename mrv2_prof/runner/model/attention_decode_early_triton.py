@@ -12,7 +12,8 @@ of the chain lets its dependents start only after its own wait, so every kernel 
 has finished: the premise on which the folded kernels read their metadata early).
 
 Program ``(i, h, s)`` (the split kernel's grid) here, before the wait: the metadata, the
-block-table entries of its split's first ``PRE_N`` context keys and their K rows. After it: their
+block-table entries of its split's first ``PRE_N`` context keys and their K rows, and the first
+token's RoPE angles. After it: their
 V rows (issued with the q/k/v loads, so the latencies overlap), the query rows rotated, the
 split's remaining context keys (``attend_key_range``), then the step's own keys in the split,
 each rotated from the QKV output in registers and folded into the online softmax on its own
@@ -108,6 +109,12 @@ def _early_decode_kernel(
     block = tl.load(block_row + pre_pos // BLOCK_SIZE, mask=pre_ok, other=0).to(tl.int64)
     pre_off = block * cache_stride_block + (pre_pos % BLOCK_SIZE) * cache_stride_slot + head_off
     k0 = tl.load(k_cache_ptr + pre_off[None, :] + dims[:, None], mask=pre_ok[None, :], other=0.0)
+    # the first token's RoPE angles (metadata and tables), used by its query and its key
+    row0 = tl.where(active, q_start, 0).to(tl.int64)  # a padding request's: row 0
+    if HAS_POSITIONS:
+        row0 = tl.load(positions_ptr + row0, mask=active, other=0).to(tl.int64)
+    cos0 = tl.load(cos_ptr + row0 * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
+    sin0 = tl.load(sin_ptr + row0 * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
     if USE_GDC:  # q, k and v are the QKV projection's output
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -125,8 +132,10 @@ def _early_decode_kernel(
         kv_end = tl.minimum(ctx_len + t + 1, kv_start + chunk)  # the token's keys in the split
         if kv_start < kv_end:  # else the split holds none of its keys: nothing written
             tok = (q_start + t).to(tl.int64)
-            cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
-                                   dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
+            cos, sin = cos0, sin0
+            if t > 0:
+                cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride,
+                                       sin_stride, dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
             q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
             q = norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin,
                                 q_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
@@ -151,8 +160,11 @@ def _early_decode_kernel(
                 if (pos >= kv_start) & (pos < kv_end):
                     key_tok = (q_start + j).to(tl.int64)
                     slot = tl.load(slot_mapping_ptr + key_tok).to(tl.int64)
-                    kc, ks = rope_tables(cos_ptr, sin_ptr, positions_ptr, key_tok, cos_stride,
-                                         sin_stride, dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
+                    kc, ks = cos0, sin0
+                    if j > 0:
+                        kc, ks = rope_tables(cos_ptr, sin_ptr, positions_ptr, key_tok,
+                                             cos_stride, sin_stride, dims, HEAD_DIM,
+                                             HAS_POSITIONS)  # fmt: skip
                     k = rotated_k(k_ptr, key_tok, kv_head, k_stride_t, k_stride_h, dims,
                                   swapped, first, kc, ks, k_weight_ptr, eps, HEAD_DIM,
                                   HAS_NORM)  # fmt: skip
