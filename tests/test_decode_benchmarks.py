@@ -213,8 +213,7 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     ``split`` the policy, ``splitN`` N forced splits, ``minkN`` split-KV's fewest keys a split
     (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16), ``siluwN`` the
     batch-1 SiLU-and-mul GEMV's warps (a power of two to 16), ``wwN`` / ``wsN`` the wide decode
-    grid's warps / stages (1, 2, 4 or 8), ``pre`` / ``preN`` the early decode attention (N a
-    power of two >= 16); anything else refused, naming the text."""
+    grid's warps / stages (1, 2, 4 or 8); anything else refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -232,13 +231,9 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     extras = roofline.parse_variant("plain+ws2+fold+ww8")[1]
     assert extras == ("fold", "ww8", "ws2") and roofline.extra_int(extras, "ws", 3) == 2
     assert roofline.extra_int(extras, "ww", 4) == 8
-    extras = roofline.parse_variant("plain+pre64+fold+pdl")[1]
-    assert extras == ("pdl", "fold", "pre64") and roofline.extra_int(extras, "pre", 0) == 64
-    assert roofline.parse_variant("plain+pre+fold")[1] == ("fold", "pre")
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
-                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+pre8",
-                "plain+pre48", "plain+prex"):  # fmt: skip
+                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

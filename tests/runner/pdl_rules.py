@@ -229,10 +229,9 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope(splits: int = 0, early: bool = False) -> None:
+def _decode_rope(splits: int = 0) -> None:
     import torch
 
-    from mrv2_prof.runner.model.attention_decode_early_triton import paged_decode_early
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
     from mrv2_prof.runner.model.attention_split_kv_rope_triton import paged_decode_split_kv_rope
 
@@ -242,9 +241,7 @@ def _decode_rope(splits: int = 0, early: bool = False) -> None:
     cos_sin = torch.randn(64, d)
     args = (b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
             _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
-    if early:
-        paged_decode_early(*args, num_splits=splits)
-    elif splits:
+    if splits:
         paged_decode_split_kv_rope(*args, num_splits=splits)
     else:
         paged_decode_rope_triton(*args)
@@ -317,12 +314,6 @@ CASES = {
             "counter_ptr",
         },
     ),  # fmt: skip
-    # rule 1's one exception: the early kernel reads the cache's context keys before its wait
-    # (only earlier steps write them); its cache writes still follow the wait
-    "early_decode_rope": (
-        lambda: _decode_rope(2, early=True),
-        {"q_ptr", "k_ptr", "v_ptr", "out_ptr", "acc_ptr", "max_ptr", "sum_ptr", "counter_ptr"},
-    ),
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),

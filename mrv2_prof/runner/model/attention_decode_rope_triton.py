@@ -95,33 +95,6 @@ def rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride, di
 
 
 @triton.jit
-def rotated_k(k_ptr, tok, kv_head, k_stride_t, k_stride_h, dims, swapped, first, cos, sin,
-              k_weight_ptr, eps, HEAD_DIM: tl.constexpr, HAS_NORM: tl.constexpr):  # fmt: skip
-    """A token's k head, normalised and rotated: [1, HEAD_DIM] in the QKV output's dtype."""
-    one = tl.arange(0, 1)
-    k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
-    return norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
-                          eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-
-
-@triton.jit
-def v_row(v_ptr, tok, kv_head, v_stride_t, v_stride_h, dims):
-    """A token's v head: [1, HEAD_DIM]."""
-    one = tl.arange(0, 1)
-    return tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
-                   + dims[None, :])  # fmt: skip
-
-
-@triton.jit
-def slot_offsets(slot, head_off, cache_stride_block, cache_stride_slot, dims,
-                 BLOCK_SIZE: tl.constexpr):  # fmt: skip
-    """[1, HEAD_DIM] offsets of a kv head's row at cache slot ``slot``."""
-    one = tl.arange(0, 1)
-    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
-    return dst + (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
-
-
-@triton.jit
 def write_rotated_kv(
     k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, head_off, cache_stride_block, cache_stride_slot, dims, swapped,
@@ -129,11 +102,15 @@ def write_rotated_kv(
     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_NORM: tl.constexpr,
 ):  # fmt: skip
     """A token's k head normalised and rotated, and its v head, stored at its slot (>= 0)."""
-    k = rotated_k(k_ptr, tok, kv_head, k_stride_t, k_stride_h, dims, swapped, first, cos, sin,
-                  k_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-    dst = slot_offsets(slot, head_off, cache_stride_block, cache_stride_slot, dims, BLOCK_SIZE)
+    one = tl.arange(0, 1)
+    k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
+    k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
+                       eps, HEAD_DIM, HAS_NORM)  # fmt: skip
+    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
+    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
-    v = v_row(v_ptr, tok, kv_head, v_stride_t, v_stride_h, dims)
+    v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
+                + dims[None, :])  # fmt: skip
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
 
 

@@ -40,17 +40,6 @@ def is_decode_batch(num_tokens: int, num_reqs: int) -> bool:
 
 
 @triton.jit
-def softmax_rows(qk, m_i, l_i):
-    """One key tile's step of the online softmax (log2 domain): the tile's weights ``p``, the
-    old state's rescale ``alpha``, the new max and the new sum. At least one key of the tile
-    must be visible to each row (a finite max)."""
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(qk - m_new[:, None])
-    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
-
-
-@triton.jit
 def attend_key_range(
     q,  # [BLOCK_M, HEAD_DIM] the program's query rows
     q_pos,  # [BLOCK_M] int32: each row's position; it sees keys at positions <= its own
@@ -88,7 +77,10 @@ def attend_key_range(
         k = tl.load(k_cache_ptr + kv_off[None, :] + dims[:, None], mask=k_ok[None, :], other=0.0)
         qk = tl.dot(q, k.to(q.dtype), input_precision=DOT_PRECISION) * qk_scale  # [M, N]
         qk = tl.where(k_pos[None, :] <= q_pos[:, None], qk, float("-inf"))
-        p, alpha, m_new, l_i = softmax_rows(qk, m_i, l_i)  # m_new finite: key kv_start is seen
+        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key kv_start is visible to every row
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
         v = v.to(q.dtype)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)

@@ -26,7 +26,6 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_decode_early_triton as early
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
@@ -168,12 +167,9 @@ def paged_decode_split_kv_rope(
 def rope_attend(q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale):
     """The model's folded decode attention (``folds_rope`` said yes): split where
     ``decode_split_count`` splits the batch (host ints: the same for every batch of a CUDA-graph
-    key), the unsplit fold otherwise; ``attention_decode_early_triton``'s kernel, at that split
-    count, where ``EARLY_DECODE_ATTENTION`` is on."""
+    key), the unsplit fold otherwise."""
     splits = decode_split_count(meta, kv_cache.shape[3], kv_cache.device)
     args = (q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale)
-    if early.EARLY_DECODE_ATTENTION:  # the context's keys read before the PDL wait
-        return early.paged_decode_early(*args, num_splits=splits)
     if splits > 1:
         return paged_decode_split_kv_rope(*args, num_splits=splits)
     return paged_decode_rope_triton(*args)

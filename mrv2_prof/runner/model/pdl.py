@@ -16,9 +16,7 @@ or after it (a kernel launched without PDL starts after the previous one is comp
    weights, the RoPE tables, and the step's metadata (positions, slot mapping, block table,
    query start and sequence lengths, written before the first layer by the input preparation).
    Every read of an activation, of the KV cache, and every write comes after a ``gdc_wait`` in the
-   same or an enclosing block of code. One exception, by design: the early decode attention
-   (``attention_decode_early_triton.py``) reads the cache's context keys (positions before the
-   step's own tokens), which only earlier steps write, before its wait.
+   same or an enclosing block of code.
 2. It calls ``gdc_launch_dependents`` only after a ``gdc_wait`` (so when the kernel after it starts,
    the kernel before it is complete: rule 1's "written before" holds across the chain).
 3. A ``gdc_wait`` inside a loop is followed by one at the top level before anything after the
