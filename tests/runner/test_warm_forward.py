@@ -119,11 +119,11 @@ def test_the_wide_decode_grid_takes_its_own_warps_and_stages(monkeypatch):
     from mrv2_prof.runner.model import attention_triton
 
     monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
-    monkeypatch.setattr(attention_triton, "WIDE_DECODE_WARPS", 2)
+    monkeypatch.setattr(attention_triton, "WIDE_DECODE_WARPS", 8)
     monkeypatch.setattr(attention_triton, "WIDE_DECODE_STAGES", 1)
     cpu = torch.device("cpu")
     for reqs in (1, 16, 17, 256):
         wide = attention_triton.decode_keys(torch.bfloat16, reqs, 8, cpu) == 64
         launch = attention_triton.decode_launch(reqs, 8, cpu)
-        assert launch == ({"num_warps": 2, "num_stages": 1} if wide else {})
+        assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {})
         assert wide == (reqs >= 17)

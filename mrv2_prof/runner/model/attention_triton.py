@@ -95,10 +95,11 @@ FLOAT32_TILES = AttentionTiles(block_m=16, block_n=16, num_stages=2)
 # what it runs at once counts; 128 there is not yet measured.
 DECODE_KEYS = 128
 WIDE_DECODE_KEYS = 64
-# Warps and pipeline stages of the folded decode kernels on a wide grid (Triton's defaults; 3
-# stages of 64-key K and V tiles are 48 KiB of shared memory a program at head_dim 64, which caps
-# the programs an SM holds): settings for benchmarks/decode_roofline.py's ``wwN`` / ``wsN``.
-WIDE_DECODE_WARPS = 4
+# Warps and pipeline stages of the folded decode kernels on a wide grid. 2 warps (against
+# Triton's 4) took 1-3 % off llama-1b's step at batch 64 / 256 and 2-4 % off llama-3-8b's on an
+# H100, the kernel alone 8-10 % (RESULTS.md, twelfth round); 1 or 2 stages won at batch 256 only.
+# benchmarks/decode_roofline.py's ``wwN`` / ``wsN`` set them.
+WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
 
 
@@ -118,7 +119,7 @@ def decode_keys(
 def decode_launch(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
     ``WIDE_DECODE_STAGES`` where the grid is wide (``decode_keys``' test), else Triton's defaults
-    (4, 3). Host ints only."""
+    (4, 3: the narrow grid's best, third round). Host ints only."""
     sms = 1 if device is None else split_kv.num_sms(device)
     if num_reqs * num_kv_heads <= sms:
         return {}
