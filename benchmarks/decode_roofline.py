@@ -434,7 +434,7 @@ def main() -> None:
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
         "with SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on "
-        "a wide grid (default 4 / 3); "
+        "a wide grid (default 2 / 3); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
