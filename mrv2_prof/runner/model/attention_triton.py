@@ -103,25 +103,29 @@ WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
 
 
+def wide_grid(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> bool:
+    """Whether the unsplit decode grid (``num_reqs`` x ``num_kv_heads`` programs) has more
+    programs than ``device`` has SMs (None: one SM). Host ints only."""
+    sms = 1 if device is None else split_kv.num_sms(device)
+    return num_reqs * num_kv_heads > sms
+
+
 def decode_keys(
     dtype: torch.dtype, num_reqs: int = 1, num_kv_heads: int = 1, device: torch.device | None = None
 ) -> int:
     """Keys per loop step of the decode kernels: CUDA-core dots in float32 take small key tiles
-    (``FLOAT32_TILES``); tensor cores ``DECODE_KEYS`` where the unsplit grid (``num_reqs`` x
-    ``num_kv_heads`` programs) is at most one program per SM of ``device`` (None: one program),
-    else ``WIDE_DECODE_KEYS``. Host ints only: one CUDA-graph key always takes one tile."""
+    (``FLOAT32_TILES``); tensor cores ``WIDE_DECODE_KEYS`` on a ``wide_grid``, else
+    ``DECODE_KEYS``. Host ints only: one CUDA-graph key always takes one tile."""
     if dtype == torch.float32:
         return FLOAT32_TILES.block_n
-    sms = 1 if device is None else split_kv.num_sms(device)
-    return DECODE_KEYS if num_reqs * num_kv_heads <= sms else WIDE_DECODE_KEYS
+    return WIDE_DECODE_KEYS if wide_grid(num_reqs, num_kv_heads, device) else DECODE_KEYS
 
 
 def decode_launch(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
-    ``WIDE_DECODE_STAGES`` where the grid is wide (``decode_keys``' test), else Triton's defaults
-    (4, 3: the narrow grid's best, third round). Host ints only."""
-    sms = 1 if device is None else split_kv.num_sms(device)
-    if num_reqs * num_kv_heads <= sms:
+    ``WIDE_DECODE_STAGES`` on a ``wide_grid``, else Triton's defaults (4, 3: the narrow grid's
+    best, third round). Host ints only."""
+    if not wide_grid(num_reqs, num_kv_heads, device):
         return {}
     return {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
 
