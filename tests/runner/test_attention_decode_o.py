@@ -291,3 +291,37 @@ def test_gpu_an_engine_serving_one_request_gives_the_same_tokens_with_the_fold(g
     assert _serve_one("cuda", graphs, "triton", 24) == want
     assert len(calls) >= 2 * 23 or graphs == "full"  # eagerly: every layer of 23 decode steps
     assert calls  # under FULL graphs: at the capture (and warm-up) at least
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("preset", ["llama-1b", "qwen3-0.6b"])
+def test_gpu_a_batch_1_layer_with_the_fold_is_four_launches(preset, monkeypatch):
+    """bf16, the one-pass fused GEMVs and the RoPE fold: a decoder layer at batch 1 runs QKV,
+    the fold, gate/up and down (four kernels, five without the fold), and its residual stream
+    is the unfolded layer's to bf16 rounding."""
+    from test_fused_model import device_kernels
+
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", "fused_onepass")
+    monkeypatch.setattr(rope_fold, "ROPE_IN_DECODE_ATTENTION", True)
+    model, args = load_model(
+        ModelSpec(preset=preset), DEVICE, torch.bfloat16, kernels=triton_model_kernels()
+    )
+    cache = torch.randn(kv_cache_shape(args, 64, 16), device=DEVICE).to(torch.bfloat16)
+    meta, positions = paged_batch([(150, 1)], 16)
+    layer = model.model.layers[3]
+    x0 = model.model.embed_tokens(torch.tensor([11], device=DEVICE))
+    rope = model.model.rotary_emb.tables(positions, x0.dtype)
+    got = {}
+    for fold in (False, True):
+        monkeypatch.setattr(o_fold, "O_FOLD", fold)
+        x, c, x2, c2 = x0.clone(), cache.clone(), x0.clone(), cache.clone()
+        with torch.no_grad():
+            layer(x, rope, c, meta)  # compile, and the result
+            names = device_kernels(lambda: layer(x2, rope, c2, meta))  # noqa: B023
+        got[fold] = (x, c, names)
+    print(*got[True][2], sep="\n  ")
+    assert len(got[False][2]) == 5 and len(got[True][2]) == 4, got
+    assert any(n.startswith("_decode_rope_o_kernel") for n in got[True][2])
+    torch.testing.assert_close(got[True][1], got[False][1], atol=0, rtol=0)  # the same k/v
+    torch.testing.assert_close(got[True][0], got[False][0], atol=0.05, rtol=0.02)
