@@ -58,7 +58,6 @@ from mrv2_prof.probes.machine_peaks import tensor_peak
 from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
-from mrv2_prof.runner.model import attention_decode_o_triton as o_fold
 from mrv2_prof.runner.model import (
     attention_split_kv_triton,
     attention_triton,
@@ -334,7 +333,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ofold")
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws")
 
 
 def _extra(e: str) -> str | None:
@@ -348,8 +347,6 @@ def _extra(e: str) -> str | None:
         return "mink"
     if e.startswith("siluw"):
         return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
-    if e in ("ofold", "ofold0"):  # the o projection in batch-1 attention (0: W_o read late)
-        return "ofold"
     if e[:2] in ("ww", "ws"):  # the wide decode grid's warps / stages (WIDE_DECODE_WARPS / _STAGES)
         return e[:2] if e[2:] in ("1", "2", "4", "8") else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
@@ -358,22 +355,19 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+ofold]``
-    -> (GEMV
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]`` -> (GEMV
     mode, the extras switched on, in order). ``split``: split-KV decode attention's policy on
     (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
     Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
     takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
-    warps / N pipeline stages. ``ofold``: the o projection folded into batch-1 attention
-    (``attention_decode_o_triton.O_FOLD``; ``ofold0``: its ``W_o`` slice read after attention,
-    not before the PDL wait)."""
+    warps / N pipeline stages."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+ofold|+ofold0], MODE one of "
+            "[+siluwN][+wwN][+wsN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -434,15 +428,13 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]"
-        "[+ofold|+ofold0]: "
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]: "
         "runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm: "
         "triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV "
         "with SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on "
-        "a wide grid (default 2 / 3), the o projection in batch-1 attention (ofold0: its "
-        "weights read after attention); "
+        "a wide grid (default 2 / 3); "
         "the paths not named are off; one engine each; repeatable; replaces the --decode-gemv x "
         "--pdl product",
     )
@@ -489,8 +481,6 @@ def main() -> None:
             wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
             attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
             attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
-            o_fold.O_FOLD = any(_extra(e) == "ofold" for e in extras)
-            o_fold.PREFETCH_O = "ofold0" not in extras
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
@@ -499,7 +489,6 @@ def main() -> None:
                 split.MIN_CHUNK_KEYS = min_chunk
                 gemv_triton.SILU_MUL_WARPS = silu_warps
                 attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
-                o_fold.O_FOLD, o_fold.PREFETCH_O = False, True
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

@@ -231,10 +231,9 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     extras = roofline.parse_variant("plain+ws2+fold+ww8")[1]
     assert extras == ("fold", "ww8", "ws2") and roofline.extra_int(extras, "ws", 3) == 2
     assert roofline.extra_int(extras, "ww", 4) == 8
-    assert roofline.parse_variant("fused_onepass+ofold0+fold+pdl")[1] == ("pdl", "fold", "ofold0")
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
-                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ofold1"):  # fmt: skip
+                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

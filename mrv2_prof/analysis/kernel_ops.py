@@ -5,8 +5,7 @@ of ``runner/model/step_cost.py``'s ``ops``:
 
 * **GEMMs by order.** A kernel whose name says it is a matrix product (``gemm``, ``gemv``,
   ``xmma``, ``cutlass``, ``nvjet``, ``cublas``; the decode GEMV ``_gemv_kernel`` and GEMM
-  ``_gemm_decode_kernel`` included, and the batch-1 attention with the o projection folded in,
-  ``_decode_rope_o_kernel``, whose attention then counts as ``o``) takes
+  ``_gemm_decode_kernel`` included) takes
   the next slot of the forward's projections: ``qkv``, ``o``, ``gate_up``, ``down`` for layer 0,
   the same for layer 1, ..., then ``lm_head``. A split-K reduction (a name with ``splitK`` and
   ``reduce``: cuBLAS's, the decode GEMM's) joins the slot of the GEMM before it. A step must
@@ -47,7 +46,6 @@ TRITON_OPS = {
     "_split_kv_decode_rope_kernel": "attention",  # split-KV with the RoPE fold's prologue
     "_silu_and_mul_kernel": "silu_mul",
 }
-FOLDED_GEMMS = ("_decode_rope_o_kernel",)  # attention with the o GEMV in it: the o slot
 OTHER, UNATTRIBUTED = "other", "unattributed"
 
 
@@ -67,8 +65,6 @@ def kernel_class(name: str) -> str:
     low = name.lower()
     if "splitk" in low and "reduce" in low:
         return "split_k"
-    if name.startswith(FOLDED_GEMMS):
-        return "gemm"
     for kernel, op in TRITON_OPS.items():
         if name.startswith(kernel):
             return op

@@ -99,17 +99,6 @@ def test_the_folded_attention_and_the_decode_gemm_are_put_with_their_ops():
     assert [(k.op, k.layer) for k in ops[-2:]] == [("norm", None), ("lm_head", None)]
 
 
-def test_attention_with_the_o_projection_folded_in_takes_the_o_slot():
-    """Batch 1 with the o fold: four launches a layer (QKV, attention + o, gate/up, down), the
-    fold counted as ``o`` so that the GEMM slots still follow the model's pattern."""
-    layer = ["_gemv_kernel", "_decode_rope_o_kernel", "_gemv_kernel", "_gemv_kernel"]
-    ops, why = attribute_step(layer * 2 + ["_rmsnorm_kernel", "nvjet_lm_head"], layers=2)
-    assert why is None
-    assert [(k.op, k.layer) for k in ops[:5]] == [
-        ("qkv", 0), ("o", 0), ("gate_up", 0), ("down", 0), ("qkv", 1)
-    ]  # fmt: skip
-
-
 def test_the_per_op_table_of_two_steps_is_the_hand_count(tmp_path):
     with _store(tmp_path, {5: STEP, 6: STEP}) as store:
         table = kernel_roofline(store, "r")

@@ -201,10 +201,6 @@ def _gemv(prologue: str) -> None:
         gemv_triton(x, w, norm=(_randn(256), 1e-6), one_pass=True)
     elif prologue == "silu_mul":
         gemv_triton(_randn(1, 512), w, residual=r, silu_mul=True)
-    elif prologue == "norm_parts":
-        gemv_triton(x, w, norm=(_randn(256), 1e-6), one_pass=True, parts=_randn(2, 256).float())
-    elif prologue == "silu_mul_parts":
-        gemv_triton(_randn(1, 512), w, residual=r, silu_mul=True, parts=_randn(2, 96).float())
     else:
         gemv_triton(x, w, _randn(96), residual=r)
 
@@ -251,20 +247,6 @@ def _decode_rope(splits: int = 0) -> None:
         paged_decode_rope_triton(*args)
 
 
-def _decode_rope_o() -> None:
-    import torch
-
-    from mrv2_prof.runner.model.attention_decode_o_triton import rope_attend_o_triton
-    from tests.runner.attention_batches import make_batch
-
-    b = make_batch([(40, 1)], num_kv_heads=2, group=4, head_dim=64, block_size=16,
-                   dtype=torch.bfloat16)  # fmt: skip
-    cos_sin = torch.randn(64, 64)
-    args = (b.query, _randn(1, 2, 64), _randn(1, 2, 64), cos_sin[:, :32], cos_sin[:, 32:],
-            torch.tensor([40]), None, None, 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
-    rope_attend_o_triton(*args, _randn(96, 512))
-
-
 def _gemm(split: int) -> None:
     from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles, gemm_decode_triton
 
@@ -308,8 +290,6 @@ CASES = {
     "gemv_norm": (lambda: _gemv("norm"), {"x_ptr", "out_ptr"}),
     "gemv_norm_one_pass": (lambda: _gemv("norm_one_pass"), {"x_ptr", "out_ptr"}),
     "gemv_silu_mul": (lambda: _gemv("silu_mul"), {"x_ptr", "out_ptr"}),
-    "gemv_norm_parts": (lambda: _gemv("norm_parts"), {"x_ptr", "out_ptr", "parts_ptr"}),
-    "gemv_silu_mul_parts": (lambda: _gemv("silu_mul_parts"), {"x_ptr", "out_ptr", "parts_ptr"}),
     "rmsnorm": (lambda: _norm(False), {"x_ptr"}),
     "fused_add_rmsnorm": (lambda: _norm(True), {"x_ptr", "res_ptr"}),
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
@@ -334,10 +314,6 @@ CASES = {
             "counter_ptr",
         },
     ),  # fmt: skip
-    "decode_rope_o": (
-        _decode_rope_o,
-        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "parts_ptr", "scratch_ptr"},
-    ),
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),

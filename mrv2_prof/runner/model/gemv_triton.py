@@ -98,15 +98,9 @@ def gemv_ref(
     *,
     norm: tuple[torch.Tensor, float] | None = None,  # RMSNorm (weight [K], eps) of x first
     silu_mul: bool = False,  # x is gate/up: silu(gate) * up first
-    parts: torch.Tensor | None = None,  # [P, *] float32, summed into residual (else into x)
 ) -> torch.Tensor:
     """``x @ weight.T (+ bias)`` after the prologue, plus ``residual`` rounded once in float32
-    where given. ``parts`` (one row): their sum is added to ``residual`` where given, else to
-    ``x``, rounded once to its dtype, before anything else."""
-    if parts is not None and residual is not None:
-        residual = (residual.float() + parts.sum(0)).to(residual.dtype)
-    elif parts is not None:
-        x = (x.float() + parts.sum(0)).to(x.dtype)
+    where given."""
     if norm is not None:
         x = rmsnorm_ref(x, *norm)
     if silu_mul:
@@ -115,20 +109,6 @@ def gemv_ref(
     if residual is None:
         return y
     return (residual.float() + y.float()).to(residual.dtype)
-
-
-@triton.jit
-def add_parts(x, parts_ptr, idx, idx_ok, stride, NUM_PARTS: tl.constexpr):
-    """``x`` [1, L] plus the partial sums ``parts[p, idx]`` for every p, rounded once to x's
-    dtype; ``x`` as it is without parts."""
-    if NUM_PARTS == 0:
-        y = x
-    else:
-        acc = tl.load(parts_ptr + idx, mask=idx_ok, other=0.0)
-        for p in tl.static_range(1, NUM_PARTS):  # in order, as ``parts.sum(0)``
-            acc += tl.load(parts_ptr + p * stride + idx, mask=idx_ok, other=0.0)
-        y = (x.to(tl.float32) + acc[None, :]).to(x.dtype)
-    return y
 
 
 @triton.jit
@@ -153,8 +133,6 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr = False,  # RMSNORM: the squares summed in the weight walk
     USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
-    parts_ptr=None,  # [NUM_PARTS, K] (into x) or [NUM_PARTS, N] (into the residual), float32
-    NUM_PARTS: tl.constexpr = 0,  # partial sums added (M = 1): the folded o projection's
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
     col_ok = cols < N
@@ -171,8 +149,7 @@ def _gemv_kernel(
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
             mask = row_ok[:, None] & (k < K)[None, :]
-            xs = tl.load(x_rows + k[None, :], mask=mask, other=0.0)
-            xs = add_parts(xs, parts_ptr, k, k < K, K, NUM_PARTS).to(tl.float32)
+            xs = tl.load(x_rows + k[None, :], mask=mask, other=0.0).to(tl.float32)
             sum_sq += tl.sum(xs * xs, axis=1)
         rstd = tl.rsqrt(sum_sq / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
@@ -184,8 +161,6 @@ def _gemv_kernel(
             tl.extra.cuda.gdc_wait()  # once the previous grid is done)
         x_mask = row_ok[:, None] & k_ok[None, :]
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
-        if not RESIDUAL:  # x + the partial sums, rounded to x's dtype
-            x = add_parts(x, parts_ptr, k, k_ok, K, NUM_PARTS)
         if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
             g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
             xf = x.to(tl.float32)
@@ -211,9 +186,8 @@ def _gemv_kernel(
         y += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
     out = out_ptr + rows[:, None] * out_stride + cols[None, :]
     ok = row_ok[:, None] & col_ok[None, :]
-    if RESIDUAL:  # (the stream + the partial sums, rounded as the o GEMV rounds it)
-        r = tl.load(out, mask=ok, other=0.0)
-        y += add_parts(r, parts_ptr, cols, col_ok, N, NUM_PARTS).to(tl.float32)
+    if RESIDUAL:
+        y += tl.load(out, mask=ok, other=0.0).to(tl.float32)
     tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
@@ -227,26 +201,12 @@ def gemv_triton(
     silu_mul: bool = False,
     tiles: GemvTiles | None = None,
     one_pass: bool = False,
-    parts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``gemv_ref`` in one launch. With ``residual`` the sum is written into it (in place) and it
     is returned; otherwise a new [M, N] tensor of ``x``'s dtype. ``one_pass``: the norm's squares
-    summed in the weight walk (the module docstring). ``parts``: float32 [P, N] with
-    ``residual``, else [P, K], for one row (``attention_decode_o_triton.py``)."""
+    summed in the weight walk (the module docstring)."""
     if norm is not None and silu_mul:
         raise ValueError("gemv: one prologue at a time (norm or silu_mul)")
-    if parts is not None:
-        width = weight.shape[0] if residual is not None else weight.shape[1]
-        if (
-            x.shape[0] != 1
-            or parts.dim() != 2
-            or parts.shape[1] != width
-            or (silu_mul and residual is None)
-            or parts.dtype != torch.float32
-            or not parts.is_contiguous()
-        ):
-            raise ValueError(f"gemv: parts {tuple(parts.shape)} do not fit one row of width "
-                             f"{width}")  # fmt: skip
     k_in = weight.shape[1] * (2 if silu_mul else 1)
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != k_in:
         raise ValueError(f"gemv: x {tuple(x.shape)} does not fit weight {tuple(weight.shape)}")
@@ -282,8 +242,6 @@ def gemv_triton(
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         ONE_PASS=one_pass and norm is not None,
-        parts_ptr=parts,
-        NUM_PARTS=0 if parts is None else parts.shape[0],
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **launch_options(use_pdl(x.device)),

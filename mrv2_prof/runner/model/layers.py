@@ -24,7 +24,6 @@ from mrv2_prof.runner.model.model_kernels import (
     TORCH_MODEL_KERNELS,
     Attend,
     ModelKernels,
-    OFold,
     WriteKV,
 )
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
@@ -189,17 +188,10 @@ class Attention(nn.Module):
         return q, k, v
 
     def rope_attend(
-        self,
-        x: torch.Tensor,
-        rope: RopeTables,
-        kv_cache: torch.Tensor,
-        meta,
-        norm: RMSNorm,
-        o_fold: OFold | None = None,
+        self, x: torch.Tensor, rope: RopeTables, kv_cache: torch.Tensor, meta, norm: RMSNorm
     ) -> torch.Tensor:
         """The input norm and QKV GEMM, then QK-norm + RoPE, the KV write and attention in the
-        bundle's one launch (``rope_attend``): [T, h, d]. With ``o_fold``, the o projection too:
-        its float32 partial sums [kv_heads, H] (``OFold.rope_attend_o``)."""
+        bundle's one launch (``rope_attend``): [T, h, d]."""
         T, d = x.shape[0], self.head_dim
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q, k, v = self.qkv_proj.split(self.kernels.norm_linear(x, norm.weight, norm.eps, w, b))
@@ -207,10 +199,7 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
-        args = (q, k, v, *rope, *weights, kv_cache, meta, d**-0.5)
-        if o_fold is not None:
-            return o_fold.rope_attend_o(*args, self.o_proj.weight)
-        return self.kernels.rope_attend(*args)
+        return self.kernels.rope_attend(q, k, v, *rope, *weights, kv_cache, meta, d**-0.5)
 
     def attend(
         self,
@@ -277,22 +266,10 @@ class DecoderLayer(nn.Module):
         """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
         bundle fuses it, and both inside attention where it folds them (a decode batch)."""
         if self.kernels.folds_rope(x.shape[0], meta, kv_cache):
-            fold, mlp = self.kernels.o_fold, self.mlp
-            w = (mlp.gate_up_proj.weight, mlp.down_proj.weight)
-            if fold is not None and fold.serves(x, meta, kv_cache, self.self_attn.o_proj.bias, *w):
-                return self.o_folded(x, rope, kv_cache, meta, fold)
             attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm)
             return self.post_attention(x, attn)
         q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
         return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))
-
-    def o_folded(self, x, rope: RopeTables, kv_cache, meta, fold: OFold) -> torch.Tensor:
-        """The layer with the o projection in the folded attention's launch (batch 1): its
-        partial sums go into the gate/up GEMV's input and the down GEMV's residual add."""
-        parts = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm, fold)
-        norm, mlp = self.post_attention_layernorm, self.mlp
-        gate_up = fold.norm_linear(x, parts, norm.weight, norm.eps, mlp.gate_up_proj.weight)
-        return fold.mlp_down(x, parts, gate_up, mlp.down_proj.weight)
 
     def pre_attention(
         self,

@@ -63,20 +63,6 @@ def mlp_down_ref(x: torch.Tensor, gate_up: torch.Tensor, weight: torch.Tensor) -
 
 
 @dataclass(frozen=True)
-class OFold:
-    """The o projection folded into batch-1 decode attention (``attention_decode_o_triton.py``):
-    attention leaves each kv head's share of ``attn @ o_weight.T`` as float32 partial sums, which
-    the gate/up and down projections add into their inputs themselves."""
-
-    # (x, meta, kv_cache, o_bias, gate_up_weight, down_weight) -> whether it serves the batch
-    serves: Callable[..., bool]
-    # (q, k, v, cos, sin, positions, q_w, k_w, eps, kv_cache, meta, scale, o_weight) -> parts
-    rope_attend_o: Callable[..., torch.Tensor]
-    norm_linear: Callable  # (x, parts, norm_w, eps, w) -> rmsnorm(x + sum(parts)) @ w.T
-    mlp_down: Callable  # (x, parts, gate_up, w) -> x + sum(parts) + silu_and_mul(gate_up) @ w.T
-
-
-@dataclass(frozen=True)
 class ModelKernels:
     name: str  # "torch" | "triton"
     write_kv: WriteKV
@@ -93,7 +79,6 @@ class ModelKernels:
     folds_rope: Callable[..., bool] = lambda num_tokens, meta, kv_cache: False  # noqa: E731
     rope_attend: Callable | None = None  # (q, k, v, cos, sin, positions, q_w, k_w, eps, kv_cache,
     #                                       meta, scale) -> attention output [T, h, d]
-    o_fold: OFold | None = None  # batch 1: the o projection in rope_attend's launch
 
     def with_attention(
         self, write_kv: WriteKV | None = None, attend: Attend | None = None
@@ -109,7 +94,6 @@ class ModelKernels:
             attend=attend or self.attend,
             rope_writes_kv=self.rope_writes_kv and own_write,
             folds_rope=folds,
-            o_fold=self.o_fold if own_write and own_attend else None,
         )
 
 
@@ -129,12 +113,15 @@ TORCH_MODEL_KERNELS = ModelKernels(
 
 def triton_model_kernels() -> ModelKernels:
     """The fused Triton bundle; raises ImportError where triton cannot be imported."""
-    from mrv2_prof.runner.model import attention_decode_o_triton as o_fold
-    from mrv2_prof.runner.model import projections_triton as proj
     from mrv2_prof.runner.model.attention_decode_rope_triton import folds_rope
     from mrv2_prof.runner.model.attention_split_kv_rope_triton import rope_attend
     from mrv2_prof.runner.model.attention_triton import paged_attention_triton, write_kv_triton
     from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
+    from mrv2_prof.runner.model.projections_triton import (
+        add_norm_linear_triton,
+        mlp_down_triton,
+        norm_linear_triton,
+    )
     from mrv2_prof.runner.model.rotary_triton import qk_norm_rope_triton
 
     return ModelKernels(
@@ -143,17 +130,11 @@ def triton_model_kernels() -> ModelKernels:
         paged_attention_triton,
         rmsnorm_triton,
         qk_norm_rope_triton,
-        proj.norm_linear_triton,
-        proj.add_norm_linear_triton,
-        proj.mlp_down_triton,
+        norm_linear_triton,
+        add_norm_linear_triton,
+        mlp_down_triton,
         cos_sin_cache=True,
         rope_writes_kv=True,
         folds_rope=folds_rope,
         rope_attend=rope_attend,
-        o_fold=OFold(
-            serves=o_fold.folds_o,
-            rope_attend_o=o_fold.rope_attend_o_triton,
-            norm_linear=proj.norm_linear_parts_triton,
-            mlp_down=proj.mlp_down_parts_triton,
-        ),
     )

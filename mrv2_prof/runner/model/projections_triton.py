@@ -151,25 +151,3 @@ def mlp_down_triton(
     if _gemm(h, weight):
         return gemm_decode_triton(h, weight, residual=x)
     return x.addmm_(h, weight.t())
-
-
-def takes_parts(x: torch.Tensor, gate_up_weight: torch.Tensor, down_weight: torch.Tensor) -> bool:
-    """Whether a batch of ``x``'s rows has its gate/up and down projections on the fused one-pass
-    GEMVs, which add the folded o projection's partial sums (``attention_decode_o_triton.py``)
-    themselves (host ints only)."""
-    if not _one_pass() or x.shape[0] != 1:
-        return False
-    gate_up = x.new_empty((1, gate_up_weight.shape[0]), device="meta")
-    return _gemv(x, gate_up_weight) and _gemv(gate_up, down_weight)
-
-
-def norm_linear_parts_triton(x, parts, norm_weight, eps, weight) -> torch.Tensor:
-    """RMSNorm of ``x + sum(parts)`` (rounded to x's dtype; x is left as it is), then the gate/up
-    GEMV: [1, N]."""
-    return gemv_triton(x, weight, None, norm=(norm_weight, eps), one_pass=True, parts=parts)
-
-
-def mlp_down_parts_triton(x, parts, gate_up, weight) -> torch.Tensor:
-    """``x = (x + sum(parts)) + silu_and_mul(gate_up) @ weight.T`` in place, each sum rounded to
-    x's dtype: the residual stream after the layer."""
-    return gemv_triton(gate_up, weight, residual=x, silu_mul=True, parts=parts)
