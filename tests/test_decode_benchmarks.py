@@ -118,12 +118,14 @@ def test_the_tools_step_bytes_equal_the_benchmarks(batch, monkeypatch):
 @pytest.mark.parametrize(
     ("script", "says"),
     [("gemv.py", "gemv_triton matches gemv_ref"),
+     ("gemv_pipeline.py", "the pipelined gemv_triton matches gemv_ref with each decode launch"),
      ("decode_gemm.py", "gemm_decode_triton matches gemm_decode_ref"),
      ("grid_barrier.py", "both sides match torch's W x over 1 program(s), counters reset")],
 )  # fmt: skip
 def test_kernel_benchmarks_cpu_smoke(script, says):
-    """The GEMV, decode-GEMM and grid-barrier benchmarks' smoke modes: each kernel against its
-    reference at tiny shapes in the interpreter, as the GPU run would time them."""
+    """The GEMV (its walk unpipelined and pipelined), decode-GEMM and grid-barrier benchmarks'
+    smoke modes: each kernel against its reference at tiny shapes in the interpreter, as the GPU
+    run would time them."""
     import os
     import subprocess
     import sys
@@ -213,7 +215,8 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     ``split`` the policy, ``splitN`` N forced splits, ``minkN`` split-KV's fewest keys a split
     (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16), ``siluwN`` the
     batch-1 SiLU-and-mul GEMV's warps (a power of two to 16), ``wwN`` / ``wsN`` the wide decode
-    grid's warps / stages (1, 2, 4 or 8); anything else refused, naming the text."""
+    grid's warps / stages (1, 2, 4 or 8), ``lsN`` the batch-1 GEMV's loop stages (2-6); anything
+    else refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -231,9 +234,12 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     extras = roofline.parse_variant("plain+ws2+fold+ww8")[1]
     assert extras == ("fold", "ww8", "ws2") and roofline.extra_int(extras, "ws", 3) == 2
     assert roofline.extra_int(extras, "ww", 4) == 8
+    extras = roofline.parse_variant("plain+ls3+pdl")[1]
+    assert extras == ("pdl", "ls3") and roofline.extra_int(extras, "ls", 0) == 3
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
-                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16"):  # fmt: skip
+                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ls1",
+                "plain+ls"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

@@ -191,18 +191,20 @@ def _randn(*shape, dtype=None):
     return torch.randn(*shape, generator=g).to(dtype or torch.bfloat16)
 
 
-def _gemv(prologue: str) -> None:
-    from mrv2_prof.runner.model.gemv_triton import gemv_triton
+def _gemv(prologue: str, loop_stages: int = 0) -> None:
+    """``loop_stages``: the software-pipelined walk of K (its prologue loads ahead of the loop)."""
+    from mrv2_prof.runner.model.gemv_triton import GemvTiles, gemv_triton
 
+    t = GemvTiles(4, 128, loop_stages=loop_stages) if loop_stages else None
     x, w, r = _randn(1, 256), _randn(96, 256), _randn(1, 96)
     if prologue == "norm":
-        gemv_triton(x, w, norm=(_randn(256), 1e-6))
+        gemv_triton(x, w, norm=(_randn(256), 1e-6), tiles=t)
     elif prologue == "norm_one_pass":
-        gemv_triton(x, w, norm=(_randn(256), 1e-6), one_pass=True)
+        gemv_triton(x, w, norm=(_randn(256), 1e-6), one_pass=True, tiles=t)
     elif prologue == "silu_mul":
-        gemv_triton(_randn(1, 512), w, residual=r, silu_mul=True)
+        gemv_triton(_randn(1, 512), w, residual=r, silu_mul=True, tiles=t)
     else:
-        gemv_triton(x, w, _randn(96), residual=r)
+        gemv_triton(x, w, _randn(96), residual=r, tiles=t)
 
 
 def _decode_batch():
@@ -290,6 +292,9 @@ CASES = {
     "gemv_norm": (lambda: _gemv("norm"), {"x_ptr", "out_ptr"}),
     "gemv_norm_one_pass": (lambda: _gemv("norm_one_pass"), {"x_ptr", "out_ptr"}),
     "gemv_silu_mul": (lambda: _gemv("silu_mul"), {"x_ptr", "out_ptr"}),
+    "gemv_pipelined": (lambda: _gemv("none", 3), {"x_ptr", "out_ptr"}),
+    "gemv_norm_one_pass_pipelined": (lambda: _gemv("norm_one_pass", 3), {"x_ptr", "out_ptr"}),
+    "gemv_silu_mul_pipelined": (lambda: _gemv("silu_mul", 3), {"x_ptr", "out_ptr"}),
     "rmsnorm": (lambda: _norm(False), {"x_ptr"}),
     "fused_add_rmsnorm": (lambda: _norm(True), {"x_ptr", "res_ptr"}),
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
@@ -354,6 +359,7 @@ def _check(calls, dependent: set[str]) -> list[dict[str, Any]]:
             "launch_pdl": kwargs.get("launch_pdl", False),
             "waits": ir.count("tt.grid_dependency_wait"),
             "launches_dependents": ir.count("tt.grid_dependency_launch_dependents"),
+            "async_copies": ir.count("ttg.async_copy_global_to_local"),
             "dependent": sorted(dependent & accessed),
             "breaks": breaks,
         })  # fmt: skip

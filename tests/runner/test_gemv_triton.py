@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mrv2_prof.runner.model import gemv_triton as gemv_triton_module
 from mrv2_prof.runner.model import pdl
 from mrv2_prof.runner.model.gemv_triton import (
     GEMV_MAX_ROWS,
@@ -123,6 +124,27 @@ def test_silu_mul_prologue(dtype):
         gemv_triton(gate_up, w, silu_mul=True, norm=(torch.ones(150, device=DEVICE), 1e-5))
 
 
+@pytest.mark.parametrize("prologue", ["none", "norm", "norm_one_pass", "silu_mul"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_pipelined_walk_matches_the_reference(m, prologue):
+    """``loop_stages`` > 1 (the walk of K software-pipelined) gives the reference's values with
+    every prologue and epilogue; K = 200 over 64-wide steps: a masked last step."""
+    x, w, b, r = operands(m, 24, 200, torch.float32, bias=True, residual=True, seed=5)
+    g = torch.rand(200, device=DEVICE) + 0.5
+    tiles = GemvTiles(block_n=8, block_k=64, loop_stages=3)
+    if prologue == "silu_mul":
+        x = torch.randn(m, 400, device=DEVICE)
+        want = gemv_ref(x, w, b, r.clone(), silu_mul=True)
+        got = gemv_triton(x, w, b, r.clone(), silu_mul=True, tiles=tiles)
+    elif prologue.startswith("norm"):
+        want = gemv_ref(x, w, b, r.clone(), norm=(g, 1e-5))
+        one = prologue == "norm_one_pass"
+        got = gemv_triton(x, w, b, r.clone(), norm=(g, 1e-5), tiles=tiles, one_pass=one)
+    else:
+        want, got = gemv_ref(x, w, b, r.clone()), gemv_triton(x, w, b, r.clone(), tiles=tiles)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+
+
 def test_residual_is_updated_in_place_and_returned():
     x, w, _, r = operands(2, 24, 64, torch.float32, residual=True, seed=5)
     want = r + x @ w.T
@@ -154,6 +176,9 @@ def test_pick_tiles_bounds_the_partial_products():
     # the SiLU-and-mul prologue at M = 1 takes SILU_MUL_WARPS (the sweep's winner), no other
     assert pick_tiles(1, 2048, 8192, SILU_MUL).num_warps == SILU_MUL_WARPS == 8
     assert pick_tiles(1, 2048, 8192, RMSNORM).num_warps == pick_tiles(1, 2048, 8192).num_warps == 4
+    # M = 1 takes the module's loop stages (0: the unpipelined walk); more rows never do
+    assert pick_tiles(1, 2048, 8192).loop_stages == gemv_triton_module.LOOP_STAGES
+    assert pick_tiles(2, 2048, 8192).loop_stages == 0
 
 
 @pytest.mark.gpu
@@ -175,6 +200,26 @@ def test_gpu_projection_shapes(m, n, k):
     torch.testing.assert_close(got, want, atol=2e-2, rtol=1.6e-2)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("n,k", [(3072, 2048), (16384, 2048), (2048, 8192), (4096, 14336)])
+def test_gpu_pipelined_walk_at_projection_shapes(n, k, stages):
+    """The software-pipelined walk (compiled, its copies asynchronous) at M = 1, with each
+    prologue the decode path launches, against the reference."""
+    x, w, _, r = operands(1, n, k, torch.bfloat16, residual=True, seed=stages)
+    for tiles in (GemvTiles(4, 1024, 4, loop_stages=stages), GemvTiles(8, 256, 8, 2, stages)):
+        assert_matches(x, w, r=r, tiles=tiles)
+        g = torch.rand(k, device=DEVICE).to(torch.bfloat16) + 0.5
+        want = gemv_ref(x, w, norm=(g, 1e-6))
+        got = gemv_triton(x, w, norm=(g, 1e-6), tiles=tiles, one_pass=True)
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=1.6e-2)
+        gate_up = torch.randn(1, 2 * k, device=DEVICE).to(torch.bfloat16)
+        want = gemv_ref(gate_up, w, residual=r.clone(), silu_mul=True)
+        got = gemv_triton(gate_up, w, residual=r.clone(), silu_mul=True, tiles=tiles)
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=1.6e-2)
+
+
 def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
     """``pdl.LAUNCH_PDL`` gives the values of the ordinary launch: on a device without PDL (the
     interpreter's CPU tensors, a GPU before Hopper) it is the ordinary launch; on Hopper, with
@@ -193,13 +238,14 @@ def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
 @pytest.mark.skipif(
     INTERPRET or torch.cuda.get_device_capability()[0] < 9, reason="needs a Hopper GPU or later"
 )
-@pytest.mark.parametrize("one_pass", [False, True])
-def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, one_pass):
+@pytest.mark.parametrize("one_pass,stages", [(False, 0), (True, 0), (True, 3)])
+def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, one_pass, stages):
     """A chain that rewrites the GEMV's input just before it, each link launched with PDL: the
     input row is produced by the kernel before (an elementwise op on a large tensor, so it is
     still running when the GEMV may start), eagerly and replayed in a CUDA graph; every output
     equals the chain run without PDL (a GEMV that read its input early would differ)."""
     monkeypatch.setattr(pdl, "LAUNCH_PDL", True)
+    monkeypatch.setattr(gemv_triton_module, "LOOP_STAGES", stages)  # the pipelined walk's wait
     k, n = 4096, 6144
     gen = torch.Generator(DEVICE).manual_seed(0)
     big = torch.randn(64 * 2**20, generator=gen, device=DEVICE)  # 256 MiB: a long first kernel

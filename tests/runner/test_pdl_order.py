@@ -54,3 +54,13 @@ def test_the_checker_names_each_broken_rule(report):
         "write to ['out_ptr'] before a wait",
         "write to ['out_ptr'] before a wait",
     ]
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if c.startswith("gemv")))
+def test_only_the_pipelined_gemv_walk_copies_asynchronously(case, report):
+    """The ``loop_stages`` cases are software-pipelined (their tiles copied into shared memory
+    ahead of use), with PDL on and off; the GEMV's default walk is not (its loads are plain, so
+    its waits above are checked on the loads themselves)."""
+    for side in ("on", "off"):
+        (k,) = report[f"{case}:{side}"]
+        assert (k["async_copies"] > 0) == case.endswith("_pipelined"), (case, side, k)

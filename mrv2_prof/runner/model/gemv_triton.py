@@ -26,11 +26,16 @@ to exact arithmetic than ``rmsnorm_ref``'s roundings, equal to them within a rou
 row's dtype). It is the fused mode's norm without the pass that made it slower on the H200
 (``projections_triton.py``: ``fused_onepass``), not yet measured there.
 
-Programmatic dependent launch (``pdl.py``, off until measured): the program loads its weight
-tile (the model's own, never an output of the kernel before it) before ``gdc_wait`` and its
-input row after it; once its walk of ``K`` is done it lets the next PDL launch start
-(``gdc_launch_dependents``), waits once more at the top level (a no-op, for ``pdl.py``'s third
-rule) and writes its output.
+Programmatic dependent launch (``pdl.py``): the program loads its weight tile (the model's own,
+never an output of the kernel before it) before ``gdc_wait`` and its input row after it; once
+its walk of ``K`` is done it lets the next PDL launch start (``gdc_launch_dependents``), waits
+once more at the top level (a no-op, for ``pdl.py``'s third rule) and writes its output.
+
+``GemvTiles.loop_stages`` > 1 software-pipelines the walk of ``K`` (triton's ``tl.range``
+stages: the weight and input tiles of the next steps copied asynchronously into shared memory
+while this step multiplies), so a program keeps several tiles in flight instead of one. The
+pipeliner's prologue loads the first steps' input ahead of the loop, so under PDL such a
+program waits once before its walk (no weight read ahead of the wait).
 
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
@@ -57,6 +62,12 @@ NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 # 8 against 4 took the down projection from 17.5 to 15.2 us (llama-1b) and 6.9 to 6.1 us
 # (qwen3-0.6b) on an H100 (``benchmarks/gemv.py --prologue-sweep``, RESULTS.md ninth round)
 SILU_MUL_WARPS = 8
+# Software pipelining of the walk of K at M = 1 (``GemvTiles.loop_stages``): triton pipelines a
+# loop's loads only where they feed a ``tl.dot`` unless the loop asks for stages itself, so the
+# GEMV's weight tiles were loaded and consumed one at a time (its ``num_stages`` did nothing).
+# 0 keeps that walk until the H200 measures the pipelined one (``benchmarks/gemv.py
+# --pipeline-sweep``, ``decode_roofline.py``'s ``+lsN``).
+LOOP_STAGES = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class GemvTiles:
     block_k: int  # reduction elements per loop step
     num_warps: int = 4
     num_stages: int = 3
+    loop_stages: int = 0  # > 1: K's walk software-pipelined (the loop's own num_stages)
 
 
 def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles:
@@ -73,7 +85,7 @@ def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles
     M = 1 with the SiLU-and-mul prologue, ``SILU_MUL_WARPS`` warps."""
     if m == 1:  # the best of a sweep on nearly every projection of three presets
         warps = SILU_MUL_WARPS if prologue == SILU_MUL else 4
-        return GemvTiles(block_n=4, block_k=1024, num_warps=warps, num_stages=4)
+        return GemvTiles(4, 1024, num_warps=warps, num_stages=4, loop_stages=LOOP_STAGES)
     block_m = triton.next_power_of_2(max(m, 1))
     block_n = 8 if n <= 4096 else 16
     return GemvTiles(block_n=block_n, block_k=max(4096 // (block_m * block_n), 32))
@@ -133,6 +145,7 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr = False,  # RMSNORM: the squares summed in the weight walk
     USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
+    LOOP_STAGES: tl.constexpr = 0,  # > 1: the walk of K software-pipelined (``GemvTiles``)
 ):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output features
     col_ok = cols < N
@@ -143,8 +156,8 @@ def _gemv_kernel(
     ks = tl.arange(0, BLOCK_K)
     io_dtype = x_ptr.dtype.element_ty
     sum_sq = tl.zeros([BLOCK_M], tl.float32)
-    if USE_GDC and PROLOGUE == 1 and not ONE_PASS:  # the first pass reads x: wait before it
-        tl.extra.cuda.gdc_wait()
+    if USE_GDC and ((PROLOGUE == 1 and not ONE_PASS) or LOOP_STAGES > 1):  # x read first, or
+        tl.extra.cuda.gdc_wait()  # the pipeliner's prologue loads x ahead of the loop's wait
     if PROLOGUE == 1 and not ONE_PASS:  # RMSNORM: each row's rsqrt(mean(x^2) + eps) first
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
@@ -153,12 +166,12 @@ def _gemv_kernel(
             sum_sq += tl.sum(xs * xs, axis=1)
         rstd = tl.rsqrt(sum_sq / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=LOOP_STAGES if LOOP_STAGES > 1 else None):
         k = k0 + ks
         k_ok = k < K
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-        if USE_GDC:  # the weights are the model's: loaded before waiting; x after (a no-op
-            tl.extra.cuda.gdc_wait()  # once the previous grid is done)
+        if USE_GDC and LOOP_STAGES <= 1:  # the weights are the model's: loaded before waiting;
+            tl.extra.cuda.gdc_wait()  # x after (a no-op once the previous grid is done)
         x_mask = row_ok[:, None] & k_ok[None, :]
         x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
         if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
@@ -242,6 +255,7 @@ def gemv_triton(
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
         ONE_PASS=one_pass and norm is not None,
+        LOOP_STAGES=t.loop_stages,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **launch_options(use_pdl(x.device)),
