@@ -176,9 +176,19 @@ def test_pick_tiles_bounds_the_partial_products():
     # the SiLU-and-mul prologue at M = 1 takes SILU_MUL_WARPS (the sweep's winner), no other
     assert pick_tiles(1, 2048, 8192, SILU_MUL).num_warps == SILU_MUL_WARPS == 8
     assert pick_tiles(1, 2048, 8192, RMSNORM).num_warps == pick_tiles(1, 2048, 8192).num_warps == 4
-    # M = 1 takes the module's loop stages (0: the unpipelined walk); more rows never do
-    assert pick_tiles(1, 2048, 8192).loop_stages == gemv_triton_module.LOOP_STAGES
-    assert pick_tiles(2, 2048, 8192).loop_stages == 0
+
+
+def test_pick_tiles_pipelines_only_long_walks_at_one_row(monkeypatch):
+    """The module's loop stages at M = 1 where K holds ``LOOP_MIN_K`` elements; a shorter walk
+    and more rows stay unpipelined."""
+    monkeypatch.setattr(gemv_triton_module, "LOOP_STAGES", 3)
+    long_k = gemv_triton_module.LOOP_MIN_K
+    assert pick_tiles(1, 2048, long_k).loop_stages == 3
+    assert pick_tiles(1, 2048, long_k, SILU_MUL).loop_stages == 3
+    assert pick_tiles(1, 2048, long_k - 1).loop_stages == 0
+    assert pick_tiles(2, 2048, long_k).loop_stages == 0
+    monkeypatch.setattr(gemv_triton_module, "LOOP_STAGES", 0)
+    assert pick_tiles(1, 2048, long_k).loop_stages == 0
 
 
 @pytest.mark.gpu

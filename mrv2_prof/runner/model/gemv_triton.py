@@ -32,10 +32,11 @@ its walk of ``K`` is done it lets the next PDL launch start (``gdc_launch_depend
 once more at the top level (a no-op, for ``pdl.py``'s third rule) and writes its output.
 
 ``GemvTiles.loop_stages`` > 1 software-pipelines the walk of ``K`` (triton's ``tl.range``
-stages: the weight and input tiles of the next steps copied asynchronously into shared memory
-while this step multiplies), so a program keeps several tiles in flight instead of one. The
-pipeliner's prologue loads the first steps' input ahead of the loop, so under PDL such a
-program waits once before its walk (no weight read ahead of the wait).
+stages: the weight tiles of the next steps copied asynchronously into shared memory while this
+step multiplies), so a program keeps several tiles in flight instead of one. The pipeliner's
+prologue would load the first steps' input ahead of a wait inside the loop, so the first step is
+peeled off it: its weight tile loaded before the PDL wait, its input after, the pipelined loop
+from the second step on (with no wait inside).
 
 ``gemv_ref`` is the torch arithmetic it replaces (the prologue's reference, ``F.linear``, then the
 residual add rounded once in float32), the oracle of the tests. Tiles are chosen from host ints
@@ -68,6 +69,12 @@ SILU_MUL_WARPS = 8
 # 0 keeps that walk until the H200 measures the pipelined one (``benchmarks/gemv.py
 # --pipeline-sweep``, ``decode_roofline.py``'s ``+lsN``).
 LOOP_STAGES = 0
+# ... and only where K holds this many elements (three 1,024-wide steps): on an H200 the walk
+# pipelined over 3 stages took llama-1b's down projection (K = 8,192) from 181 to 164 µs a step
+# and qwen3-0.6b's (K = 3,072) from 120 to 108, and its QKV and o (K = 2,048) from 67 to 83 and
+# 51 to 70 µs: two steps are too few to overlap, and the unpipelined walk's first weight tile is
+# read before the PDL wait (RESULTS.md, fourteenth round)
+LOOP_MIN_K = 3072
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,8 @@ def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles
     M = 1 with the SiLU-and-mul prologue, ``SILU_MUL_WARPS`` warps."""
     if m == 1:  # the best of a sweep on nearly every projection of three presets
         warps = SILU_MUL_WARPS if prologue == SILU_MUL else 4
-        return GemvTiles(4, 1024, num_warps=warps, num_stages=4, loop_stages=LOOP_STAGES)
+        stages = LOOP_STAGES if k >= LOOP_MIN_K else 0
+        return GemvTiles(4, 1024, num_warps=warps, num_stages=4, loop_stages=stages)
     block_m = triton.next_power_of_2(max(m, 1))
     block_n = 8 if n <= 4096 else 16
     return GemvTiles(block_n=block_n, block_k=max(4096 // (block_m * block_n), 32))
@@ -124,6 +132,30 @@ def gemv_ref(
 
 
 @triton.jit
+def _x_tile(x_rows, norm_ptr, k, k_ok, row_ok, K, rstd, sum_sq, io_dtype,
+            PROLOGUE: tl.constexpr, ONE_PASS: tl.constexpr):  # fmt: skip
+    """The input's [BLOCK_M, BLOCK_K] slice at ``k`` after the prologue, in float32, and the
+    row's squares so far (the one-pass norm adds this slice's)."""
+    x_mask = row_ok[:, None] & k_ok[None, :]
+    x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
+    if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
+        g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
+        xf = x.to(tl.float32)
+        sum_sq += tl.sum(xf * xf, axis=1)
+        x = g.to(tl.float32)[None, :] * xf
+    if PROLOGUE == 1 and not ONE_PASS:  # rmsnorm_ref's roundings: normalised, then * g
+        g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
+        x = (x.to(tl.float32) * rstd[:, None]).to(io_dtype)
+        x = (g.to(tl.float32)[None, :] * x.to(tl.float32)).to(io_dtype)
+    if PROLOGUE == 2:  # silu_and_mul_ref's roundings: silu(gate), then the product
+        up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
+        g = x.to(tl.float32)
+        x = (g / (1.0 + tl.exp(-g))).to(io_dtype)
+        x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
+    return x.to(tl.float32), sum_sq
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,  # [M, K]
     w_ptr,  # [N, K]
@@ -156,8 +188,9 @@ def _gemv_kernel(
     ks = tl.arange(0, BLOCK_K)
     io_dtype = x_ptr.dtype.element_ty
     sum_sq = tl.zeros([BLOCK_M], tl.float32)
-    if USE_GDC and ((PROLOGUE == 1 and not ONE_PASS) or LOOP_STAGES > 1):  # x read first, or
-        tl.extra.cuda.gdc_wait()  # the pipeliner's prologue loads x ahead of the loop's wait
+    if USE_GDC and PROLOGUE == 1 and not ONE_PASS:  # the first pass reads x: wait before it
+        tl.extra.cuda.gdc_wait()
+    rstd = sum_sq
     if PROLOGUE == 1 and not ONE_PASS:  # RMSNORM: each row's rsqrt(mean(x^2) + eps) first
         for k0 in range(0, K, BLOCK_K):
             k = k0 + ks
@@ -166,29 +199,25 @@ def _gemv_kernel(
             sum_sq += tl.sum(xs * xs, axis=1)
         rstd = tl.rsqrt(sum_sq / K + eps)
     acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, num_stages=LOOP_STAGES if LOOP_STAGES > 1 else None):
+    k_first = 0
+    if LOOP_STAGES > 1:  # the first step peeled off the pipelined loop, whose prologue would
+        k_ok = ks < K  # load x ahead of a wait inside it: its weight tile before the wait
+        w = tl.load(w_rows + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        if USE_GDC:
+            tl.extra.cuda.gdc_wait()
+        x, sum_sq = _x_tile(x_rows, norm_ptr, ks, k_ok, row_ok, K, rstd, sum_sq, io_dtype,
+                            PROLOGUE, ONE_PASS)  # fmt: skip
+        acc += w.to(tl.float32)[None, :, :] * x[:, None, :]
+        k_first = BLOCK_K
+    for k0 in tl.range(k_first, K, BLOCK_K, num_stages=LOOP_STAGES if LOOP_STAGES > 1 else None):
         k = k0 + ks
         k_ok = k < K
         w = tl.load(w_rows + k[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
         if USE_GDC and LOOP_STAGES <= 1:  # the weights are the model's: loaded before waiting;
             tl.extra.cuda.gdc_wait()  # x after (a no-op once the previous grid is done)
-        x_mask = row_ok[:, None] & k_ok[None, :]
-        x = tl.load(x_rows + k[None, :], mask=x_mask, other=0.0)
-        if PROLOGUE == 1 and ONE_PASS:  # g * x in float32; the squares of the same slice
-            g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
-            xf = x.to(tl.float32)
-            sum_sq += tl.sum(xf * xf, axis=1)
-            x = g.to(tl.float32)[None, :] * xf
-        if PROLOGUE == 1 and not ONE_PASS:  # rmsnorm_ref's roundings: normalised, then * g
-            g = tl.load(norm_ptr + k, mask=k_ok, other=0.0)
-            x = (x.to(tl.float32) * rstd[:, None]).to(io_dtype)
-            x = (g.to(tl.float32)[None, :] * x.to(tl.float32)).to(io_dtype)
-        if PROLOGUE == 2:  # silu_and_mul_ref's roundings: silu(gate), then the product
-            up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
-            g = x.to(tl.float32)
-            x = (g / (1.0 + tl.exp(-g))).to(io_dtype)
-            x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
-        acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
+        x, sum_sq = _x_tile(x_rows, norm_ptr, k, k_ok, row_ok, K, rstd, sum_sq, io_dtype,
+                            PROLOGUE, ONE_PASS)  # fmt: skip
+        acc += w.to(tl.float32)[None, :, :] * x[:, None, :]
     y = tl.sum(acc, axis=2)  # [BLOCK_M, BLOCK_N]
     if USE_GDC:  # the walk is done: the next PDL launch may start (it waits for our writes)
         tl.extra.cuda.gdc_wait()  # pdl.py's third rule: the waits above are in a loop
