@@ -189,6 +189,10 @@ def test_pick_tiles_pipelines_only_long_walks_at_one_row(monkeypatch):
     assert pick_tiles(2, 2048, long_k).loop_stages == 0
     monkeypatch.setattr(gemv_triton_module, "LOOP_STAGES", 0)
     assert pick_tiles(1, 2048, long_k).loop_stages == 0
+    monkeypatch.setattr(gemv_triton_module, "M1_BLOCK_K", 2048)  # the step of K at M = 1 only
+    assert (
+        pick_tiles(1, 2048, long_k).block_k == 2048 and pick_tiles(2, 2048, long_k).block_k < 2048
+    )
 
 
 @pytest.mark.gpu

@@ -75,6 +75,10 @@ LOOP_STAGES = 0
 # 51 to 70 µs: two steps are too few to overlap, and the unpipelined walk's first weight tile is
 # read before the PDL wait (RESULTS.md, fourteenth round)
 LOOP_MIN_K = 3072
+# The reduction elements a program takes a step at M = 1 (``pick_tiles``' sweep winner on the
+# H100; ``decode_roofline.py``'s ``+bkN`` times others in the engine, where under PDL a program
+# reads its first step's weights before its wait)
+M1_BLOCK_K = 1024
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles
     if m == 1:  # the best of a sweep on nearly every projection of three presets
         warps = SILU_MUL_WARPS if prologue == SILU_MUL else 4
         stages = LOOP_STAGES if k >= LOOP_MIN_K else 0
-        return GemvTiles(4, 1024, num_warps=warps, num_stages=4, loop_stages=stages)
+        return GemvTiles(4, M1_BLOCK_K, num_warps=warps, num_stages=4, loop_stages=stages)
     block_m = triton.next_power_of_2(max(m, 1))
     block_n = 8 if n <= 4096 else 16
     return GemvTiles(block_n=block_n, block_k=max(4096 // (block_m * block_n), 32))
