@@ -65,15 +65,16 @@ NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 SILU_MUL_WARPS = 8
 # Software pipelining of the walk of K at M = 1 (``GemvTiles.loop_stages``): triton pipelines a
 # loop's loads only where they feed a ``tl.dot`` unless the loop asks for stages itself, so the
-# GEMV's weight tiles were loaded and consumed one at a time (its ``num_stages`` did nothing).
-# 0 keeps that walk until the H200 measures the pipelined one (``benchmarks/gemv.py
-# --pipeline-sweep``, ``decode_roofline.py``'s ``+lsN``).
+# GEMV's weight tiles are loaded and consumed one at a time (its ``num_stages`` does nothing).
+# Off (0): measured, it is not a win on every GPU and preset (RESULTS.md, fourteenth round). On
+# an H200, 3 stages took llama-1b's down projection (K = 8,192) from 181 to 164 µs a step and
+# qwen3-0.6b's (K = 3,072) from 120 to 108, and their QKV and o (K = 2,048) from 67 to 83 and
+# 51 to 70 µs (two steps are too few to overlap); on an H100, with ``LOOP_MIN_K``, llama-1b's
+# and qwen3-0.6b's steps were even (1.141 / 1.133 ms, 0.932 / 0.933) and llama-3-8b's 2.5 %
+# longer (its down projection, K = 14,336, 1,261 -> 1,374 µs). ``decode_roofline.py``'s ``+lsN``
+# and ``benchmarks/gemv_pipeline.py`` time it.
 LOOP_STAGES = 0
-# ... and only where K holds this many elements (three 1,024-wide steps): on an H200 the walk
-# pipelined over 3 stages took llama-1b's down projection (K = 8,192) from 181 to 164 µs a step
-# and qwen3-0.6b's (K = 3,072) from 120 to 108, and its QKV and o (K = 2,048) from 67 to 83 and
-# 51 to 70 µs: two steps are too few to overlap, and the unpipelined walk's first weight tile is
-# read before the PDL wait (RESULTS.md, fourteenth round)
+# ... and only where K holds this many elements (three 1,024-wide steps: the shorter walks lost)
 LOOP_MIN_K = 3072
 # The reduction elements a program takes a step at M = 1 (``pick_tiles``' sweep winner on the
 # H100; ``decode_roofline.py``'s ``+bkN`` times others in the engine, where under PDL a program
