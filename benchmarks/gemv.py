@@ -56,6 +56,13 @@ def projections(preset: str) -> dict[str, tuple[int, int]]:
     }
 
 
+def rotated_weights(n: int, k: int, dev, dt) -> list[torch.Tensor]:
+    """Copies of an [n, k] weight, ``ROTATE_BYTES`` of them at least: a graph of calls over
+    them reads HBM every call, as a step's distinct layers do."""
+    copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
+    return [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
+
+
 def sweep_tiles(m: int) -> list[GemvTiles]:
     block_m = 1 << (m - 1).bit_length()
     out = []
@@ -116,8 +123,7 @@ def bench_shape(
     name: str, m: int, n: int, k: int, sweep: bool, prologue_sweep: bool = False
 ) -> dict:
     dev, dt = torch.device("cuda"), torch.bfloat16
-    copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
-    ws = [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
+    ws = rotated_weights(n, k, dev, dt)
     x = torch.randn(m, k, device=dev, dtype=dt)
     out = torch.empty(m, n, device=dev, dtype=dt)
     nbytes = n * k * 2 + m * (k + n) * 2

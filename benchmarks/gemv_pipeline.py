@@ -36,7 +36,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at dec
 
 import torch  # noqa: E402
 from bench_io import write_results  # noqa: E402
-from gemv import ROTATE_BYTES, projections  # noqa: E402
+from gemv import projections, rotated_weights  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 
 from mrv2_prof.runner.model.gemv_triton import (  # noqa: E402
@@ -98,8 +98,7 @@ def make_call(prologue: int, residual: bool, n: int, k: int, dev, dt):
 
 def bench(proj: str, n: int, k: int, sweep: bool) -> list[dict]:
     dev, dt = torch.device("cuda"), torch.bfloat16
-    copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
-    ws = [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
+    ws = rotated_weights(n, k, dev, dt)
     rows = []
     for label, prologue, residual in LAUNCHES[proj]:
         call, check, cublas = make_call(prologue, residual, n, k, dev, dt)
