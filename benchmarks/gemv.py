@@ -74,11 +74,12 @@ def sweep_tiles(m: int) -> list[GemvTiles]:
     return out
 
 
-def best_tiles(call, ws, m: int, start: tuple[float, GemvTiles], label: str):
-    """(µs, tiles): the fastest of ``start`` and every tile of ``sweep_tiles(m)``, each timed as
-    ``call(w, tiles)`` over the weights ``ws`` (a tile that does not compile is skipped)."""
+def best_tiles(call, ws, m: int, start: tuple[float, GemvTiles], label: str, tiles=None):
+    """(µs, tiles): the fastest of ``start`` and every tile of ``tiles`` (default
+    ``sweep_tiles(m)``), each timed as ``call(w, tiles)`` over the weights ``ws`` (a tile that
+    does not compile is skipped)."""
     best = start
-    for t in sweep_tiles(m):
+    for t in sweep_tiles(m) if tiles is None else tiles:
         try:
             us = graph_time_us([lambda w=w, t=t: call(w, t) for w in ws])
         except Exception as exc:  # a tile that does not compile (registers, shared memory)

@@ -36,7 +36,7 @@ if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at dec
 
 import torch  # noqa: E402
 from bench_io import write_results  # noqa: E402
-from gemv import projections, rotated_weights  # noqa: E402
+from gemv import best_tiles, projections, rotated_weights  # noqa: E402
 from graph_timing import graph_time_us  # noqa: E402
 
 from mrv2_prof.runner.model.gemv_triton import (  # noqa: E402
@@ -76,17 +76,17 @@ def make_call(prologue: int, residual: bool, n: int, k: int, dev, dt):
     out = torch.empty(1, n, device=dev, dtype=dt)
     norm = (g, 1e-5) if prologue == RMSNORM else None
 
+    silu = prologue == SILU_MUL
+
+    def launch(w, t, r):
+        return gemv_triton(x, w, residual=r, norm=norm, silu_mul=silu, tiles=t, one_pass=True)
+
     def call(w, t):
-        r = res if residual else None
-        return gemv_triton(x, w, residual=r, norm=norm, silu_mul=prologue == SILU_MUL,
-                           tiles=t, one_pass=True)  # fmt: skip
+        return launch(w, t, res if residual else None)
 
     def check(w, t):
-        r = res.clone() if residual else None
-        want = gemv_ref(x, w, residual=r, norm=norm, silu_mul=prologue == SILU_MUL)
-        r = res.clone() if residual else None
-        got = gemv_triton(x, w, residual=r, norm=norm, silu_mul=prologue == SILU_MUL, tiles=t,
-                          one_pass=True)  # fmt: skip
+        want = gemv_ref(x, w, residual=res.clone() if residual else None, norm=norm, silu_mul=silu)
+        got = launch(w, t, res.clone() if residual else None)
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
 
     if prologue != NO_PROLOGUE:
@@ -111,18 +111,11 @@ def bench(proj: str, n: int, k: int, sweep: bool) -> list[dict]:
             check(ws[0], t)
             row[f"ls{ls}_us"] = graph_time_us([lambda w=w, t=t, f=call: f(w, t) for w in ws])
         if sweep:
-            best = min((row[f"ls{ls}_us"], ls) for ls in STAGES)
-            best_tiles = dataclasses.replace(picked, loop_stages=best[1])
-            for t in sweep_tiles(picked.num_warps):
-                try:
-                    us = graph_time_us([lambda w=w, t=t, f=call: f(w, t) for w in ws])
-                except Exception as exc:  # a tile that does not fit (shared memory)
-                    print(f"  {proj} {label} {t}: {type(exc).__name__}", file=sys.stderr)
-                    continue
-                if us < best[0]:
-                    best, best_tiles = (us, t.loop_stages), t
-            check(ws[0], best_tiles)
-            row["best_us"], row["best"] = best[0], best_tiles.__dict__
+            ls = min(STAGES, key=lambda ls: row[f"ls{ls}_us"])
+            start = (row[f"ls{ls}_us"], dataclasses.replace(picked, loop_stages=ls))
+            us, t = best_tiles(call, ws, 1, start, f"{proj} {label}", sweep_tiles(picked.num_warps))
+            check(ws[0], t)
+            row["best_us"], row["best"] = us, t.__dict__
         for key in [key for key in row if key.endswith("_us")]:
             row[key.replace("_us", "_gbps")] = n * k * 2 / row[key] / 1e3
         print(f"  {proj:8s} {label:9s} [{n}x{k}] " + "  ".join(
