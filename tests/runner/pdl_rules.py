@@ -231,7 +231,8 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope(splits: int = 0) -> None:
+def _decode_rope(splits: int = 0, prefetch: bool = False) -> None:
+    """``prefetch``: the grid's extra row reading a weight span into L2 (``l2_prefetch.py``)."""
     import torch
 
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
@@ -243,10 +244,11 @@ def _decode_rope(splits: int = 0) -> None:
     cos_sin = torch.randn(64, d)
     args = (b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
             _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
+    spans = (1 << 20, 65536, 1 << 24, 4096, 0, 0) if prefetch else (0,) * 6
     if splits:
-        paged_decode_split_kv_rope(*args, num_splits=splits)
+        paged_decode_split_kv_rope(*args, num_splits=splits, spans=spans)
     else:
-        paged_decode_rope_triton(*args)
+        paged_decode_rope_triton(*args, spans=spans)
 
 
 def _gemm(split: int) -> None:
@@ -319,6 +321,25 @@ CASES = {
             "counter_ptr",
         },
     ),  # fmt: skip
+    "paged_decode_rope_prefetch": (
+        lambda: _decode_rope(prefetch=True),
+        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
+    ),
+    "split_kv_decode_rope_prefetch": (
+        lambda: _decode_rope(2, prefetch=True),
+        {
+            "q_ptr",
+            "k_ptr",
+            "v_ptr",
+            "k_cache_ptr",
+            "v_cache_ptr",
+            "out_ptr",
+            "acc_ptr",
+            "max_ptr",
+            "sum_ptr",
+            "counter_ptr",
+        },
+    ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
@@ -360,6 +381,9 @@ def _check(calls, dependent: set[str]) -> list[dict[str, Any]]:
             "waits": ir.count("tt.grid_dependency_wait"),
             "launches_dependents": ir.count("tt.grid_dependency_launch_dependents"),
             "async_copies": ir.count("ttg.async_copy_global_to_local"),
+            "prefetches": ir.count("cp.async.bulk.prefetch.L2"),
+            "prefetch_after_wait": -1 < ir.find("tt.grid_dependency_wait")
+            < ir.find("cp.async.bulk.prefetch.L2"),
             "dependent": sorted(dependent & accessed),
             "breaks": breaks,
         })  # fmt: skip

@@ -43,6 +43,7 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
+from mrv2_prof.runner.model.l2_prefetch import CHUNK, LANES, NO_SPANS, SPAN_ARGS, prefetch_l2
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -114,19 +115,28 @@ def write_rotated_kv(
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
 
 
-@triton.jit(do_not_specialize=["num_reqs"])
+@triton.jit(do_not_specialize=["num_reqs", *SPAN_ARGS])
 def _paged_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
     q_weight_ptr, k_weight_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr,
     block_table_ptr, qk_scale, eps, num_reqs, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, out_stride_t, out_stride_h, cos_stride, sin_stride,
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
+    pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, PREFETCH: tl.constexpr = False,
+    PF_CHUNK: tl.constexpr = 16384, PF_LANES: tl.constexpr = 128,
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
+    if PREFETCH:  # noqa: SIM102 (a constexpr: the branch is compiled only where on)
+        if req == num_reqs:  # the grid's extra row: the next weights into L2 (l2_prefetch.py)
+            if USE_GDC:  # after the QKV projection, whose bandwidth it would take
+                tl.extra.cuda.gdc_wait()
+            prefetch_l2(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head, tl.num_programs(1),
+                        out_ptr, PF_CHUNK, PF_LANES)  # fmt: skip
+            return
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
@@ -180,9 +190,11 @@ def paged_decode_rope_triton(
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, kvh, d]: this step's k/v written
     meta: AttentionMetadata,
     scale: float,
+    spans: tuple[int, ...] = NO_SPANS,
 ) -> torch.Tensor:  # [T, h, d]
     """``qk_norm_rope_ref``, the KV write and ``paged_attention_ref`` of a decode batch in one
-    launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten)."""
+    launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten). With
+    ``spans`` (``l2_prefetch.spans_for``) an extra row of programs reads them into L2."""
     check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0 or meta.num_reqs == 0:
@@ -190,8 +202,21 @@ def paged_decode_rope_triton(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
-    _paged_decode_rope_kernel[(meta.num_reqs, kv_cache.shape[3])](*args, **consts)
+    rows = meta.num_reqs + prefetch_rows(spans)
+    _paged_decode_rope_kernel[(rows, kv_cache.shape[3])](
+        *args, *spans, **consts, **prefetch_consts(spans)
+    )
     return out
+
+
+def prefetch_rows(spans: tuple[int, ...]) -> int:
+    """The grid rows the prefetch adds (host ints): one where ``spans`` hold bytes."""
+    return int(any(spans[1::2]))
+
+
+def prefetch_consts(spans: tuple[int, ...]) -> dict:
+    """The folded kernels' prefetch constexprs for ``spans``."""
+    return dict(PREFETCH=bool(prefetch_rows(spans)), PF_CHUNK=CHUNK, PF_LANES=LANES)
 
 
 def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta,
