@@ -233,7 +233,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, ops)" >&2
+    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, l2-prefetch, ops)" >&2
     exit 2
     ;;
 esac
