@@ -287,6 +287,8 @@ def _silu_and_mul() -> None:
     silu_and_mul_triton(_randn(2, 192))
 
 
+_ROPE = {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}  # the folded kernels'
+_ROPE_SPLIT = _ROPE | {"acc_ptr", "max_ptr", "sum_ptr", "counter_ptr"}
 _SPLIT = {"query_ptr", "k_cache_ptr", "v_cache_ptr", "acc_ptr", "max_ptr", "sum_ptr"}
 # case -> (the wrapper's call, the parameters the previous kernel may write: their loads wait)
 CASES = {
@@ -302,44 +304,10 @@ CASES = {
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
     "qk_norm_rope_kv_write": (_rope, {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"}),
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
-    "paged_decode_rope": (
-        _decode_rope,
-        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
-    ),
-    "split_kv_decode_rope": (
-        lambda: _decode_rope(2),
-        {
-            "q_ptr",
-            "k_ptr",
-            "v_ptr",
-            "k_cache_ptr",
-            "v_cache_ptr",
-            "out_ptr",
-            "acc_ptr",
-            "max_ptr",
-            "sum_ptr",
-            "counter_ptr",
-        },
-    ),  # fmt: skip
-    "paged_decode_rope_prefetch": (
-        lambda: _decode_rope(prefetch=True),
-        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
-    ),
-    "split_kv_decode_rope_prefetch": (
-        lambda: _decode_rope(2, prefetch=True),
-        {
-            "q_ptr",
-            "k_ptr",
-            "v_ptr",
-            "k_cache_ptr",
-            "v_cache_ptr",
-            "out_ptr",
-            "acc_ptr",
-            "max_ptr",
-            "sum_ptr",
-            "counter_ptr",
-        },
-    ),  # fmt: skip
+    "paged_decode_rope": (_decode_rope, _ROPE),
+    "split_kv_decode_rope": (lambda: _decode_rope(2), _ROPE_SPLIT),
+    "paged_decode_rope_prefetch": (lambda: _decode_rope(prefetch=True), _ROPE),
+    "split_kv_decode_rope_prefetch": (lambda: _decode_rope(2, prefetch=True), _ROPE_SPLIT),
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
