@@ -43,7 +43,13 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
-from mrv2_prof.runner.model.l2_prefetch import CHUNK, LANES, NO_SPANS, SPAN_ARGS, prefetch_l2
+from mrv2_prof.runner.model.l2_prefetch import (
+    NO_SPANS,
+    SPAN_ARGS,
+    grid_rows,
+    launch_consts,
+    prefetch_row,
+)
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -126,16 +132,14 @@ def _paged_decode_rope_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
     HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PF_CHUNK: tl.constexpr = 16384, PF_LANES: tl.constexpr = 128,
+    PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,  # l2_prefetch.launch_consts
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     if PREFETCH:  # noqa: SIM102 (a constexpr: the branch is compiled only where on)
         if req == num_reqs:  # the grid's extra row: the next weights into L2 (l2_prefetch.py)
-            if USE_GDC:  # after the QKV projection, whose bandwidth it would take
-                tl.extra.cuda.gdc_wait()
-            prefetch_l2(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head, tl.num_programs(1),
-                        out_ptr, PF_CHUNK, PF_LANES)  # fmt: skip
+            prefetch_row(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head, tl.num_programs(1),
+                         out_ptr, PF_CHUNK, PF_LANES, USE_GDC)  # fmt: skip
             return
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
@@ -202,21 +206,10 @@ def paged_decode_rope_triton(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
-    rows = meta.num_reqs + prefetch_rows(spans)
-    _paged_decode_rope_kernel[(rows, kv_cache.shape[3])](
-        *args, *spans, **consts, **prefetch_consts(spans)
-    )
+    rows = meta.num_reqs + grid_rows(spans)
+    _paged_decode_rope_kernel[(rows, kv_cache.shape[3])](*args, *spans, **consts,
+                                                        **launch_consts(spans))  # fmt: skip
     return out
-
-
-def prefetch_rows(spans: tuple[int, ...]) -> int:
-    """The grid rows the prefetch adds (host ints): one where ``spans`` hold bytes."""
-    return int(any(spans[1::2]))
-
-
-def prefetch_consts(spans: tuple[int, ...]) -> dict:
-    """The folded kernels' prefetch constexprs for ``spans``."""
-    return dict(PREFETCH=bool(prefetch_rows(spans)), PF_CHUNK=CHUNK, PF_LANES=LANES)
 
 
 def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta,

@@ -33,8 +33,6 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
     check_rope_attend,
     norm_rope_rows,
     paged_decode_rope_triton,
-    prefetch_consts,
-    prefetch_rows,
     rope_launch_args,
     rope_tables,
     write_rotated_kv,
@@ -47,7 +45,14 @@ from mrv2_prof.runner.model.attention_split_kv_triton import (
     split_chunk,
     store_split,
 )
-from mrv2_prof.runner.model.l2_prefetch import NO_SPANS, SPAN_ARGS, prefetch_l2, spans_for
+from mrv2_prof.runner.model.l2_prefetch import (
+    NO_SPANS,
+    SPAN_ARGS,
+    grid_rows,
+    launch_consts,
+    prefetch_row,
+    spans_for,
+)
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 
@@ -63,18 +68,17 @@ def _split_kv_decode_rope_kernel(
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
     HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PF_CHUNK: tl.constexpr = 16384, PF_LANES: tl.constexpr = 128,
+    PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,  # l2_prefetch.launch_consts
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     if PREFETCH:  # noqa: SIM102 (a constexpr: the branch is compiled only where on)
         if req == num_reqs:  # the grid's extra row: the next weights into L2 (l2_prefetch.py)
-            if USE_GDC:  # after the QKV projection, whose bandwidth it would take
-                tl.extra.cuda.gdc_wait()
             num_kv_heads = tl.num_programs(1)
-            prefetch_l2(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head + num_kv_heads * split,
-                        num_kv_heads * tl.num_programs(2), out_ptr, PF_CHUNK, PF_LANES)  # fmt: skip
+            prefetch_row(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head + num_kv_heads * split,
+                         num_kv_heads * tl.num_programs(2), out_ptr, PF_CHUNK, PF_LANES,
+                         USE_GDC)  # fmt: skip
             return
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
@@ -175,10 +179,10 @@ def paged_decode_split_kv_rope(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
     fewest = min_chunk_keys(consts["BLOCK_N"])
-    rows = meta.num_reqs + prefetch_rows(spans)
+    rows = meta.num_reqs + grid_rows(spans)
     _split_kv_decode_rope_kernel[(rows, num_kv_heads, num_splits)](
         *args, *spans, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts,
-        **prefetch_consts(spans),
+        **launch_consts(spans),
     )  # fmt: skip
     return out
 

@@ -104,6 +104,27 @@ def prefetch_l2(a0, n0, a1, n1, a2, n2, part, parts, record_ptr, CHUNK: tl.const
     _prefetch_span(a2, n2, part, parts, record_ptr, CHUNK, LANES, RECORD)
 
 
+@triton.jit
+def prefetch_row(a0, n0, a1, n1, a2, n2, part, parts, record_ptr, CHUNK: tl.constexpr,
+                 LANES: tl.constexpr, USE_GDC: tl.constexpr):  # fmt: skip
+    """Program ``part`` of an attention launch's extra row (``parts`` programs): after the PDL
+    wait (until the QKV projection is done the bandwidth is its), its share of the spans."""
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+    prefetch_l2(a0, n0, a1, n1, a2, n2, part, parts, record_ptr, CHUNK, LANES)
+
+
+def grid_rows(spans: tuple[int, ...]) -> int:
+    """The rows an attention launch's grid gains for ``spans`` (host ints): one where they hold
+    bytes."""
+    return int(any(spans[1::2]))
+
+
+def launch_consts(spans: tuple[int, ...]) -> dict:
+    """The folded attention kernels' prefetch constexprs for ``spans``."""
+    return dict(PREFETCH=bool(grid_rows(spans)), PF_CHUNK=CHUNK, PF_LANES=LANES)
+
+
 SPAN_ARGS = ["pf_a0", "pf_n0", "pf_a1", "pf_n1", "pf_a2", "pf_n2"]  # never specialized
 
 
