@@ -62,7 +62,6 @@ from mrv2_prof.runner.model import (
     attention_split_kv_triton,
     attention_triton,
     gemv_triton,
-    l2_prefetch,
     projections_triton,
 )
 from mrv2_prof.runner.model.presets import PRESETS
@@ -334,9 +333,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "pf",
-)  # fmt: skip
+VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk")
 
 
 def _extra(e: str) -> str | None:
@@ -356,15 +353,13 @@ def _extra(e: str) -> str | None:
         return "ls" if e[2:] in ("2", "3", "4", "5", "6") else None
     if e.startswith("bk"):  # the batch-1 GEMV's step of K (gemv_triton.M1_BLOCK_K)
         return "bk" if e[2:] in ("256", "512", "1024", "2048", "4096") else None
-    if e.startswith("pf"):  # MiB of the next weights read into L2 in attention (l2_prefetch)
-        return "pf" if e[2:].isdigit() and 1 <= int(e[2:]) <= 256 else None
     if e.startswith("keys") and e[4:].isdigit() and int(e[4:]) >= 16:
         return "keys" if int(e[4:]) & (int(e[4:]) - 1) == 0 else None
     return e if e in VARIANT_EXTRAS else None
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN][+pfN]``
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]``
     -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode attention's policy
     on (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
     Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
@@ -372,14 +367,12 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``:
     the folded decode attention on a wide grid (more programs than SMs) launched with N warps / N
     pipeline stages. ``lsN``: the batch-1 GEMV's walk of K software-pipelined over N stages
-    (``LOOP_STAGES``); ``bkN``: its step N elements of K (``M1_BLOCK_K``); ``pfN``: N MiB of the
-    layer's next weights read into L2 by the folded attention's spare programs
-    (``l2_prefetch.PREFETCH_BYTES``)."""
+    (``LOOP_STAGES``); ``bkN``: its step N elements of K (``M1_BLOCK_K``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+pfN], MODE one of "
+            "[+siluwN][+wwN][+wsN][+lsN][+bkN], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -440,16 +433,14 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN]"
-        "[+bkN][+pfN]:"
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "
         "grid (default 2 / 3), N loop stages / N elements of K a step in the batch-1 GEMV "
-        "(default unpipelined / 1,024), N MiB of the next weights read into L2 during attention "
-        "(default none); the paths not named are off; one engine each; repeatable;"
+        "(default unpipelined / 1,024); the paths not named are off; one engine each; repeatable;"
         " replaces the --decode-gemv x --pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
@@ -496,8 +487,6 @@ def main() -> None:
             gemv_triton.LOOP_STAGES = extra_int(extras, "ls", loop_stages)
             m1_block_k = gemv_triton.M1_BLOCK_K
             gemv_triton.M1_BLOCK_K = extra_int(extras, "bk", m1_block_k)
-            prefetch = l2_prefetch.PREFETCH_BYTES
-            l2_prefetch.PREFETCH_BYTES = extra_int(extras, "pf", prefetch >> 20) << 20
             wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
             attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
             attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
@@ -510,7 +499,6 @@ def main() -> None:
                 gemv_triton.SILU_MUL_WARPS = silu_warps
                 gemv_triton.LOOP_STAGES = loop_stages
                 gemv_triton.M1_BLOCK_K = m1_block_k
-                l2_prefetch.PREFETCH_BYTES = prefetch
                 attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))

@@ -50,11 +50,6 @@
 #                                       # stages, and in the engine at batch 1 (+ls3, +ls4)
 #                                       # against the default for llama-1b, qwen3-0.6b and
 #                                       # llama-3-8b (the H200 owes it with the peel)
-#   benchmarks/limit_round.sh l2-prefetch # the next weights read into L2 during batch-1
-#                                       # attention (l2_prefetch.py, off): each projection after
-#                                       # a stand-in for attention with 0-32 MiB prefetched, and
-#                                       # in the engine at batch 1 (+pf8 / +pf24 / +pf48 MiB)
-#                                       # against the default, llama-1b and qwen3-0.6b
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -63,7 +58,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|l2-prefetch|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -207,15 +202,6 @@ gemv-pipeline)
         --preset llama-3-8b --variant plain+pdl+fold+split --variant plain+pdl+fold+split+ls3 \
         --variant plain+pdl+fold+split+ls4 --out "$out/$part.json" 2>&1 | tee -a "$log"
     ;;
-l2-prefetch)
-    $py benchmarks/l2_prefetch.py --preset llama-1b --preset qwen3-0.6b \
-        --out "$out/$part-alone.json" 2>&1 | tee "$log"
-    $py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b \
-        --variant plain+pdl+fold+split --variant plain+pdl+fold+split+pf8 \
-        --variant plain+pdl+fold+split+pf24 --variant plain+pdl+fold+split+pf48 \
-        --variant fused_onepass+pdl+fold+split --variant fused_onepass+pdl+fold+split+pf24 \
-        --out "$out/$part.json" 2>&1 | tee -a "$log"
-    ;;
 ops)
     db="$out/ops.duckdb"
     common=(scenarios/decode_heavy.yaml --headless --db "$db"
@@ -233,7 +219,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, l2-prefetch, ops)" >&2
+    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, ops)" >&2
     exit 2
     ;;
 esac

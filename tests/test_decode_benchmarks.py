@@ -216,8 +216,7 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16), ``siluwN`` the
     batch-1 SiLU-and-mul GEMV's warps (a power of two to 16), ``wwN`` / ``wsN`` the wide decode
     grid's warps / stages (1, 2, 4 or 8), ``lsN`` / ``bkN`` the batch-1 GEMV's loop stages (2-6)
-    / step of K (a power of two, 256-4,096), ``pfN`` MiB read into L2 during attention (1-256);
-    anything else refused, naming the text."""
+    / step of K (a power of two, 256-4,096); anything else refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -238,13 +237,10 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     extras = roofline.parse_variant("plain+bk2048+ls3+pdl")[1]
     assert extras == ("pdl", "ls3", "bk2048") and roofline.extra_int(extras, "ls", 0) == 3
     assert roofline.extra_int(extras, "bk", 1024) == 2048
-    extras = roofline.parse_variant("plain+pf24+pdl")[1]
-    assert extras == ("pdl", "pf24") and roofline.extra_int(extras, "pf", 0) == 24
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ls1",
-                "plain+ls", "plain+bk100", "plain+bk", "plain+pf0", "plain+pf",
-                "plain+pf300"):  # fmt: skip
+                "plain+ls", "plain+bk100", "plain+bk"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 

@@ -231,8 +231,7 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope(splits: int = 0, prefetch: bool = False) -> None:
-    """``prefetch``: the grid's extra row reading a weight span into L2 (``l2_prefetch.py``)."""
+def _decode_rope(splits: int = 0) -> None:
     import torch
 
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
@@ -244,11 +243,10 @@ def _decode_rope(splits: int = 0, prefetch: bool = False) -> None:
     cos_sin = torch.randn(64, d)
     args = (b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
             _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
-    spans = (1 << 20, 65536, 1 << 24, 4096, 0, 0) if prefetch else (0,) * 6
     if splits:
-        paged_decode_split_kv_rope(*args, num_splits=splits, spans=spans)
+        paged_decode_split_kv_rope(*args, num_splits=splits)
     else:
-        paged_decode_rope_triton(*args, spans=spans)
+        paged_decode_rope_triton(*args)
 
 
 def _gemm(split: int) -> None:
@@ -287,8 +285,6 @@ def _silu_and_mul() -> None:
     silu_and_mul_triton(_randn(2, 192))
 
 
-_ROPE = {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}  # the folded kernels'
-_ROPE_SPLIT = _ROPE | {"acc_ptr", "max_ptr", "sum_ptr", "counter_ptr"}
 _SPLIT = {"query_ptr", "k_cache_ptr", "v_cache_ptr", "acc_ptr", "max_ptr", "sum_ptr"}
 # case -> (the wrapper's call, the parameters the previous kernel may write: their loads wait)
 CASES = {
@@ -304,10 +300,25 @@ CASES = {
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
     "qk_norm_rope_kv_write": (_rope, {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"}),
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
-    "paged_decode_rope": (_decode_rope, _ROPE),
-    "split_kv_decode_rope": (lambda: _decode_rope(2), _ROPE_SPLIT),
-    "paged_decode_rope_prefetch": (lambda: _decode_rope(prefetch=True), _ROPE),
-    "split_kv_decode_rope_prefetch": (lambda: _decode_rope(2, prefetch=True), _ROPE_SPLIT),
+    "paged_decode_rope": (
+        _decode_rope,
+        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
+    ),
+    "split_kv_decode_rope": (
+        lambda: _decode_rope(2),
+        {
+            "q_ptr",
+            "k_ptr",
+            "v_ptr",
+            "k_cache_ptr",
+            "v_cache_ptr",
+            "out_ptr",
+            "acc_ptr",
+            "max_ptr",
+            "sum_ptr",
+            "counter_ptr",
+        },
+    ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
@@ -349,9 +360,6 @@ def _check(calls, dependent: set[str]) -> list[dict[str, Any]]:
             "waits": ir.count("tt.grid_dependency_wait"),
             "launches_dependents": ir.count("tt.grid_dependency_launch_dependents"),
             "async_copies": ir.count("ttg.async_copy_global_to_local"),
-            "prefetches": ir.count("cp.async.bulk.prefetch.L2"),
-            "prefetch_after_wait": -1 < ir.find("tt.grid_dependency_wait")
-            < ir.find("cp.async.bulk.prefetch.L2"),
             "dependent": sorted(dependent & accessed),
             "breaks": breaks,
         })  # fmt: skip

@@ -68,19 +68,3 @@ def test_gpu_pdl_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, s
     with_pdl = _serve(dataclasses.replace(config, pdl=True))
     assert [len(t) for t, _ in with_pdl] == [24] * 5
     assert with_pdl == without
-
-
-@pytest.mark.parametrize(("decode_gemv", "splits"), [("plain", None), ("fused_onepass", 4)])
-def test_gpu_the_l2_prefetch_serves_the_same_tokens_and_logprobs(monkeypatch, decode_gemv, splits):
-    """With the folded attention reading 24 MiB of each layer's next weights into L2
-    (``l2_prefetch.py``), PDL on, through CUDA graphs: the tokens and logprobs of the engine
-    without it, bit for bit (a prefetch only reads)."""
-    from mrv2_prof.runner.model import l2_prefetch
-
-    monkeypatch.setattr(attention_split_kv_triton, "FORCED_SPLITS", splits)
-    config = dataclasses.replace(CONFIG, decode_gemv=decode_gemv, rope_in_attention=True, pdl=True)
-    without = _serve(config)
-    monkeypatch.setattr(l2_prefetch, "PREFETCH_BYTES", 24 << 20)
-    with_prefetch = _serve(config)
-    assert [len(t) for t, _ in with_prefetch] == [24] * 5
-    assert with_prefetch == without

@@ -64,15 +64,3 @@ def test_only_the_pipelined_gemv_walk_copies_asynchronously(case, report):
     for side in ("on", "off"):
         (k,) = report[f"{case}:{side}"]
         assert (k["async_copies"] > 0) == case.endswith("_pipelined"), (case, side, k)
-
-
-@pytest.mark.parametrize("case", sorted(c for c in CASES if "rope" in c))
-def test_only_the_prefetch_cases_read_weights_into_l2_and_after_the_wait(case, report):
-    """The folded decode kernels with ``spans`` carry the bulk L2 prefetch (``l2_prefetch.py``),
-    the same kernels without them none; with PDL their prefetch follows a wait (it would take
-    the QKV projection's bandwidth otherwise)."""
-    for side in ("on", "off"):
-        (k,) = report[f"{case}:{side}"]
-        assert (k["prefetches"] > 0) == case.endswith("_prefetch"), (case, side, k)
-        if side == "on" and case.endswith("_prefetch"):
-            assert k["prefetch_after_wait"], k

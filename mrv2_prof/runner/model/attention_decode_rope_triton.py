@@ -43,13 +43,6 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
-from mrv2_prof.runner.model.l2_prefetch import (
-    NO_SPANS,
-    SPAN_ARGS,
-    grid_rows,
-    launch_consts,
-    prefetch_row,
-)
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 ROPE_IN_DECODE_ATTENTION = False  # off until measured (the module docstring)
@@ -121,26 +114,19 @@ def write_rotated_kv(
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
 
 
-@triton.jit(do_not_specialize=["num_reqs", *SPAN_ARGS])
+@triton.jit(do_not_specialize=["num_reqs"])
 def _paged_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
     q_weight_ptr, k_weight_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr,
     block_table_ptr, qk_scale, eps, num_reqs, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, out_stride_t, out_stride_h, cos_stride, sin_stride,
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
-    pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,  # l2_prefetch.launch_consts
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
-    if PREFETCH:  # noqa: SIM102 (a constexpr: the branch is compiled only where on)
-        if req == num_reqs:  # the grid's extra row: the next weights into L2 (l2_prefetch.py)
-            prefetch_row(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head, tl.num_programs(1),
-                         out_ptr, PF_CHUNK, PF_LANES, USE_GDC)  # fmt: skip
-            return
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
@@ -194,11 +180,9 @@ def paged_decode_rope_triton(
     kv_cache: torch.Tensor,  # [2, num_blocks, block_size, kvh, d]: this step's k/v written
     meta: AttentionMetadata,
     scale: float,
-    spans: tuple[int, ...] = NO_SPANS,
 ) -> torch.Tensor:  # [T, h, d]
     """``qk_norm_rope_ref``, the KV write and ``paged_attention_ref`` of a decode batch in one
-    launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten). With
-    ``spans`` (``l2_prefetch.spans_for``) an extra row of programs reads them into L2."""
+    launch: the attention output (rows past ``query_start_loc[num_reqs]`` left unwritten)."""
     check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if q.shape[0] == 0 or meta.num_reqs == 0:
@@ -206,9 +190,7 @@ def paged_decode_rope_triton(
     args, consts = rope_launch_args(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
-    rows = meta.num_reqs + grid_rows(spans)
-    _paged_decode_rope_kernel[(rows, kv_cache.shape[3])](*args, *spans, **consts,
-                                                        **launch_consts(spans))  # fmt: skip
+    _paged_decode_rope_kernel[(meta.num_reqs, kv_cache.shape[3])](*args, **consts)
     return out
 
 

@@ -22,8 +22,6 @@ before it (the QKV projection).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import triton
 import triton.language as tl
@@ -45,41 +43,24 @@ from mrv2_prof.runner.model.attention_split_kv_triton import (
     split_chunk,
     store_split,
 )
-from mrv2_prof.runner.model.l2_prefetch import (
-    NO_SPANS,
-    SPAN_ARGS,
-    grid_rows,
-    launch_consts,
-    prefetch_row,
-    spans_for,
-)
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
 
 
-@triton.jit(do_not_specialize=["num_reqs", "num_splits", "min_chunk", *SPAN_ARGS])
+@triton.jit(do_not_specialize=["num_reqs", "num_splits", "min_chunk"])
 def _split_kv_decode_rope_kernel(
     out_ptr, q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
     q_weight_ptr, k_weight_ptr, slot_mapping_ptr, query_start_loc_ptr, seq_lens_ptr,
     block_table_ptr, qk_scale, eps, num_reqs, q_stride_t, q_stride_h, k_stride_t, k_stride_h,
     v_stride_t, v_stride_h, out_stride_t, out_stride_h, cos_stride, sin_stride,
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
-    pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2,
     acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, min_chunk, num_heads,  # then these
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, PREFETCH: tl.constexpr = False,
-    PF_CHUNK: tl.constexpr = 0, PF_LANES: tl.constexpr = 0,  # l2_prefetch.launch_consts
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    if PREFETCH:  # noqa: SIM102 (a constexpr: the branch is compiled only where on)
-        if req == num_reqs:  # the grid's extra row: the next weights into L2 (l2_prefetch.py)
-            num_kv_heads = tl.num_programs(1)
-            prefetch_row(pf_a0, pf_n0, pf_a1, pf_n1, pf_a2, pf_n2, kv_head + num_kv_heads * split,
-                         num_kv_heads * tl.num_programs(2), out_ptr, PF_CHUNK, PF_LANES,
-                         USE_GDC)  # fmt: skip
-            return
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     if USE_GDC:  # q, k and v are the QKV projection's output
@@ -159,10 +140,8 @@ def paged_decode_split_kv_rope(
     scale: float,
     *,
     num_splits: int,
-    spans: tuple[int, ...] = NO_SPANS,
 ) -> torch.Tensor:  # [T, h, d]
-    """The fold's contract with each request's keys split ``num_splits`` ways (>= 1); with
-    ``spans`` (``l2_prefetch.spans_for``) an extra row of programs reads them into L2."""
+    """The fold's contract with each request's keys split ``num_splits`` ways (>= 1)."""
     check_rope_attend(q, k, v, cos, sin, q_weight, k_weight, kv_cache, meta)
     if num_splits < 1:
         raise ValueError(f"split-KV attention: num_splits must be >= 1, got {num_splits}")
@@ -179,23 +158,18 @@ def paged_decode_split_kv_rope(
         out, q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale
     )
     fewest = min_chunk_keys(consts["BLOCK_N"])
-    rows = meta.num_reqs + grid_rows(spans)
-    _split_kv_decode_rope_kernel[(rows, num_kv_heads, num_splits)](
-        *args, *spans, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts,
-        **launch_consts(spans),
-    )  # fmt: skip
+    _split_kv_decode_rope_kernel[(meta.num_reqs, num_kv_heads, num_splits)](
+        *args, acc, maxes, sums, counter, num_splits, fewest, num_heads, **consts
+    )
     return out
 
 
-def rope_attend(q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale,
-                prefetch: Sequence[torch.Tensor] = ()):  # fmt: skip
+def rope_attend(q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale):
     """The model's folded decode attention (``folds_rope`` said yes): split where
     ``decode_split_count`` splits the batch (host ints: the same for every batch of a CUDA-graph
-    key), the unsplit fold otherwise; the start of ``prefetch`` (the weights the layer reads
-    next, in order) read into L2 meanwhile where ``l2_prefetch.spans_for`` says so."""
+    key), the unsplit fold otherwise."""
     splits = decode_split_count(meta, kv_cache.shape[3], kv_cache.device)
-    spans = spans_for(prefetch, meta.num_reqs)
     args = (q, k, v, cos, sin, positions, q_weight, k_weight, eps, kv_cache, meta, scale)
     if splits > 1:
-        return paged_decode_split_kv_rope(*args, num_splits=splits, spans=spans)
-    return paged_decode_rope_triton(*args, spans=spans)
+        return paged_decode_split_kv_rope(*args, num_splits=splits)
+    return paged_decode_rope_triton(*args)

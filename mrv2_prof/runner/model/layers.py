@@ -188,17 +188,10 @@ class Attention(nn.Module):
         return q, k, v
 
     def rope_attend(
-        self,
-        x: torch.Tensor,
-        rope: RopeTables,
-        kv_cache: torch.Tensor,
-        meta,
-        norm: RMSNorm,
-        prefetch: tuple[torch.Tensor, ...] = (),
+        self, x: torch.Tensor, rope: RopeTables, kv_cache: torch.Tensor, meta, norm: RMSNorm
     ) -> torch.Tensor:
         """The input norm and QKV GEMM, then QK-norm + RoPE, the KV write and attention in the
-        bundle's one launch (``rope_attend``): [T, h, d]. ``prefetch``: the weights the layer
-        reads next, which that launch may read into L2 (``l2_prefetch.py``)."""
+        bundle's one launch (``rope_attend``): [T, h, d]."""
         T, d = x.shape[0], self.head_dim
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q, k, v = self.qkv_proj.split(self.kernels.norm_linear(x, norm.weight, norm.eps, w, b))
@@ -206,8 +199,7 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
-        scale = d**-0.5
-        return self.kernels.rope_attend(q, k, v, *rope, *weights, kv_cache, meta, scale, prefetch)
+        return self.kernels.rope_attend(q, k, v, *rope, *weights, kv_cache, meta, d**-0.5)
 
     def attend(
         self,
@@ -274,9 +266,7 @@ class DecoderLayer(nn.Module):
         """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
         bundle fuses it, and both inside attention where it folds them (a decode batch)."""
         if self.kernels.folds_rope(x.shape[0], meta, kv_cache):
-            after = (self.self_attn.o_proj.weight, self.mlp.gate_up_proj.weight)
-            after += (self.mlp.down_proj.weight,)  # read next: into L2 meanwhile, where on
-            attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm, after)
+            attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm)
             return self.post_attention(x, attn)
         q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
         return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))

@@ -78,8 +78,7 @@ class ModelKernels:
     # KV write and attention in one launch (attention_decode_rope_triton.py)
     folds_rope: Callable[..., bool] = lambda num_tokens, meta, kv_cache: False  # noqa: E731
     rope_attend: Callable | None = None  # (q, k, v, cos, sin, positions, q_w, k_w, eps, kv_cache,
-    #                                       meta, scale, prefetch=()) -> attention output
-    #                                       [T, h, d]; prefetch: weights it may read into L2
+    #                                       meta, scale) -> attention output [T, h, d]
 
     def with_attention(
         self, write_kv: WriteKV | None = None, attend: Attend | None = None
