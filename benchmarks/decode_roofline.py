@@ -212,19 +212,19 @@ def rooflines(r: dict, bandwidth: float, peak: float | None) -> dict:
     }
 
 
-def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -> list[dict]:
-    """One engine of ``preset`` (``paths``: its ``runner.decode_gemv`` etc.), every batch size."""
-    cuda = torch.cuda.is_available() and not args.cpu_smoke
-    max_model_len = args.max_model_len or args.prompt_len + args.output_len + 1
-    seqs = max(args.batches)
-    config = RunnerConfig(
+def engine_config(cuda: bool, batches: list[int], max_model_len: int, paths: dict | None):
+    """The benchmark's engine: Triton kernels, async scheduling, staged writes, UVA and FULL
+    graphs at exactly ``batches`` on a GPU (torch ops, no graphs on the CPU); ``paths``: its
+    ``runner.decode_gemv`` etc."""
+    seqs = max(batches)
+    return RunnerConfig(
         device="cuda" if cuda else "cpu",
         kernels="triton" if cuda else "torch",
         async_scheduling=cuda,
         staged_writes=True,
         uva=cuda,
         cudagraph_mode="full" if cuda else "none",
-        cudagraph_capture_sizes=tuple(sorted(set(args.batches))) if cuda else None,
+        cudagraph_capture_sizes=tuple(sorted(set(batches))) if cuda else None,
         max_num_seqs=seqs,
         max_num_reqs=2 * seqs,
         max_num_batched_tokens=8192,
@@ -233,6 +233,24 @@ def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -
         enable_prefix_caching=False,
         **(paths or {}),
     )
+
+
+def variant_paths(mode: str, extras: tuple[str, ...]) -> dict:
+    """The runner settings of a parsed variant (its module switches are set by ``main``)."""
+    return {
+        "decode_gemv": mode,
+        "decode_gemm": "triton" if "gemm" in extras else "cublas",
+        "pdl": "pdl" in extras,
+        "rope_in_attention": "fold" in extras,
+        "split_kv": split_switches(extras)[0],
+    }
+
+
+def run_preset(preset: str, args, bandwidth: float, paths: dict | None = None) -> list[dict]:
+    """One engine of ``preset`` (``paths``: its ``runner.decode_gemv`` etc.), every batch size."""
+    cuda = torch.cuda.is_available() and not args.cpu_smoke
+    max_model_len = args.max_model_len or args.prompt_len + args.output_len + 1
+    config = engine_config(cuda, args.batches, max_model_len, paths)
     t0 = time.perf_counter()
     engine = Engine(config, ModelSpec(preset=preset))
     startup_s = time.perf_counter() - t0
@@ -333,7 +351,9 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
     return "\n".join(lines)
 
 
-VARIANT_EXTRAS = ("pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk")
+VARIANT_EXTRAS = (
+    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "lt",
+)  # fmt: skip
 
 
 def _extra(e: str) -> str | None:
@@ -360,19 +380,21 @@ def _extra(e: str) -> str | None:
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]``
-    -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode attention's policy
-    on (``runner.split_kv``); ``splitN``: every decode batch split N ways (``FORCED_SPLITS``).
-    Without either, split-KV is off (the variants name every path they take). ``minkN``: a split
-    takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1 GEMV
-    with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``:
-    the folded decode attention on a wide grid (more programs than SMs) launched with N warps / N
-    pipeline stages. ``lsN``: the batch-1 GEMV's walk of K software-pipelined over N stages
-    (``LOOP_STAGES``); ``bkN``: its step N elements of K (``M1_BLOCK_K``)."""
+    ``[+lt]`` -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode
+    attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
+    (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
+    take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
+    ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with N warps
+    (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``: the folded decode attention on a wide grid (more
+    programs than SMs) launched with N warps / N pipeline stages. ``lsN``: the batch-1 GEMV's
+    walk of K software-pipelined over N stages (``LOOP_STAGES``); ``bkN``: its step N elements
+    of K (``M1_BLOCK_K``). ``lt``: torch's cuBLAS matmuls through cuBLASLt
+    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+lsN][+bkN], MODE one of "
+            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+lt], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -433,15 +455,16 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]:"
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN]"
+        "[+bkN][+lt]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "
         "grid (default 2 / 3), N loop stages / N elements of K a step in the batch-1 GEMV "
-        "(default unpipelined / 1,024); the paths not named are off; one engine each; repeatable;"
-        " replaces the --decode-gemv x --pdl product",
+        "(default unpipelined / 1,024), torch's matmuls through cuBLASLt (lt); the paths not named"
+        " are off; one engine each; repeatable; replaces the --decode-gemv x --pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
     args = ap.parse_args()
@@ -464,14 +487,8 @@ def main() -> None:
     ]
     for preset in presets:
         for mode, extras in variants:  # one engine each: the runner's decode-path settings
-            split_kv, forced = split_switches(extras)
-            paths = {
-                "decode_gemv": mode,
-                "decode_gemm": "triton" if "gemm" in extras else "cublas",
-                "pdl": "pdl" in extras,
-                "rope_in_attention": "fold" in extras,
-                "split_kv": split_kv,
-            }
+            forced = split_switches(extras)[1]
+            paths = variant_paths(mode, extras)
             path = "+".join((mode, *extras))
             split = attention_split_kv_triton  # a forced count is a module switch, not a setting
             split.FORCED_SPLITS = forced
@@ -490,9 +507,13 @@ def main() -> None:
             wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
             attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
             attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
+            blas = torch.backends.cuda.preferred_blas_library()  # process-wide: restored below
+            if "lt" in extras:
+                torch.backends.cuda.preferred_blas_library("cublaslt")
             try:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
+                torch.backends.cuda.preferred_blas_library(blas)
                 split.FORCED_SPLITS = None
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk
