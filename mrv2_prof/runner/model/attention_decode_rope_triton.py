@@ -45,9 +45,8 @@ from mrv2_prof.runner.model.attention_decode_triton import (
 )
 from mrv2_prof.runner.model.attention_rope_early_triton import (
     first_token_meta,
-    first_token_rows,
+    first_token_rope_write,
     rope_rows,
-    store_first_kv,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -170,16 +169,13 @@ def _paged_decode_rope_kernel(
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     if EARLY:  # its q, k and v rows loaded together; k and v stored under a mask
-        q0, q0s, k0, k0s, v0 = first_token_rows(
-            q_ptr, k_ptr, v_ptr, tok0, head, rows < G, kv_head, q_stride_t, q_stride_h,
-            k_stride_t, k_stride_h, v_stride_t, v_stride_h, dims, swapped, q_len,
+        q0 = first_token_rope_write(
+            q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, q_weight_ptr, k_weight_ptr, tok0,
+            slot0, slot0 >= 0, q_len, head, rows < G, kv_head, q_stride_t, q_stride_h,
+            k_stride_t, k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
+            cache_stride_slot, dims, swapped, first, cos0, sin0, eps, BLOCK_SIZE, HEAD_DIM,
+            HAS_NORM,
         )  # fmt: skip
-        q0 = rope_rows(q0, q0s, q_weight_ptr, dims, swapped, first, cos0, sin0, eps, HEAD_DIM,
-                       HAS_NORM)  # fmt: skip
-        k0 = rope_rows(k0, k0s, k_weight_ptr, dims, swapped, first, cos0, sin0, eps, HEAD_DIM,
-                       HAS_NORM)  # fmt: skip
-        store_first_kv(k_cache_ptr, v_cache_ptr, k0, v0, slot0, slot0 >= 0, head_off,
-                       cache_stride_block, cache_stride_slot, dims, BLOCK_SIZE)  # fmt: skip
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
     for t in range(q_len):  # one token in a decode; none in a padding request
         tok = (q_start + t).to(tl.int64)

@@ -96,3 +96,23 @@ def store_first_kv(k_cache_ptr, v_cache_ptr, k, v, slot, write, head_off, cache_
     ok = (one * 0 + write.to(tl.int32)) > 0
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=ok)
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def first_token_rope_write(
+    q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, q_weight_ptr, k_weight_ptr, tok, slot, write,
+    q_len, head, row_ok, kv_head, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t,
+    v_stride_h, head_off, cache_stride_block, cache_stride_slot, dims, swapped, first, cos, sin,
+    eps, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_NORM: tl.constexpr,
+):  # fmt: skip
+    """The first token, after the wait: its rows loaded together, q and k normalised (Qwen3) and
+    rotated, k and v stored at ``slot`` where ``write``; its rotated query rows."""
+    q, qs, k, ks, v = first_token_rows(
+        q_ptr, k_ptr, v_ptr, tok, head, row_ok, kv_head, q_stride_t, q_stride_h, k_stride_t,
+        k_stride_h, v_stride_t, v_stride_h, dims, swapped, q_len,
+    )  # fmt: skip
+    q = rope_rows(q, qs, q_weight_ptr, dims, swapped, first, cos, sin, eps, HEAD_DIM, HAS_NORM)
+    k = rope_rows(k, ks, k_weight_ptr, dims, swapped, first, cos, sin, eps, HEAD_DIM, HAS_NORM)
+    store_first_kv(k_cache_ptr, v_cache_ptr, k, v, slot, write, head_off, cache_stride_block,
+                   cache_stride_slot, dims, BLOCK_SIZE)  # fmt: skip
+    return q

@@ -38,9 +38,7 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
 from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_rope_early_triton import (
     first_token_meta,
-    first_token_rows,
-    rope_rows,
-    store_first_kv,
+    first_token_rope_write,
 )
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
@@ -111,17 +109,13 @@ def _split_kv_decode_rope_kernel(
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
     j_first = 0
     if EARLY:  # its q, k and v rows loaded together; k and v stored by the split holding it
-        q0, q0s, k0, k0s, v0 = first_token_rows(
-            q_ptr, k_ptr, v_ptr, tok0, head, row_ok, kv_head, q_stride_t, q_stride_h,
-            k_stride_t, k_stride_h, v_stride_t, v_stride_h, dims, swapped, q_len,
-        )  # fmt: skip
-        q0 = rope_rows(q0, q0s, q_weight_ptr, dims, swapped, first, cos0, sin0, eps, HEAD_DIM,
-                       HAS_NORM)  # fmt: skip
-        k0 = rope_rows(k0, k0s, k_weight_ptr, dims, swapped, first, cos0, sin0, eps, HEAD_DIM,
-                       HAS_NORM)  # fmt: skip
         mine = (slot0 >= 0) & (ctx_len >= kv_start) & (ctx_len < kv_start + chunk)
-        store_first_kv(k_cache_ptr, v_cache_ptr, k0, v0, slot0, mine, head_off,
-                       cache_stride_block, cache_stride_slot, dims, BLOCK_SIZE)  # fmt: skip
+        q0 = first_token_rope_write(
+            q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, q_weight_ptr, k_weight_ptr, tok0,
+            slot0, mine, q_len, head, row_ok, kv_head, q_stride_t, q_stride_h, k_stride_t,
+            k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block, cache_stride_slot,
+            dims, swapped, first, cos0, sin0, eps, BLOCK_SIZE, HEAD_DIM, HAS_NORM,
+        )  # fmt: skip
         j_first = 1
     for j in range(j_first, q_len):  # this step's keys in the split: written here, read here
         pos = ctx_len + j
