@@ -111,8 +111,8 @@ def top_stalls(stalls: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 
 
 def summarize(kernels: list[dict]) -> list[dict]:
-    """The kernels put together by (name, grid): launches, µs in all and a launch (median-free:
-    the mean), and the stall reasons summed over their launches weighted by duration."""
+    """The kernels put together by (name, grid): launches, µs in all and the mean a launch, and
+    the stall reasons summed over their launches weighted by duration."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for k in kernels:
         groups[(k["name"], k["grid"])].append(k)

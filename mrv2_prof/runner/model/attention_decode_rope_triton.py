@@ -44,9 +44,10 @@ from mrv2_prof.runner.model.attention_decode_triton import (
     is_decode_batch,
 )
 from mrv2_prof.runner.model.attention_rope_early_triton import (
-    first_token_meta,
     first_token_rope_write,
+    first_token_slot,
     rope_rows,
+    slot_offsets,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -103,8 +104,7 @@ def write_rotated_kv(
     k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
     k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
                        eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
-    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
+    dst = slot_offsets(slot, head_off, cache_stride_block, cache_stride_slot, dims, BLOCK_SIZE)
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
     v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
                 + dims[None, :])  # fmt: skip
@@ -161,10 +161,9 @@ def _paged_decode_rope_kernel(
     first = dims < HEAD_DIM // 2
     head_off = kv_head * cache_stride_head
     if EARLY:  # the first token's angles and slot before the wait (attention_rope_early_triton)
-        tok0, cos0, sin0, slot0 = first_token_meta(
-            cos_ptr, sin_ptr, positions_ptr, slot_mapping_ptr, q_start, q_len, cos_stride,
-            sin_stride, dims, HEAD_DIM, HAS_POSITIONS,
-        )  # fmt: skip
+        tok0, slot0 = first_token_slot(slot_mapping_ptr, q_start, q_len)
+        cos0, sin0 = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok0, cos_stride, sin_stride,
+                                 dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
     if USE_GDC:  # q, k and v are the QKV projection's output
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()

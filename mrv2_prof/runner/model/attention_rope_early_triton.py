@@ -18,9 +18,10 @@ loop's dependent chain:
   (``slot >= 0``, and in the split kernel the split that holds the position), no branch.
 
 The loop then handles the request's later tokens only, as before. What a program computes and
-writes is unchanged: the kernels' references and tests are the fold's. Off until measured on
-the H200 (``benchmarks/decode_roofline.py``'s ``+early``): read at each launch, so it must be set
-before a CUDA graph is captured.
+writes is unchanged: the kernels' references and tests are the fold's. The row arithmetic both
+paths share lives here too (``rope_rows``, ``slot_offsets``), below the fold's module. Off until
+measured on the H200 (``benchmarks/decode_roofline.py``'s ``+early``): read at each launch, so it
+must be set before a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -50,17 +51,12 @@ def rope_rows(x, xs, w_ptr, dims, swapped, first, cos, sin, eps,
 
 
 @triton.jit
-def first_token_meta(cos_ptr, sin_ptr, positions_ptr, slot_mapping_ptr, q_start, q_len,
-                     cos_stride, sin_stride, dims,
-                     HEAD_DIM: tl.constexpr, HAS_POSITIONS: tl.constexpr):  # fmt: skip
-    """A request's first token (row 0 for a request of none), its RoPE angles over ``dims`` and
-    its slot (-1 for a request of none): metadata and tables only, so read before the wait."""
+def first_token_slot(slot_mapping_ptr, q_start, q_len):
+    """A request's first token (row 0 for a request of none) and its slot (-1 for a request of
+    none): metadata only, so read before the wait (its angles: ``rope_tables`` of the token)."""
     tok = tl.where(q_len > 0, q_start, 0).to(tl.int64)
-    row = tl.load(positions_ptr + tok).to(tl.int64) if HAS_POSITIONS else tok
-    cos = tl.load(cos_ptr + row * cos_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
-    sin = tl.load(sin_ptr + row * sin_stride + dims % (HEAD_DIM // 2)).to(tl.float32)
     slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
-    return tok, cos, sin, tl.where(q_len > 0, slot, -1)
+    return tok, tl.where(q_len > 0, slot, -1)
 
 
 @triton.jit
@@ -75,13 +71,22 @@ def first_token_rows(q_ptr, k_ptr, v_ptr, tok, head, row_ok, kv_head, q_stride_t
     q_ok = row_ok[:, None] & has_token
     k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one * 0
     v_row = v_ptr + tok * v_stride_t + kv_head * v_stride_h + one * 0
-    kv_ok = has_token
     q = tl.load(q_rows + dims[None, :], mask=q_ok, other=0.0)
     qs = tl.load(q_rows + swapped[None, :], mask=q_ok, other=0.0)
-    k = tl.load(k_row + dims[None, :], mask=kv_ok, other=0.0)
-    ks = tl.load(k_row + swapped[None, :], mask=kv_ok, other=0.0)
-    v = tl.load(v_row + dims[None, :], mask=kv_ok, other=0.0)
+    k = tl.load(k_row + dims[None, :], mask=has_token, other=0.0)
+    ks = tl.load(k_row + swapped[None, :], mask=has_token, other=0.0)
+    v = tl.load(v_row + dims[None, :], mask=has_token, other=0.0)
     return q, qs, k, ks, v
+
+
+@triton.jit
+def slot_offsets(slot, head_off, cache_stride_block, cache_stride_slot, dims,
+                 BLOCK_SIZE: tl.constexpr):  # fmt: skip
+    """A kv head's [1, d] element offsets at cache slot ``slot`` (the fold's KV write and
+    ``store_first_kv`` both store there)."""
+    one = tl.arange(0, 1)[:, None]
+    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one * 0
+    return dst + (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
 
 
 @triton.jit
@@ -89,10 +94,9 @@ def store_first_kv(k_cache_ptr, v_cache_ptr, k, v, slot, write, head_off, cache_
                    cache_stride_slot, dims, BLOCK_SIZE: tl.constexpr):  # fmt: skip
     """The rotated k [1, d] and v [1, d] at ``slot`` where ``write`` (a scalar condition; the
     address is formed from slot 0 where it is not)."""
-    at = tl.where(write, slot, 0)
     one = tl.arange(0, 1)[:, None]
-    dst = (at // BLOCK_SIZE) * cache_stride_block + head_off + one * 0
-    dst += (at % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
+    dst = slot_offsets(tl.where(write, slot, 0), head_off, cache_stride_block, cache_stride_slot,
+                       dims, BLOCK_SIZE)  # fmt: skip
     ok = (one * 0 + write.to(tl.int32)) > 0
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=ok)
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=ok)

@@ -37,8 +37,8 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
 )
 from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
 from mrv2_prof.runner.model.attention_rope_early_triton import (
-    first_token_meta,
     first_token_rope_write,
+    first_token_slot,
 )
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
@@ -89,10 +89,9 @@ def _split_kv_decode_rope_kernel(
     head_off = kv_head * cache_stride_head
     if EARLY:  # the request's length, its first token's angles and slot before the wait
         seq_len = tl.load(seq_lens_ptr + req)
-        tok0, cos0, sin0, slot0 = first_token_meta(
-            cos_ptr, sin_ptr, positions_ptr, slot_mapping_ptr, q_start, q_len, cos_stride,
-            sin_stride, dims, HEAD_DIM, HAS_POSITIONS,
-        )  # fmt: skip
+        tok0, slot0 = first_token_slot(slot_mapping_ptr, q_start, q_len)
+        cos0, sin0 = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok0, cos_stride, sin_stride,
+                                 dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
     if USE_GDC:  # q, k and v are the QKV projection's output
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
