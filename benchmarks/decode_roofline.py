@@ -59,7 +59,6 @@ from mrv2_prof.runner.config import ModelSpec, RunnerConfig
 from mrv2_prof.runner.core.request import SamplingParams
 from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model import (
-    attention_rope_early_triton,
     attention_split_kv_triton,
     attention_triton,
     gemv_triton,
@@ -353,7 +352,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "lt", "early",
+    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "lt",
 )  # fmt: skip
 
 
@@ -381,7 +380,7 @@ def _extra(e: str) -> str | None:
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]``
-    ``[+lt][+early]`` -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode
+    ``[+lt]`` -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode
     attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
     (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
     take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
@@ -390,13 +389,12 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     programs than SMs) launched with N warps / N pipeline stages. ``lsN``: the batch-1 GEMV's
     walk of K software-pipelined over N stages (``LOOP_STAGES``); ``bkN``: its step N elements
     of K (``M1_BLOCK_K``). ``lt``: torch's cuBLAS matmuls through cuBLASLt
-    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections. ``early``: the
-    folded attention's first token out of its loop's dependent chain (``EARLY_FIRST_TOKEN``)."""
+    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+lt][+early], MODE one of "
+            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+lt], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -458,15 +456,15 @@ def main() -> None:
         action="append",
         type=parse_variant,
         help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN]"
-        "[+bkN][+lt][+early]:"
+        "[+bkN][+lt]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "
         "grid (default 2 / 3), N loop stages / N elements of K a step in the batch-1 GEMV "
-        "(default unpipelined / 1,024), torch's matmuls through cuBLASLt (lt), the folded "
-        "attention's first token's loads out of its loop (early); the paths not named are off; "
+        "(default unpipelined / 1,024), torch's matmuls through cuBLASLt (lt); the paths not named "
+        "are off; "
         "one engine each; repeatable; replaces the --decode-gemv x --pdl product",
     )
     ap.add_argument("--out", default=None, help="write all results as JSON here")
@@ -510,8 +508,6 @@ def main() -> None:
             wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
             attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
             attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
-            first_token = attention_rope_early_triton.EARLY_FIRST_TOKEN
-            attention_rope_early_triton.EARLY_FIRST_TOKEN = "early" in extras
             blas = torch.backends.cuda.preferred_blas_library()  # process-wide: restored below
             if "lt" in extras:
                 torch.backends.cuda.preferred_blas_library("cublaslt")
@@ -519,7 +515,6 @@ def main() -> None:
                 found = run_preset(preset, args, bandwidth, paths)
             finally:
                 torch.backends.cuda.preferred_blas_library(blas)
-                attention_rope_early_triton.EARLY_FIRST_TOKEN = first_token
                 split.FORCED_SPLITS = None
                 attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
                 split.MIN_CHUNK_KEYS = min_chunk

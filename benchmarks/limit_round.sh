@@ -50,11 +50,9 @@
 #                                       # stages, and in the engine at batch 1 (+ls3, +ls4)
 #                                       # against the default for llama-1b, qwen3-0.6b and
 #                                       # llama-3-8b (the H200 owes it with the peel)
-#   benchmarks/limit_round.sh early     # the folded attention's first token out of its loop
-#                                       # (EARLY_FIRST_TOKEN, off): its GPU tests, +early against
-#                                       # the default at batch 1 (each twice, alternating) for
-#                                       # llama-1b, qwen3-0.6b and llama-3-8b, and Nsight Compute
-#                                       # on one llama-1b decode step (kernel_stalls.py)
+#   benchmarks/limit_round.sh stalls    # Nsight Compute on one decode step (kernel_stalls.py):
+#                                       # each kernel alone with its stall reasons, llama-1b at
+#                                       # batch 1 and 64, qwen3-0.6b at batch 1
 #   benchmarks/limit_round.sh ops       # the tool on itself: decode_heavy at batch 1 with the
 #                                       # kernel trace, default paths against the fused ones with
 #                                       # PDL and the fold; compare, and the report's per-op
@@ -63,7 +61,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|early|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -207,16 +205,13 @@ gemv-pipeline)
         --preset llama-3-8b --variant plain+pdl+fold+split --variant plain+pdl+fold+split+ls3 \
         --variant plain+pdl+fold+split+ls4 --out "$out/$part.json" 2>&1 | tee -a "$log"
     ;;
-early)
+stalls)
     v=plain+pdl+fold+split
     {
-        $py -m pytest -m gpu -q -p no:cacheprovider tests/runner/test_attention_rope_early.py \
-            tests/runner/test_attention_decode_rope.py tests/runner/test_pdl_gpu.py
-        $py benchmarks/decode_roofline.py --batches 1 --preset llama-1b --preset qwen3-0.6b \
-            --preset llama-3-8b --variant $v --variant $v+early --variant $v+early --variant $v \
-            --trace-steps 3 --out "$out/early.json"
-        $py benchmarks/kernel_stalls.py --preset llama-1b --variant $v \
-            --raw-out "$out/stalls-llama-1b.csv" --out "$out/stalls-llama-1b.json"
+        for pb in llama-1b:1 llama-1b:64 qwen3-0.6b:1; do
+            $py benchmarks/kernel_stalls.py --preset "${pb%:*}" --batch "${pb#*:}" --variant $v \
+                --raw-out "$out/stalls-${pb%:*}-${pb#*:}.csv" --out "$out/stalls-${pb%:*}-${pb#*:}.json"
+        done
     } 2>&1 | tee "$log"
     ;;
 ops)
@@ -236,7 +231,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     ;;
 *)
     echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
-    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, early, ops)" >&2
+    startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, stalls, ops)" >&2
     exit 2
     ;;
 esac

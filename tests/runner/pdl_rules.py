@@ -231,10 +231,9 @@ def _decode(splits: int = 0, fused: bool = True) -> None:
         attention_decode_triton.paged_decode_triton(b.query, b.kv_cache, b.meta, b.scale, out)
 
 
-def _decode_rope(splits: int = 0, early_first_token: bool = False) -> None:
+def _decode_rope(splits: int = 0) -> None:
     import torch
 
-    from mrv2_prof.runner.model import attention_rope_early_triton as early
     from mrv2_prof.runner.model.attention_decode_rope_triton import paged_decode_rope_triton
     from mrv2_prof.runner.model.attention_split_kv_rope_triton import paged_decode_split_kv_rope
 
@@ -244,14 +243,10 @@ def _decode_rope(splits: int = 0, early_first_token: bool = False) -> None:
     cos_sin = torch.randn(64, d)
     args = (b.query, *kv, cos_sin[:, : d // 2], cos_sin[:, d // 2 :], torch.tensor([40, 7]),
             _randn(d), _randn(d), 1e-6, b.kv_cache, b.meta, b.scale)  # fmt: skip
-    early.EARLY_FIRST_TOKEN = early_first_token
-    try:
-        if splits:
-            paged_decode_split_kv_rope(*args, num_splits=splits)
-        else:
-            paged_decode_rope_triton(*args)
-    finally:
-        early.EARLY_FIRST_TOKEN = False
+    if splits:
+        paged_decode_split_kv_rope(*args, num_splits=splits)
+    else:
+        paged_decode_rope_triton(*args)
 
 
 def _gemm(split: int) -> None:
@@ -291,8 +286,6 @@ def _silu_and_mul() -> None:
 
 
 _SPLIT = {"query_ptr", "k_cache_ptr", "v_cache_ptr", "acc_ptr", "max_ptr", "sum_ptr"}
-_ROPE_SPLIT = {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr", "acc_ptr",
-               "max_ptr", "sum_ptr", "counter_ptr"}  # fmt: skip
 # case -> (the wrapper's call, the parameters the previous kernel may write: their loads wait)
 CASES = {
     "gemv": (lambda: _gemv("none"), {"x_ptr", "out_ptr"}),
@@ -311,12 +304,21 @@ CASES = {
         _decode_rope,
         {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
     ),
-    "paged_decode_rope_early": (  # the first token's metadata and angles before the wait
-        lambda: _decode_rope(0, early_first_token=True),
-        {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"},
-    ),
-    "split_kv_decode_rope": (lambda: _decode_rope(2), _ROPE_SPLIT),
-    "split_kv_decode_rope_early": (lambda: _decode_rope(2, early_first_token=True), _ROPE_SPLIT),
+    "split_kv_decode_rope": (
+        lambda: _decode_rope(2),
+        {
+            "q_ptr",
+            "k_ptr",
+            "v_ptr",
+            "k_cache_ptr",
+            "v_cache_ptr",
+            "out_ptr",
+            "acc_ptr",
+            "max_ptr",
+            "sum_ptr",
+            "counter_ptr",
+        },
+    ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),

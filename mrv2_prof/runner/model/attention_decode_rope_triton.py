@@ -35,19 +35,12 @@ import torch
 import triton
 import triton.language as tl
 
-from mrv2_prof.runner.model import attention_rope_early_triton as early
 from mrv2_prof.runner.model.attention import AttentionMetadata
 from mrv2_prof.runner.model.attention_decode_triton import (
     DECODE_ROWS,
     LOG2_E,
     attend_keys,
     is_decode_batch,
-)
-from mrv2_prof.runner.model.attention_rope_early_triton import (
-    first_token_rope_write,
-    first_token_slot,
-    rope_rows,
-    slot_offsets,
 )
 from mrv2_prof.runner.model.attention_triton import check_head_dim, decode_keys, decode_launch
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -78,8 +71,17 @@ def norm_rope_rows(
 ):
     """``qk_norm_rope_ref`` of R rows in the rows' dtype: the RoPE kernel's roundings."""
     x = tl.load(rows_ptr + dims[None, :], mask=ok, other=0.0)
-    xs = tl.load(rows_ptr + swapped[None, :], mask=ok, other=0.0)
-    return rope_rows(x, xs, w_ptr, dims, swapped, first, cos, sin, eps, HEAD_DIM, HAS_NORM)
+    io = x.dtype
+    xf = x.to(tl.float32)
+    xs = tl.load(rows_ptr + swapped[None, :], mask=ok, other=0.0).to(tl.float32)
+    if HAS_NORM:
+        rstd = tl.rsqrt(tl.sum(xf * xf, axis=1) / HEAD_DIM + eps)[:, None]
+        w = tl.load(w_ptr + dims).to(tl.float32)[None, :]
+        ws = tl.load(w_ptr + swapped).to(tl.float32)[None, :]
+        xf = ((xf * rstd).to(io).to(tl.float32) * w).to(io).to(tl.float32)
+        xs = ((xs * rstd).to(io).to(tl.float32) * ws).to(io).to(tl.float32)
+    c, s = cos[None, :], sin[None, :]
+    return tl.where(first[None, :], xf * c - xs * s, xf * c + xs * s).to(io)
 
 
 @triton.jit
@@ -104,37 +106,12 @@ def write_rotated_kv(
     k_row = k_ptr + tok * k_stride_t + kv_head * k_stride_h + one[:, None] * 0
     k = norm_rope_rows(k_row, one[:, None] == 0, dims, swapped, first, cos, sin, k_weight_ptr,
                        eps, HEAD_DIM, HAS_NORM)  # fmt: skip
-    dst = slot_offsets(slot, head_off, cache_stride_block, cache_stride_slot, dims, BLOCK_SIZE)
+    dst = (slot // BLOCK_SIZE) * cache_stride_block + head_off + one[:, None] * 0
+    dst += (slot % BLOCK_SIZE) * cache_stride_slot + dims[None, :]
     tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty))
     v = tl.load(v_ptr + tok * v_stride_t + kv_head * v_stride_h + one[:, None] * 0
                 + dims[None, :])  # fmt: skip
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty))
-
-
-@triton.jit
-def _rope_and_write(
-    q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr, q_weight_ptr,
-    k_weight_ptr, slot_mapping_ptr, tok, head, row_ok, kv_head, q_stride_t, q_stride_h,
-    k_stride_t, k_stride_h, v_stride_t, v_stride_h, cos_stride, sin_stride, head_off,
-    cache_stride_block, cache_stride_slot, dims, swapped, first, eps,
-    BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr,
-):  # fmt: skip
-    """A token's rotated query rows; its k and v rotated and stored at its slot (>= 0)."""
-    cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
-                           dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
-    q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
-    q = norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
-                       HEAD_DIM, HAS_NORM)  # fmt: skip
-    slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
-    if slot >= 0:  # the token's k and v at its slot, where attention reads them
-        write_rotated_kv(
-            k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t,
-            k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
-            cache_stride_slot, dims, swapped, first, cos, sin, k_weight_ptr, eps,
-            BLOCK_SIZE, HEAD_DIM, HAS_NORM,
-        )  # fmt: skip
-    return q
 
 
 @triton.jit(do_not_specialize=["num_reqs"])
@@ -146,56 +123,38 @@ def _paged_decode_rope_kernel(
     cache_stride_block, cache_stride_slot, cache_stride_head, block_table_stride,
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, EARLY: tl.constexpr = False,
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
     ctx_len = tl.load(seq_lens_ptr + req) - q_len
+    if USE_GDC:  # q, k and v are the QKV projection's output
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rows = tl.arange(0, BLOCK_M)
     head = kv_head * G + rows
     row_ok = (rows < G)[:, None]
     dims = tl.arange(0, HEAD_DIM)
     swapped = (dims + HEAD_DIM // 2) % HEAD_DIM
     first = dims < HEAD_DIM // 2
-    head_off = kv_head * cache_stride_head
-    if EARLY:  # the first token's angles and slot before the wait (attention_rope_early_triton)
-        tok0, slot0 = first_token_slot(slot_mapping_ptr, q_start, q_len)
-        cos0, sin0 = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok0, cos_stride, sin_stride,
-                                 dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
-    if USE_GDC:  # q, k and v are the QKV projection's output
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    if EARLY:  # its q, k and v rows loaded together; k and v stored under a mask
-        q0 = first_token_rope_write(
-            q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, q_weight_ptr, k_weight_ptr, tok0,
-            slot0, slot0 >= 0, q_len, head, rows < G, kv_head, q_stride_t, q_stride_h,
-            k_stride_t, k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
-            cache_stride_slot, dims, swapped, first, cos0, sin0, eps, BLOCK_SIZE, HEAD_DIM,
-            HAS_NORM,
-        )  # fmt: skip
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
+    head_off = kv_head * cache_stride_head
     for t in range(q_len):  # one token in a decode; none in a padding request
         tok = (q_start + t).to(tl.int64)
-        if EARLY:
-            q = q0
-            if t > 0:  # a later token: loaded and written here, as below
-                q = _rope_and_write(
-                    q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr,
-                    positions_ptr, q_weight_ptr, k_weight_ptr, slot_mapping_ptr, tok, head,
-                    row_ok, kv_head, q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t,
-                    v_stride_h, cos_stride, sin_stride, head_off, cache_stride_block,
-                    cache_stride_slot, dims, swapped, first, eps, BLOCK_SIZE, HEAD_DIM,
-                    HAS_POSITIONS, HAS_NORM,
-                )  # fmt: skip
-        else:
-            q = _rope_and_write(
-                q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, cos_ptr, sin_ptr, positions_ptr,
-                q_weight_ptr, k_weight_ptr, slot_mapping_ptr, tok, head, row_ok, kv_head,
-                q_stride_t, q_stride_h, k_stride_t, k_stride_h, v_stride_t, v_stride_h,
-                cos_stride, sin_stride, head_off, cache_stride_block, cache_stride_slot, dims,
-                swapped, first, eps, BLOCK_SIZE, HEAD_DIM, HAS_POSITIONS, HAS_NORM,
+        cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
+                               dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
+        q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
+        q = norm_rope_rows(q_rows, row_ok, dims, swapped, first, cos, sin, q_weight_ptr, eps,
+                           HEAD_DIM, HAS_NORM)  # fmt: skip
+        slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
+        if slot >= 0:  # the token's k and v at its slot, where attention reads them
+            write_rotated_kv(
+                k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tok, slot, kv_head, k_stride_t,
+                k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block,
+                cache_stride_slot, dims, swapped, first, cos, sin, k_weight_ptr, eps,
+                BLOCK_SIZE, HEAD_DIM, HAS_NORM,
             )  # fmt: skip
         tl.debug_barrier()  # the stores above are seen by every thread's key loads below
         q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
@@ -257,7 +216,7 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         BLOCK_N=decode_keys(q.dtype, meta.num_reqs, kv_cache.shape[3], q.device),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
-        EARLY=early.EARLY_FIRST_TOKEN, **launch_options(use_pdl(q.device)),
+        **launch_options(use_pdl(q.device)),
         **decode_launch(meta.num_reqs, kv_cache.shape[3], q.device),
     )  # fmt: skip
     return args, consts

@@ -36,10 +36,6 @@ from mrv2_prof.runner.model.attention_decode_rope_triton import (
     write_rotated_kv,
 )
 from mrv2_prof.runner.model.attention_decode_triton import attend_key_range
-from mrv2_prof.runner.model.attention_rope_early_triton import (
-    first_token_rope_write,
-    first_token_slot,
-)
 from mrv2_prof.runner.model.attention_split_kv_triton import (
     count_and_reduce,
     decode_split_count,
@@ -48,19 +44,6 @@ from mrv2_prof.runner.model.attention_split_kv_triton import (
     store_split,
 )
 from mrv2_prof.runner.model.split_kv_workspace import split_workspace
-
-
-@triton.jit
-def _query_rows(q_ptr, cos_ptr, sin_ptr, positions_ptr, q_weight_ptr, tok, head, row_ok,
-                q_stride_t, q_stride_h, cos_stride, sin_stride, dims, swapped, first, eps,
-                HEAD_DIM: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-                HAS_NORM: tl.constexpr):  # fmt: skip
-    """A token's query rows, normalised (Qwen3) and rotated."""
-    cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride, dims,
-                           HEAD_DIM, HAS_POSITIONS)  # fmt: skip
-    q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
-    return norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin, q_weight_ptr,
-                          eps, HEAD_DIM, HAS_NORM)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["num_reqs", "num_splits", "min_chunk"])
@@ -73,50 +56,34 @@ def _split_kv_decode_rope_kernel(
     acc_ptr, max_ptr, sum_ptr, counter_ptr, num_splits, min_chunk, num_heads,  # then these
     G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr, HAS_POSITIONS: tl.constexpr,
-    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False, EARLY: tl.constexpr = False,
+    HAS_NORM: tl.constexpr, USE_GDC: tl.constexpr = False,
 ):  # fmt: skip
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + req)
     q_len = tl.load(query_start_loc_ptr + req + 1) - q_start
-    rows = tl.arange(0, BLOCK_M)
-    head = kv_head * G + rows
-    row_ok = rows < G
-    dims = tl.arange(0, HEAD_DIM)
-    swapped = (dims + HEAD_DIM // 2) % HEAD_DIM
-    first = dims < HEAD_DIM // 2
-    head_off = kv_head * cache_stride_head
-    if EARLY:  # the request's length, its first token's angles and slot before the wait
-        seq_len = tl.load(seq_lens_ptr + req)
-        tok0, slot0 = first_token_slot(slot_mapping_ptr, q_start, q_len)
-        cos0, sin0 = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok0, cos_stride, sin_stride,
-                                 dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
     if USE_GDC:  # q, k and v are the QKV projection's output
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     if q_len == 0:  # padding: no program of the row counts itself, none reduces
         return
-    if not EARLY:
-        seq_len = tl.load(seq_lens_ptr + req)
+    seq_len = tl.load(seq_lens_ptr + req)
     ctx_len = seq_len - q_len
     chunk = split_chunk(seq_len, num_splits, min_chunk, BLOCK_N)  # keys per split
     alone = seq_len <= chunk  # split 0 holds (and writes) every key and writes the output
     if alone & (split > 0):
         return
     kv_start = split * chunk
+    rows = tl.arange(0, BLOCK_M)
+    head = kv_head * G + rows
+    row_ok = rows < G
+    dims = tl.arange(0, HEAD_DIM)
+    swapped = (dims + HEAD_DIM // 2) % HEAD_DIM
+    first = dims < HEAD_DIM // 2
     block_row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    j_first = 0
-    if EARLY:  # its q, k and v rows loaded together; k and v stored by the split holding it
-        mine = (slot0 >= 0) & (ctx_len >= kv_start) & (ctx_len < kv_start + chunk)
-        q0 = first_token_rope_write(
-            q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, q_weight_ptr, k_weight_ptr, tok0,
-            slot0, mine, q_len, head, row_ok, kv_head, q_stride_t, q_stride_h, k_stride_t,
-            k_stride_h, v_stride_t, v_stride_h, head_off, cache_stride_block, cache_stride_slot,
-            dims, swapped, first, cos0, sin0, eps, BLOCK_SIZE, HEAD_DIM, HAS_NORM,
-        )  # fmt: skip
-        j_first = 1
-    for j in range(j_first, q_len):  # this step's keys in the split: written here, read here
+    head_off = kv_head * cache_stride_head
+    for j in range(q_len):  # this step's keys that fall in the split: written here, read here
         pos = ctx_len + j
         if (pos >= kv_start) & (pos < kv_start + chunk):
             tok = (q_start + j).to(tl.int64)
@@ -135,17 +102,11 @@ def _split_kv_decode_rope_kernel(
         kv_end = tl.minimum(ctx_len + t + 1, kv_start + chunk)  # the token's keys in the split
         if kv_start < kv_end:  # else the split holds none of its keys: nothing written
             tok = (q_start + t).to(tl.int64)
-            if EARLY:
-                q = q0
-                if t > 0:
-                    q = _query_rows(q_ptr, cos_ptr, sin_ptr, positions_ptr, q_weight_ptr, tok,
-                                    head, row_ok, q_stride_t, q_stride_h, cos_stride, sin_stride,
-                                    dims, swapped, first, eps, HEAD_DIM, HAS_POSITIONS,
-                                    HAS_NORM)  # fmt: skip
-            else:
-                q = _query_rows(q_ptr, cos_ptr, sin_ptr, positions_ptr, q_weight_ptr, tok, head,
-                                row_ok, q_stride_t, q_stride_h, cos_stride, sin_stride, dims,
-                                swapped, first, eps, HEAD_DIM, HAS_POSITIONS, HAS_NORM)  # fmt: skip
+            cos, sin = rope_tables(cos_ptr, sin_ptr, positions_ptr, tok, cos_stride, sin_stride,
+                                   dims, HEAD_DIM, HAS_POSITIONS)  # fmt: skip
+            q_rows = q_ptr + tok * q_stride_t + head[:, None] * q_stride_h
+            q = norm_rope_rows(q_rows, row_ok[:, None], dims, swapped, first, cos, sin,
+                                q_weight_ptr, eps, HEAD_DIM, HAS_NORM)  # fmt: skip
             q_pos = tl.zeros([BLOCK_M], tl.int32) + (ctx_len + t)
             acc, m_i, l_i = attend_key_range(
                 q, q_pos, kv_start, kv_end, block_row, k_cache_ptr, v_cache_ptr, head_off,
