@@ -15,10 +15,12 @@ Per kernel (in launch order): duration, grid and block, registers a thread, achi
 DRAM throughput (% of peak), the warp cycles per issued instruction, and the stall reasons that
 make them up (``smsp__average_warps_issue_stalled_<reason>_per_issue_active``: warps stalled for
 the reason per issued instruction; their sum is the cycles per instruction). The summary puts the
-kernels together by name and grid (one op of every layer each), with their time per step and
-their top stall reasons: a kernel whose cycles go to ``long_scoreboard`` waits on global memory
-loads, ``barrier`` on its threads' barriers, ``membar`` on fences, ``no_instruction`` / ``wait``
-on its own instruction stream.
+kernels together by name, grid and the kernel launched before them (one op of every layer each:
+two projections of one GEMV kernel and grid, as llama-1b's o and down at batch 1, follow
+different kernels in the layer), with their time per step and their top stall reasons: a
+kernel whose cycles go to ``long_scoreboard`` waits on global memory loads, ``barrier`` on its
+threads' barriers, ``membar`` on fences, ``no_instruction`` / ``wait`` on its own instruction
+stream.
 
     python benchmarks/kernel_stalls.py --preset smollm2-135m \\
         --variant fused_onepass+pdl+fold+split --out stalls.json
@@ -111,13 +113,15 @@ def top_stalls(stalls: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 
 
 def summarize(kernels: list[dict]) -> list[dict]:
-    """The kernels put together by (name, grid): launches, µs in all and the mean a launch, and
-    the stall reasons summed over their launches weighted by duration."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for k in kernels:
-        groups[(k["name"], k["grid"])].append(k)
+    """The kernels put together by (name, grid, the name of the kernel launched before, in
+    ``kernels``' order): launches, µs in all and the mean a launch, and the stall reasons summed
+    over their launches weighted by duration."""
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    ordered = sorted(kernels, key=lambda k: k["id"])  # launch order
+    for before, k in zip([None, *ordered], ordered, strict=False):
+        groups[(k["name"], k["grid"], _short(before["name"]) if before else "")].append(k)
     out = []
-    for (name, grid), ks in groups.items():
+    for (name, grid, after), ks in groups.items():
         total = sum(k["duration"] or 0.0 for k in ks)
         stalls: dict[str, float] = defaultdict(float)
         for k in ks:
@@ -125,7 +129,8 @@ def summarize(kernels: list[dict]) -> list[dict]:
                 stalls[reason] += v * (k["duration"] or 0.0)
         first = ks[0]
         out.append({
-            "name": name, "grid": grid, "block": first["block"], "launches": len(ks),
+            "name": name, "grid": grid, "after": after, "block": first["block"],
+            "launches": len(ks),
             "total_us": total, "us_per_launch": total / len(ks),
             "registers": first["registers"],
             "occupancy_pct": _mean(k["occupancy_pct"] for k in ks),
@@ -151,15 +156,16 @@ def markdown(groups: list[dict], kernels: list[dict]) -> str:
     lines = [
         f"{len(kernels)} kernels, {total:.1f} µs of kernel bodies measured alone",
         "",
-        "| kernel | grid | block | launches | µs / launch | µs in all | regs | occupancy | "
-        "DRAM % | cycles / issue | top stalls (share of stalled cycles) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| kernel | grid | after | block | launches | µs / launch | µs in all | regs | "
+        "occupancy | DRAM % | cycles / issue | top stalls (share of stalled cycles) |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     f = lambda v, d=1: "" if v is None else f"{v:.{d}f}"  # noqa: E731
     for g in groups:
         stalls = ", ".join(f"{r} {100 * s:.0f} %" for r, s in g["top_stalls"])
         lines.append(
-            f"| {_short(g['name'])} | {g['grid']} | {g['block']} | {g['launches']} | "
+            f"| {_short(g['name'])} | {g['grid']} | {g['after']} | {g['block']} | "
+            f"{g['launches']} | "
             f"{f(g['us_per_launch'], 2)} | {f(g['total_us'])} | {f(g['registers'], 0)} | "
             f"{f(g['occupancy_pct'])} | {f(g['dram_pct'])} | {f(g['cycles_per_issue'])} | "
             f"{stalls} |"
