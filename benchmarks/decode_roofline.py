@@ -44,6 +44,7 @@ where a target is missed, the ops listed first are the kernels to work on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import tempfile
@@ -416,6 +417,38 @@ def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
     return False, None
 
 
+@contextlib.contextmanager
+def variant_switches(extras: tuple[str, ...]):
+    """A variant's module switches, which are not runner settings, set for the ``with`` block
+    and restored after it: forced splits, the decode kernels' key tiles (narrow and wide grids),
+    split-KV's fewest keys a split, the batch-1 GEMV's SiLU-and-mul warps, loop stages and step
+    of K, the wide grid's warps and stages, and torch's BLAS library (process-wide)."""
+    split, attn, gemv = attention_split_kv_triton, attention_triton, gemv_triton
+    switches = [  # (module, name, the variant's value)
+        (split, "FORCED_SPLITS", split_switches(extras)[1]),
+        (attn, "DECODE_KEYS", extra_int(extras, "keys", attn.DECODE_KEYS)),
+        (attn, "WIDE_DECODE_KEYS", extra_int(extras, "keys", attn.WIDE_DECODE_KEYS)),
+        (split, "MIN_CHUNK_KEYS", extra_int(extras, "mink", split.MIN_CHUNK_KEYS)),
+        (gemv, "SILU_MUL_WARPS", extra_int(extras, "siluw", gemv.SILU_MUL_WARPS)),
+        (gemv, "LOOP_STAGES", extra_int(extras, "ls", gemv.LOOP_STAGES)),
+        (gemv, "M1_BLOCK_K", extra_int(extras, "bk", gemv.M1_BLOCK_K)),
+        (attn, "WIDE_DECODE_WARPS", extra_int(extras, "ww", attn.WIDE_DECODE_WARPS)),
+        (attn, "WIDE_DECODE_STAGES", extra_int(extras, "ws", attn.WIDE_DECODE_STAGES)),
+    ]
+    before = [(module, name, getattr(module, name)) for module, name, _ in switches]
+    blas = torch.backends.cuda.preferred_blas_library()
+    try:
+        for module, name, value in switches:
+            setattr(module, name, value)
+        if "lt" in extras:
+            torch.backends.cuda.preferred_blas_library("cublaslt")
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(blas)
+        for module, name, value in before:
+            setattr(module, name, value)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -488,40 +521,10 @@ def main() -> None:
     ]
     for preset in presets:
         for mode, extras in variants:  # one engine each: the runner's decode-path settings
-            forced = split_switches(extras)[1]
             paths = variant_paths(mode, extras)
             path = "+".join((mode, *extras))
-            split = attention_split_kv_triton  # a forced count is a module switch, not a setting
-            split.FORCED_SPLITS = forced
-            # so are the decode kernels' key tiles (narrow and wide grids)
-            keys = attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS
-            attention_triton.DECODE_KEYS = extra_int(extras, "keys", keys[0])
-            attention_triton.WIDE_DECODE_KEYS = extra_int(extras, "keys", keys[1])
-            min_chunk = split.MIN_CHUNK_KEYS  # and split-KV's fewest keys a split
-            split.MIN_CHUNK_KEYS = extra_int(extras, "mink", min_chunk)
-            silu_warps = gemv_triton.SILU_MUL_WARPS  # and the batch-1 down GEMV's warps
-            gemv_triton.SILU_MUL_WARPS = extra_int(extras, "siluw", silu_warps)
-            loop_stages = gemv_triton.LOOP_STAGES
-            gemv_triton.LOOP_STAGES = extra_int(extras, "ls", loop_stages)
-            m1_block_k = gemv_triton.M1_BLOCK_K
-            gemv_triton.M1_BLOCK_K = extra_int(extras, "bk", m1_block_k)
-            wide = attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES
-            attention_triton.WIDE_DECODE_WARPS = extra_int(extras, "ww", wide[0])
-            attention_triton.WIDE_DECODE_STAGES = extra_int(extras, "ws", wide[1])
-            blas = torch.backends.cuda.preferred_blas_library()  # process-wide: restored below
-            if "lt" in extras:
-                torch.backends.cuda.preferred_blas_library("cublaslt")
-            try:
+            with variant_switches(extras):
                 found = run_preset(preset, args, bandwidth, paths)
-            finally:
-                torch.backends.cuda.preferred_blas_library(blas)
-                split.FORCED_SPLITS = None
-                attention_triton.DECODE_KEYS, attention_triton.WIDE_DECODE_KEYS = keys
-                split.MIN_CHUNK_KEYS = min_chunk
-                gemv_triton.SILU_MUL_WARPS = silu_warps
-                gemv_triton.LOOP_STAGES = loop_stages
-                gemv_triton.M1_BLOCK_K = m1_block_k
-                attention_triton.WIDE_DECODE_WARPS, attention_triton.WIDE_DECODE_STAGES = wide
             rows += [{**r, "decode_gemv": path} for r in found]
     print(markdown(rows, bandwidth, args.bandwidth_gib))
     meta = {

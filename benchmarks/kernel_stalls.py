@@ -113,7 +113,7 @@ def top_stalls(stalls: dict[str, float], n: int = 3) -> list[tuple[str, float]]:
 
 
 def summarize(kernels: list[dict]) -> list[dict]:
-    """The kernels put together by (name, grid, the name of the kernel launched before, in
+    """The kernels put together by (name, grid, the short name of the kernel launched before, in
     ``kernels``' order): launches, µs in all and the mean a launch, and the stall reasons summed
     over their launches weighted by duration."""
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
@@ -177,32 +177,33 @@ def drive(args) -> None:
     """The profiled process: the engine to its steady decode, then one step in the range."""
     import numpy as np
     import torch
-    from decode_roofline import engine_config, parse_variant, variant_paths
+    from decode_roofline import engine_config, parse_variant, variant_paths, variant_switches
 
     from mrv2_prof.runner.config import ModelSpec
     from mrv2_prof.runner.core.request import SamplingParams
     from mrv2_prof.runner.engine import Engine
 
     mode, extras = parse_variant(args.variant)
-    max_len = args.prompt_len + args.warm_steps + 8
-    config = engine_config(True, [args.batch], max_len, variant_paths(mode, extras))
-    engine = Engine(config, ModelSpec(preset=args.preset))
-    rng = np.random.default_rng(0)
-    params = SamplingParams(max_tokens=args.warm_steps + 6, ignore_eos=True)
-    for i in range(args.batch):
-        prompt = rng.integers(0, engine.vocab_size, args.prompt_len).tolist()
-        engine.add_request(f"r{i}", prompt, params)
-    steady = 0
-    while engine.has_unfinished_requests():
-        so = engine.step().scheduler_output
-        steady += so.num_reqs == args.batch and so.total_num_scheduled_tokens == args.batch
-        if steady == args.warm_steps:
-            torch.cuda.synchronize()
-            torch.cuda.profiler.start()
-            engine.step()
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
-            return
+    with variant_switches(extras):  # its module switches too (forced splits, key tiles, ...)
+        max_len = args.prompt_len + args.warm_steps + 8
+        config = engine_config(True, [args.batch], max_len, variant_paths(mode, extras))
+        engine = Engine(config, ModelSpec(preset=args.preset))
+        rng = np.random.default_rng(0)
+        params = SamplingParams(max_tokens=args.warm_steps + 6, ignore_eos=True)
+        for i in range(args.batch):
+            prompt = rng.integers(0, engine.vocab_size, args.prompt_len).tolist()
+            engine.add_request(f"r{i}", prompt, params)
+        steady = 0
+        while engine.has_unfinished_requests():
+            so = engine.step().scheduler_output
+            steady += so.num_reqs == args.batch and so.total_num_scheduled_tokens == args.batch
+            if steady == args.warm_steps:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                engine.step()
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+                return
     raise SystemExit("kernel_stalls: the run ended before its steady decode steps")
 
 

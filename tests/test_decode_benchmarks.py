@@ -245,6 +245,29 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
             roofline.parse_variant(bad)
 
 
+def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after(monkeypatch):
+    """``variant_switches``, shared by ``decode_roofline.py`` and ``kernel_stalls.py``: each
+    switch a variant names set in the block, every one back to its value after, an error in the
+    block included."""
+    roofline = load_benchmark("decode_roofline", monkeypatch)
+    from mrv2_prof.runner.model import attention_split_kv_triton as split
+    from mrv2_prof.runner.model import attention_triton as attn
+    from mrv2_prof.runner.model import gemv_triton as gemv
+
+    names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
+             (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
+             (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
+             (attn, "WIDE_DECODE_STAGES")]  # fmt: skip
+    before = [getattr(m, n) for m, n in names]
+    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1")[1]
+    with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
+        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1]
+        raise RuntimeError("in the block")
+    assert [getattr(m, n) for m, n in names] == before
+    with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was
+        assert [getattr(m, n) for m, n in names] == before
+
+
 def test_the_tile_benchmark_reads_each_key_once_and_times_distinct_caches(monkeypatch):
     """``decode_attention_tiles.py``: a batch's KV bytes are every cached key's k and v once
     (hand-worked), and its cold copies are the same values in caches of their own."""
