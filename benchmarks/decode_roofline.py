@@ -353,7 +353,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "lt",
+    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -381,7 +381,7 @@ def _extra(e: str) -> str | None:
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+lsN][+bkN]``
-    ``[+lt]`` -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode
+    ``[+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order). ``split``: split-KV decode
     attention's policy on (``runner.split_kv``); ``splitN``: every decode batch split N ways
     (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path they
     take). ``minkN``: a split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``).
@@ -390,12 +390,13 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     programs than SMs) launched with N warps / N pipeline stages. ``lsN``: the batch-1 GEMV's
     walk of K software-pipelined over N stages (``LOOP_STAGES``); ``bkN``: its step N elements
     of K (``M1_BLOCK_K``). ``lt``: torch's cuBLAS matmuls through cuBLASLt
-    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections."""
+    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections. ``mlp``: the
+    batch-1 MLP in one launch (``projections_triton.FUSED_MLP``, ``mlp_decode_triton.py``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+lt], MODE one of "
+            "[+siluwN][+wwN][+wsN][+lsN][+bkN][+lt][+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -422,7 +423,8 @@ def variant_switches(extras: tuple[str, ...]):
     """A variant's module switches, which are not runner settings, set for the ``with`` block
     and restored after it: forced splits, the decode kernels' key tiles (narrow and wide grids),
     split-KV's fewest keys a split, the batch-1 GEMV's SiLU-and-mul warps, loop stages and step
-    of K, the wide grid's warps and stages, and torch's BLAS library (process-wide)."""
+    of K, the wide grid's warps and stages, the batch-1 MLP in one launch, and torch's BLAS
+    library (process-wide)."""
     split, attn, gemv = attention_split_kv_triton, attention_triton, gemv_triton
     switches = [  # (module, name, the variant's value)
         (split, "FORCED_SPLITS", split_switches(extras)[1]),
@@ -434,6 +436,7 @@ def variant_switches(extras: tuple[str, ...]):
         (gemv, "M1_BLOCK_K", extra_int(extras, "bk", gemv.M1_BLOCK_K)),
         (attn, "WIDE_DECODE_WARPS", extra_int(extras, "ww", attn.WIDE_DECODE_WARPS)),
         (attn, "WIDE_DECODE_STAGES", extra_int(extras, "ws", attn.WIDE_DECODE_STAGES)),
+        (projections_triton, "FUSED_MLP", "mlp" in extras),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
     blas = torch.backends.cuda.preferred_blas_library()

@@ -120,7 +120,8 @@ def test_the_tools_step_bytes_equal_the_benchmarks(batch, monkeypatch):
     [("gemv.py", "gemv_triton matches gemv_ref"),
      ("gemv_pipeline.py", "the pipelined gemv_triton matches gemv_ref with each decode launch"),
      ("decode_gemm.py", "gemm_decode_triton matches gemm_decode_ref"),
-     ("grid_barrier.py", "both sides match torch's W x over 1 program(s), counters reset")],
+     ("grid_barrier.py", "both sides match torch's W x over 1 program(s), counters reset"),
+     ("mlp_decode.py", "the fused MLP equals its reference")],
 )  # fmt: skip
 def test_kernel_benchmarks_cpu_smoke(script, says):
     """The GEMV (its walk unpipelined and pipelined), decode-GEMM and grid-barrier benchmarks'
@@ -253,15 +254,16 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     from mrv2_prof.runner.model import attention_split_kv_triton as split
     from mrv2_prof.runner.model import attention_triton as attn
     from mrv2_prof.runner.model import gemv_triton as gemv
+    from mrv2_prof.runner.model import projections_triton as proj
 
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
-             (attn, "WIDE_DECODE_STAGES")]  # fmt: skip
+             (attn, "WIDE_DECODE_STAGES"), (proj, "FUSED_MLP")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1")[1]
+    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+mlp")[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1]
+        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, True]
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was

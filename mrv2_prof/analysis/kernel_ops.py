@@ -12,6 +12,9 @@ of ``runner/model/step_cost.py``'s ``ops``:
   hold exactly 4 x layers + 1 such GEMMs; otherwise (a draft model's forward in the step, a
   torch attention that multiplies with cuBLAS, a tensor-parallel shard) its GEMMs and model
   kernels are ``unattributed``, with the reason.
+* **The batch-1 MLP in one launch** (``_mlp_decode_kernel``, ``mlp_decode_triton.py``) takes
+  two slots at once, ``gate_up`` and ``down`` of its layer, as the op ``mlp`` (the cost's
+  ``mlp``: both weights).
 * **Our Triton kernels by name** (``TRITON_OPS``): RMSNorm, QK-norm + RoPE, the KV write, paged
   attention (prefill and decode; the decode kernel with RoPE and the KV write folded in counts
   as attention), SiLU-and-mul. Their layer is the layer of the next GEMM slot
@@ -46,6 +49,7 @@ TRITON_OPS = {
     "_split_kv_decode_rope_kernel": "attention",  # split-KV with the RoPE fold's prologue
     "_silu_and_mul_kernel": "silu_mul",
 }
+FUSED_MLP_KERNEL = "_mlp_decode_kernel"  # gate_up and down in one launch: the op "mlp"
 OTHER, UNATTRIBUTED = "other", "unattributed"
 
 
@@ -61,10 +65,12 @@ class KernelOp:
 
 
 def kernel_class(name: str) -> str:
-    """``split_k``, ``gemm``, a Triton op of ``TRITON_OPS``, or ``other``."""
+    """``split_k``, ``gemm``, ``mlp``, a Triton op of ``TRITON_OPS``, or ``other``."""
     low = name.lower()
     if "splitk" in low and "reduce" in low:
         return "split_k"
+    if name.startswith(FUSED_MLP_KERNEL):
+        return "mlp"
     for kernel, op in TRITON_OPS.items():
         if name.startswith(kernel):
             return op
@@ -88,7 +94,7 @@ def attribute_step(names: list[str], layers: int) -> tuple[list[KernelOp], str |
     step's GEMMs do not follow the model's pattern (then they and the model's kernels are
     ``unattributed``)."""
     classes = [kernel_class(n) for n in names]
-    gemms, want = classes.count("gemm"), expected_gemms(layers)
+    gemms, want = classes.count("gemm") + 2 * classes.count("mlp"), expected_gemms(layers)
     if gemms != want:
         why = (
             f"{gemms} GEMM launches, expected {want} "
@@ -100,6 +106,10 @@ def attribute_step(names: list[str], layers: int) -> tuple[list[KernelOp], str |
         if c == "gemm":
             slot += 1
             out.append(KernelOp(*_gemm_op(slot, layers)))
+        elif c == "mlp":  # gate_up and down of one layer, or the pattern is broken
+            nxt, layer = _gemm_op(slot + 1, layers)
+            slot += 2
+            out.append(KernelOp("mlp", layer) if nxt == "gate_up" else KernelOp(UNATTRIBUTED, None))
         elif c == "split_k":
             out.append(KernelOp(*_gemm_op(slot, layers), joins=True) if slot >= 0 else
                        KernelOp(UNATTRIBUTED, None))  # fmt: skip

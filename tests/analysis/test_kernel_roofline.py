@@ -99,6 +99,28 @@ def test_the_folded_attention_and_the_decode_gemm_are_put_with_their_ops():
     assert [(k.op, k.layer) for k in ops[-2:]] == [("norm", None), ("lm_head", None)]
 
 
+def test_the_fused_mlp_takes_the_gate_up_and_down_slots_as_one_op(tmp_path):
+    """A batch-1 layer with the MLP in one launch (o GEMV into the residual, then the MLP
+    kernel): the kernel is the op ``mlp`` of its layer, counted as two GEMM slots, and its bytes
+    are both weights' and the norm's (hand count: 32,768 + 16,384 + 128 B at one token)."""
+    layer = [("_gemv_kernel", 2_000), ("_paged_decode_rope_kernel", 3_000),
+             ("_gemv_kernel", 1_000), ("_mlp_decode_kernel", 5_000)]  # fmt: skip
+    step = [*layer, *layer, ("_rmsnorm_kernel", 1_000), ("nvjet_lm_head", 8_000)]
+    ops, why = attribute_step([n for n, _ in step], layers=2)
+    assert why is None
+    assert [(k.op, k.layer) for k in ops] == [
+        ("qkv", 0), ("attention", 0), ("o", 0), ("mlp", 0),
+        ("qkv", 1), ("attention", 1), ("o", 1), ("mlp", 1), ("norm", None), ("lm_head", None),
+    ]  # fmt: skip
+    with _store(tmp_path, {5: step}) as store:
+        rows = {r.op: r for r in kernel_roofline(store, "r").rows}
+    m = rows["mlp"]
+    assert (m.launches, m.us, m.bytes) == (2, 10.0, 2 * (32_768 + 16_384 + 128))
+    # an MLP kernel where gate_up is not the next slot breaks the pattern
+    ops, why = attribute_step(["_mlp_decode_kernel", *[n for n, _ in step]], layers=2)
+    assert why is not None and all(k.op == "unattributed" for k in ops)
+
+
 def test_the_per_op_table_of_two_steps_is_the_hand_count(tmp_path):
     with _store(tmp_path, {5: STEP, 6: STEP}) as store:
         table = kernel_roofline(store, "r")

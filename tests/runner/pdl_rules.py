@@ -279,6 +279,14 @@ def _norm(residual: bool) -> None:
         norm_triton.rmsnorm_triton(_randn(2, 96), _randn(96), 1e-6)
 
 
+def _mlp() -> None:
+    from mrv2_prof.runner.model.mlp_decode_triton import MlpTiles, mlp_decode_triton
+
+    # two steps of each walk: the first down tile is loaded before the wait, the rest after
+    mlp_decode_triton(_randn(1, 96), _randn(96), 1e-6, _randn(2 * 48, 96), _randn(96, 48),
+                      tiles=MlpTiles(16, 64, 64))  # fmt: skip
+
+
 def _silu_and_mul() -> None:
     from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
 
@@ -298,6 +306,7 @@ CASES = {
     "rmsnorm": (lambda: _norm(False), {"x_ptr"}),
     "fused_add_rmsnorm": (lambda: _norm(True), {"x_ptr", "res_ptr"}),
     "silu_and_mul": (_silu_and_mul, {"x_ptr"}),
+    "mlp_decode": (_mlp, {"x_ptr", "sum_ptr", "counter_ptr"}),
     "qk_norm_rope_kv_write": (_rope, {"q_ptr", "k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"}),
     "paged_decode": (_decode, {"query_ptr", "k_cache_ptr", "v_cache_ptr", "out_ptr"}),
     "paged_decode_rope": (

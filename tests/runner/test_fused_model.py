@@ -171,7 +171,7 @@ def test_triton_model_gives_the_torch_logits(make_hf_checkpoint, tmp_path, arch)
 
 DECODE_PATHS = {  # every decode path on, auto or not (runner/worker/kernel_paths.py)
     "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
-    "rope_in_attention": True,
+    "rope_in_attention": True, "fused_mlp": True,
 }  # fmt: skip
 PROMPTS = {f"r{i}": list(range(3 + 11 * i, 8 + 21 * i)) for i in range(6)}  # 5..55 tokens
 
@@ -214,7 +214,8 @@ def test_triton_model_ops_give_the_torch_greedy_tokens_in_the_interpreter(monkey
 def test_every_decode_path_gives_the_torch_greedy_tokens_in_the_interpreter(monkeypatch):
     """CPU, TRITON_INTERPRET=1: the whole Triton kernel set with every decode path that is off by
     default switched on by the runner's settings (the one-pass fused GEMV at batch 1, the decode
-    GEMM for 2-256 rows, RoPE folded into decode attention) generates the torch path's greedy
+    GEMM for 2-256 rows, RoPE folded into decode attention, the batch-1 MLP in one launch)
+    generates the torch path's greedy
     tokens through chunked prefill and preemption, fp32 llama-tiny."""
     if CUDA:
         pytest.skip("the GPU version is test_gpu_triton_model_gives_torch_tokens_in_every_mode")
@@ -222,8 +223,12 @@ def test_every_decode_path_gives_the_torch_greedy_tokens_in_the_interpreter(monk
 
     paths = {k: v for k, v in DECODE_PATHS.items() if k != "pdl"}  # PDL: a GPU's launches
     _, want = _greedy_on_cpu(monkeypatch)
+    mlp, fused = projections_triton.mlp_decode_triton, []
+    monkeypatch.setattr(projections_triton, "mlp_decode_triton",
+                        lambda *a, **k: fused.append(1) or mlp(*a, **k))  # fmt: skip
     _, got = _greedy_on_cpu(monkeypatch, triton_kernels(), **paths)
     assert projections_triton.DECODE_GEMM == "triton"  # the settings reached the kernels
+    assert fused, "no batch-1 step ran the MLP in one launch"
     assert got == want
 
 

@@ -269,7 +269,7 @@ def near_tie_divergences(exact, prompts, reference, got) -> tuple[int, float, li
 
 DECODE_PATHS = {  # every decode path on, auto or not (runner/worker/kernel_paths.py)
     "decode_gemv": "fused_onepass", "decode_gemm": "triton", "pdl": True,
-    "rope_in_attention": True,
+    "rope_in_attention": True, "fused_mlp": True,
 }  # fmt: skip
 
 

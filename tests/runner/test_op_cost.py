@@ -26,6 +26,9 @@ LLAMA_TINY_OPS = {
     "qk_rope": {"weight_bytes": 0, "bytes_per_token": 2 * (2 * (64 + 32) + 32) + 128},
     "kv_write": {"bytes_per_token": 2 * 2 * 32 + 128},
     "silu_mul": {"bytes_per_token": 2 * 3 * 128},
+    # the batch-1 MLP in one launch: gate/up, down and the post-attention norm's weight
+    "mlp": {"weight_bytes": 2 * 256 * 64 + 2 * 64 * 128 + 2 * 64,
+            "flops_per_token": 2 * 256 * 64 + 2 * 64 * 128},
 }  # fmt: skip
 
 

@@ -138,3 +138,27 @@ def test_hybrid_folds_the_narrow_projections_and_leaves_a_wide_gate_up_to_cublas
     monkeypatch.setattr(projections_triton, "PLAIN_MAX_FEATURES", 2 * INTER)  # now narrow
     add_norm_linear_triton(t["x"].clone(), *args)
     assert calls == [("gemv", H, "-", True, False), ("gemv", 2 * INTER, "norm", False, True)]
+
+
+@pytest.mark.parametrize("fused_mlp", [False, True])
+@pytest.mark.parametrize(("m", "dtype"), CASES, ids=lambda c: str(c))
+def test_add_norm_mlp_is_add_norm_linear_then_mlp_down(m, dtype, fused_mlp, monkeypatch):
+    """The layer after attention in one op: with ``FUSED_MLP`` a batch of one row runs the o
+    GEMV into the residual and the MLP kernel (one launch), any other batch the two ops; every
+    way gives the references' composition, in place."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", "plain")
+    monkeypatch.setattr(projections_triton, "FUSED_MLP", fused_mlp)
+    launched = []
+    mlp = projections_triton.mlp_decode_triton
+    monkeypatch.setattr(projections_triton, "mlp_decode_triton",
+                        lambda *a, **k: launched.append(1) or mlp(*a, **k))  # fmt: skip
+    t = tensors(m, dtype, seed=11 + m)
+    args = (t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
+    gate_up, x = add_norm_linear_ref(t["x"], *args)
+    want = mlp_down_ref(x, gate_up, t["w_down"])
+    x = t["x"].clone()
+    got = projections_triton.add_norm_mlp_triton(x, *args, t["w_down"])
+    assert got is x
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, want, atol=2 * atol, rtol=rtol)
+    assert len(launched) == (1 if fused_mlp and m == 1 else 0)

@@ -286,13 +286,9 @@ class DecoderLayer(nn.Module):
         """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
         path updates ``x`` in place (and returns it)."""
         o_proj, norm = self.self_attn.o_proj, self.post_attention_layernorm
-        gate_up, x = self.kernels.add_norm_linear(
-            x,
-            attn.reshape(x.shape[0], -1),
-            o_proj.weight,
-            o_proj.bias,
-            norm.weight,
-            norm.eps,
-            self.mlp.gate_up_proj.weight,
-        )
+        args = (x, attn.reshape(x.shape[0], -1), o_proj.weight, o_proj.bias, norm.weight,
+                norm.eps, self.mlp.gate_up_proj.weight)  # fmt: skip
+        if self.kernels.add_norm_mlp is not None:
+            return self.kernels.add_norm_mlp(*args, self.mlp.down_proj.weight)
+        gate_up, x = self.kernels.add_norm_linear(*args)
         return self.mlp.down(x, gate_up)  # [T, H]

@@ -79,6 +79,10 @@ class ModelKernels:
     folds_rope: Callable[..., bool] = lambda num_tokens, meta, kv_cache: False  # noqa: E731
     rope_attend: Callable | None = None  # (q, k, v, cos, sin, positions, q_w, k_w, eps, kv_cache,
     #                                       meta, scale) -> attention output [T, h, d]
+    # (x, attn, o_w, o_b, norm_w, eps, gate_up_w, down_w) -> x after o and the MLP, where the
+    # bundle has its own (the Triton one: the batch-1 MLP in one launch where it is on); None:
+    # add_norm_linear, then mlp_down
+    add_norm_mlp: Callable | None = None
 
     def with_attention(
         self, write_kv: WriteKV | None = None, attend: Attend | None = None
@@ -119,6 +123,7 @@ def triton_model_kernels() -> ModelKernels:
     from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
     from mrv2_prof.runner.model.projections_triton import (
         add_norm_linear_triton,
+        add_norm_mlp_triton,
         mlp_down_triton,
         norm_linear_triton,
     )
@@ -137,4 +142,5 @@ def triton_model_kernels() -> ModelKernels:
         rope_writes_kv=True,
         folds_rope=folds_rope,
         rope_attend=rope_attend,
+        add_norm_mlp=add_norm_mlp_triton,
     )

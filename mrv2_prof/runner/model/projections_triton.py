@@ -45,7 +45,13 @@ split-K weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogu
 projection), off until ``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant
 plain+gemm`` measure it.
 
-A model reads both at each call, so they must be set before a CUDA graph is captured.
+``FUSED_MLP`` (off until measured) puts a batch-1 layer's MLP in one launch where the GEMV path
+serves the o projection (``add_norm_mlp_triton``): o added into the residual stream by the GEMV,
+then ``mlp_decode_triton`` (the post-attention norm, gate/up, SiLU-and-mul and down into the
+residual). Whatever ``DECODE_GEMV`` does with QKV, a layer's MLP is then one launch, not two (the
+fused modes) or four (``plain``: the add + norm kernel, cuBLAS's gate/up, SiLU-and-mul, down).
+
+A model reads all three at each call, so they must be set before a CUDA graph is captured.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from mrv2_prof.runner.model.gemm_decode_triton import (
     row_classes,
 )
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
+from mrv2_prof.runner.model.mlp_decode_triton import mlp_decode_triton
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
 DECODE_GEMV_MODES = ("fused", "fused_onepass", "hybrid", "plain", "off")
@@ -69,6 +76,7 @@ DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the m
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
 DECODE_GEMM = "cublas"  # the Triton decode GEMM is off until measured on the H200
+FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): off until measured
 
 
 def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
@@ -151,3 +159,28 @@ def mlp_down_triton(
     if _gemm(h, weight):
         return gemm_decode_triton(h, weight, residual=x)
     return x.addmm_(h, weight.t())
+
+
+def fuses_mlp(attn: torch.Tensor, o_weight: torch.Tensor) -> bool:
+    """Whether ``add_norm_mlp_triton`` runs the batch's MLP as one launch (host ints only)."""
+    return FUSED_MLP and _gemv(attn, o_weight, fused=False)
+
+
+def add_norm_mlp_triton(
+    x: torch.Tensor,  # [T, H]: the residual stream, updated in place
+    attn: torch.Tensor,  # [T, K]
+    o_weight: torch.Tensor,
+    o_bias: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    gate_up_weight: torch.Tensor,  # [2I, H]
+    down_weight: torch.Tensor,  # [H, I]
+) -> torch.Tensor:  # x
+    """The layer after attention: ``add_norm_linear_triton`` then ``mlp_down_triton``, or, where
+    ``fuses_mlp``, the o GEMV into ``x`` and the MLP in one launch."""
+    if fuses_mlp(attn, o_weight):
+        gemv_triton(attn, o_weight, o_bias, residual=x)
+        return mlp_decode_triton(x, norm_weight, eps, gate_up_weight, down_weight)
+    args = (o_weight, o_bias, norm_weight, eps, gate_up_weight)
+    gate_up, x = add_norm_linear_triton(x, attn, *args)
+    return mlp_down_triton(x, gate_up, down_weight)

@@ -27,7 +27,8 @@ weights (as above); ``attention`` reads one layer's K and V per context token an
 written per token: ``norm`` (RMSNorm: a row in, a row out), ``add_norm`` (the residual add and
 the post-attention norm: two rows in, two out), ``qk_rope`` (q and k in and out, v in, and the
 layer's K and V written to the cache), ``kv_write`` (k and v in, K and V out), ``silu_mul``
-(gate and up in, one row out).
+(gate and up in, one row out). ``mlp`` is the batch-1 MLP in one launch: the gate/up and down
+weights and the post-attention norm's.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def op_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dict[
                          ("gate_up", mlp.gate_up_proj), ("down", mlp.down_proj)):  # fmt: skip
         nbytes, flops = _weight(linear)
         ops[name] = {"weight_bytes": nbytes, "flops_per_token": flops}
+    ops["mlp"] = {key: ops["gate_up"][key] + ops["down"][key] + (hidden * item if key ==
+                  "weight_bytes" else 0) for key in ops["down"]}  # fmt: skip
     ops["attention"] = {"bytes_per_context": kv_layer, "flops_per_pair": 4 * q}
     table = args.vocab_size * hidden
     ops["lm_head"] = {"weight_bytes": table * item, "bytes_per_row": args.vocab_size * item,

@@ -101,5 +101,6 @@ def tp_kernels(base: ModelKernels, tp: TPGroup) -> ModelKernels:
         return x + tp.all_reduce(F.linear(silu_and_mul_ref(gate_up), weight))
 
     return replace(
-        base, name=f"{base.name}+tp{tp.world}", add_norm_linear=add_norm_linear, mlp_down=mlp_down
-    )
+        base, name=f"{base.name}+tp{tp.world}", add_norm_linear=add_norm_linear,
+        mlp_down=mlp_down, add_norm_mlp=None,  # the two ops above, each with its all-reduce
+    )  # fmt: skip

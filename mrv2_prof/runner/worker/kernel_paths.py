@@ -1,11 +1,13 @@
 """The Triton bundle's decode paths, chosen by the runner's settings: the batch-1 projections
 (``runner.decode_gemv``), the projections of 2-256 rows (``runner.decode_gemm``), programmatic
 dependent launch (``runner.pdl``), RoPE folded into decode attention
-(``runner.rope_in_attention``) and split-KV decode attention (``runner.split_kv``).
+(``runner.rope_in_attention``), split-KV decode attention (``runner.split_kv``) and the batch-1
+MLP in one launch (``runner.fused_mlp``).
 
 Each is a switch the model's kernel modules read at every call (``projections_triton``'s
 ``DECODE_GEMV`` and ``DECODE_GEMM``, ``pdl.LAUNCH_PDL``, ``attention_decode_rope_triton``'s
-``ROPE_IN_DECODE_ATTENTION``, ``attention_split_kv_triton``'s ``SPLIT_KV_ENABLED``), so
+``ROPE_IN_DECODE_ATTENTION``, ``attention_split_kv_triton``'s ``SPLIT_KV_ENABLED``,
+``projections_triton``'s ``FUSED_MLP``), so
 ``apply_kernel_paths`` sets them from the config when a runner is built, before its warm-up and
 graph capture, and the as-run scenario records what the run used. They are process-wide: the
 runner built last sets them (one engine runs at a time).
@@ -36,7 +38,8 @@ HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 5
 1,024 (2-3 %) and 2,048 (3.6-6.8 %) and lost at 4,096 (2.6 %), so there it is 2,048. Its GPU
 tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
 warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
-Triton GEMM lost at every batch.
+Triton GEMM lost at every batch. ``fused_mlp: false`` is the default until
+``benchmarks/decode_roofline.py --variant ...+mlp`` measures it on the GPU.
 
 ``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
 refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
@@ -50,12 +53,12 @@ import torch
 
 from mrv2_prof.runner.config import RunnerConfig
 
-PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention", "split_kv")
+PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention", "split_kv", "fused_mlp")
 ONE_PASS_MAX_HIDDEN = 768  # decode_gemv auto: fused_onepass up to this width (SmolLM2's 576)
 ONE_PASS_WIDER = {"H100 80GB HBM3": 2048}  # ... or this, on a GPU of this name (measured there)
 OFF = {
     "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False,
-    "split_kv": False,
+    "split_kv": False, "fused_mlp": False,
 }  # fmt: skip
 
 
@@ -135,3 +138,4 @@ def apply_kernel_paths(paths: dict[str, object]) -> None:
     pdl.LAUNCH_PDL = paths["pdl"]
     attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]
     attention_split_kv_triton.SPLIT_KV_ENABLED = paths["split_kv"]
+    projections_triton.FUSED_MLP = paths["fused_mlp"]

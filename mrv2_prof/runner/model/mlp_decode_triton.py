@@ -1,0 +1,226 @@
+"""The batch-1 MLP in one launch: post-attention RMSNorm, gate/up, SiLU-and-mul and down added
+into the residual stream, the Triton kernel beside its torch reference.
+
+At batch 1 the fused GEMV path (``projections_triton.py``) runs a layer's MLP as two launches:
+gate/up with the norm as its prologue (``gemv_triton``, ``one_pass``), then down with
+SiLU-and-mul as its prologue and the residual add as its epilogue. Each launch is a program per
+four output features streaming its weight rows, and a small model's layer is a few microseconds
+of each (SmolLM2-135M: 3.8 + 3.5 µs in the graph on an H100, RESULTS.md eighteenth round): the
+boundary between them, a wait for the gate/up output and a second walk, is a large part of it.
+
+Here a program owns ``BLOCK_I`` of the intermediate features instead. It walks the hidden row
+once for its gate and up rows (the one-pass norm: ``W (g * x)`` and the row's squares in the same
+walk, ``rstd`` applied at the end, as ``gemv_triton``'s ``one_pass``), rounds gate and up to the
+weights' dtype, takes ``silu(gate) * up`` with ``silu_and_mul_ref``'s roundings, and multiplies
+those ``BLOCK_I`` activations by its columns of the down weight: a float32 partial of the whole
+output row, added into a float32 workspace row with atomics. The last program to finish (a
+counter, as the split-KV reduction's: ``attention_split_kv_triton.count_and_reduce``) adds the
+workspace into the residual stream, rounds once (the down GEMV's epilogue), and zeroes the
+workspace and the counter for the next launch. Nothing of the intermediate row is written.
+
+The atomics make the sum's order, and so its last float32 bits, vary from run to run (the bf16
+residual may then differ by one rounding between two runs of one prompt); the fused GEMV's
+fixed-order sums do not. ``projections_triton.FUSED_MLP`` (the ``runner.fused_mlp`` setting)
+turns it on; off until ``benchmarks/decode_roofline.py --variant ...+mlp`` and
+``benchmarks/mlp_decode.py`` measure it.
+
+Programmatic dependent launch (``pdl.py``): a program loads its first gate/up tiles and its
+first down tile (the model's weights) before ``gdc_wait`` and the residual row after it; the
+workspace and the counter are touched only after the wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
+from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
+
+TILE_ELEMENTS = 16384  # a weight tile's elements ([BLOCK_I, BLOCK_K] and [BLOCK_H, BLOCK_I])
+
+
+@dataclass(frozen=True)
+class MlpTiles:
+    block_i: int  # intermediate features per program
+    block_k: int  # hidden elements per step of the gate/up walk
+    block_h: int  # output features per step of the down walk
+    num_warps: int = 8
+
+
+def pick_mlp_tiles(hidden: int, inter: int, block_i: int | None = None) -> MlpTiles:
+    """Tiles from host ints only: 16 intermediate features a program up to 2,048 of them (96
+    programs for SmolLM2-135M and qwen3-0.6b), 32 above; weight tiles of ``TILE_ELEMENTS``."""
+    bi = block_i or (16 if inter <= 2048 else 32)
+    whole = triton.next_power_of_2(hidden)
+    return MlpTiles(bi, min(whole, TILE_ELEMENTS // bi), min(whole, TILE_ELEMENTS // bi))
+
+
+def mlp_decode_ref(
+    x: torch.Tensor,  # [1, H] the residual stream
+    norm_weight: torch.Tensor,  # [H]
+    eps: float,
+    gate_up_weight: torch.Tensor,  # [2I, H]: gate rows, then up rows
+    down_weight: torch.Tensor,  # [H, I]
+) -> torch.Tensor:
+    """``x + down(silu(gate) * up)`` of ``RMSNorm(x)``'s gate/up, as a new tensor: the unfused
+    references' arithmetic (``rmsnorm_ref``, ``F.linear``, ``silu_and_mul_ref``, the down
+    product added once in float32)."""
+    gate_up = F.linear(rmsnorm_ref(x, norm_weight, eps), gate_up_weight)
+    y = F.linear(silu_and_mul_ref(gate_up), down_weight)
+    return (x.float() + y.float()).to(x.dtype)
+
+
+@triton.jit
+def _down_partial(wd, a, sum_ptr, h, h_ok):
+    """One down tile's float32 partial of the output features ``h``, added into the workspace."""
+    part = tl.sum(wd.to(tl.float32) * a[None, :], axis=1)
+    tl.atomic_add(sum_ptr + h, part, mask=h_ok, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _mlp_decode_kernel(
+    x_ptr,  # [H]: the residual stream, read, then written by the last program
+    norm_ptr,  # [H]
+    gu_ptr,  # [2I, H]
+    down_ptr,  # [H, I]
+    sum_ptr,  # [>= H] float32 workspace, zero between launches
+    counter_ptr,  # [1] int32, zero between launches
+    H,
+    INTER,
+    gu_stride,
+    down_stride,
+    eps,
+    BLOCK_I: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL: weights before the wait, x after
+):
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    i_ok = i < INTER
+    ks = tl.arange(0, BLOCK_K)
+    hs = tl.arange(0, BLOCK_H)
+    io_dtype = x_ptr.dtype.element_ty
+    g_rows = gu_ptr + i.to(tl.int64)[:, None] * gu_stride
+    u_rows = gu_ptr + (i + INTER).to(tl.int64)[:, None] * gu_stride
+    d_cols = down_ptr + i[None, :]
+    # the first down tile, a model weight, loaded now (under the kernel before, with PDL)
+    wd0 = tl.load(d_cols + hs.to(tl.int64)[:, None] * down_stride,
+                  mask=(hs < H)[:, None] & i_ok[None, :], other=0.0)  # fmt: skip
+    gate = tl.zeros([BLOCK_I], tl.float32)
+    up = tl.zeros([BLOCK_I], tl.float32)
+    sum_sq = tl.zeros([1], tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        k = k0 + ks
+        k_ok = k < H
+        w_ok = i_ok[:, None] & k_ok[None, :]
+        wg = tl.load(g_rows + k[None, :], mask=w_ok, other=0.0)
+        wu = tl.load(u_rows + k[None, :], mask=w_ok, other=0.0)
+        if USE_GDC:  # x is the kernel before's output (a no-op after the first step)
+            tl.extra.cuda.gdc_wait()
+        xf = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        sum_sq += tl.sum(xf * xf, axis=0)
+        xg = (tl.load(norm_ptr + k, mask=k_ok, other=0.0).to(tl.float32) * xf)[None, :]
+        gate += tl.sum(wg.to(tl.float32) * xg, axis=1)
+        up += tl.sum(wu.to(tl.float32) * xg, axis=1)
+    if USE_GDC:  # pdl.py's third rule (the wait above is in a loop); then let the next start
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    rstd = tl.rsqrt(sum_sq / H + eps)  # [1]
+    gate = (gate * rstd).to(io_dtype).to(tl.float32)  # the gate/up GEMV's rounding
+    up = (up * rstd).to(io_dtype).to(tl.float32)
+    a = (gate / (1.0 + tl.exp(-gate))).to(io_dtype).to(tl.float32)  # silu_and_mul_ref's
+    a = tl.where(i_ok, (a * up).to(io_dtype).to(tl.float32), 0.0)
+    _down_partial(wd0, a, sum_ptr, hs, hs < H)
+    for h0 in range(BLOCK_H, H, BLOCK_H):
+        h = h0 + hs
+        h_ok = h < H
+        wd = tl.load(d_cols + h.to(tl.int64)[:, None] * down_stride,
+                     mask=h_ok[:, None] & i_ok[None, :], other=0.0)  # fmt: skip
+        _down_partial(wd, a, sum_ptr, h, h_ok)
+    tl.debug_barrier()  # every thread's atomics before the release below
+    done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    if done == tl.num_programs(0) - 1:  # the last program: every partial is in the workspace
+        for h0 in range(0, H, BLOCK_H):
+            h = h0 + hs
+            h_ok = h < H
+            s = tl.load(sum_ptr + h, mask=h_ok, other=0.0, cache_modifier=".cg")
+            r = tl.load(x_ptr + h, mask=h_ok, other=0.0).to(tl.float32)
+            tl.store(x_ptr + h, (r + s).to(io_dtype), mask=h_ok)
+            tl.store(sum_ptr + h, tl.zeros([BLOCK_H], tl.float32), mask=h_ok)
+        tl.store(counter_ptr, 0)  # ready for the next launch
+
+
+class MlpWorkspace:
+    """Per device: the float32 sum row and the int32 counter (both zero between launches). It
+    grows, never shrinks, and never during a CUDA graph capture; a grown-out buffer is kept (a
+    captured graph may still use it)."""
+
+    def __init__(self) -> None:
+        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._kept: list[torch.Tensor] = []
+
+    def get(self, device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.buffers is not None and self.buffers[0].numel() >= hidden:
+            return self.buffers
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "the fused MLP's workspace grows during a CUDA graph capture: run a batch-1 "
+                "step eagerly before capturing"
+            )
+        if self.buffers is not None:
+            self._kept += list(self.buffers)
+        self.buffers = (
+            torch.zeros(hidden, dtype=torch.float32, device=device),
+            torch.zeros(1, dtype=torch.int32, device=device),
+        )
+        return self.buffers
+
+
+workspaces: dict[torch.device, MlpWorkspace] = {}
+
+
+def mlp_workspace(device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum [>= hidden] float32, counter [1] int32)`` of ``device``'s workspace, grown to fit."""
+    return workspaces.setdefault(device, MlpWorkspace()).get(device, hidden)
+
+
+def check_mlp(x, norm_weight, gate_up_weight, down_weight) -> None:
+    """The shapes the kernel takes: one contiguous row and weights that fit it."""
+    hidden, inter = down_weight.shape
+    if x.dim() != 2 or x.shape[0] != 1 or x.shape[1] != hidden or x.stride(-1) != 1:
+        raise ValueError(f"fused MLP: x {tuple(x.shape)} is not one contiguous row of {hidden}")
+    if gate_up_weight.shape != (2 * inter, hidden) or norm_weight.shape != (hidden,):
+        raise ValueError(
+            f"fused MLP: gate/up {tuple(gate_up_weight.shape)} and norm "
+            f"{tuple(norm_weight.shape)} do not fit down {tuple(down_weight.shape)}"
+        )
+    if gate_up_weight.stride(-1) != 1 or down_weight.stride(-1) != 1:
+        raise ValueError("fused MLP: the weights need a contiguous last dimension")
+
+
+def mlp_decode_triton(
+    x: torch.Tensor,  # [1, H]: the residual stream, updated in place
+    norm_weight: torch.Tensor,
+    eps: float,
+    gate_up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    *,
+    tiles: MlpTiles | None = None,
+) -> torch.Tensor:
+    """``mlp_decode_ref`` in one launch, written into ``x`` (returned)."""
+    check_mlp(x, norm_weight, gate_up_weight, down_weight)
+    hidden, inter = down_weight.shape
+    t = tiles or pick_mlp_tiles(hidden, inter)
+    sums, counter = mlp_workspace(x.device, hidden)
+    _mlp_decode_kernel[(triton.cdiv(inter, t.block_i),)](
+        x, norm_weight, gate_up_weight, down_weight, sums, counter, hidden, inter,
+        gate_up_weight.stride(0), down_weight.stride(0), float(eps),
+        BLOCK_I=t.block_i, BLOCK_K=t.block_k, BLOCK_H=t.block_h, num_warps=t.num_warps,
+        **launch_options(use_pdl(x.device)),
+    )  # fmt: skip
+    return x
