@@ -244,6 +244,7 @@ def variant_paths(mode: str, extras: tuple[str, ...]) -> dict:
         "pdl": "pdl" in extras,
         "rope_in_attention": "fold" in extras,
         "split_kv": split_switches(extras)[0],
+        "fused_mlp": "mlp" in extras,
     }
 
 
@@ -391,7 +392,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     walk of K software-pipelined over N stages (``LOOP_STAGES``); ``bkN``: its step N elements
     of K (``M1_BLOCK_K``). ``lt``: torch's cuBLAS matmuls through cuBLASLt
     (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections. ``mlp``: the
-    batch-1 MLP in one launch (``projections_triton.FUSED_MLP``, ``mlp_decode_triton.py``)."""
+    batch-1 MLP in one launch (``runner.fused_mlp``, ``mlp_decode_triton.py``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
@@ -423,8 +424,7 @@ def variant_switches(extras: tuple[str, ...]):
     """A variant's module switches, which are not runner settings, set for the ``with`` block
     and restored after it: forced splits, the decode kernels' key tiles (narrow and wide grids),
     split-KV's fewest keys a split, the batch-1 GEMV's SiLU-and-mul warps, loop stages and step
-    of K, the wide grid's warps and stages, the batch-1 MLP in one launch, and torch's BLAS
-    library (process-wide)."""
+    of K, the wide grid's warps and stages, and torch's BLAS library (process-wide)."""
     split, attn, gemv = attention_split_kv_triton, attention_triton, gemv_triton
     switches = [  # (module, name, the variant's value)
         (split, "FORCED_SPLITS", split_switches(extras)[1]),
@@ -436,7 +436,6 @@ def variant_switches(extras: tuple[str, ...]):
         (gemv, "M1_BLOCK_K", extra_int(extras, "bk", gemv.M1_BLOCK_K)),
         (attn, "WIDE_DECODE_WARPS", extra_int(extras, "ww", attn.WIDE_DECODE_WARPS)),
         (attn, "WIDE_DECODE_STAGES", extra_int(extras, "ws", attn.WIDE_DECODE_STAGES)),
-        (projections_triton, "FUSED_MLP", "mlp" in extras),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
     blas = torch.backends.cuda.preferred_blas_library()

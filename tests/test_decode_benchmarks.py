@@ -238,6 +238,9 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     extras = roofline.parse_variant("plain+bk2048+ls3+pdl")[1]
     assert extras == ("pdl", "ls3", "bk2048") and roofline.extra_int(extras, "ls", 0) == 3
     assert roofline.extra_int(extras, "bk", 1024) == 2048
+    mode, extras = roofline.parse_variant("fused_onepass+mlp+pdl")  # a runner setting
+    assert extras == ("pdl", "mlp") and roofline.variant_paths(mode, extras)["fused_mlp"] is True
+    assert roofline.variant_paths("plain", ("pdl",))["fused_mlp"] is False
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ls1",
@@ -254,16 +257,15 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     from mrv2_prof.runner.model import attention_split_kv_triton as split
     from mrv2_prof.runner.model import attention_triton as attn
     from mrv2_prof.runner.model import gemv_triton as gemv
-    from mrv2_prof.runner.model import projections_triton as proj
 
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
-             (attn, "WIDE_DECODE_STAGES"), (proj, "FUSED_MLP")]  # fmt: skip
+             (attn, "WIDE_DECODE_STAGES")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+mlp")[1]
+    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1")[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, True]
+        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1]
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was
