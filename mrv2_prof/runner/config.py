@@ -292,7 +292,8 @@ class RunnerConfig:
     pdl: bool | None = setting(None, auto=True)  # programmatic dependent launch (Hopper+)
     rope_in_attention: bool | None = setting(None, auto=True)  # decode attention does RoPE + KV
     split_kv: bool | None = setting(None, auto=True)  # small decode batches: keys over programs
-    fused_mlp: bool = False  # batch 1: a layer's MLP in one launch (off until measured)
+    # None (auto): on with the Triton kernels on a GPU for a narrow model (kernel_paths.py)
+    fused_mlp: bool | None = setting(None, auto=True)  # batch 1: a layer's MLP in one launch
     async_scheduling: bool = True
     staged_writes: bool = True
     uva: bool = True
