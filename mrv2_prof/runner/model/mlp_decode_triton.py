@@ -13,19 +13,19 @@ once for its gate and up rows (the one-pass norm: ``W (g * x)`` and the row's sq
 walk, ``rstd`` applied at the end, as ``gemv_triton``'s ``one_pass``), rounds gate and up to the
 weights' dtype, takes ``silu(gate) * up`` with ``silu_and_mul_ref``'s roundings, and multiplies
 those ``BLOCK_I`` activations by its columns of the down weight: a float32 partial of the whole
-output row, added into a workspace row with atomics. The last program to finish (a counter, as
-the split-KV reduction's: ``attention_split_kv_triton.count_and_reduce``) adds the workspace
-into the residual stream, rounds once (the down GEMV's epilogue), and zeroes the workspace and
-the counter for the next launch. Nothing of the intermediate row is written.
+output row, added into a float32 workspace row with atomics. The last program to finish (a
+counter, as the split-KV reduction's: ``attention_split_kv_triton.count_and_reduce``) adds the
+workspace into the residual stream, rounds once (the down GEMV's epilogue), and zeroes the
+workspace and the counter for the next launch. Nothing of the intermediate row is written.
 
-The workspace holds fixed-point integers, not floats: each partial is scaled by 2^32 and
-truncated to an int64 (``FIXED_ONE``) before its atomic add. Integer addition does not depend
-on its order, so the sum, and the run's tokens, are the same bit for bit from run to run
-whichever program adds first (float32 atomics would not be: their order varies, and a bf16
-residual would then differ by a rounding between two runs of one prompt, which the gate's
-output contract would see). Each partial loses at most 2^-32 (2.3e-10) to the truncation; the
-sum holds magnitudes up to 2^31. ``projections_triton.FUSED_MLP`` (the ``runner.fused_mlp``
-setting) turns it on.
+The atomics make the sum's order, and so its last float32 bits, vary from run to run (the bf16
+residual may then differ by one rounding between two runs of one prompt, and a near-tie of the
+logits by a token); the fused GEMV's fixed-order sums do not. An order-free form (each partial
+scaled by 2^32 and added as an int64: integer sums do not depend on their order) was measured
+and lost: 64-bit atomics took SmolLM2's MLP from 5.6 to 8.4 µs, slower than the two GEMVs'
+7.2 (H100, ``benchmarks/mlp_decode.py``). ``projections_triton.FUSED_MLP`` (the
+``runner.fused_mlp`` setting, off by default for that reason; ``kernel_paths.py`` has the
+measurements) turns it on.
 
 Programmatic dependent launch (``pdl.py``): a program loads its first gate/up tiles and its
 first down tile (the model's weights) before ``gdc_wait`` and the residual row after it; the
@@ -45,7 +45,6 @@ from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 TILE_ELEMENTS = 16384  # a weight tile's elements ([BLOCK_I, BLOCK_K] and [BLOCK_H, BLOCK_I])
-FIXED_ONE = 2.0**32  # the workspace's fixed point: a partial p is added as int64(p * 2^32)
 
 
 @dataclass(frozen=True)
@@ -80,11 +79,10 @@ def mlp_decode_ref(
 
 
 @triton.jit
-def _down_partial(wd, a, sum_ptr, h, h_ok, one):
-    """One down tile's float32 partial of the output features ``h``, added into the workspace
-    in fixed point (``FIXED_ONE`` = ``one``: order-free integer sums)."""
+def _down_partial(wd, a, sum_ptr, h, h_ok):
+    """One down tile's float32 partial of the output features ``h``, added into the workspace."""
     part = tl.sum(wd.to(tl.float32) * a[None, :], axis=1)
-    tl.atomic_add(sum_ptr + h, (part * one).to(tl.int64), mask=h_ok, sem="relaxed", scope="gpu")
+    tl.atomic_add(sum_ptr + h, part, mask=h_ok, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -93,14 +91,13 @@ def _mlp_decode_kernel(
     norm_ptr,  # [H]
     gu_ptr,  # [2I, H]
     down_ptr,  # [H, I]
-    sum_ptr,  # [>= H] int64 workspace (fixed point, FIXED_ONE), zero between launches
+    sum_ptr,  # [>= H] float32 workspace, zero between launches
     counter_ptr,  # [1] int32, zero between launches
     H,
     INTER,
     gu_stride,
     down_stride,
     eps,
-    one,  # FIXED_ONE
     BLOCK_I: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -141,29 +138,28 @@ def _mlp_decode_kernel(
     up = (up * rstd).to(io_dtype).to(tl.float32)
     a = (gate / (1.0 + tl.exp(-gate))).to(io_dtype).to(tl.float32)  # silu_and_mul_ref's
     a = tl.where(i_ok, (a * up).to(io_dtype).to(tl.float32), 0.0)
-    _down_partial(wd0, a, sum_ptr, hs, hs < H, one)
+    _down_partial(wd0, a, sum_ptr, hs, hs < H)
     for h0 in range(BLOCK_H, H, BLOCK_H):
         h = h0 + hs
         h_ok = h < H
         wd = tl.load(d_cols + h.to(tl.int64)[:, None] * down_stride,
                      mask=h_ok[:, None] & i_ok[None, :], other=0.0)  # fmt: skip
-        _down_partial(wd, a, sum_ptr, h, h_ok, one)
+        _down_partial(wd, a, sum_ptr, h, h_ok)
     tl.debug_barrier()  # every thread's atomics before the release below
     done = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
     if done == tl.num_programs(0) - 1:  # the last program: every partial is in the workspace
         for h0 in range(0, H, BLOCK_H):
             h = h0 + hs
             h_ok = h < H
-            s = tl.load(sum_ptr + h, mask=h_ok, other=0, cache_modifier=".cg")
-            s = (s.to(tl.float64) / one).to(tl.float32)
+            s = tl.load(sum_ptr + h, mask=h_ok, other=0.0, cache_modifier=".cg")
             r = tl.load(x_ptr + h, mask=h_ok, other=0.0).to(tl.float32)
             tl.store(x_ptr + h, (r + s).to(io_dtype), mask=h_ok)
-            tl.store(sum_ptr + h, tl.zeros([BLOCK_H], tl.int64), mask=h_ok)
+            tl.store(sum_ptr + h, tl.zeros([BLOCK_H], tl.float32), mask=h_ok)
         tl.store(counter_ptr, 0)  # ready for the next launch
 
 
 class MlpWorkspace:
-    """Per device: the int64 sum row and the int32 counter (both zero between launches). It
+    """Per device: the float32 sum row and the int32 counter (both zero between launches). It
     grows, never shrinks, and never during a CUDA graph capture; a grown-out buffer is kept (a
     captured graph may still use it)."""
 
@@ -182,7 +178,7 @@ class MlpWorkspace:
         if self.buffers is not None:
             self._kept += list(self.buffers)
         self.buffers = (
-            torch.zeros(hidden, dtype=torch.int64, device=device),
+            torch.zeros(hidden, dtype=torch.float32, device=device),
             torch.zeros(1, dtype=torch.int32, device=device),
         )
         return self.buffers
@@ -192,7 +188,7 @@ workspaces: dict[torch.device, MlpWorkspace] = {}
 
 
 def mlp_workspace(device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sum [>= hidden] int64, counter [1] int32)`` of ``device``'s workspace, grown to fit."""
+    """``(sum [>= hidden] float32, counter [1] int32)`` of ``device``'s workspace, grown to fit."""
     return workspaces.setdefault(device, MlpWorkspace()).get(device, hidden)
 
 
@@ -226,7 +222,7 @@ def mlp_decode_triton(
     sums, counter = mlp_workspace(x.device, hidden)
     _mlp_decode_kernel[(triton.cdiv(inter, t.block_i),)](
         x, norm_weight, gate_up_weight, down_weight, sums, counter, hidden, inter,
-        gate_up_weight.stride(0), down_weight.stride(0), float(eps), FIXED_ONE,
+        gate_up_weight.stride(0), down_weight.stride(0), float(eps),
         BLOCK_I=t.block_i, BLOCK_K=t.block_k, BLOCK_H=t.block_h, num_warps=t.num_warps,
         **launch_options(use_pdl(x.device)),
     )  # fmt: skip

@@ -38,12 +38,14 @@ HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 5
 1,024 (2-3 %) and 2,048 (3.6-6.8 %) and lost at 4,096 (2.6 %), so there it is 2,048. Its GPU
 tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
 warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
-Triton GEMM lost at every batch. ``fused_mlp`` defaults to ``auto``: on with the Triton kernels
-on a GPU for a model of at most ``FUSED_MLP_MAX_HIDDEN`` (768) hidden features. On an H100
-(``decode_roofline.py --variant ...+mlp``, one invocation) it took SmolLM2-135M (576) from
-0.508-0.520 to 0.494-0.496 ms a step, and lost 5-7 % on qwen3-0.6b (1,024) and 17-20 % on
-llama-1b (2,048), where its 96-256 programs stream the weights at 43-63 % of the roof against
-the GEMVs' 62-91 % (benchmarks/RESULTS.md, nineteenth round).
+Triton GEMM lost at every batch. ``fused_mlp: false`` is the default, and no ``auto`` takes it:
+on an H100 (``decode_roofline.py --variant ...+mlp``, one invocation) it took SmolLM2-135M from
+0.508-0.520 to 0.494-0.496 ms a step, but lost 5-7 % on qwen3-0.6b and 17-20 % on llama-1b (its
+96-256 programs stream the weights at 43-63 % of the roof against the GEMVs' 62-91 %), and its
+float32 atomics add in no fixed order, so two runs of one prompt may differ in the last bits
+(and, at a near-tie, in a token), which the default paths do not. The order-free form (int64
+fixed point) was measured too: 8.4 µs a layer against the two GEMVs' 7.2 on SmolLM2's shape,
+slower than what it replaces (benchmarks/RESULTS.md, nineteenth round).
 
 ``kernel_path_notes``: a path asked for that the run cannot take, one note each (``strict``
 refuses it): any of them with the torch kernels (the model's torch ops have none of them), and
@@ -60,7 +62,6 @@ from mrv2_prof.runner.config import RunnerConfig
 PATHS = ("decode_gemv", "decode_gemm", "pdl", "rope_in_attention", "split_kv", "fused_mlp")
 ONE_PASS_MAX_HIDDEN = 768  # decode_gemv auto: fused_onepass up to this width (SmolLM2's 576)
 ONE_PASS_WIDER = {"H100 80GB HBM3": 2048}  # ... or this, on a GPU of this name (measured there)
-FUSED_MLP_MAX_HIDDEN = 768  # fused_mlp auto: the batch-1 MLP in one launch up to this width
 OFF = {
     "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": False, "rope_in_attention": False,
     "split_kv": False, "fused_mlp": False,
@@ -81,9 +82,8 @@ def one_pass_max_hidden() -> int:
 def resolved_paths(
     config: RunnerConfig, kernels: str, is_cuda: bool, hidden_size: int | None = None
 ) -> dict[str, object]:
-    """The six paths this run takes, by setting name: ``auto`` (None, or ``decode_gemv``'s
-    "auto"; it and ``fused_mlp``'s read the model's ``hidden_size``; unknown: plain, off)
-    resolved, and every path
+    """The five paths this run takes, by setting name: ``auto`` (None, or ``decode_gemv``'s
+    "auto", which reads the model's ``hidden_size``; unknown: plain) resolved, and every path
     off with the torch kernels (the model's torch ops have none of them)."""
     if kernels != "triton":
         return dict(OFF)
@@ -91,10 +91,6 @@ def resolved_paths(
     if paths["decode_gemv"] == "auto":
         narrow = is_cuda and hidden_size is not None and hidden_size <= one_pass_max_hidden()
         paths["decode_gemv"] = "fused_onepass" if narrow else "plain"
-    if paths["fused_mlp"] is None:
-        paths["fused_mlp"] = is_cuda and (hidden_size or FUSED_MLP_MAX_HIDDEN + 1) <= (
-            FUSED_MLP_MAX_HIDDEN
-        )
     if paths["pdl"] is None:
         paths["pdl"] = _pdl_capable(is_cuda)
     elif paths["pdl"] and not _pdl_capable(is_cuda):
