@@ -4,7 +4,9 @@ For the MLP shapes of SmolLM2-135M, qwen3-0.6b, llama-1b and llama-3-8b, one row
 one-pass path's two launches (gate/up with the one-pass RMSNorm prologue, then down with
 SiLU-and-mul and the residual add) against the fused MLP kernel with the tiles
 ``pick_mlp_tiles`` chooses and with the best of a sweep (intermediate features a program, tile
-size, warps). Each side is a captured CUDA graph over rotating copies of the layer's weights
+size, warps), reading the down weight as ``nn.Linear`` keeps it ([H, I]) and as a transposed
+copy ([I, H], each program's columns contiguous: ``--transposed``). Each side is a captured
+CUDA graph over rotating copies of the layer's weights
 (more bytes than the L2 holds, as a step's distinct layers read), launched as the runner
 launches (with programmatic dependent launch on compute capability 9.0+, so a launch's weight
 reads overlap the one before); µs per layer is the median replay's time over the copies. GB/s
@@ -66,7 +68,7 @@ def two_gemvs(x, layer) -> torch.Tensor:
 
 def sweep() -> list[tuple[int, int, int]]:
     """(intermediate features a program, a tile's elements, warps)."""
-    return list(itertools.product((8, 16, 32, 64), (4096, 8192, 16384), (4, 8)))
+    return list(itertools.product((8, 16, 32, 64, 128), (4096, 8192, 16384), (4, 8)))
 
 
 def tiles_of(hidden: int, block_i: int, elements: int, warps: int) -> MlpTiles:
@@ -75,22 +77,26 @@ def tiles_of(hidden: int, block_i: int, elements: int, warps: int) -> MlpTiles:
     return MlpTiles(block_i, bk, bk, warps)
 
 
-def bench(name: str, hidden: int, inter: int, do_sweep: bool) -> dict:
+def bench(name: str, hidden: int, inter: int, do_sweep: bool, transposed: bool = False) -> dict:
     from graph_timing import graph_time_us
 
     dev, dt = torch.device("cuda"), torch.bfloat16
     per_layer = 3 * hidden * inter * 2
     copies = max(2, min(64, ROTATE_BYTES // per_layer))
     layers = layer_weights(hidden, inter, dev, dt, copies)
+    if transposed:  # the down weight read from a transposed copy (the same values)
+        layers = [(g, gu, d.t().contiguous().t()) for g, gu, d in layers]
     x0 = torch.randn(1, hidden, device=dev, dtype=dt)
     want = mlp_decode_ref(x0, *layers[0][:1], EPS, *layers[0][1:])
-    for got in (two_gemvs(x0.clone(), layers[0]),
-                mlp_decode_triton(x0.clone(), layers[0][0], EPS, *layers[0][1:])):  # fmt: skip
+    sides = [mlp_decode_triton(x0.clone(), layers[0][0], EPS, *layers[0][1:])]
+    sides += [] if transposed else [two_gemvs(x0.clone(), layers[0])]
+    for got in sides:
         torch.testing.assert_close(got, want, atol=6e-2, rtol=2e-2)
     x = x0.clone()  # the residual stream the chain updates (its values drift; the time does not)
     row = {"model": name, "hidden": hidden, "inter": inter, "copies": copies,
-           "weight_bytes": per_layer}  # fmt: skip
-    row["two_gemvs_us"] = graph_time_us([lambda w=w: two_gemvs(x, w) for w in layers])
+           "weight_bytes": per_layer, "down_transposed": transposed}  # fmt: skip
+    plain = [(g, gu, d.contiguous()) for g, gu, d in layers]  # the GEMVs read [H, I] rows
+    row["two_gemvs_us"] = graph_time_us([lambda w=w: two_gemvs(x, w) for w in plain])
     picked = pick_mlp_tiles(hidden, inter)
 
     def fused(t):
@@ -110,7 +116,9 @@ def bench(name: str, hidden: int, inter: int, do_sweep: bool) -> dict:
     row["best_us"], row["best"] = best[0], best[1].__dict__
     for side in ("two_gemvs", "fused", "best"):
         row[f"{side}_gbps"] = per_layer / row[f"{side}_us"] / 1e3
-    print(f"{name:13s} two GEMVs {row['two_gemvs_us']:6.2f} us ({row['two_gemvs_gbps']:5.0f} "
+    layout = "down^T" if transposed else "down  "
+    print(f"{name:13s} {layout} two GEMVs {row['two_gemvs_us']:6.2f} us "
+          f"({row['two_gemvs_gbps']:5.0f} "
           f"GB/s), fused {row['fused_us']:6.2f} us ({row['fused_gbps']:5.0f}), best "
           f"{row['best_us']:6.2f} us {best[1]}", flush=True)  # fmt: skip
     return row
@@ -122,8 +130,9 @@ def cpu_smoke() -> None:
     (layer,) = layer_weights(96, 80, dev, dt, 1)
     x = torch.randn(1, 96, dtype=dt)
     for t in (None, tiles_of(96, 16, 512, 4)):
-        got = mlp_decode_triton(x.clone(), layer[0], EPS, *layer[1:], tiles=t)
-        torch.testing.assert_close(got, mlp_decode_ref(x, layer[0], EPS, *layer[1:]))
+        for down in (layer[2], layer[2].t().contiguous().t()):
+            got = mlp_decode_triton(x.clone(), layer[0], EPS, layer[1], down, tiles=t)
+            torch.testing.assert_close(got, mlp_decode_ref(x, layer[0], EPS, *layer[1:]))
     print("cpu smoke: the fused MLP equals its reference")
 
 
@@ -132,13 +141,17 @@ def main() -> None:
     ap.add_argument("--model", action="append", choices=sorted(SHAPES))
     ap.add_argument("--no-sweep", action="store_true", help="only the picked tiles")
     ap.add_argument("--no-pdl", action="store_true", help="launch without PDL (both sides)")
+    ap.add_argument("--transposed", action="store_true",
+                    help="also time the fused kernel on a transposed copy of down")  # fmt: skip
     ap.add_argument("--out", help="write the rows as JSON here")
     ap.add_argument("--cpu-smoke", action="store_true", help=cpu_smoke.__doc__)
     args = ap.parse_args()
     if args.cpu_smoke:
         return cpu_smoke()
     pdl.LAUNCH_PDL = not args.no_pdl
-    rows = [bench(m, *SHAPES[m], not args.no_sweep) for m in args.model or SHAPES]
+    layouts = (False, True) if args.transposed else (False,)
+    rows = [bench(m, *SHAPES[m], not args.no_sweep, t) for m in args.model or SHAPES
+            for t in layouts]  # fmt: skip
     write_results(args.out, {"pdl": pdl.use_pdl(torch.device("cuda"))}, rows)
 
 

@@ -40,11 +40,12 @@ def operands(hidden, inter, dtype, seed=0, device=DEVICE):
 
 
 # (hidden, intermediate, tiles): one step of each walk; several steps with a masked last one in
-# both walks and a masked last program; the picked tiles of SmolLM2's shape
+# both walks and a masked last program; the same with the down weight transposed
 CASES = [
     (64, 96, None),
     (72, 40, MlpTiles(16, 32, 32, 4)),
     (200, 100, MlpTiles(32, 64, 128, 4)),
+    (200, 100, "transposed"),
 ]
 
 
@@ -53,6 +54,9 @@ CASES = [
 def test_matches_the_reference_and_leaves_its_workspace_zero(hidden, inter, tiles, dtype):
     x, *rest = operands(hidden, inter, dtype, seed=hidden)
     want = mlp_decode_ref(x, *rest)
+    if tiles == "transposed":  # the down weight as a transposed copy's view: columns contiguous
+        rest[-1], tiles = rest[-1].t().contiguous().t(), MlpTiles(16, 64, 64, 4)
+        assert rest[-1].stride() == (1, hidden)
     got = x.clone()
     assert mlp_decode_triton(got, *rest, tiles=tiles) is got  # in place
     atol, rtol = TOL[dtype]

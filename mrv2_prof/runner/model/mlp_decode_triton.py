@@ -17,6 +17,9 @@ output row, added into a float32 workspace row with atomics. The last program to
 counter, as the split-KV reduction's: ``attention_split_kv_triton.count_and_reduce``) adds the
 workspace into the residual stream, rounds once (the down GEMV's epilogue), and zeroes the
 workspace and the counter for the next launch. Nothing of the intermediate row is written.
+The down weight is read as ``nn.Linear`` keeps it ([H, I]: a program's columns are ``BLOCK_I``
+elements of each row) or as the view of a transposed copy (``w.t().contiguous().t()``: its
+columns contiguous).
 
 The atomics make the sum's order, and so its last float32 bits, vary from run to run (the bf16
 residual may then differ by one rounding between two runs of one prompt, and a near-tie of the
@@ -90,13 +93,14 @@ def _mlp_decode_kernel(
     x_ptr,  # [H]: the residual stream, read, then written by the last program
     norm_ptr,  # [H]
     gu_ptr,  # [2I, H]
-    down_ptr,  # [H, I]
+    down_ptr,  # [H, I]: row-major, or a transposed copy's view (strides 1, H)
     sum_ptr,  # [>= H] float32 workspace, zero between launches
     counter_ptr,  # [1] int32, zero between launches
     H,
     INTER,
     gu_stride,
-    down_stride,
+    down_stride_h,
+    down_stride_i,
     eps,
     BLOCK_I: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -110,9 +114,9 @@ def _mlp_decode_kernel(
     io_dtype = x_ptr.dtype.element_ty
     g_rows = gu_ptr + i.to(tl.int64)[:, None] * gu_stride
     u_rows = gu_ptr + (i + INTER).to(tl.int64)[:, None] * gu_stride
-    d_cols = down_ptr + i[None, :]
+    d_cols = down_ptr + i.to(tl.int64)[None, :] * down_stride_i
     # the first down tile, a model weight, loaded now (under the kernel before, with PDL)
-    wd0 = tl.load(d_cols + hs.to(tl.int64)[:, None] * down_stride,
+    wd0 = tl.load(d_cols + hs.to(tl.int64)[:, None] * down_stride_h,
                   mask=(hs < H)[:, None] & i_ok[None, :], other=0.0)  # fmt: skip
     gate = tl.zeros([BLOCK_I], tl.float32)
     up = tl.zeros([BLOCK_I], tl.float32)
@@ -142,7 +146,7 @@ def _mlp_decode_kernel(
     for h0 in range(BLOCK_H, H, BLOCK_H):
         h = h0 + hs
         h_ok = h < H
-        wd = tl.load(d_cols + h.to(tl.int64)[:, None] * down_stride,
+        wd = tl.load(d_cols + h.to(tl.int64)[:, None] * down_stride_h,
                      mask=h_ok[:, None] & i_ok[None, :], other=0.0)  # fmt: skip
         _down_partial(wd, a, sum_ptr, h, h_ok)
     tl.debug_barrier()  # every thread's atomics before the release below
@@ -202,8 +206,10 @@ def check_mlp(x, norm_weight, gate_up_weight, down_weight) -> None:
             f"fused MLP: gate/up {tuple(gate_up_weight.shape)} and norm "
             f"{tuple(norm_weight.shape)} do not fit down {tuple(down_weight.shape)}"
         )
-    if gate_up_weight.stride(-1) != 1 or down_weight.stride(-1) != 1:
-        raise ValueError("fused MLP: the weights need a contiguous last dimension")
+    if gate_up_weight.stride(-1) != 1 or 1 not in down_weight.stride():
+        raise ValueError(
+            "fused MLP: gate/up needs a contiguous last dimension, down a contiguous dimension"
+        )
 
 
 def mlp_decode_triton(
@@ -222,7 +228,7 @@ def mlp_decode_triton(
     sums, counter = mlp_workspace(x.device, hidden)
     _mlp_decode_kernel[(triton.cdiv(inter, t.block_i),)](
         x, norm_weight, gate_up_weight, down_weight, sums, counter, hidden, inter,
-        gate_up_weight.stride(0), down_weight.stride(0), float(eps),
+        gate_up_weight.stride(0), *down_weight.stride(), float(eps),
         BLOCK_I=t.block_i, BLOCK_K=t.block_k, BLOCK_H=t.block_h, num_warps=t.num_warps,
         **launch_options(use_pdl(x.device)),
     )  # fmt: skip
