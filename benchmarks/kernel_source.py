@@ -1,0 +1,175 @@
+"""Where inside one kernel its warps wait: Nsight Compute's source counters (warp-state sampling
+per instruction) of one kernel of a steady decode step, put together by Triton source line.
+
+``kernel_stalls.py`` says how long each kernel of a step takes alone and which stall reasons
+make up its cycles; this says at which line. The engine and its steady step are
+``kernel_stalls.py``'s (``--drive``: ``--preset``, ``--variant``, ``--batch`` requests of
+``--prompt-len`` tokens, the range around one step after ``--warm-steps``). ``ncu`` profiles the
+first ``--launch-count`` launches of the kernels named by ``--kernel`` (a regular expression; one
+launch a layer) with the ``SourceCounters`` and ``WarpStateStats`` sections, sampling every
+warp's state every 32 cycles (``--warp-sampling-interval 0``), with the source imported, and its
+source page (``--page source --print-source cuda,sass --csv``) gives per source line the samples
+of its instructions and their stall reasons. The lines are summed over the launches.
+
+A sample is a warp seen at an instruction, so a line's share is the share of the kernel's warp
+time spent at it: a load's consumer collects the wait for the load (``long_sb``: the long
+scoreboard), a barrier its threads' waits. A short kernel gives few samples (an 8 µs attention
+launch of 8 programs: about 45); each row shows its count, so a share can be weighed.
+
+    python benchmarks/kernel_source.py --preset llama-1b --kernel _paged_decode_rope_kernel \\
+        --out source.json
+    python benchmarks/kernel_source.py --summarize source.csv   # a saved ncu source page
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from bench_io import write_results
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+STALL_PREFIX = "stall_"  # a reason's samples: stall_long_sb, stall_barrier, ... (all samples)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:  # "-" or empty: nothing sampled there
+        return 0.0
+
+
+def parse_source(text: str) -> list[dict]:
+    """``ncu --page source --csv --print-source cuda,sass``: a ``File Path`` row opens a source
+    file's block, a ``Line No`` row its header, then a row a source line (its number first) and
+    rows of its instructions (number empty). Per (file, line), summed over the blocks (one set a
+    launch): the line's text, its samples and its samples by stall reason, most samples first."""
+    lines: dict[tuple[str, int], dict] = {}
+    path, header = None, None
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        if row[0] == "File Path":
+            path, header = Path(row[1]).name, None
+        elif row[0] == "Line No":
+            header = row
+        elif header and path and row[0].strip().isdigit() and len(row) == len(header):
+            key = (path, int(row[0]))
+            cell = lines.setdefault(
+                key, {"file": path, "line": key[1], "source": row[1].strip(), "samples": 0.0,
+                      "stalls": defaultdict(float)},
+            )  # fmt: skip
+            cell["samples"] += _number(row[header.index(SAMPLES)])
+            for i, name in enumerate(header):
+                if name.startswith(STALL_PREFIX) and "(Not Issued)" not in name:
+                    cell["stalls"][name[len(STALL_PREFIX) :]] += _number(row[i])
+    if not lines:
+        raise ValueError("not an ncu source page (no File Path / Line No blocks)")
+    out = sorted(lines.values(), key=lambda c: (-c["samples"], c["file"], c["line"]))
+    for c in out:
+        c["stalls"] = {k: v for k, v in sorted(c["stalls"].items(), key=lambda kv: -kv[1]) if v}
+    return out
+
+
+def markdown(lines: list[dict], top: int = 20) -> str:
+    """The lines with the most samples: share of all, samples, the two main stall reasons."""
+    total = sum(c["samples"] for c in lines)
+    rows = [
+        f"{total:.0f} samples over {len(lines)} source lines",
+        "",
+        "| file:line | share | samples | main stalls | source |",
+        "| --- | ---: | ---: | --- | --- |",
+    ]
+    for c in lines[:top]:
+        if not c["samples"]:
+            break
+        main = ", ".join(f"{k} {v:.0f}" for k, v in list(c["stalls"].items())[:2])
+        src = c["source"].replace("|", "\\|")[:80]
+        rows.append(f"| {c['file']}:{c['line']} | {100 * c['samples'] / total:.1f} % | "
+                    f"{c['samples']:.0f} | {main} | `{src}` |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def profile(args) -> str:
+    """Run ``kernel_stalls.py --drive`` under ncu with the source counters; the source page."""
+    ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    if not Path(ncu).exists() and not shutil.which(ncu):
+        raise SystemExit(f"kernel_source: --ncu {ncu}: no Nsight Compute CLI there")
+    here = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "source"
+        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none",
+               "--graph-profiling", "node", "--target-processes", "all", "-k",
+               f"regex:{args.kernel}", "--launch-count", str(args.launch_count),
+               "--section", "SourceCounters", "--section", "WarpStateStats",
+               "--warp-sampling-interval", "0", "--import-source", "yes", "-f", "-o", str(base),
+               sys.executable, str(here / "kernel_stalls.py"), "--drive", "--preset",
+               args.preset, "--variant", args.variant, "--batch", str(args.batch),
+               "--prompt-len", str(args.prompt_len), "--warm-steps",
+               str(args.warm_steps)]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        rep = base.with_name(base.name + ".ncu-rep")
+        if run.returncode != 0 or not rep.exists():
+            sys.stderr.write(run.stdout[-3000:] + run.stderr[-3000:])
+            raise SystemExit(f"kernel_source: ncu exited {run.returncode}")
+        page = subprocess.run(
+            [ncu, "--import", str(rep), "--page", "source", "--csv", "--print-source",
+             "cuda,sass"], capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return page.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="llama-1b")
+    ap.add_argument(
+        "--variant",
+        default="plain+pdl+fold+split",
+        help="decode_roofline.py's MODE[+pdl][+fold][+split]... (the runner paths)",
+    )
+    ap.add_argument(
+        "--kernel",
+        default="_paged_decode_rope_kernel",
+        help="a regular expression of the kernel's name (default: batch-1 attention)",
+    )
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--warm-steps", type=int, default=8, help="steady decode steps before")
+    ap.add_argument("--launch-count", type=int, default=16, help="launches profiled (a layer each)")
+    ap.add_argument("--top", type=int, default=20, help="source lines shown")
+    ap.add_argument("--ncu", default=None, help="the ncu binary (default: on PATH, then CUDA's)")
+    ap.add_argument("--raw-out", default=None, help="keep ncu's source page (CSV) here")
+    ap.add_argument("--summarize", default=None, help="a saved source page to read")
+    ap.add_argument("--out", default=None, help="write the lines as JSON here")
+    args = ap.parse_args()
+    if args.summarize:
+        path = Path(args.summarize)
+        if not path.is_file():
+            raise SystemExit(f"kernel_source: --summarize {path}: no such file")
+        text = path.read_text()
+    else:
+        text = profile(args)
+        if args.raw_out:
+            Path(args.raw_out).write_text(text)
+    try:
+        lines = parse_source(text)
+    except ValueError as e:
+        raise SystemExit(f"kernel_source: {e}") from None
+    print(f"{args.preset} {args.variant} batch {args.batch}: {args.kernel}")
+    print(markdown(lines, args.top))
+    meta = {"preset": args.preset, "variant": args.variant, "batch": args.batch,
+            "kernel": args.kernel}  # fmt: skip
+    write_results(args.out, meta, lines)
+
+
+if __name__ == "__main__":
+    main()
