@@ -27,7 +27,6 @@ import argparse
 import csv
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench_io import write_results
+from kernel_stalls import drive_command, ncu_binary, saved_text, step_arguments
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 STALL_PREFIX = "stall_"  # a reason's samples: stall_long_sb, stall_barrier, ... (all samples)
@@ -100,10 +100,7 @@ def markdown(lines: list[dict], top: int = 20) -> str:
 
 def profile(args) -> str:
     """Run ``kernel_stalls.py --drive`` under ncu with the source counters; the source page."""
-    ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    if not Path(ncu).exists() and not shutil.which(ncu):
-        raise SystemExit(f"kernel_source: --ncu {ncu}: no Nsight Compute CLI there")
-    here = Path(__file__).resolve().parent
+    ncu = ncu_binary(args, "kernel_source")
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "source"
         cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none",
@@ -111,10 +108,7 @@ def profile(args) -> str:
                f"regex:{args.kernel}", "--launch-count", str(args.launch_count),
                "--section", "SourceCounters", "--section", "WarpStateStats",
                "--warp-sampling-interval", "0", "--import-source", "yes", "-f", "-o", str(base),
-               sys.executable, str(here / "kernel_stalls.py"), "--drive", "--preset",
-               args.preset, "--variant", args.variant, "--batch", str(args.batch),
-               "--prompt-len", str(args.prompt_len), "--warm-steps",
-               str(args.warm_steps)]  # fmt: skip
+               *drive_command(args)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         run = subprocess.run(cmd, env=env, capture_output=True, text=True)
         rep = base.with_name(base.name + ".ncu-rep")
@@ -130,32 +124,20 @@ def profile(args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="llama-1b")
-    ap.add_argument(
-        "--variant",
-        default="plain+pdl+fold+split",
-        help="decode_roofline.py's MODE[+pdl][+fold][+split]... (the runner paths)",
-    )
+    step_arguments(ap)
     ap.add_argument(
         "--kernel",
         default="_paged_decode_rope_kernel",
         help="a regular expression of the kernel's name (default: batch-1 attention)",
     )
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--warm-steps", type=int, default=8, help="steady decode steps before")
     ap.add_argument("--launch-count", type=int, default=16, help="launches profiled (a layer each)")
     ap.add_argument("--top", type=int, default=20, help="source lines shown")
-    ap.add_argument("--ncu", default=None, help="the ncu binary (default: on PATH, then CUDA's)")
     ap.add_argument("--raw-out", default=None, help="keep ncu's source page (CSV) here")
     ap.add_argument("--summarize", default=None, help="a saved source page to read")
     ap.add_argument("--out", default=None, help="write the lines as JSON here")
     args = ap.parse_args()
     if args.summarize:
-        path = Path(args.summarize)
-        if not path.is_file():
-            raise SystemExit(f"kernel_source: --summarize {path}: no such file")
-        text = path.read_text()
+        text = saved_text(args.summarize, "kernel_source")
     else:
         text = profile(args)
         if args.raw_out:
@@ -164,7 +146,8 @@ def main() -> None:
         lines = parse_source(text)
     except ValueError as e:
         raise SystemExit(f"kernel_source: {e}") from None
-    print(f"{args.preset} {args.variant} batch {args.batch}: {args.kernel}")
+    run = f"{args.preset} {args.variant} batch {args.batch}: {args.kernel}"
+    print(f"the saved page {args.summarize}" if args.summarize else run)
     print(markdown(lines, args.top))
     meta = {"preset": args.preset, "variant": args.variant, "batch": args.batch,
             "kernel": args.kernel}  # fmt: skip

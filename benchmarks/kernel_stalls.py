@@ -207,11 +207,47 @@ def drive(args) -> None:
     raise SystemExit("kernel_stalls: the run ended before its steady decode steps")
 
 
-def profile(args) -> str:
-    """Run ``--drive`` under ncu; its raw CSV."""
+def step_arguments(ap: argparse.ArgumentParser) -> None:
+    """The engine and step ``--drive`` runs, and the ncu binary (this script's and
+    ``kernel_source.py``'s)."""
+    ap.add_argument("--preset", default="llama-1b")
+    ap.add_argument(
+        "--variant",
+        default="plain+pdl+fold+split",
+        help="decode_roofline.py's MODE[+pdl][+fold][+split]... (the runner paths)",
+    )
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--warm-steps", type=int, default=8, help="steady decode steps before")
+    ap.add_argument("--ncu", default=None, help="the ncu binary (default: on PATH, then CUDA's)")
+
+
+def ncu_binary(args, who: str) -> str:
+    """``--ncu``, else ncu on PATH, else CUDA's; one line and exit where there is none."""
     ncu = args.ncu or shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     if not Path(ncu).exists() and not shutil.which(ncu):
-        raise SystemExit(f"kernel_stalls: --ncu {ncu}: no Nsight Compute CLI there")
+        raise SystemExit(f"{who}: --ncu {ncu}: no Nsight Compute CLI there")
+    return ncu
+
+
+def drive_command(args) -> list[str]:
+    """This script run as ``--drive`` with ``args``' engine and step (the profiled process)."""
+    return [sys.executable, __file__, "--drive", "--preset", args.preset, "--variant",
+            args.variant, "--batch", str(args.batch), "--prompt-len", str(args.prompt_len),
+            "--warm-steps", str(args.warm_steps)]  # fmt: skip
+
+
+def saved_text(path_text: str, who: str) -> str:
+    """A saved ncu table given to ``--summarize``; one line and exit where there is none."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise SystemExit(f"{who}: --summarize {path}: no such file")
+    return path.read_text()
+
+
+def profile(args) -> str:
+    """Run ``--drive`` under ncu; its raw CSV."""
+    ncu = ncu_binary(args, "kernel_stalls")
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(args.report or Path(tmp) / "stalls").with_suffix("")
         rep = base.with_name(base.name + ".ncu-rep")  # ncu -o adds the suffix
@@ -222,11 +258,8 @@ def profile(args) -> str:
             cmd += ["--section", s]
         if args.launch_count:
             cmd += ["--launch-count", str(args.launch_count)]
-        me = [sys.executable, __file__, "--drive", "--preset", args.preset, "--variant",
-              args.variant, "--batch", str(args.batch), "--prompt-len", str(args.prompt_len),
-              "--warm-steps", str(args.warm_steps)]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        run = subprocess.run(cmd + me, env=env, capture_output=True, text=True)
+        run = subprocess.run(cmd + drive_command(args), env=env, capture_output=True, text=True)
         if run.returncode != 0 or not rep.exists():
             sys.stderr.write(run.stdout[-3000:] + run.stderr[-3000:])
             raise SystemExit(f"kernel_stalls: ncu exited {run.returncode}")
@@ -237,17 +270,8 @@ def profile(args) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="llama-1b")
-    ap.add_argument(
-        "--variant",
-        default="plain+pdl+fold+split",
-        help="decode_roofline.py's MODE[+pdl][+fold][+split]... (the runner paths)",
-    )
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--warm-steps", type=int, default=8, help="steady decode steps before")
+    step_arguments(ap)
     ap.add_argument("--launch-count", type=int, default=0, help="at most N kernels (0: all)")
-    ap.add_argument("--ncu", default=None, help="the ncu binary (default: on PATH, then CUDA's)")
     ap.add_argument("--report", default=None, help="keep ncu's report (.ncu-rep) here")
     ap.add_argument("--raw-out", default=None, help="keep ncu's raw CSV here")
     ap.add_argument("--summarize", default=None, help="a saved ncu --page raw --csv to read")
@@ -257,10 +281,7 @@ def main() -> None:
     if args.drive:
         return drive(args)
     if args.summarize:
-        path = Path(args.summarize)
-        if not path.is_file():
-            raise SystemExit(f"kernel_stalls: --summarize {path}: no such file")
-        text = path.read_text()
+        text = saved_text(args.summarize, "kernel_stalls")
     else:
         text = profile(args)
         if args.raw_out:
