@@ -45,7 +45,9 @@ split-K weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogu
 projection), off until ``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant
 plain+gemm`` measure it.
 
-``FUSED_MLP`` (off until measured) puts a batch-1 layer's MLP in one launch where the GEMV path
+``FUSED_MLP`` (``runner.fused_mlp``, off by default: faster only on narrow models, and its
+atomics' order makes the bits vary from run to run; ``kernel_paths.py`` has the measurements)
+puts a batch-1 layer's MLP in one launch where the GEMV path
 serves the o projection (``add_norm_mlp_triton``): o added into the residual stream by the GEMV,
 then ``mlp_decode_triton`` (the post-attention norm, gate/up, SiLU-and-mul and down into the
 residual). Whatever ``DECODE_GEMV`` does with QKV, a layer's MLP is then one launch, not two (the
@@ -76,7 +78,7 @@ DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the m
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
 DECODE_GEMM = "cublas"  # the Triton decode GEMM is off until measured on the H200
-FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): off until measured
+FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
 def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
