@@ -340,23 +340,10 @@ def device_kernels(fn) -> list[str]:
 MAX_KERNELS_PER_LAYER = 10
 
 
-@pytest.mark.gpu
-@needs_cuda
-@pytest.mark.parametrize(
-    ("preset", "num_reqs"),
-    [
-        *((p, n) for p in ("llama-1b", "qwen2-0.5b", "qwen3-0.6b", "llama-3-8b") for n in (1, 64)),
-    ],
-)
-@pytest.mark.parametrize("decode_gemv", ["plain", "fused", "fused_onepass", "hybrid"])
-def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(
-    preset, num_reqs, decode_gemv, monkeypatch
-):
-    """bf16, Triton ops, a uniform decode batch: each decoder layer launches at most ten kernels
-    (nine: the KV write is fused into the RoPE kernel), and the captured forward
-    (a FULL graph's model part) holds exactly the eager launches: those of every layer, the
-    embedding and the final norm."""
-    monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
+def layer_and_forward_launches(preset: str, num_reqs: int):
+    """bf16, Triton ops, a uniform decode batch of ``num_reqs`` at context ~100: the model's
+    args and the device kernels of one decoder layer, of the eager forward and of its FULL
+    graph's replay (the paths as the module switches stand)."""
     model, args = load_model(
         ModelSpec(preset=preset), DEVICE, torch.bfloat16, kernels=triton_model_kernels()
     )
@@ -391,6 +378,27 @@ def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(
         with torch.cuda.graph(graph):
             forward()
         replay = device_kernels(graph.replay)
+    return args, per_layer, eager, replay
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize(
+    ("preset", "num_reqs"),
+    [
+        *((p, n) for p in ("llama-1b", "qwen2-0.5b", "qwen3-0.6b", "llama-3-8b") for n in (1, 64)),
+    ],
+)
+@pytest.mark.parametrize("decode_gemv", ["plain", "fused", "fused_onepass", "hybrid"])
+def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(
+    preset, num_reqs, decode_gemv, monkeypatch
+):
+    """bf16, Triton ops, a uniform decode batch: each decoder layer launches at most ten kernels
+    (nine: the KV write is fused into the RoPE kernel), and the captured forward
+    (a FULL graph's model part) holds exactly the eager launches: those of every layer, the
+    embedding and the final norm."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", decode_gemv)
+    args, per_layer, eager, replay = layer_and_forward_launches(preset, num_reqs)
     print(f"\n{preset} B={num_reqs}: {len(per_layer)} kernels per layer:", *per_layer, sep="\n  ")
     print(f"forward: {len(eager)} eager, {len(replay)} in the graph replay")
     assert len(per_layer) <= MAX_KERNELS_PER_LAYER, per_layer
@@ -400,3 +408,18 @@ def test_gpu_kernels_per_decoder_layer_in_a_full_graph_decode_step(
         assert len(per_layer) == (7 if decode_gemv == "hybrid" and wide else 6), per_layer
     assert len(eager) == args.num_hidden_layers * len(per_layer) + 2, eager[:24]
     assert len(replay) == len(eager), replay[:24]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("preset", ["llama-1b", "qwen3-0.6b"])
+def test_gpu_the_fused_mlp_makes_a_batch_one_layer_one_launch_shorter(preset, monkeypatch):
+    """``FUSED_MLP`` on the one-pass fused path: a batch-1 layer is five launches (QKV with the
+    norm, RoPE + KV write, attention, o into the residual, the MLP kernel) where it was six,
+    the MLP kernel among them, and the FULL graph holds the same launches."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", "fused_onepass")
+    monkeypatch.setattr(projections_triton, "FUSED_MLP", True)
+    args, per_layer, eager, replay = layer_and_forward_launches(preset, 1)
+    assert len(per_layer) == 5, per_layer
+    assert sum(name.startswith("_mlp_decode_kernel") for name in per_layer) == 1, per_layer
+    assert len(eager) == args.num_hidden_layers * 5 + 2 and len(replay) == len(eager)
