@@ -47,7 +47,7 @@ from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
-TILE_ELEMENTS = 16384  # a weight tile's elements at most ([BLOCK_I, BLOCK_K], [BLOCK_H, BLOCK_I])
+TILE_ELEMENTS = 16384  # a weight tile's elements ([BLOCK_I, BLOCK_K] and [BLOCK_H, BLOCK_I])
 
 
 @dataclass(frozen=True)
@@ -59,24 +59,11 @@ class MlpTiles:
 
 
 def pick_mlp_tiles(hidden: int, inter: int, block_i: int | None = None) -> MlpTiles:
-    """Tiles from host ints only, the best of ``benchmarks/mlp_decode.py``'s sweep at each
-    model's shape in two invocations on an H100 (RESULTS.md, nineteenth round): up to 4,096
-    intermediate features, 16 a program and the hidden row in one step of at most 1,024 (8 warps
-    up to 768 hidden features, SmolLM2-135M; 4 above, qwen3-0.6b: 12.0 µs against 13.2-13.5 with
-    32 a program); up to 8,192 (llama-1b), 32 a program, steps of 256, 8 warps (44.4-44.6 µs
-    against 50.5-50.7 with steps of 512); above (llama-3-8b), 64, steps of 256, 4 warps
-    (132.7-133.7 against 176-180). ``block_i``: that many a program, tiles of
-    ``TILE_ELEMENTS``."""
+    """Tiles from host ints only: 16 intermediate features a program up to 2,048 of them (96
+    programs for SmolLM2-135M and qwen3-0.6b), 32 above; weight tiles of ``TILE_ELEMENTS``."""
+    bi = block_i or (16 if inter <= 2048 else 32)
     whole = triton.next_power_of_2(hidden)
-    if block_i is not None:
-        step = min(whole, TILE_ELEMENTS // block_i)
-        return MlpTiles(block_i, step, step)
-    if inter <= 4096:
-        step = min(whole, 1024)
-        return MlpTiles(16, step, step, num_warps=8 if hidden <= 768 else 4)
-    if inter <= 8192:
-        return MlpTiles(32, min(whole, 256), min(whole, 256), num_warps=8)
-    return MlpTiles(64, min(whole, 256), min(whole, 256), num_warps=4)
+    return MlpTiles(bi, min(whole, TILE_ELEMENTS // bi), min(whole, TILE_ELEMENTS // bi))
 
 
 def mlp_decode_ref(
