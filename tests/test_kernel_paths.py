@@ -198,3 +198,24 @@ def test_auto_and_booleans_are_the_scenario_spellings(tmp_path):
     result, db = _run(tmp_path, "runner.pdl=sometimes")
     assert result.exit_code == 2 and "runner.pdl" in result.output, result.output
     assert "'auto', true or false" in result.output and not db.exists()
+
+
+def test_the_fused_mlp_without_the_batch_one_gemv_or_with_tensor_parallelism_is_a_note(
+    monkeypatch,
+):
+    """``fused_mlp: true`` follows the batch-1 o GEMV, so with ``decode_gemv: off`` it cannot
+    run, nor in a tensor-parallel shard (its MLP split at an all-reduce): a note naming why,
+    and the path resolved off (the as-run scenario says false); with a GEMV path, no note."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    for config, why in (
+        (RunnerConfig(device="cuda", fused_mlp=True, decode_gemv="off"), "decode_gemv is off"),
+        (RunnerConfig(device="cuda", fused_mlp=True, tensor_parallel_size=2), "tensor-parallel"),
+    ):
+        notes = kernel_paths.kernel_path_notes(config, "triton", is_cuda=True)
+        assert len(notes) == 1 and notes[0].startswith("runner.fused_mlp: ") and why in notes[0]
+        assert notes[0].endswith("; not used")
+        assert kernel_paths.resolved_paths(config, "triton", True, 576)["fused_mlp"] is False
+    ok = RunnerConfig(device="cuda", fused_mlp=True, decode_gemv="plain")
+    assert kernel_paths.kernel_path_notes(ok, "triton", is_cuda=True) == []
+    assert kernel_paths.resolved_paths(ok, "triton", True, 576)["fused_mlp"] is True

@@ -98,7 +98,21 @@ def resolved_paths(
     for name in ("rope_in_attention", "split_kv"):
         if paths[name] is None:
             paths[name] = is_cuda
+    if fused_mlp_unused(config):
+        paths["fused_mlp"] = False  # a note says why (kernel_path_notes)
     return paths
+
+
+def fused_mlp_unused(config: RunnerConfig) -> str | None:
+    """Why ``fused_mlp: true`` cannot run with the rest of ``config``, or None: its MLP kernel
+    follows the batch-1 o GEMV, and a tensor-parallel shard splits the MLP at an all-reduce."""
+    if not config.fused_mlp:
+        return None
+    if config.decode_gemv == "off":
+        return "the MLP in one launch follows the batch-1 GEMV, and runner.decode_gemv is off"
+    if config.tensor_parallel_size > 1:
+        return "a tensor-parallel shard splits the MLP at its all-reduce"
+    return None
 
 
 def _yaml(value: object) -> str:
@@ -119,15 +133,18 @@ def kernel_path_notes(config: RunnerConfig, kernels: str, is_cuda: bool) -> list
             f"runner.{asked[0].split(':')[0]}: the decode paths ({', '.join(asked)}) are the "
             "Triton kernels'; the torch ops run"
         ]
+    notes = []
     if config.pdl and is_cuda and not _pdl_capable(is_cuda):
         major, minor = torch.cuda.get_device_capability()
-        return [
+        notes.append(
             f"runner.pdl: programmatic dependent launch needs compute capability 9.0 or more, "
             f"this GPU has {major}.{minor}; the kernels launch as ever"
-        ]
+        )
     if config.pdl and not is_cuda:
-        return ["runner.pdl: programmatic dependent launch needs a CUDA device; not used"]
-    return []
+        notes.append("runner.pdl: programmatic dependent launch needs a CUDA device; not used")
+    if why := fused_mlp_unused(config):
+        notes.append(f"runner.fused_mlp: {why}; not used")
+    return notes
 
 
 def apply_kernel_paths(paths: dict[str, object]) -> None:
