@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mrv2_prof.runner.model import pdl
 from mrv2_prof.runner.model.mlp_decode_triton import (
@@ -75,7 +74,7 @@ def test_the_reference_is_the_unfused_mlp_by_hand():
     gate, up = (h @ gu.T).chunk(2, dim=-1)
     want = x + (gate * torch.sigmoid(gate) * up) @ down.T
     torch.testing.assert_close(mlp_decode_ref(x, norm, eps, gu, down), want)
-    assert not torch.allclose(want, x + F.linear(h, gu)[:, :48] * 0)  # the MLP changes x
+    assert not torch.allclose(want, x, atol=1e-2)  # the MLP changes x
 
 
 def test_pick_tiles_bounds_the_weight_tiles():
