@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 from bench_io import write_results  # noqa: E402
-from gemv import ROTATE_BYTES, graph_time_us, projections  # noqa: E402
+from gemv import graph_time_us, projections, rotated_weights  # noqa: E402
 
 from mrv2_prof.runner.model.gemm_decode_triton import (  # noqa: E402
     DecodeGemmTiles,
@@ -87,8 +87,7 @@ def _time(x, ws, t: DecodeGemmTiles, label: str) -> float | None:
 
 def bench_shape(name: str, n: int, k: int, rows: list[int], sweep: bool) -> list[dict]:
     dev, dt = torch.device("cuda"), torch.bfloat16
-    copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
-    ws = [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
+    ws = rotated_weights(n, k, dev, dt)
     out = []
     for m in rows:
         x = torch.randn(m, k, device=dev, dtype=dt)

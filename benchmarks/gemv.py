@@ -59,8 +59,12 @@ def projections(preset: str) -> dict[str, tuple[int, int]]:
 def rotated_weights(n: int, k: int, dev, dt) -> list[torch.Tensor]:
     """Copies of an [n, k] weight, ``ROTATE_BYTES`` of them at least: a graph of calls over
     them reads HBM every call, as a step's distinct layers do."""
-    copies = max(2, min(64, ROTATE_BYTES // (n * k * 2)))
-    return [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies)]
+    return [torch.randn(n, k, device=dev, dtype=dt) / k**0.5 for _ in range(copies_of(n * k * 2))]
+
+
+def copies_of(nbytes: int) -> int:
+    """Copies of ``nbytes`` of weights that make ``ROTATE_BYTES`` (2 to 64)."""
+    return max(2, min(64, ROTATE_BYTES // nbytes))
 
 
 def sweep_tiles(m: int) -> list[GemvTiles]:

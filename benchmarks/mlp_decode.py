@@ -28,8 +28,9 @@ if "--cpu-smoke" in sys.argv:  # before triton is imported: it reads this at dec
 
 import torch  # noqa: E402
 from bench_io import write_results  # noqa: E402
+from gemv import copies_of  # noqa: E402
 
-from mrv2_prof.runner.model import pdl  # noqa: E402
+from mrv2_prof.runner.model import PRESETS, pdl  # noqa: E402
 from mrv2_prof.runner.model.gemv_triton import gemv_triton  # noqa: E402
 from mrv2_prof.runner.model.mlp_decode_triton import (  # noqa: E402
     MlpTiles,
@@ -38,13 +39,11 @@ from mrv2_prof.runner.model.mlp_decode_triton import (  # noqa: E402
     pick_mlp_tiles,
 )
 
-SHAPES = {  # (hidden, intermediate): the models' configs
+SHAPES = {  # (hidden, intermediate): SmolLM2-135M's GGUF config, the presets' own
     "smollm2-135m": (576, 1536),
-    "qwen3-0.6b": (1024, 3072),
-    "llama-1b": (2048, 8192),
-    "llama-3-8b": (4096, 14336),
-}
-ROTATE_BYTES = 1 << 30
+    **{p: (PRESETS[p].hidden_size, PRESETS[p].intermediate_size)
+       for p in ("qwen3-0.6b", "llama-1b", "llama-3-8b")},
+}  # fmt: skip
 EPS = 1e-5
 
 
@@ -82,7 +81,7 @@ def bench(name: str, hidden: int, inter: int, do_sweep: bool, transposed: bool =
 
     dev, dt = torch.device("cuda"), torch.bfloat16
     per_layer = 3 * hidden * inter * 2
-    copies = max(2, min(64, ROTATE_BYTES // per_layer))
+    copies = copies_of(per_layer)
     layers = layer_weights(hidden, inter, dev, dt, copies)
     if transposed:  # the down weight read from a transposed copy (the same values)
         layers = [(g, gu, d.t().contiguous().t()) for g, gu, d in layers]

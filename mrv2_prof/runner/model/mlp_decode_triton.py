@@ -58,10 +58,10 @@ class MlpTiles:
     num_warps: int = 8
 
 
-def pick_mlp_tiles(hidden: int, inter: int, block_i: int | None = None) -> MlpTiles:
+def pick_mlp_tiles(hidden: int, inter: int) -> MlpTiles:
     """Tiles from host ints only: 16 intermediate features a program up to 2,048 of them (96
     programs for SmolLM2-135M and qwen3-0.6b), 32 above; weight tiles of ``TILE_ELEMENTS``."""
-    bi = block_i or (16 if inter <= 2048 else 32)
+    bi = 16 if inter <= 2048 else 32
     whole = triton.next_power_of_2(hidden)
     return MlpTiles(bi, min(whole, TILE_ELEMENTS // bi), min(whole, TILE_ELEMENTS // bi))
 

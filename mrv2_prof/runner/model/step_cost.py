@@ -79,8 +79,11 @@ def op_cost(model: torch.nn.Module, args: Any, kv_bytes_per_token: int) -> dict[
                          ("gate_up", mlp.gate_up_proj), ("down", mlp.down_proj)):  # fmt: skip
         nbytes, flops = _weight(linear)
         ops[name] = {"weight_bytes": nbytes, "flops_per_token": flops}
-    ops["mlp"] = {key: ops["gate_up"][key] + ops["down"][key] + (hidden * item if key ==
-                  "weight_bytes" else 0) for key in ops["down"]}  # fmt: skip
+    gate_up, down = ops["gate_up"], ops["down"]
+    ops["mlp"] = {  # the norm's weight too: the kernel applies it
+        "weight_bytes": gate_up["weight_bytes"] + down["weight_bytes"] + hidden * item,
+        "flops_per_token": gate_up["flops_per_token"] + down["flops_per_token"],
+    }
     ops["attention"] = {"bytes_per_context": kv_layer, "flops_per_pair": 4 * q}
     table = args.vocab_size * hidden
     ops["lm_head"] = {"weight_bytes": table * item, "bytes_per_row": args.vocab_size * item,
