@@ -15,6 +15,7 @@ import torch
 import mrv2_prof.runner.model.attention_split_kv_triton as split_kv
 import mrv2_prof.runner.model.attention_triton as attention_triton
 import mrv2_prof.runner.model.split_kv_workspace as split_kv_workspace
+from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from tests.runner.attention_batches import (
     DEVICE,
     INTERPRET,
@@ -147,7 +148,7 @@ def test_a_context_in_one_split_is_written_by_that_split(min_keys, fused, monkey
 def test_counters_are_reset_and_a_second_call_agrees():
     batch = decode_batch(8, 2, 2, 16, torch.float32, seed=9)
     first = split_attend(batch, 3)
-    counter = split_kv_workspace.workspaces[batch.query.device].buffers[3]
+    counter = split_kv_workspace.WORKSPACE.buffers(batch.query.device)[3]
     assert counter.numel() >= batch.meta.num_reqs * 2 and not counter.any()
     torch.testing.assert_close(split_attend(batch, 3), first, atol=0, rtol=0)
 
@@ -208,19 +209,21 @@ def test_dispatch_takes_the_split_kernel_for_decodes_only(monkeypatch):
     assert calls == [3]  # more tokens than requests: the general kernel
 
 
-def test_workspace_grows_only_outside_a_capture(monkeypatch):
+def test_the_workspace_fits_the_launch_and_grows_outside_a_capture(monkeypatch):
+    """``split_workspace``: acc of ``cells * head_dim``, max and sum of ``cells``, ``rows``
+    counters at zero; a launch that fits reuses them, a larger one at least doubles each."""
+    ws = KernelWorkspace("the split-KV attention workspace", "run", split_kv_workspace.make)
+    monkeypatch.setattr(split_kv_workspace, "WORKSPACE", ws)
     cpu = torch.device("cpu")
-    ws = split_kv_workspace.SplitKVWorkspace()
-    acc, maxes, sums, counter = first = ws.get(cpu, 10, 16, 4)
+    acc, maxes, sums, counter = first = split_kv_workspace.split_workspace(cpu, 10, 16, 4)
     assert (acc.numel(), maxes.numel(), sums.numel(), counter.numel()) == (160, 10, 10, 4)
-    assert ws.get(cpu, 6, 16, 3) is first  # fits: the same buffers
-    grown = ws.get(cpu, 12, 16, 4)
+    assert not counter.any()
+    assert split_kv_workspace.split_workspace(cpu, 6, 16, 3) is first  # fits: the same buffers
+    grown = split_kv_workspace.split_workspace(cpu, 12, 16, 4)
     assert [t.numel() for t in grown] == [320, 20, 20, 8]  # at least doubled
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    cuda = torch.device("cuda")
-    assert ws.get(cuda, 20, 16, 8) is grown  # fits: nothing allocated, nothing raised
-    with pytest.raises(RuntimeError, match="grows during a CUDA graph capture"):
-        ws.get(cuda, 21, 16, 8)
+    with pytest.raises(RuntimeError, match="split-KV attention workspace grows during a CUDA"):
+        split_kv_workspace.split_workspace(torch.device("cuda"), 21, 16, 8)
 
 
 def test_a_split_count_below_one_is_refused():

@@ -146,7 +146,7 @@ def test_vocabulary_splits_and_blocks(mode: str):
 def test_one_launch_reduction_equals_the_two_launch_form(mode: str):
     """The row's last split reduces it in the scan's launch: the same tokens and logsumexp as
     the scan + reduce launches, bit for bit, and every row's counter is back at 0 after it."""
-    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
+    from mrv2_prof.runner.worker.gumbel_argmax_triton import WORKSPACE
 
     rng = np.random.default_rng(13)
     num_rows, vocab_size = 5, 300
@@ -163,26 +163,25 @@ def test_one_launch_reduction_equals_the_two_launch_form(mode: str):
         )
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), split_size
         assert got[0][2].item() == 0
-        assert not _workspaces[logits.device].counter.any()
+        assert not WORKSPACE.buffers(logits.device)[-1].any()  # the counters
     assert torch.equal(got[0][[0, 1, 3, 4]], sample(logits, meta).sampled_token_ids[[0, 1, 3, 4]])
 
 
 def test_split_partials_are_not_allocated_per_call():
     """The partials and counters are one workspace: a batch no larger than an earlier one
     reuses its buffers."""
-    from mrv2_prof.runner.worker.gumbel_argmax_triton import _workspaces
+    from mrv2_prof.runner.worker.gumbel_argmax_triton import WORKSPACE
 
     rng = np.random.default_rng(14)
     meta = make_meta([0.0] * 4, all_greedy=True, no_top_k=True, no_top_p=True)
     gumbel_argmax(random_logits(rng, 4, 200), meta, block_size=16, split_size=32)
-    ws = _workspaces[torch.device(DEVICE)]
-    buffers = (ws.partials.data_ptr(), ws.index.data_ptr(), ws.counter.data_ptr())
+    buffers = [t.data_ptr() for t in WORKSPACE.buffers(torch.device(DEVICE))]
     small = make_meta([0.0] * 2, all_greedy=True, no_top_k=True, no_top_p=True)
     for rows, meta_ in ((4, meta), (2, small), (4, meta)):
         logits = random_logits(rng, rows, 200)
         tokens, _ = gumbel_argmax(logits, meta_, block_size=16, split_size=32)
         assert torch.equal(tokens, logits.argmax(dim=-1))
-        assert (ws.partials.data_ptr(), ws.index.data_ptr(), ws.counter.data_ptr()) == buffers
+        assert [t.data_ptr() for t in WORKSPACE.buffers(torch.device(DEVICE))] == buffers
 
 
 def test_host_flags_and_slots():

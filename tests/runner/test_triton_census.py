@@ -11,8 +11,9 @@ import triton
 import triton.language as tl
 from test_triton_launch import cuda_binder, jit_of
 
+from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.worker import triton_launch
-from mrv2_prof.runner.worker.gumbel_argmax_triton import _Workspace
+from mrv2_prof.runner.worker.gumbel_argmax_triton import make_workspace
 from mrv2_prof.runner.worker.triton_launch import Launcher
 
 pytestmark = pytest.mark.skipif(
@@ -101,7 +102,7 @@ def test_without_jit_parameters_there_is_no_census_and_the_note_says_why(monkeyp
 def test_the_sampler_workspace_views_are_aligned_at_every_size(rows, splits):
     """Triton specialises a pointer on 16-byte alignment: the workspace's views must be
     aligned whatever the batch, or a batch size picks another compile of the sampler."""
-    ws = _Workspace()
+    ws = KernelWorkspace("the sampler's workspace", "sample first", make_workspace)
     for r, s in ((1, 1), (rows, splits), (rows + 1, splits)):
-        for view in ws.get(torch.device("cpu"), r, s):
+        for view in ws.get(torch.device("cpu"), r * s, r):
             assert view.data_ptr() % 16 == 0, (r, s, view.shape)

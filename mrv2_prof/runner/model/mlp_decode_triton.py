@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -162,38 +163,22 @@ def _mlp_decode_kernel(
         tl.store(counter_ptr, 0)  # ready for the next launch
 
 
-class MlpWorkspace:
-    """Per device: the float32 sum row and the int32 counter (both zero between launches). It
-    grows, never shrinks, and never during a CUDA graph capture; a grown-out buffer is kept (a
-    captured graph may still use it)."""
-
-    def __init__(self) -> None:
-        self.buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._kept: list[torch.Tensor] = []
-
-    def get(self, device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.buffers is not None and self.buffers[0].numel() >= hidden:
-            return self.buffers
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "the fused MLP's workspace grows during a CUDA graph capture: run a batch-1 "
-                "step eagerly before capturing"
-            )
-        if self.buffers is not None:
-            self._kept += list(self.buffers)
-        self.buffers = (
-            torch.zeros(hidden, dtype=torch.float32, device=device),
-            torch.zeros(1, dtype=torch.int32, device=device),
-        )
-        return self.buffers
+def make_workspace(device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sum [hidden] float32, counter [1] int32)``, zeros: the kernel leaves them so."""
+    return (
+        torch.zeros(hidden, dtype=torch.float32, device=device),
+        torch.zeros(1, dtype=torch.int32, device=device),
+    )
 
 
-workspaces: dict[torch.device, MlpWorkspace] = {}
+WORKSPACE = KernelWorkspace(
+    "the fused MLP's workspace", "run a batch-1 step eagerly", make_workspace
+)
 
 
 def mlp_workspace(device: torch.device, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(sum [>= hidden] float32, counter [1] int32)`` of ``device``'s workspace, grown to fit."""
-    return workspaces.setdefault(device, MlpWorkspace()).get(device, hidden)
+    return WORKSPACE.get(device, hidden)
 
 
 def check_mlp(x, norm_weight, gate_up_weight, down_weight) -> None:

@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.worker.sampler import GREEDY_TEMPERATURE, SamplingMetadata
 from mrv2_prof.runner.worker.sampler_rng_triton import gumbel, is_interpreted, row_key
 from mrv2_prof.runner.worker.triton_launch import Launcher
@@ -275,40 +276,22 @@ def _split_size(num_rows: int, vocab_size: int, block_size: int, device: torch.d
     return triton.cdiv(num_blocks, num_splits) * block_size
 
 
-class _Workspace:
-    """Per device: the split partials (value | logsumexp max | sum, float32; index, int32) and
-    the rows' counters (int32, zero between launches). It grows, never shrinks, and a grown-out
-    buffer is kept (a captured graph may still read it). Its cell count is a multiple of 4, so
-    the partials' three views are 16-byte aligned whatever the size: triton specialises a
-    pointer on that, and a size's alignment must not pick another compile."""
-
-    def __init__(self) -> None:
-        self.partials = self.index = self.counter = None
-        self.buffers: tuple = ()
-        self._kept: list[torch.Tensor] = []
-
-    def get(self, device, num_rows: int, num_splits: int):
-        cells = num_rows * num_splits
-        if self.counter is None or self.index.numel() < cells or self.counter.numel() < num_rows:
-            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(
-                    "the sampler's workspace grows during a CUDA graph capture: sample a batch "
-                    "of this size eagerly before capturing"
-                )
-            if self.counter is not None:
-                self._kept += [self.partials, self.index, self.counter]
-            cells = max(cells, 2 * (0 if self.index is None else self.index.numel()))
-            cells = -(-cells // 4) * 4  # each third of ``partials`` 16-byte aligned, at any size
-            rows = max(num_rows, 2 * (0 if self.counter is None else self.counter.numel()))
-            self.partials = torch.empty(3, cells, dtype=torch.float32, device=device)
-            self.index = torch.empty(cells, dtype=torch.int32, device=device)
-            self.counter = torch.zeros(rows, dtype=torch.int32, device=device)
-            # value | logsumexp max | sum, each read as [B, num_splits]; split once, not per call
-            self.buffers = (*self.partials.unbind(0), self.index, self.counter)
-        return self.buffers
+def make_workspace(device: torch.device, cells: int, rows: int) -> tuple[torch.Tensor, ...]:
+    """The split partials (value | logsumexp max | sum, float32; index, int32), ``cells`` of
+    each rounded up to a multiple of 4, and the rows' counters (int32 zeros): the partials'
+    three views are 16-byte aligned whatever the size, as triton specialises a pointer on that
+    and a size's alignment must not pick another compile."""
+    cells = -(-cells // 4) * 4
+    partials = torch.empty(3, cells, dtype=torch.float32, device=device)
+    index = torch.empty(cells, dtype=torch.int32, device=device)
+    counter = torch.zeros(rows, dtype=torch.int32, device=device)
+    # value | logsumexp max | sum, each read as [B, num_splits]; split once, not per call
+    return (*partials.unbind(0), index, counter)
 
 
-_workspaces: dict[torch.device, _Workspace] = {}
+WORKSPACE = KernelWorkspace(
+    "the sampler's workspace", "sample a batch of this size eagerly", make_workspace
+)
 
 
 def gumbel_argmax(
@@ -341,11 +324,8 @@ def gumbel_argmax(
     lse = torch.empty(num_rows, dtype=torch.float32, device=device) if with_lse else None
     if num_rows == 0:
         return sampled, lse
-    ws = _workspaces.get(device)
-    if ws is None:
-        ws = _workspaces[device] = _Workspace()
-    split_val, split_lse_max, split_lse_sum, split_idx, counter = ws.get(
-        device, num_rows, num_splits
+    split_val, split_lse_max, split_lse_sum, split_idx, counter = WORKSPACE.get(
+        device, num_rows * num_splits, num_rows
     )
     lse_out = lse if lse is not None else split_val  # unread without LOGPROBS
     # one value for every row count (masked lanes past num_splits): no variant per batch size
