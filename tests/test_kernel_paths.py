@@ -219,3 +219,32 @@ def test_the_fused_mlp_without_the_batch_one_gemv_or_with_tensor_parallelism_is_
     ok = RunnerConfig(device="cuda", fused_mlp=True, decode_gemv="plain")
     assert kernel_paths.kernel_path_notes(ok, "triton", is_cuda=True) == []
     assert kernel_paths.resolved_paths(ok, "triton", True, 576)["fused_mlp"] is True
+
+
+def test_a_fused_mlp_behind_a_cublas_o_projection_resolves_off_with_a_note(monkeypatch):
+    """``plain`` and ``hybrid`` hand an o projection of more than ``PLAIN_MAX_FEATURES``
+    outputs (the model's hidden size) to cuBLAS, and the MLP in one launch follows the o GEMV:
+    the path resolves off and the note names the width and the mode; the one-pass fused GEMV
+    has no such bound, and a model at the bound keeps it."""
+    from mrv2_prof.runner.model.projections_triton import PLAIN_MAX_FEATURES
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    wide = PLAIN_MAX_FEATURES + 1
+    for mode in ("plain", "hybrid", "auto"):  # auto: plain at this width
+        config = RunnerConfig(device="cuda", fused_mlp=True, decode_gemv=mode)
+        paths = kernel_paths.resolved_paths(config, "triton", True, wide)
+        assert paths["fused_mlp"] is False, mode
+        note = kernel_paths.fused_mlp_too_wide(config, paths["decode_gemv"], wide)
+        assert note == (
+            f"runner.fused_mlp: the o projection's {wide:,} outputs take cuBLAS under "
+            f"runner.decode_gemv: {paths['decode_gemv']} (its GEMV takes at most "
+            f"{PLAIN_MAX_FEATURES:,}), and the MLP in one launch follows the o GEMV; not used"
+        )
+        at_bound = kernel_paths.resolved_paths(config, "triton", True, PLAIN_MAX_FEATURES)
+        assert at_bound["fused_mlp"] is True, mode
+    fused = RunnerConfig(device="cuda", fused_mlp=True, decode_gemv="fused_onepass")
+    assert kernel_paths.resolved_paths(fused, "triton", True, wide)["fused_mlp"] is True
+    assert kernel_paths.fused_mlp_too_wide(fused, "fused_onepass", wide) is None
+    off = RunnerConfig(device="cuda", decode_gemv="plain")  # not asked for: no note
+    assert kernel_paths.fused_mlp_too_wide(off, "plain", wide) is None

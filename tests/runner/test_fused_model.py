@@ -423,3 +423,24 @@ def test_gpu_the_fused_mlp_makes_a_batch_one_layer_one_launch_shorter(preset, mo
     assert len(per_layer) == 5, per_layer
     assert sum(name.startswith("_mlp_decode_kernel") for name in per_layer) == 1, per_layer
     assert len(eager) == args.num_hidden_layers * 5 + 2 and len(replay) == len(eager)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_a_fused_mlp_the_model_is_too_wide_for_is_a_note_or_under_strict_an_error(
+    monkeypatch,
+):
+    """Under ``plain`` an o projection wider than ``PLAIN_MAX_FEATURES`` takes cuBLAS, so the
+    MLP in one launch (which follows the o GEMV) cannot run: the runner says so once the model
+    is read and records the path off, or refuses under ``strict``. llama-tiny's 64 hidden
+    features against a bound of 32 stand in for a model wider than 8,192."""
+    from mrv2_prof.runner.config import ConfigError
+
+    monkeypatch.setattr(projections_triton, "PLAIN_MAX_FEATURES", 32)
+    kw = dict(device="cuda", kernels="triton", decode_gemv="plain", fused_mlp=True)
+    engine = Engine(cfg(**kw), ModelSpec(preset="llama-tiny"))
+    (note,) = [n for n in engine.info.notes if n.startswith("runner.fused_mlp:")]
+    assert "64 outputs take cuBLAS under runner.decode_gemv: plain" in note
+    assert engine.runner.kernel_paths["fused_mlp"] is False and not projections_triton.FUSED_MLP
+    with pytest.raises(ConfigError, match=r"runner.fused_mlp: .* \(strict: true\)"):
+        Engine(cfg(strict=True, **kw), ModelSpec(preset="llama-tiny"))

@@ -98,8 +98,8 @@ def resolved_paths(
     for name in ("rope_in_attention", "split_kv"):
         if paths[name] is None:
             paths[name] = is_cuda
-    if fused_mlp_unused(config):
-        paths["fused_mlp"] = False  # a note says why (kernel_path_notes)
+    if fused_mlp_unused(config) or fused_mlp_too_wide(config, paths["decode_gemv"], hidden_size):
+        paths["fused_mlp"] = False  # a note says why (kernel_path_notes, fused_mlp_too_wide)
     return paths
 
 
@@ -113,6 +113,27 @@ def fused_mlp_unused(config: RunnerConfig) -> str | None:
     if config.tensor_parallel_size > 1:
         return "a tensor-parallel shard splits the MLP at its all-reduce"
     return None
+
+
+def fused_mlp_too_wide(
+    config: RunnerConfig, decode_gemv: str, hidden_size: int | None
+) -> str | None:
+    """The note of a ``fused_mlp: true`` this model cannot take, or None: under a width-bound
+    GEMV mode (``plain``, ``hybrid``) an o projection of more than ``PLAIN_MAX_FEATURES``
+    outputs takes cuBLAS, and the MLP in one launch follows the o GEMV. Known only once the
+    model is read (``decode_gemv`` resolved, ``hidden_size`` the model's), so the runner notes
+    it after the load."""
+    from mrv2_prof.runner.model.projections_triton import PLAIN_MAX_FEATURES, WIDTH_BOUND_MODES
+
+    if not config.fused_mlp or hidden_size is None or fused_mlp_unused(config):
+        return None
+    if decode_gemv not in WIDTH_BOUND_MODES or hidden_size <= PLAIN_MAX_FEATURES:
+        return None
+    return (
+        f"runner.fused_mlp: the o projection's {hidden_size:,} outputs take cuBLAS under "
+        f"runner.decode_gemv: {decode_gemv} (its GEMV takes at most {PLAIN_MAX_FEATURES:,}), "
+        "and the MLP in one launch follows the o GEMV; not used"
+    )
 
 
 def _yaml(value: object) -> str:

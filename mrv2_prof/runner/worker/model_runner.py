@@ -40,7 +40,11 @@ from mrv2_prof.runner.worker.cudagraph_runner import GraphRunner
 from mrv2_prof.runner.worker.full_step import FullStep
 from mrv2_prof.runner.worker.input_batch import InputBatch
 from mrv2_prof.runner.worker.input_buffers import InputBuffers
-from mrv2_prof.runner.worker.kernel_paths import apply_kernel_paths, resolved_paths
+from mrv2_prof.runner.worker.kernel_paths import (
+    apply_kernel_paths,
+    fused_mlp_too_wide,
+    resolved_paths,
+)
 from mrv2_prof.runner.worker.kernel_set import resolve_kernels
 from mrv2_prof.runner.worker.prompt_logprobs import compute_planned, plan_prompt_logprobs
 from mrv2_prof.runner.worker.request_states import RequestStates
@@ -99,6 +103,11 @@ class ModelRunner:
         )
         if self.kernels.name == "triton":
             apply_kernel_paths(self.kernel_paths)
+            hidden, gemv = self.model_args.hidden_size, self.kernel_paths["decode_gemv"]
+            if too_wide := fused_mlp_too_wide(self.config, gemv, hidden):
+                if self.config.strict:
+                    raise ConfigError(f"{too_wide} (strict: true)")
+                self.info.notes.append(too_wide)
         self.info.model_params = sum(p.numel() for p in self.model.parameters())
         # max_model_len: auto is the model's own length (vLLM's default); an explicit one wins
         config = self.config = config.for_model(self.model_args.max_position_embeddings)
