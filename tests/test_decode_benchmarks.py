@@ -244,7 +244,7 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ls1",
-                "plain+ls", "plain+bk100", "plain+bk"):  # fmt: skip
+                "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 
@@ -261,11 +261,11 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
-             (attn, "WIDE_DECODE_STAGES")]  # fmt: skip
+             (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1")[1]
+    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5")[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1]
+        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, 5]
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was

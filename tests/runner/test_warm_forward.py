@@ -112,18 +112,19 @@ def test_a_decode_batch_wider_than_the_sms_is_run(monkeypatch, seqs, wide):
 
 
 def test_the_wide_decode_grid_takes_its_own_warps_and_stages(monkeypatch):
-    """132 SMs, 8 kv heads: the folded decode kernels launch with Triton's defaults up to 16
-    requests (``decode_launch`` adds nothing) and with ``WIDE_DECODE_WARPS`` /
-    ``WIDE_DECODE_STAGES`` from 17, the batch where ``decode_keys`` turns to the wide tile."""
+    """132 SMs, 8 kv heads: the folded decode kernels launch with Triton's 4 warps and
+    ``DECODE_STAGES`` up to 16 requests and with ``WIDE_DECODE_WARPS`` / ``WIDE_DECODE_STAGES``
+    from 17, the batch where ``decode_keys`` turns to the wide tile."""
     from mrv2_prof.runner.model import attention_split_kv_triton as split_kv
     from mrv2_prof.runner.model import attention_triton
 
     monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)
     monkeypatch.setattr(attention_triton, "WIDE_DECODE_WARPS", 8)
     monkeypatch.setattr(attention_triton, "WIDE_DECODE_STAGES", 1)
+    monkeypatch.setattr(attention_triton, "DECODE_STAGES", 5)
     cpu = torch.device("cpu")
     for reqs in (1, 16, 17, 256):
         wide = attention_triton.decode_keys(torch.bfloat16, reqs, 8, cpu) == 64
         launch = attention_triton.decode_launch(reqs, 8, cpu)
-        assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {})
+        assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {"num_stages": 5})
         assert wide == (reqs >= 17)

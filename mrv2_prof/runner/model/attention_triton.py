@@ -101,6 +101,13 @@ WIDE_DECODE_KEYS = 64
 # benchmarks/decode_roofline.py's ``wwN`` / ``wsN`` set them.
 WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
+# Pipeline stages of the folded decode kernel on a narrow grid (Triton's 4 warps). Triton's
+# pipeliner loads the walk's block-table entries a stage ahead of their K and V rows; at 3 (and
+# 4) stages a tile's K and V are issued only after the tile before was reduced, at 5 the first
+# two tiles' entries are read together and two tiles' K and V are in flight at once (72 KiB of
+# shared memory at head_dim 64, 137 KiB at 128, against 38 / 72; sm_90 code).
+# benchmarks/decode_roofline.py's ``dsN`` sets it.
+DECODE_STAGES = 3
 
 
 def wide_grid(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> bool:
@@ -123,10 +130,10 @@ def decode_keys(
 
 def decode_launch(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
-    ``WIDE_DECODE_STAGES`` on a ``wide_grid``, else Triton's defaults (4, 3: the narrow grid's
-    best, third round). Host ints only."""
+    ``WIDE_DECODE_STAGES`` on a ``wide_grid``, else Triton's 4 warps (the narrow grid's best,
+    third round) and ``DECODE_STAGES``. Host ints only."""
     if not wide_grid(num_reqs, num_kv_heads, device):
-        return {}
+        return {"num_stages": DECODE_STAGES}
     return {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
 
 
