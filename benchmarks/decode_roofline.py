@@ -370,10 +370,10 @@ def _extra(e: str) -> str | None:
         return "mink"
     if e.startswith("siluw"):
         return "siluw" if e[5:] in ("1", "2", "4", "8", "16") else None
-    if e[:2] in ("ww", "ws"):  # the wide decode grid's warps / stages (WIDE_DECODE_WARPS / _STAGES)
-        return e[:2] if e[2:] in ("1", "2", "4", "8") else None
-    if e.startswith("ds"):  # the narrow decode grid's stages (DECODE_STAGES)
-        return "ds" if e[2:] in ("1", "2", "3", "4", "5", "6") else None
+    if e.startswith("ww"):  # the wide decode grid's warps (WIDE_DECODE_WARPS)
+        return "ww" if e[2:] in ("1", "2", "4", "8") else None
+    if e[:2] in ("ws", "ds"):  # the wide / narrow decode grid's stages (WIDE_DECODE_STAGES, ...)
+        return e[:2] if e[2:] in ("1", "2", "3", "4", "5", "6") else None
     if e.startswith("ls"):  # the batch-1 GEMV's pipelined walk of K (gemv_triton.LOOP_STAGES)
         return "ls" if e[2:] in ("2", "3", "4", "5", "6") else None
     if e.startswith("bk"):  # the batch-1 GEMV's step of K (gemv_triton.M1_BLOCK_K)

@@ -243,7 +243,7 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     assert roofline.variant_paths("plain", ("pdl",))["fused_mlp"] is False
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
-                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws16", "plain+ls1",
+                "plain+siluw", "plain+ww3", "plain+ws", "plain+ws7", "plain+ls1",
                 "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
