@@ -104,9 +104,9 @@ WIDE_DECODE_STAGES = 3
 # Pipeline stages of the folded decode kernel on a narrow grid (Triton's 4 warps). Triton's
 # pipeliner loads the walk's block-table entries a stage ahead of their K and V rows; at 3 (and
 # 4) stages a tile's K and V are issued only after the tile before was reduced, at 5 the first
-# two tiles' entries are read together and two tiles' K and V are in flight at once (72 KiB of
-# shared memory at head_dim 64, 137 KiB at 128, against 38 / 72; sm_90 code).
-# benchmarks/decode_roofline.py's ``dsN`` sets it.
+# two tiles' entries are read together and two tiles' K and V are in flight at once (71 KiB of
+# shared memory at head_dim 64, 137 KiB at 128, against 38.5 / 72.5; sm_90 code, read by
+# benchmarks/walk_schedule.py). benchmarks/decode_roofline.py's ``dsN`` sets it.
 DECODE_STAGES = 3
 
 
