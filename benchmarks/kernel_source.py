@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench_io import write_results
-from kernel_stalls import drive_command, ncu_binary, saved_text, step_arguments
+from kernel_stalls import drive_command, ncu_binary, page_text, step_arguments
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 STALL_PREFIX = "stall_"  # a reason's samples: stall_long_sb, stall_barrier, ... (all samples)
@@ -136,12 +136,7 @@ def main() -> None:
     ap.add_argument("--summarize", default=None, help="a saved source page to read")
     ap.add_argument("--out", default=None, help="write the lines as JSON here")
     args = ap.parse_args()
-    if args.summarize:
-        text = saved_text(args.summarize, "kernel_source")
-    else:
-        text = profile(args)
-        if args.raw_out:
-            Path(args.raw_out).write_text(text)
+    text = page_text(args, profile, "kernel_source")
     try:
         lines = parse_source(text)
     except ValueError as e:

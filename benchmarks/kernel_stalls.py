@@ -237,12 +237,18 @@ def drive_command(args) -> list[str]:
             "--warm-steps", str(args.warm_steps)]  # fmt: skip
 
 
-def saved_text(path_text: str, who: str) -> str:
-    """A saved ncu table given to ``--summarize``; one line and exit where there is none."""
-    path = Path(path_text)
-    if not path.is_file():
-        raise SystemExit(f"{who}: --summarize {path}: no such file")
-    return path.read_text()
+def page_text(args, profile, who: str) -> str:
+    """The ncu page to read: the saved one given to ``--summarize`` (one line and exit where
+    there is none), else ``profile(args)``'s, kept at ``--raw-out`` where asked."""
+    if args.summarize:
+        path = Path(args.summarize)
+        if not path.is_file():
+            raise SystemExit(f"{who}: --summarize {path}: no such file")
+        return path.read_text()
+    text = profile(args)
+    if args.raw_out:
+        Path(args.raw_out).write_text(text)
+    return text
 
 
 def profile(args) -> str:
@@ -280,12 +286,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.drive:
         return drive(args)
-    if args.summarize:
-        text = saved_text(args.summarize, "kernel_stalls")
-    else:
-        text = profile(args)
-        if args.raw_out:
-            Path(args.raw_out).write_text(text)
+    text = page_text(args, profile, "kernel_stalls")
     try:
         kernels = parse_raw(text)
     except ValueError as e:
