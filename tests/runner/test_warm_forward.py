@@ -128,3 +128,21 @@ def test_the_wide_decode_grid_takes_its_own_warps_and_stages(monkeypatch):
         launch = attention_triton.decode_launch(reqs, 8, cpu)
         assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {"num_stages": 5})
         assert wide == (reqs >= 17)
+
+
+def test_narrow_grid_stages_stay_where_two_key_tiles_fit_an_sm(monkeypatch):
+    """5 or more ``DECODE_STAGES`` keep two 128-key tiles' K and V in shared memory: at head_dim
+    128 in bf16 that is 2 x 2 x 128 x 128 x 2 = 128 KiB (+16 margin), under sm_90's 227 KiB a
+    block, so 5 stays 5; at 256 it is 256 KiB, so the narrow launch takes 4 (one tile, as 3);
+    3 and 4 stay what they are at any head size."""
+    from mrv2_prof.runner.model import attention_split_kv_triton as split_kv
+    from mrv2_prof.runner.model import attention_triton
+
+    monkeypatch.setattr(split_kv, "num_sms", lambda device: 132)  # 8 programs: a narrow grid
+    monkeypatch.setattr(attention_triton, "DECODE_STAGES", 5)
+    assert [attention_triton.narrow_stages(d) for d in (64, 128, 256)] == [5, 5, 4]
+    launch = attention_triton.decode_launch(1, 8, torch.device("cpu"), head_dim=256)
+    assert launch == {"num_stages": 4}
+    for stages in (3, 4):
+        monkeypatch.setattr(attention_triton, "DECODE_STAGES", stages)
+        assert attention_triton.narrow_stages(256) == stages

@@ -217,7 +217,7 @@ def rope_launch_args(out, q, k, v, cos, sin, positions, q_weight, k_weight, eps,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         HAS_POSITIONS=positions is not None, HAS_NORM=q_weight is not None,
         **launch_options(use_pdl(q.device)),
-        **decode_launch(meta.num_reqs, kv_cache.shape[3], q.device),
+        **decode_launch(meta.num_reqs, kv_cache.shape[3], q.device, q.shape[2]),
     )  # fmt: skip
     return args, consts
 

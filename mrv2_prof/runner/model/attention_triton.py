@@ -101,6 +101,10 @@ WIDE_DECODE_KEYS = 64
 # benchmarks/decode_roofline.py's ``wwN`` / ``wsN`` set them.
 WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
+# The most shared memory one block may take on sm_90 (H100 / H200), and what a folded decode
+# kernel takes beside its K and V buffers (the block-table entries, the reductions: 7-13 KiB).
+MAX_BLOCK_SHARED = 227 * 1024
+SHARED_MARGIN = 16 * 1024
 # Pipeline stages of the folded decode kernel on a narrow grid (Triton's 4 warps). Triton's
 # pipeliner loads the walk's block-table entries a stage ahead of their K and V rows; at 3 (and
 # 4) stages a tile's K and V are issued only after the tile before was reduced, at 5 the first
@@ -128,12 +132,24 @@ def decode_keys(
     return WIDE_DECODE_KEYS if wide_grid(num_reqs, num_kv_heads, device) else DECODE_KEYS
 
 
-def decode_launch(num_reqs: int, num_kv_heads: int, device: torch.device | None) -> dict:
+def narrow_stages(head_dim: int, itemsize: int = 2) -> int:
+    """``DECODE_STAGES``, or 4 where the two tiles' K and V that 5 or more stages keep in flight
+    would not fit ``MAX_BLOCK_SHARED`` with ``SHARED_MARGIN`` (head_dim 256 in bf16: 269 KiB);
+    4 stages keep one tile, as 3 do (``benchmarks/kernel_resources.py`` reads both)."""
+    two_tiles = 2 * 2 * DECODE_KEYS * head_dim * itemsize  # K and V
+    if DECODE_STAGES >= 5 and two_tiles + SHARED_MARGIN > MAX_BLOCK_SHARED:
+        return 4
+    return DECODE_STAGES
+
+
+def decode_launch(
+    num_reqs: int, num_kv_heads: int, device: torch.device | None, head_dim: int = 128
+) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
     ``WIDE_DECODE_STAGES`` on a ``wide_grid``, else Triton's 4 warps (the narrow grid's best,
-    third round) and ``DECODE_STAGES``. Host ints only."""
+    third round) and ``narrow_stages``. Host ints only."""
     if not wide_grid(num_reqs, num_kv_heads, device):
-        return {"num_stages": DECODE_STAGES}
+        return {"num_stages": narrow_stages(head_dim)}
     return {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
 
 

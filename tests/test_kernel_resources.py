@@ -1,0 +1,142 @@
+"""``benchmarks/kernel_resources.py``: a decode step's Triton launches recorded on the CPU as a
+132-SM GPU taking PDL would make them, compiled for sm_90 and their cubins' registers, spills and
+shared memory read back; the blocks an SM holds worked by hand. The folded decode attention's
+stages (``attention_triton.narrow_stages``) are checked against what the compile takes: at
+head_dim 256, five stages would not fit an SM and the launch takes four."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.benchmark_runs import BENCHMARKS, run_benchmark
+
+DUMP = """
+Resource usage:
+ Common:
+  GLOBAL:11 CONSTANT[4]:8
+ Function _walk:
+  REG:143 STACK:8 SHARED:1024 LOCAL:16 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+KIB = 1024
+
+
+def _module(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    path = BENCHMARKS / "kernel_resources.py"
+    spec = importlib.util.spec_from_file_location("kernel_resources", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "kernel_resources", module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_blocks_an_sm_holds_are_the_least_its_registers_shared_memory_and_warps_allow(monkeypatch):
+    """By hand, sm_90's 65,536 registers (256 a warp at a time), 228 KiB of shared memory (1 KiB
+    a block reserved, 227 the most one block takes), 64 warps, 32 blocks:
+    65 regs x 32 threads = 2,080 -> 2,304 a warp, x 4 warps = 9,216: 7 blocks (shared: 45);
+    143 regs -> 4,608 a warp, 18,432 a block: 3, and 71 KiB + 1 KiB: 228 / 72 = 3;
+    253 regs, 8 warps -> 8,192 a warp, the whole file: 1; 23 regs, 4 warps, none shared -> 21 by
+    registers, 16 by warps; 269 KiB: over what one block may take, 0."""
+    kr = _module(monkeypatch)
+    assert kr.blocks_per_sm(65, 4, 4 * KIB) == 7
+    assert kr.blocks_per_sm(143, 4, 71 * KIB) == 3
+    assert kr.blocks_per_sm(143, 4, 40 * KIB) == 3  # registers bind: shared would allow 5
+    assert kr.blocks_per_sm(253, 8, 2 * KIB) == 1
+    assert kr.blocks_per_sm(23, 4, 0) == 16
+    assert kr.blocks_per_sm(255, 4, 269 * KIB) == 0
+    assert kr.blocks_per_sm(32, 1, 227 * KIB) == 1 and kr.blocks_per_sm(32, 1, 228 * KIB) == 0
+
+
+def test_the_cubin_resources_are_read_from_cuobjdump(monkeypatch):
+    kr = _module(monkeypatch)
+    assert kr.resource_usage(DUMP) == (143, 16)
+    with pytest.raises(ValueError, match="no resource usage"):
+        kr.resource_usage("Resource usage:\n Common:\n  GLOBAL:11\n")
+
+
+@pytest.fixture
+def compiling(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # it records launches and compiles
+
+
+def test_a_decode_steps_launches_are_recorded_as_a_gpu_makes_them(tmp_path, compiling):
+    """qwen3-0.6b, two layers on the one-pass fused path with the MLP in one launch and RoPE
+    folded into attention: a layer is the QKV GEMV (with the norm), the folded attention, the o
+    GEMV and the MLP, then the final norm; 8 kv heads, so a batch of one is 8 programs of Triton's
+    4 warps, and a batch of 64 (512 programs on 132 SMs) the wide grid's 2 warps."""
+    run = run_benchmark(
+        "kernel_resources.py", tmp_path / "r.json", "--preset", "qwen3-0.6b", "--layers", "2",
+        "--batch", "1", "64", "--variant", "fused_onepass+pdl+fold+split+mlp", "--list",
+        timeout=300,
+    )  # fmt: skip
+    one = [r for r in run.results if r["batch"] == 1]
+    layer = ["_gemv_kernel", "_paged_decode_rope_kernel", "_gemv_kernel", "_mlp_decode_kernel"]
+    assert [r["kernel"] for r in one] == 2 * layer + ["_rmsnorm_kernel"]
+    attention = [r for r in run.results if r["kernel"] == "_paged_decode_rope_kernel"]
+    by_batch = {(r["batch"], tuple(r["grid"]), r["num_warps"], r["num_stages"]) for r in attention}
+    assert len(attention) == 4 and by_batch == {(1, (1, 8), 4, 3), (64, (64, 8), 2, 3)}
+    assert "regs" not in one[0] and "| _mlp_decode_kernel | 96 | 8 | 3 |" in run.stdout
+
+
+def _ptxas_here() -> bool:
+    try:
+        import triton.backends.nvidia as nvidia
+    except ImportError:
+        return False
+    return (Path(nvidia.__file__).parent / "bin" / "cuobjdump").exists() or bool(
+        shutil.which("cuobjdump")
+    )
+
+
+needs_toolchain = pytest.mark.skipif(
+    not _ptxas_here(), reason="needs Triton's NVIDIA backend and its cuobjdump"
+)
+
+
+def _attention(tmp_path, name: str, *args: str) -> dict:
+    run = run_benchmark(
+        "kernel_resources.py", tmp_path / f"{name}.json", "--kernels", "_paged_decode_rope",
+        *args, timeout=400,
+    )  # fmt: skip
+    rows = [r for r in run.results if r["kernel"] == "_paged_decode_rope_kernel"]
+    assert all("regs" in r for r in rows) and not any("regs" in r for r in run.results[:1])
+    return rows
+
+
+@needs_toolchain
+def test_five_stages_double_the_folded_attentions_buffers_and_fit_at_head_dim_128(
+    tmp_path, compiling
+):
+    """qwen3-0.6b (head_dim 128): at 3 stages the kernel's shared memory holds one 128-key tile's
+    K and V (2 x 128 x 128 x 2 bytes = 64 KiB) and not two; at 5 (``+ds5``) two (128 KiB), still
+    under the 227 KiB a block may take; no spill either way."""
+    three, five = _attention(
+        tmp_path, "q", "--preset", "qwen3-0.6b", "--variant", "plain+pdl+fold+split",
+        "--variant", "plain+pdl+fold+split+ds5",
+    )  # fmt: skip
+    assert (three["num_stages"], five["num_stages"]) == (3, 5)
+    assert 64 * KIB <= three["shared_bytes"] < 128 * KIB <= five["shared_bytes"] < 227 * KIB
+    assert three["spill_bytes"] == five["spill_bytes"] == 0
+    assert three["blocks_per_sm"] >= 1 and five["blocks_per_sm"] >= 1
+
+
+@needs_toolchain
+def test_at_head_dim_256_five_stages_would_not_fit_so_the_launch_takes_four(tmp_path, compiling):
+    """llama-1b's shape at head_dim 256: two tiles' K and V are 2 x 2 x 128 x 256 x 2 bytes =
+    256 KiB, over the 227 KiB a block may take: compiled at 5 stages the kernel cannot run (0
+    blocks an SM); under ``+ds5`` the launch takes 4 stages (one tile) and fits."""
+    (capped,) = _attention(
+        tmp_path, "c", "--head-dim", "256", "--variant", "plain+pdl+fold+split+ds5"
+    )
+    (forced,) = _attention(
+        tmp_path, "f", "--head-dim", "256", "--variant", "plain+pdl+fold+split", "--stages", "5"
+    )
+    assert forced["num_stages"] == 5 and forced["shared_bytes"] >= 256 * KIB
+    assert forced["blocks_per_sm"] == 0
+    assert capped["num_stages"] == 4 and 128 * KIB <= capped["shared_bytes"] < 227 * KIB
+    assert capped["blocks_per_sm"] >= 1
