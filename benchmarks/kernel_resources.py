@@ -276,6 +276,9 @@ def main() -> None:
     ap.add_argument(
         "--stages", type=int, default=0, help="compile those kernels at N stages, not the launch's"
     )
+    ap.add_argument(
+        "--warps", type=int, default=0, help="compile those kernels with N warps, not the launch's"
+    )
     ap.add_argument("--list", action="store_true", help="list the launches, compile nothing")
     ap.add_argument("--sms", type=int, default=132, help="the GPU's SMs (H100 / H200: 132)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
@@ -305,8 +308,9 @@ def main() -> None:
                 print(head)
                 for launch in launches:
                     wanted = re.search(args.kernels, launch.name)
-                    if wanted and args.stages:
-                        launch.kwargs["num_stages"] = args.stages
+                    for option, value in (("num_stages", args.stages), ("num_warps", args.warps)):
+                        if wanted and value:
+                            launch.kwargs[option] = value
                     row = resources_row(launch, compiled if wanted else None)
                     print(markdown_row(row))
                     results.append({"preset": preset, "batch": batch, "variant": variant, **row})

@@ -129,14 +129,17 @@ def test_five_stages_double_the_folded_attentions_buffers_and_fit_at_head_dim_12
 def test_at_head_dim_256_five_stages_would_not_fit_so_the_launch_takes_four(tmp_path, compiling):
     """llama-1b's shape at head_dim 256: two tiles' K and V are 2 x 2 x 128 x 256 x 2 bytes =
     256 KiB, over the 227 KiB a block may take: compiled at 5 stages the kernel cannot run (0
-    blocks an SM); under ``+ds5`` the launch takes 4 stages (one tile) and fits."""
+    blocks an SM, at 4 warps or at 8); under ``+ds5`` the launch takes 4 stages (one tile) and
+    fits."""
     (capped,) = _attention(
         tmp_path, "c", "--head-dim", "256", "--variant", "plain+pdl+fold+split+ds5"
     )
     (forced,) = _attention(
-        tmp_path, "f", "--head-dim", "256", "--variant", "plain+pdl+fold+split", "--stages", "5"
-    )
-    assert forced["num_stages"] == 5 and forced["shared_bytes"] >= 256 * KIB
+        tmp_path, "f", "--head-dim", "256", "--variant", "plain+pdl+fold+split", "--stages", "5",
+        "--warps", "8",
+    )  # fmt: skip
+    assert (forced["num_stages"], forced["num_warps"]) == (5, 8)
+    assert forced["shared_bytes"] >= 256 * KIB
     assert forced["blocks_per_sm"] == 0
     assert capped["num_stages"] == 4 and 128 * KIB <= capped["shared_bytes"] < 227 * KIB
     assert capped["blocks_per_sm"] >= 1
