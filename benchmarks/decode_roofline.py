@@ -354,8 +354,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "ds", "ls", "bk", "lt",
-    "mlp",
+    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "wr", "ds", "ls", "bk",
+    "lt", "mlp",
 )  # fmt: skip
 
 
@@ -374,6 +374,8 @@ def _extra(e: str) -> str | None:
         return "ww" if e[2:] in ("1", "2", "4", "8") else None
     if e[:2] in ("ws", "ds"):  # the wide / narrow decode grid's stages (WIDE_DECODE_STAGES, ...)
         return e[:2] if e[2:] in ("1", "2", "3", "4", "5", "6") else None
+    if e.startswith("wr"):  # the wide decode grid's register cap (WIDE_DECODE_MAXNREG)
+        return "wr" if e[2:] in ("64", "80", "96", "128", "168") else None
     if e.startswith("ls"):  # the batch-1 GEMV's pipelined walk of K (gemv_triton.LOOP_STAGES)
         return "ls" if e[2:] in ("2", "3", "4", "5", "6") else None
     if e.startswith("bk"):  # the batch-1 GEMV's step of K (gemv_triton.M1_BLOCK_K)
@@ -384,14 +386,15 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+dsN]``
-    ``[+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order). ``split``:
+    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]``
+    ``[+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order). ``split``:
     split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode batch
     split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path
     they take). ``minkN``: a split takes at least N keys of a request's context
     (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with
     N warps (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``: the folded decode attention on a wide grid
-    (more programs than SMs) launched with N warps / N pipeline stages; ``dsN``: on a narrow grid
+    (more programs than SMs) launched with N warps / N pipeline stages, ``wrN`` at most N registers
+    a thread (``WIDE_DECODE_MAXNREG``, ptxas's ``maxnreg``); ``dsN``: on a narrow grid
     with N stages (``DECODE_STAGES``). ``lsN``: the batch-1 GEMV's walk of K software-pipelined over
     N stages (``LOOP_STAGES``); ``bkN``: its step N elements of K (``M1_BLOCK_K``). ``lt``: torch's
     cuBLAS matmuls through cuBLASLt (``torch.backends.cuda.preferred_blas_library``), the wide
@@ -401,7 +404,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+dsN][+lsN][+bkN][+lt][+mlp], MODE one of "
+            "[+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -440,6 +443,7 @@ def variant_switches(extras: tuple[str, ...]):
         (gemv, "M1_BLOCK_K", extra_int(extras, "bk", gemv.M1_BLOCK_K)),
         (attn, "WIDE_DECODE_WARPS", extra_int(extras, "ww", attn.WIDE_DECODE_WARPS)),
         (attn, "WIDE_DECODE_STAGES", extra_int(extras, "ws", attn.WIDE_DECODE_STAGES)),
+        (attn, "WIDE_DECODE_MAXNREG", extra_int(extras, "wr", attn.WIDE_DECODE_MAXNREG)),
         (attn, "DECODE_STAGES", extra_int(extras, "ds", attn.DECODE_STAGES)),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
@@ -495,14 +499,15 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+dsN]"
-        "[+lsN][+bkN][+lt][+mlp]:"
+        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
+        "[+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "
-        "grid (default 2 / 3), N stages on a narrow one (ds, default 3), N loop stages / N "
+        "grid (default 2 / 3) and at most N registers a thread there (wr, default uncapped), N "
+        "stages on a narrow one (ds, default 3), N loop stages / N "
         "elements of K a step in the batch-1 GEMV (default unpipelined / 1,024), torch's "
         "matmuls through cuBLASLt (lt); the paths not named "
         "are off; "

@@ -8,12 +8,13 @@ decided as on a GPU of ``--sms`` streaming multiprocessors with PDL), then compi
 with Triton's own toolchain, and its cubin's resource usage read back (``cuobjdump
 --dump-resource-usage``): no GPU is needed.
 
-* ``regs``: registers a thread; ``spill B``: local memory a thread (``LOCAL``: spilled
-  registers or a stack array); ``shared KiB``: the launch's shared memory (Triton's buffers);
+* ``regs``: registers a thread; ``spill B``: a thread's stack frame and local memory
+  (``STACK`` + ``LOCAL``: registers ptxas spilled, or an array it could not keep in them);
+  ``shared KiB``: the launch's shared memory (Triton's buffers);
 * ``blocks / SM``: the programs one SM can hold at once, the least of what its 64K registers
   (allocated 256 a warp), its 228 KiB of shared memory (1 KiB reserved a block), its 64 warps
   and 32 blocks allow; 0: the launch cannot run (over 227 KiB of shared memory a block);
-* ``programs``: the grid's size, against ``--sms`` x blocks / SM.
+* ``waves``: the grid's programs over ``--sms`` x blocks / SM (above 1: not all at once).
 
 The interpreter's stand-ins are set back to the GPU's values: the decode GEMM's ``DOT_F32`` (bf16
 dots in float32 on the CPU) is compiled False. Arguments are specialised as Triton specialises
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import math
 import os
 import re
 import subprocess
@@ -165,12 +167,13 @@ def cuobjdump() -> str:
 
 
 def resource_usage(text: str) -> tuple[int, int]:
-    """(registers, local bytes) of the one function in ``cuobjdump --dump-resource-usage``."""
-    regs = re.search(r"\bREG:(\d+)", text)
-    local = re.search(r"\bLOCAL:(\d+)", text)
-    if regs is None or local is None:
+    """(registers, stack + local bytes a thread) of the one function in ``cuobjdump
+    --dump-resource-usage``: ptxas spills registers into the stack frame (``STL`` / ``LDL``)."""
+    found = [re.search(rf"\b{name}:(\d+)", text) for name in ("REG", "STACK", "LOCAL")]
+    if None in found:
         raise ValueError(f"no resource usage in cuobjdump's output: {text[:200]!r}")
-    return int(regs.group(1)), int(local.group(1))
+    regs, stack, local = (int(m.group(1)) for m in found)
+    return regs, stack + local
 
 
 def compile_launch(launch: Launch) -> Resources:
@@ -232,12 +235,12 @@ def step_launches(
     return launches
 
 
-def resources_row(launch: Launch, compiled: dict[str, Resources]) -> dict[str, Any]:
+def resources_row(launch: Launch, compiled: dict[str, Resources] | None, sms: int) -> dict:
     """The launch's table row; ``compiled``: the launches compiled so far, by ``launch_key``."""
     warps = launch.kwargs.get("num_warps", 4)
     row = {
         "kernel": launch.name, "grid": list(launch.grid), "num_warps": warps,
-        "num_stages": launch.kwargs.get("num_stages", 3),
+        "num_stages": launch.kwargs.get("num_stages", 3), "maxnreg": launch.kwargs.get("maxnreg"),
     }  # fmt: skip
     if compiled is None:
         return row
@@ -246,14 +249,16 @@ def resources_row(launch: Launch, compiled: dict[str, Resources]) -> dict[str, A
         compiled[key] = compile_launch(launch)
     r = compiled[key]
     fit = blocks_per_sm(r.regs, warps, r.shared_bytes)
-    return {**row, **asdict(r), "blocks_per_sm": fit}
+    waves = math.prod(launch.grid) / (sms * fit) if fit else None
+    return {**row, **asdict(r), "blocks_per_sm": fit, "waves": waves}
 
 
 def markdown_row(row: dict[str, Any]) -> str:
     cells = [row["kernel"], "x".join(map(str, row["grid"])), row["num_warps"], row["num_stages"]]
     if "regs" in row:
         shared = f"{row['shared_bytes'] / 1024:.1f}"
-        cells += [row["regs"], row["spill_bytes"], shared, row["blocks_per_sm"]]
+        waves = "-" if row["waves"] is None else f"{row['waves']:.2f}"
+        cells += [row["regs"], row["spill_bytes"], shared, row["blocks_per_sm"], waves]
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
@@ -279,6 +284,9 @@ def main() -> None:
     ap.add_argument(
         "--warps", type=int, default=0, help="compile those kernels with N warps, not the launch's"
     )
+    ap.add_argument(
+        "--maxnreg", type=int, default=0, help="compile those kernels capped at N registers"
+    )
     ap.add_argument("--list", action="store_true", help="list the launches, compile nothing")
     ap.add_argument("--sms", type=int, default=132, help="the GPU's SMs (H100 / H200: 132)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
@@ -292,7 +300,7 @@ def main() -> None:
             raise SystemExit(f"--variant: {exc}") from None
     results, compiled = [], None if args.list else {}
     cols = ["kernel", "grid", "warps", "stages"]
-    cols += [] if args.list else ["regs", "spill B", "shared KiB", "blocks / SM"]
+    cols += [] if args.list else ["regs", "spill B", "shared KiB", "blocks / SM", "waves"]
     head = f"| {' | '.join(cols)} |\n|{' --- |' * len(cols)}"
     for preset in args.preset or ["llama-1b"]:
         model_args = model_args_for(ModelSpec(preset=preset))
@@ -308,10 +316,11 @@ def main() -> None:
                 print(head)
                 for launch in launches:
                     wanted = re.search(args.kernels, launch.name)
-                    for option, value in (("num_stages", args.stages), ("num_warps", args.warps)):
+                    overrides = [("num_stages", args.stages), ("num_warps", args.warps)]
+                    for option, value in overrides + [("maxnreg", args.maxnreg)]:
                         if wanted and value:
                             launch.kwargs[option] = value
-                    row = resources_row(launch, compiled if wanted else None)
+                    row = resources_row(launch, compiled if wanted else None, args.sms)
                     print(markdown_row(row))
                     results.append({"preset": preset, "batch": batch, "variant": variant, **row})
     meta = {"target": "sm_90", "sms": args.sms, "context": args.context, "layers": args.layers}

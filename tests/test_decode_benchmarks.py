@@ -216,8 +216,9 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     ``split`` the policy, ``splitN`` N forced splits, ``minkN`` split-KV's fewest keys a split
     (N >= 1), ``keysN`` the decode kernels' key tile (a power of two >= 16), ``siluwN`` the
     batch-1 SiLU-and-mul GEMV's warps (a power of two to 16), ``wwN`` / ``wsN`` the wide decode
-    grid's warps / stages (1, 2, 4 or 8), ``lsN`` / ``bkN`` the batch-1 GEMV's loop stages (2-6)
-    / step of K (a power of two, 256-4,096); anything else refused, naming the text."""
+    grid's warps / stages (1, 2, 4 or 8), ``wrN`` its register cap (64-168), ``lsN`` / ``bkN``
+    the batch-1 GEMV's loop stages (2-6) / step of K (a power of two, 256-4,096); anything else
+    refused, naming the text."""
     roofline = load_benchmark("decode_roofline", monkeypatch)
     mode, extras = roofline.parse_variant("plain+split4+fold+pdl")
     assert (mode, extras) == ("plain", ("pdl", "fold", "split4"))
@@ -232,8 +233,9 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     assert roofline.extra_int(("pdl",), "mink", 7) == 7
     extras = roofline.parse_variant("fused_onepass+siluw4+pdl")[1]
     assert extras == ("pdl", "siluw4") and roofline.extra_int(extras, "siluw", 8) == 4
-    extras = roofline.parse_variant("plain+ws2+fold+ww8")[1]
-    assert extras == ("fold", "ww8", "ws2") and roofline.extra_int(extras, "ws", 3) == 2
+    extras = roofline.parse_variant("plain+wr96+ws2+fold+ww8")[1]
+    assert extras == ("fold", "ww8", "ws2", "wr96") and roofline.extra_int(extras, "ws", 3) == 2
+    assert roofline.extra_int(extras, "wr", None) == 96
     assert roofline.extra_int(extras, "ww", 4) == 8
     extras = roofline.parse_variant("plain+bk2048+ls3+pdl")[1]
     assert extras == ("pdl", "ls3", "bk2048") and roofline.extra_int(extras, "ls", 0) == 3
@@ -244,7 +246,8 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws7", "plain+ls1",
-                "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7"):  # fmt: skip
+                "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7", "plain+wr",
+                "plain+wr100"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 
@@ -261,11 +264,13 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
-             (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES")]  # fmt: skip
+             (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
+             (attn, "WIDE_DECODE_MAXNREG")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    extras = roofline.parse_variant("plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5")[1]
+    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128"
+    extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, 5]
+        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128]
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was

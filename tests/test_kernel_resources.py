@@ -54,7 +54,7 @@ def test_blocks_an_sm_holds_are_the_least_its_registers_shared_memory_and_warps_
 
 def test_the_cubin_resources_are_read_from_cuobjdump(monkeypatch):
     kr = _module(monkeypatch)
-    assert kr.resource_usage(DUMP) == (143, 16)
+    assert kr.resource_usage(DUMP) == (143, 24)  # STACK 8 + LOCAL 16
     with pytest.raises(ValueError, match="no resource usage"):
         kr.resource_usage("Resource usage:\n Common:\n  GLOBAL:11\n")
 
@@ -143,3 +143,19 @@ def test_at_head_dim_256_five_stages_would_not_fit_so_the_launch_takes_four(tmp_
     assert forced["blocks_per_sm"] == 0
     assert capped["num_stages"] == 4 and 128 * KIB <= capped["shared_bytes"] < 227 * KIB
     assert capped["blocks_per_sm"] >= 1
+
+
+@needs_toolchain
+def test_a_register_cap_on_the_wide_grid_lets_an_sm_hold_more_of_its_programs(tmp_path, compiling):
+    """llama-1b at batch 256 (2,048 programs of 2 warps on the wide grid): ``+wr128`` passes
+    ``maxnreg`` 128 at launch, and the compiled kernel keeps to it; 128 registers x 64 threads
+    is 8,192 a program, so registers allow 8 programs an SM (20 KiB of shared memory allows 10),
+    at least as many as without the cap, and the grid takes no more waves."""
+    free, capped = _attention(
+        tmp_path, "w", "--batch", "256", "--variant", "plain+pdl+fold+split",
+        "--variant", "plain+pdl+fold+split+wr128",
+    )  # fmt: skip
+    assert free["maxnreg"] is None and capped["maxnreg"] == 128
+    assert capped["regs"] <= 128 and capped["blocks_per_sm"] == 8
+    assert capped["blocks_per_sm"] >= free["blocks_per_sm"] and capped["waves"] <= free["waves"]
+    assert capped["waves"] == pytest.approx(256 * 8 / (132 * 8))

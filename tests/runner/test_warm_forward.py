@@ -128,6 +128,13 @@ def test_the_wide_decode_grid_takes_its_own_warps_and_stages(monkeypatch):
         launch = attention_triton.decode_launch(reqs, 8, cpu)
         assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {"num_stages": 5})
         assert wide == (reqs >= 17)
+    monkeypatch.setattr(attention_triton, "WIDE_DECODE_MAXNREG", 128)  # the wide grid's alone
+    assert attention_triton.decode_launch(17, 8, cpu) == {
+        "num_warps": 8,
+        "num_stages": 1,
+        "maxnreg": 128,
+    }
+    assert attention_triton.decode_launch(16, 8, cpu) == {"num_stages": 5}
 
 
 def test_narrow_grid_stages_stay_where_two_key_tiles_fit_an_sm(monkeypatch):

@@ -101,6 +101,11 @@ WIDE_DECODE_KEYS = 64
 # benchmarks/decode_roofline.py's ``wwN`` / ``wsN`` set them.
 WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
+# A cap on the wide grid's registers a thread (``maxnreg``), None: ptxas's own choice. Triton 3.6
+# compiles llama-1b's wide kernel at 164 (6 programs an SM, registers bound) and at 128 with 24
+# bytes spilled (8); benchmarks/kernel_resources.py --maxnreg reads it, decode_roofline.py's
+# ``wrN`` times it. Off until measured.
+WIDE_DECODE_MAXNREG: int | None = None
 # The most shared memory one block may take on sm_90 (H100 / H200), and what a folded decode
 # kernel takes beside its K and V buffers (the block-table entries, the reductions: 7-13 KiB).
 MAX_BLOCK_SHARED = 227 * 1024
@@ -146,11 +151,13 @@ def decode_launch(
     num_reqs: int, num_kv_heads: int, device: torch.device | None, head_dim: int = 128
 ) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
-    ``WIDE_DECODE_STAGES`` on a ``wide_grid``, else Triton's 4 warps (the narrow grid's best,
-    third round) and ``narrow_stages``. Host ints only."""
+    ``WIDE_DECODE_STAGES`` (and ``WIDE_DECODE_MAXNREG`` where set) on a ``wide_grid``, else
+    Triton's 4 warps (the narrow grid's best, third round) and ``narrow_stages``. Host ints
+    only."""
     if not wide_grid(num_reqs, num_kv_heads, device):
         return {"num_stages": narrow_stages(head_dim)}
-    return {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
+    launch = {"num_warps": WIDE_DECODE_WARPS, "num_stages": WIDE_DECODE_STAGES}
+    return launch if WIDE_DECODE_MAXNREG is None else {**launch, "maxnreg": WIDE_DECODE_MAXNREG}
 
 
 def smallest_wide_batch(num_kv_heads: int, device: torch.device) -> int:
