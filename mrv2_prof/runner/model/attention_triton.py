@@ -103,8 +103,9 @@ WIDE_DECODE_WARPS = 2
 WIDE_DECODE_STAGES = 3
 # A cap on the wide grid's registers a thread (``maxnreg``), None: ptxas's own choice. Triton 3.6
 # compiles llama-1b's wide kernel at 164 (6 programs an SM, registers bound) and at 128 with 24
-# bytes spilled (8); benchmarks/kernel_resources.py --maxnreg reads it, decode_roofline.py's
-# ``wrN`` times it. Off until measured.
+# bytes spilled (8; benchmarks/kernel_resources.py --maxnreg). 8 programs an SM did not shorten
+# it at batch 64 / 256 and 96 registers cost 9-12 % (H100, decode_roofline.py's ``wrN``,
+# twenty-first round): off.
 WIDE_DECODE_MAXNREG: int | None = None
 # The most shared memory one block may take on sm_90 (H100 / H200), and what a folded decode
 # kernel takes beside its K and V buffers (the block-table entries, the reductions: 7-13 KiB).
@@ -115,7 +116,9 @@ SHARED_MARGIN = 16 * 1024
 # 4) stages a tile's K and V are issued only after the tile before was reduced, at 5 the first
 # two tiles' entries are read together and two tiles' K and V are in flight at once (71 KiB of
 # shared memory at head_dim 64, 137 KiB at 128, against 38.5 / 72.5; sm_90 code, read by
-# benchmarks/walk_schedule.py). benchmarks/decode_roofline.py's ``dsN`` sets it.
+# benchmarks/walk_schedule.py). benchmarks/decode_roofline.py's ``dsN`` sets it: at 5, 1-6 % off
+# llama-1b's and SmolLM2's batch-1 attention and nothing off qwen3-0.6b's, the steps inside the
+# spread of two invocations (H100, twenty-first round), so 3 stays.
 DECODE_STAGES = 3
 
 
