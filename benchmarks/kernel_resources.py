@@ -191,8 +191,8 @@ def compile_launch(launch: Launch) -> Resources:
             [cuobjdump(), "--dump-resource-usage", str(cubin)],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
-    regs, local = resource_usage(dump.stdout)
-    return Resources(regs, local, kernel.metadata.shared)
+    regs, spill = resource_usage(dump.stdout)
+    return Resources(regs, spill, kernel.metadata.shared)
 
 
 def decode_batch(num_reqs: int, context: int, width: int, block_size: int = 16):
@@ -262,13 +262,35 @@ def markdown_row(row: dict[str, Any]) -> str:
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
+def head_size(text: str) -> int:
+    """``--head-dim``: a power of two in [16, 256], what the attention kernels' tiles take."""
+    n = int(text) if text.isdigit() else 0
+    if n < 16 or n > 256 or n & (n - 1):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a power of two in [16, 256]")
+    return n
+
+
+def variant_text(text: str) -> str:
+    parse_variant(text)  # argparse.ArgumentTypeError names the text
+    return text
+
+
+def regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {exc}") from None
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", action="append", choices=preset_names(), help="repeatable")
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
     ap.add_argument(
-        "--variant", action="append", help="repeatable; decode_roofline.py's MODE[+pdl][+fold]..."
-    )
+        "--variant", action="append", type=variant_text,
+        help="repeatable; decode_roofline.py's MODE[+pdl][+fold]... (default plain+pdl+fold+split)",
+    )  # fmt: skip
     ap.add_argument("--context", type=int, default=192, help="keys cached a request")
     ap.add_argument(
         "--max-model-len", type=int, default=0,
@@ -276,8 +298,10 @@ def main() -> None:
         "default: the context + 1, as decode_roofline.py's prompt + output + 1",
     )  # fmt: skip
     ap.add_argument("--layers", type=int, default=1, help="decoder layers in the forward")
-    ap.add_argument("--head-dim", type=int, default=0, help="the preset at another head size")
-    ap.add_argument("--kernels", default="", help="compile only the kernels this regex finds")
+    ap.add_argument("--head-dim", type=head_size, default=0, help="the preset at another head size")
+    ap.add_argument(
+        "--kernels", type=regex, default="", help="compile only the kernels this regex finds"
+    )
     ap.add_argument(
         "--stages", type=int, default=0, help="compile those kernels at N stages, not the launch's"
     )
@@ -293,11 +317,6 @@ def main() -> None:
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("kernel_resources: compiles for sm_90; unset TRITON_INTERPRET")
-    for v in args.variant or []:
-        try:
-            parse_variant(v)
-        except argparse.ArgumentTypeError as exc:
-            raise SystemExit(f"--variant: {exc}") from None
     results, compiled = [], None if args.list else {}
     cols = ["kernel", "grid", "warps", "stages"]
     cols += [] if args.list else ["regs", "spill B", "shared KiB", "blocks / SM", "waves"]

@@ -159,3 +159,25 @@ def test_a_register_cap_on_the_wide_grid_lets_an_sm_hold_more_of_its_programs(tm
     assert capped["regs"] <= 128 and capped["blocks_per_sm"] == 8
     assert capped["blocks_per_sm"] >= free["blocks_per_sm"] and capped["waves"] <= free["waves"]
     assert capped["waves"] == pytest.approx(256 * 8 / (132 * 8))
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--head-dim", "48"], "--head-dim: '48' is not a power of two in [16, 256]"),
+        (["--kernels", "("], "--kernels: '(' is not a regular expression"),
+        (["--variant", "plain+turbo"], "--variant: 'plain+turbo': expected MODE"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2_before_anything_runs(tmp_path, args, named):
+    import os
+    import subprocess
+
+    out = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "kernel_resources.py"), "--out", str(out), *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and proc.stdout == ""

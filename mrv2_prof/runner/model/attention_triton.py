@@ -140,11 +140,12 @@ def decode_keys(
     return WIDE_DECODE_KEYS if wide_grid(num_reqs, num_kv_heads, device) else DECODE_KEYS
 
 
-def narrow_stages(head_dim: int, itemsize: int = 2) -> int:
+def narrow_stages(head_dim: int) -> int:
     """``DECODE_STAGES``, or 4 where the two tiles' K and V that 5 or more stages keep in flight
     would not fit ``MAX_BLOCK_SHARED`` with ``SHARED_MARGIN`` (head_dim 256 in bf16: 269 KiB);
-    4 stages keep one tile, as 3 do (``benchmarks/kernel_resources.py`` reads both)."""
-    two_tiles = 2 * 2 * DECODE_KEYS * head_dim * itemsize  # K and V
+    4 stages keep one tile, as 3 do (``benchmarks/kernel_resources.py`` reads both). Sized for
+    2-byte caches and ``DECODE_KEYS``: float32's 16-key tiles are smaller still."""
+    two_tiles = 2 * 2 * DECODE_KEYS * head_dim * 2  # K and V, 2 bytes an element
     if DECODE_STAGES >= 5 and two_tiles + SHARED_MARGIN > MAX_BLOCK_SHARED:
         return 4
     return DECODE_STAGES
