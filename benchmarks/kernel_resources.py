@@ -1,4 +1,4 @@
-"""What each Triton kernel of a decode step asks of an SM, read on a CPU host.
+"""What each Triton kernel of a decode step's forward asks of an SM, read on a CPU host.
 
 The model's forward (the embedding, ``--layers`` decoder layers and the final norm: the LM head
 is a cuBLAS matmul) runs on the CPU at a preset's real sizes in bf16 with the kernel paths of a
