@@ -125,16 +125,16 @@ def test_the_wide_decode_grid_takes_its_own_warps_and_stages(monkeypatch):
     cpu = torch.device("cpu")
     for reqs in (1, 16, 17, 256):
         wide = attention_triton.decode_keys(torch.bfloat16, reqs, 8, cpu) == 64
-        launch = attention_triton.decode_launch(reqs, 8, cpu)
+        launch = attention_triton.decode_launch(reqs, 8, cpu, 64)
         assert launch == ({"num_warps": 8, "num_stages": 1} if wide else {"num_stages": 5})
         assert wide == (reqs >= 17)
     monkeypatch.setattr(attention_triton, "WIDE_DECODE_MAXNREG", 128)  # the wide grid's alone
-    assert attention_triton.decode_launch(17, 8, cpu) == {
+    assert attention_triton.decode_launch(17, 8, cpu, 64) == {
         "num_warps": 8,
         "num_stages": 1,
         "maxnreg": 128,
     }
-    assert attention_triton.decode_launch(16, 8, cpu) == {"num_stages": 5}
+    assert attention_triton.decode_launch(16, 8, cpu, 64) == {"num_stages": 5}
 
 
 def test_narrow_grid_stages_stay_where_two_key_tiles_fit_an_sm(monkeypatch):

@@ -152,7 +152,7 @@ def narrow_stages(head_dim: int) -> int:
 
 
 def decode_launch(
-    num_reqs: int, num_kv_heads: int, device: torch.device | None, head_dim: int = 128
+    num_reqs: int, num_kv_heads: int, device: torch.device | None, head_dim: int
 ) -> dict:
     """``num_warps`` / ``num_stages`` of the folded decode kernels: ``WIDE_DECODE_WARPS`` /
     ``WIDE_DECODE_STAGES`` (and ``WIDE_DECODE_MAXNREG`` where set) on a ``wide_grid``, else
