@@ -5,22 +5,13 @@ with the launch that made it."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.benchmark_runs import BENCHMARKS, run_benchmark
-
-
-def load_benchmark(name: str, monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the benchmarks import bench_io beside them
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_runs import BENCHMARKS, load_benchmark, run_benchmark
 
 
 def smoke_run(name: str, tmp_path: Path, *args: str) -> dict:

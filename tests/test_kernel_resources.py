@@ -6,14 +6,11 @@ head_dim 256, five stages would not fit an SM and the launch takes four."""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.benchmark_runs import BENCHMARKS, run_benchmark
+from tests.benchmark_runs import BENCHMARKS, load_benchmark, nvidia_tool_here, run_benchmark
 
 DUMP = """
 Resource usage:
@@ -25,16 +22,6 @@ Resource usage:
 KIB = 1024
 
 
-def _module(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    path = BENCHMARKS / "kernel_resources.py"
-    spec = importlib.util.spec_from_file_location("kernel_resources", path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "kernel_resources", module)  # its dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_blocks_an_sm_holds_are_the_least_its_registers_shared_memory_and_warps_allow(monkeypatch):
     """By hand, sm_90's 65,536 registers (256 a warp at a time), 228 KiB of shared memory (1 KiB
     a block reserved, 227 the most one block takes), 64 warps, 32 blocks:
@@ -42,7 +29,7 @@ def test_blocks_an_sm_holds_are_the_least_its_registers_shared_memory_and_warps_
     143 regs -> 4,608 a warp, 18,432 a block: 3, and 71 KiB + 1 KiB: 228 / 72 = 3;
     253 regs, 8 warps -> 8,192 a warp, the whole file: 1; 23 regs, 4 warps, none shared -> 21 by
     registers, 16 by warps; 269 KiB: over what one block may take, 0."""
-    kr = _module(monkeypatch)
+    kr = load_benchmark("kernel_resources", monkeypatch)
     assert kr.blocks_per_sm(65, 4, 4 * KIB) == 7
     assert kr.blocks_per_sm(143, 4, 71 * KIB) == 3
     assert kr.blocks_per_sm(143, 4, 40 * KIB) == 3  # registers bind: shared would allow 5
@@ -53,7 +40,7 @@ def test_blocks_an_sm_holds_are_the_least_its_registers_shared_memory_and_warps_
 
 
 def test_the_cubin_resources_are_read_from_cuobjdump(monkeypatch):
-    kr = _module(monkeypatch)
+    kr = load_benchmark("kernel_resources", monkeypatch)
     assert kr.resource_usage(DUMP) == (143, 24)  # STACK 8 + LOCAL 16
     with pytest.raises(ValueError, match="no resource usage"):
         kr.resource_usage("Resource usage:\n Common:\n  GLOBAL:11\n")
@@ -83,18 +70,8 @@ def test_a_decode_steps_launches_are_recorded_as_a_gpu_makes_them(tmp_path, comp
     assert "regs" not in one[0] and "| _mlp_decode_kernel | 96 | 8 | 3 |" in run.stdout
 
 
-def _ptxas_here() -> bool:
-    try:
-        import triton.backends.nvidia as nvidia
-    except ImportError:
-        return False
-    return (Path(nvidia.__file__).parent / "bin" / "cuobjdump").exists() or bool(
-        shutil.which("cuobjdump")
-    )
-
-
 needs_toolchain = pytest.mark.skipif(
-    not _ptxas_here(), reason="needs Triton's NVIDIA backend and its cuobjdump"
+    not nvidia_tool_here("cuobjdump"), reason="needs Triton's NVIDIA backend and its cuobjdump"
 )
 
 

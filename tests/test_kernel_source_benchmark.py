@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.benchmark_runs import run_benchmark
-from tests.test_decode_benchmarks import load_benchmark
+from tests.benchmark_runs import load_benchmark, run_benchmark
 
 HEAD = ["Line No", "Source", "Address", "Source", "Warp Stall Sampling (All Samples)",
         "Warp Stall Sampling (Not-issued Samples)", "stall_long_sb", "stall_barrier",

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.benchmark_runs import run_benchmark
-from tests.test_decode_benchmarks import load_benchmark
+from tests.benchmark_runs import load_benchmark, run_benchmark
 
 DUR = "gpu__time_duration.sum"
 REGS = "launch__registers_per_thread"

@@ -5,14 +5,9 @@ default 3 stages a tile's K and V load only after the tile before was reduced, a
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.benchmark_runs import BENCHMARKS, run_benchmark
+from tests.benchmark_runs import load_benchmark, nvidia_tool_here, run_benchmark
 
 PTX = """
   cp.async.commit_group;
@@ -34,35 +29,20 @@ $L__BB0_3:
 """
 
 
-def _module(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("walk_schedule", BENCHMARKS / "walk_schedule.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "walk_schedule", module)  # its dataclass looks itself up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_loop_is_the_back_branch_that_commits_most_and_its_head_wait(monkeypatch):
     """Two branches back and one forward: the inner loop ($L__BB0_2) commits two groups an
     iteration and waits at its head with three in flight; the outer loop ($L__BB0_1) holds the
     same two groups, no more, so the inner one is the main loop: (2, 3), two tiles in flight."""
-    ws = _module(monkeypatch)
+    ws = load_benchmark("walk_schedule", monkeypatch)
     assert ws.loop_schedule(PTX) == (2, 3)
     assert ws.Schedule(2, 3, 0).tiles_in_flight == 2
     assert ws.Schedule(3, 0, 0).tiles_in_flight == 1 and ws.Schedule(0, 0, 0).tiles_in_flight == 1
     assert ws.loop_schedule("$L__BB0_1:\n  ret;\n") == (0, 0)
 
 
-def _ptxas_here() -> bool:
-    try:
-        import triton.backends.nvidia as nvidia
-    except ImportError:
-        return False
-    return (Path(nvidia.__file__).parent / "bin" / "ptxas").exists() or bool(shutil.which("ptxas"))
-
-
-@pytest.mark.skipif(not _ptxas_here(), reason="needs Triton's NVIDIA backend and its ptxas")
+@pytest.mark.skipif(
+    not nvidia_tool_here("ptxas"), reason="needs Triton's NVIDIA backend and its ptxas"
+)
 def test_five_stages_keep_two_key_tiles_in_flight(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # it compiles, for sm_90
     run = run_benchmark(
