@@ -238,9 +238,10 @@ def engine_config(cuda: bool, batches: list[int], max_model_len: int, paths: dic
 
 def variant_paths(mode: str, extras: tuple[str, ...]) -> dict:
     """The runner settings of a parsed variant (its module switches are set by ``main``)."""
+    gemm = "triton" if "gemm" in extras else "cublas"
     return {
         "decode_gemv": mode,
-        "decode_gemm": "triton" if "gemm" in extras else "cublas",
+        "decode_gemm": "narrow" if any(_extra(e) == "narrow" for e in extras) else gemm,
         "pdl": "pdl" in extras,
         "rope_in_attention": "fold" in extras,
         "split_kv": split_switches(extras)[0],
@@ -354,8 +355,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "split", "mink", "keys", "siluw", "ww", "ws", "wr", "ds", "ls", "bk",
-    "lt", "mlp",
+    "pdl", "fold", "gemm", "narrow", "split", "mink", "keys", "siluw", "ww", "ws", "wr", "ds",
+    "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -364,6 +365,8 @@ def _extra(e: str) -> str | None:
     ``MIN_CHUNK_KEYS`` set to N >= 1; ``keysN``: the decode attention kernels' key tile set to
     N for every grid, ``DECODE_KEYS`` and ``WIDE_DECODE_KEYS``, a power of two >= 16), None if
     unknown."""
+    if e.startswith("narrow") and (e[6:] == "" or e[6:] in ("16", "32", "64", "128", "256")):
+        return "narrow"
     if e.startswith("split") and e[5:].isdigit() and int(e[5:]) >= 1:
         return "split"
     if e.startswith("mink") and e[4:].isdigit() and int(e[4:]) >= 1:
@@ -386,25 +389,27 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]``
-    ``[+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order). ``split``:
-    split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode batch
-    split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every path
-    they take). ``minkN``: a split takes at least N keys of a request's context
-    (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1 GEMV with the SiLU-and-mul prologue launched with
-    N warps (``SILU_MUL_WARPS``). ``wwN`` / ``wsN``: the folded decode attention on a wide grid
-    (more programs than SMs) launched with N warps / N pipeline stages, ``wrN`` at most N registers
-    a thread (``WIDE_DECODE_MAXNREG``, ptxas's ``maxnreg``); ``dsN``: on a narrow grid
-    with N stages (``DECODE_STAGES``). ``lsN``: the batch-1 GEMV's walk of K software-pipelined over
-    N stages (``LOOP_STAGES``); ``bkN``: its step N elements of K (``M1_BLOCK_K``). ``lt``: torch's
-    cuBLAS matmuls through cuBLASLt (``torch.backends.cuda.preferred_blas_library``), the wide
-    batches' projections. ``mlp``: the batch-1 MLP in one launch (``runner.fused_mlp``,
-    ``mlp_decode_triton.py``)."""
+    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]``
+    ``[+wrN][+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order).
+    ``split``: split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode
+    batch split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every
+    path they take). ``gemm``: the Triton decode GEMM for the projections of 2-256 rows
+    (``runner.decode_gemm``); ``narrow`` / ``narrowN``: only for those of at most 1,024 outputs and
+    16 (N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others. ``minkN``: a
+    split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
+    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
+    ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
+    warps / N pipeline stages, ``wrN`` at most N registers a thread (``WIDE_DECODE_MAXNREG``,
+    ptxas's ``maxnreg``); ``dsN``: on a narrow grid with N stages (``DECODE_STAGES``). ``lsN``: the
+    batch-1 GEMV's walk of K software-pipelined over N stages (``LOOP_STAGES``); ``bkN``: its step N
+    elements of K (``M1_BLOCK_K``). ``lt``: torch's cuBLAS matmuls through cuBLASLt
+    (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections. ``mlp``: the
+    batch-1 MLP in one launch (``runner.fused_mlp``, ``mlp_decode_triton.py``)."""
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN]"
-            "[+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN]"
+            "[+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -414,6 +419,12 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
 def extra_int(extras: tuple[str, ...], name: str, default: int) -> int:
     """N of a variant's ``nameN`` extra (``keys``, ``mink``), else ``default``."""
     return next((int(e[len(name) :]) for e in extras if _extra(e) == name), default)
+
+
+def narrow_gemm(extras: tuple[str, ...]) -> tuple[int, int]:
+    """``NARROW_GEMM`` of a variant: its rows bound N where it names ``narrowN``."""
+    features, rows = projections_triton.NARROW_GEMM
+    return features, next((int(e[6:]) for e in extras if e.startswith("narrow") and e[6:]), rows)
 
 
 def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
@@ -433,6 +444,7 @@ def variant_switches(extras: tuple[str, ...]):
     split-KV's fewest keys a split, the batch-1 GEMV's SiLU-and-mul warps, loop stages and step
     of K, the wide grid's warps and stages, and torch's BLAS library (process-wide)."""
     split, attn, gemv = attention_split_kv_triton, attention_triton, gemv_triton
+    proj = projections_triton
     switches = [  # (module, name, the variant's value)
         (split, "FORCED_SPLITS", split_switches(extras)[1]),
         (attn, "DECODE_KEYS", extra_int(extras, "keys", attn.DECODE_KEYS)),
@@ -445,6 +457,7 @@ def variant_switches(extras: tuple[str, ...]):
         (attn, "WIDE_DECODE_STAGES", extra_int(extras, "ws", attn.WIDE_DECODE_STAGES)),
         (attn, "WIDE_DECODE_MAXNREG", extra_int(extras, "wr", attn.WIDE_DECODE_MAXNREG)),
         (attn, "DECODE_STAGES", extra_int(extras, "ds", attn.DECODE_STAGES)),
+        (proj, "NARROW_GEMM", narrow_gemm(extras)),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
     blas = torch.backends.cuda.preferred_blas_library()
@@ -499,10 +512,12 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
+        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
         "[+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
-        " triton, runner.split_kv (or N forced splits), at least N keys of a context a split "
+        " triton (narrow: narrow, for projections of at most 1,024 outputs and 16 or N rows),"
+        " runner.split_kv (or N forced"
+        " splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "

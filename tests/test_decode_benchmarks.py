@@ -234,11 +234,16 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     mode, extras = roofline.parse_variant("fused_onepass+mlp+pdl")  # a runner setting
     assert extras == ("pdl", "mlp") and roofline.variant_paths(mode, extras)["fused_mlp"] is True
     assert roofline.variant_paths("plain", ("pdl",))["fused_mlp"] is False
+    mode, extras = roofline.parse_variant("plain+narrow64+pdl")
+    assert extras == ("pdl", "narrow64")
+    assert roofline.variant_paths(mode, extras)["decode_gemm"] == "narrow"
+    assert roofline.variant_paths(mode, ("gemm",))["decode_gemm"] == "triton"
+    assert roofline.variant_paths("plain", ("pdl",))["decode_gemm"] == "cublas"  # never auto
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws7", "plain+ls1",
                 "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7", "plain+wr",
-                "plain+wr100"):  # fmt: skip
+                "plain+wr100", "plain+narrow0", "plain+narrowx", "plain+gemm64"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 
@@ -251,17 +256,31 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     from mrv2_prof.runner.model import attention_split_kv_triton as split
     from mrv2_prof.runner.model import attention_triton as attn
     from mrv2_prof.runner.model import gemv_triton as gemv
+    from mrv2_prof.runner.model import projections_triton as proj
 
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
              (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
-             (attn, "WIDE_DECODE_MAXNREG")]  # fmt: skip
+             (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128"
+    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128]
+        assert [getattr(m, n) for m, n in names] == [
+            3,
+            32,
+            32,
+            96,
+            2,
+            4,
+            512,
+            8,
+            1,
+            5,
+            128,
+            (1024, 64),
+        ]
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was

@@ -120,6 +120,29 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
     assert not pdl.LAUNCH_PDL  # asked for, but no CUDA device: a note (above), not taken
 
 
+@pytest.mark.parametrize(
+    ("path", "want"),
+    [("cublas", ("cublas", None, 256)), ("triton", ("triton", None, 256)),
+     ("narrow", ("triton", 1024, 16))],
+)  # fmt: skip
+def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
+    """``decode_gemm: narrow`` is the Triton GEMM held to projections of at most 1,024 outputs
+    and 16 rows; ``triton`` takes every projection of 2-256 rows; ``cublas`` none."""
+    pytest.importorskip("triton")
+    from mrv2_prof.runner.model import projections_triton as proj
+
+    config = RunnerConfig(device="cpu", decode_gemm=path)
+    kernel_paths.apply_kernel_paths(kernel_paths.resolved_paths(config, "triton", False))
+    got = (proj.DECODE_GEMM, proj.GEMM_MAX_FEATURES, proj.GEMM_MAX_ROWS)
+    assert got == want
+    x, narrow, wide = torch.zeros(16, 8), torch.zeros(1024, 8), torch.zeros(1025, 8)
+    assert proj._gemm(x, narrow) is (path != "cublas")
+    assert proj._gemm(x, wide) is (path == "triton")
+    assert proj._gemm(torch.zeros(17, 8), narrow) is (path == "triton")
+    assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 32, 64, 128, 256],
+                                   "narrow": [16]}[path]  # fmt: skip
+
+
 def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
     """``auto`` (the default of the three): all on with the Triton kernels on a GPU of compute
     capability 9.0 or more, PDL off below it, all off on the CPU and with the torch ops; a

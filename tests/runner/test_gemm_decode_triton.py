@@ -55,6 +55,14 @@ def test_matches_reference(dtype, m, split_k):
     assert_matches(x, w, tiles=tiles(split_k))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_one_step_longer_than_k(dtype):
+    """K = 72 in one 128-wide step: the first step (read before the PDL wait, peeled off the
+    loop) masked past K, and no loop step after it."""
+    x, w, b, r = operands(5, 40, 72, dtype, bias=True, residual=True, seed=7)
+    assert_matches(x, w, b, r, tiles=DecodeGemmTiles(16, 16, 128))
+
+
 @pytest.mark.parametrize("split_k", [1, 3])
 @pytest.mark.parametrize("epilogue", ["bias", "residual", "both"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -160,10 +168,13 @@ def test_gpu_llama_1b_projections_at_batch_64(proj):
         assert_matches(x, w, r=r, tiles=DecodeGemmTiles(64, 64, 64, split_k))
 
 
-def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch):
+@pytest.mark.parametrize("max_features", [None, 64])
+def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch, max_features):
     """llama-tiny in float32 with the Triton ops: three prompts prefilled, then four decode
     steps of three rows, with ``DECODE_GEMM`` triton against cublas (``F.linear``/``addmm_``):
-    the same logits, and the decode GEMM did serve the projections of more than one row."""
+    the same logits, and the decode GEMM did serve the projections of more than one row: all
+    four of a layer, or with ``GEMM_MAX_FEATURES`` 64 (llama-tiny's hidden size) the two of 64
+    outputs, o and down (QKV has 128, gate/up 256)."""
     from test_attention_decode_rope import _decode_logits
 
     from mrv2_prof.runner.config import ModelSpec
@@ -190,12 +201,14 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch):
             return launch
 
     monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    monkeypatch.setattr(projections_triton, "GEMM_MAX_FEATURES", max_features)
     monkeypatch.setattr(module, "_gemm_decode_kernel", Counted())
     got, _ = _decode_logits(model, args, prompts, steps=4)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
-    # per layer: QKV, o, gate/up, down; the prefill (20 rows) and four decodes of three
-    assert sorted(set(rows)) == [3, 20] and len(rows) == 5 * 4 * args.num_hidden_layers
+    # per layer: QKV, o, gate/up, down (or o, down); the prefill (20 rows), four decodes of three
+    per_layer = 4 if max_features is None else 2
+    assert sorted(set(rows)) == [3, 20] and len(rows) == 5 * per_layer * args.num_hidden_layers
 
 
 def test_row_classes_name_one_row_count_per_launch_variant():

@@ -19,13 +19,16 @@ once. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` operands
 bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
 (exact: the products are those of the tensor cores, accumulated in float32 as there).
 
-Programmatic dependent launch (``pdl.py``): both kernels keep its rules. The GEMM program waits
-(``gdc_wait``) before its K loop, not inside it as the GEMV does: Triton's software pipeliner
-issues a ``tl.dot`` loop's loads for the first stages ahead of the loop body, so a wait inside
-the loop let ``x`` be read before the kernel that writes it had finished (on an H100 under FULL
-graphs, 18 of 20 requests' greedy tokens changed; eagerly, with launch gaps, none). Once its
-walk of ``K`` is done it lets the next launch start (``gdc_launch_dependents``) before it
-writes. The reduce kernel waits before it reads the workspace or the residual.
+Programmatic dependent launch (``pdl.py``): both kernels keep its rules. The GEMM program reads
+its first step's weight tile (the model's), then waits (``gdc_wait``), then reads that step's
+``x`` and walks the rest of its K range: the first step is peeled off the loop, as the GEMV's
+pipelined walk is, so that the weight read overlaps the kernel before. The wait is never inside
+the loop: Triton's software pipeliner issues a ``tl.dot`` loop's loads for the first stages
+ahead of the loop body, so a wait inside the loop let ``x`` be read before the kernel that
+writes it had finished (on an H100 under FULL graphs, 18 of 20 requests' greedy tokens changed;
+eagerly, with launch gaps, none). Once its walk of ``K`` is done it lets the next launch start
+(``gdc_launch_dependents``) before it writes. The reduce kernel waits before it reads the
+workspace or the residual.
 
 ``gemm_decode_ref`` is the torch arithmetic it replaces (``F.linear``, then the residual add
 rounded once in float32), the oracle of the tests. Tiles are chosen from host ints only
@@ -43,7 +46,7 @@ from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 GEMM_DECODE_MAX_ROWS = 256  # the decode batches the kernel serves
-TARGET_SMS = 132  # the H200's SMs: the split aims at about two programs per SM
+TARGET_SMS = 132  # the H100's / H200's SMs: what a split aims to fill
 MAX_SPLIT_K = 16
 MIN_STEPS_PER_SPLIT = 2  # BLOCK_K steps each split walks at least
 REDUCE_BLOCK = 1024  # output elements per program of the split reduction
@@ -67,21 +70,25 @@ def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
 
 
 def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
-    """Tiles for M rows against an [n, k] weight, from host ints only. Untuned defaults: the
-    numbers are placeholders until ``benchmarks/decode_gemm.py`` runs on the H200. ``block_m``
-    covers the batch (16 to 128 rows), 64 output features a program, and where the tiles are
-    fewer than the SMs, K is split so that the programs number about two per SM (each split
-    walking at least ``MIN_STEPS_PER_SPLIT`` steps)."""
+    """Tiles for M rows against an [n, k] weight, from host ints only. ``block_m`` covers the
+    batch (16 to 128 rows). Up to 64 rows: 32 output features a program, 128-element steps of K,
+    4 stages, and where the tiles are fewer than the SMs, K split so that the programs number at
+    least one per SM (each split walking at least ``MIN_STEPS_PER_SPLIT`` steps): the winners of
+    ``benchmarks/decode_gemm.py``'s sweep at qwen3-0.6b's shapes and 16 / 64 rows on an H100
+    (RESULTS.md, twenty-second round). Above 64 rows, untuned: 64 features, 64-element steps,
+    about two programs per SM, 3 stages."""
     block_m = min(128, max(16, triton.next_power_of_2(m)))
-    block_n = 64
-    block_k = 128 if block_m <= 32 else 64
+    narrow = block_m <= 64
+    block_n = 32 if narrow else 64
+    block_k = 128 if narrow else 64
     tiles = triton.cdiv(n, block_n) * triton.cdiv(m, block_m)
     split_k = 1
     if tiles < TARGET_SMS:
         most = max(1, triton.cdiv(k, block_k) // MIN_STEPS_PER_SPLIT)
-        split_k = max(1, min(triton.cdiv(2 * TARGET_SMS, tiles), most, MAX_SPLIT_K))
+        want = triton.cdiv(TARGET_SMS if narrow else 2 * TARGET_SMS, tiles)
+        split_k = max(1, min(want, most, MAX_SPLIT_K))
         split_k = effective_split(k, block_k, split_k)[0]
-    num_stages = 4 if block_m <= 32 else 3
+    num_stages = 4 if narrow else 3
     return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=num_stages)
 
 
@@ -143,10 +150,19 @@ def _gemm_decode_kernel(
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * x_stride  # [BLOCK_M, 1]
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    if USE_GDC:  # before the loop, never in it: the pipeliner would hoist x's loads above it
+    # The first step peeled off the loop: its weight tile (the model's) read before the wait,
+    # x after it. The wait is before the loop, never in it: the pipeliner would hoist x's loads
+    # above it.
+    k = k_start + ks
+    k_ok = k < k_end
+    w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+    if USE_GDC:
         tl.extra.cuda.gdc_wait()
-    for k0 in range(k_start, k_end, BLOCK_K):
+    x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+    if DOT_F32:
+        x, w = x.to(tl.float32), w.to(tl.float32)
+    acc = tl.dot(x, w, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), input_precision="ieee")
+    for k0 in range(k_start + BLOCK_K, k_end, BLOCK_K):
         k = k0 + ks
         k_ok = k < k_end
         w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)

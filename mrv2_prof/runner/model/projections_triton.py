@@ -40,10 +40,12 @@ runner is built: ``runner/worker/kernel_paths.py``; ``benchmarks/decode_roofline
 * ``off``: cuBLAS for every batch.
 
 ``DECODE_GEMM`` selects the path of the other projections of up to ``GEMM_DECODE_MAX_ROWS`` rows
-(decode batches of 2-256; ``runner.decode_gemm``): ``cublas`` (the default) or ``triton``, the
-split-K weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down
-projection), off until ``benchmarks/decode_gemm.py`` and ``decode_roofline.py --variant
-plain+gemm`` measure it.
+(decode batches of 2-256; ``runner.decode_gemm``): ``cublas`` or ``triton``, the split-K
+weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down
+projection). ``GEMM_MAX_FEATURES`` and ``GEMM_MAX_ROWS`` keep it to the narrower projections of
+the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
+its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
+weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
 
 ``FUSED_MLP`` (``runner.fused_mlp``, off by default: faster only on narrow models, and its
 atomics' order makes the bits vary from run to run; ``kernel_paths.py`` has the measurements)
@@ -78,6 +80,11 @@ DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the m
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
 DECODE_GEMM = "cublas"  # the Triton decode GEMM is off until measured on the H200
+# With DECODE_GEMM triton, the most output features (None: any) and rows a projection may have to
+# take it; cuBLAS the others (runner.decode_gemm: narrow sets NARROW_GEMM's; kernel_paths.py)
+GEMM_MAX_FEATURES: int | None = None
+GEMM_MAX_ROWS = GEMM_DECODE_MAX_ROWS
+NARROW_GEMM = (1024, 16)  # (features, rows) of runner.decode_gemm: narrow
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
@@ -94,8 +101,9 @@ def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether a projection of ``x`` (not taking the GEMV) takes the Triton decode GEMM."""
     return (
         DECODE_GEMM == "triton"
+        and (GEMM_MAX_FEATURES is None or weight.shape[0] <= GEMM_MAX_FEATURES)
         and x.dim() == 2
-        and 1 < x.shape[0] <= GEMM_DECODE_MAX_ROWS
+        and 1 < x.shape[0] <= min(GEMM_MAX_ROWS, GEMM_DECODE_MAX_ROWS)
         and x.dtype == weight.dtype
         and x.stride(-1) == 1
     )
@@ -104,7 +112,7 @@ def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
 def warm_rows(max_rows: int) -> list[int]:
     """Row counts a warm-up must run so that every projection kernel variant a step of up to
     ``max_rows`` tokens can launch is compiled: the decode GEMM's classes when it is on."""
-    return row_classes(max_rows) if DECODE_GEMM == "triton" else []
+    return row_classes(min(max_rows, GEMM_MAX_ROWS)) if DECODE_GEMM == "triton" else []
 
 
 def _one_pass() -> bool:

@@ -38,7 +38,15 @@ HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 5
 1,024 (2-3 %) and 2,048 (3.6-6.8 %) and lost at 4,096 (2.6 %), so there it is 2,048. Its GPU
 tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
 warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
-Triton GEMM lost at every batch. ``fused_mlp: false`` is the default, and no ``auto`` takes it:
+Triton GEMM for every projection (``triton``) lost at every batch. ``narrow`` keeps it to
+projections of at most 1,024 outputs and 2-16 rows (``projections_triton.NARROW_GEMM``), where
+under PDL it reads its first weight tile while the kernel before it runs and cuBLAS fills few
+SMs: on an H100 (``decode_roofline.py --variant ...+narrow256``, one invocation) it took
+qwen3-0.6b's step 4.5-5.5 % shorter at batch 2, 8 and 16 (its o and down, 1,024 outputs) and
+lost 3.6 % at 32; on llama-1b's 2,048-output o and down it was even at batch 2-8 and lost 6-10 %
+at 16-64, hence the bounds. Not yet the default: its GPU tests ran in part (the engine's tokens
+with every decode path, the no-compile check), not the speculative-decoding ones, and no H200
+measured it. ``fused_mlp: false`` is the default, and no ``auto`` takes it:
 on an H100 (``decode_roofline.py --variant ...+mlp``, one invocation) it took SmolLM2-135M from
 0.508-0.520 to 0.494-0.496 ms a step, but lost 5-7 % on qwen3-0.6b and 17-20 % on llama-1b (its
 96-256 programs stream the weights at 43-63 % of the roof against the GEMVs' 62-91 %), and its
@@ -176,9 +184,15 @@ def apply_kernel_paths(paths: dict[str, object]) -> None:
         pdl,
         projections_triton,
     )
+    from mrv2_prof.runner.model.gemm_decode_triton import GEMM_DECODE_MAX_ROWS
 
     projections_triton.DECODE_GEMV = paths["decode_gemv"]
-    projections_triton.DECODE_GEMM = paths["decode_gemm"]
+    gemm = paths["decode_gemm"]
+    projections_triton.DECODE_GEMM = "cublas" if gemm == "cublas" else "triton"
+    features, rows = (None, GEMM_DECODE_MAX_ROWS)
+    if gemm == "narrow":
+        features, rows = projections_triton.NARROW_GEMM
+    projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_MAX_ROWS = features, rows
     pdl.LAUNCH_PDL = paths["pdl"]
     attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]
     attention_split_kv_triton.SPLIT_KV_ENABLED = paths["split_kv"]
