@@ -9,7 +9,11 @@ first ``--launch-count`` launches of the kernels named by ``--kernel`` (a regula
 launch a layer) with the ``SourceCounters`` and ``WarpStateStats`` sections, sampling every
 warp's state every 32 cycles (``--warp-sampling-interval 0``), with the source imported, and its
 source page (``--page source --print-source cuda,sass --csv``) gives per source line the samples
-of its instructions and their stall reasons. The lines are summed over the launches.
+of its instructions and their stall reasons. The lines are summed over the launches, and then
+by the function that holds each line (the kernel's body, the ``@triton.jit`` helpers it calls,
+Triton's own reductions): the line's file is found by name in this checkout's package or in
+Triton's, and a line whose text there is not the profiled one (the source changed since) is
+counted as such, not guessed.
 
 A sample is a warp seen at an instruction, so a line's share is the share of the kernel's warp
 time spent at it: a load's consumer collects the wait for the load (``long_sb``: the long
@@ -24,6 +28,7 @@ launch of 8 programs: about 45); each row shows its count, so a share can be wei
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import io
 import os
@@ -77,6 +82,85 @@ def parse_source(text: str) -> list[dict]:
     for c in out:
         c["stalls"] = {k: v for k, v in sorted(c["stalls"].items(), key=lambda kv: -kv[1]) if v}
     return out
+
+
+PACKAGE = Path(__file__).resolve().parent.parent / "mrv2_prof"
+
+
+def source_roots() -> list[Path]:
+    """Where a profiled line's file is looked for: this checkout's package, and Triton's."""
+    roots = [PACKAGE]
+    try:
+        import triton
+    except ImportError:
+        return roots
+    return [*roots, Path(triton.__file__).resolve().parent]
+
+
+def enclosing_functions(text: str) -> dict[int, str]:
+    """Line number -> the name of the innermost ``def`` holding it, of a Python source."""
+    out: dict[int, str] = {}
+    for node in ast.walk(ast.parse(text)):  # outer functions first: an inner one overwrites
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for no in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                out[no] = node.name
+    return out
+
+
+def _same(line: str, profiled: str) -> bool:
+    """A file's line is the profiled one: the same text but for spaces and quotes (ncu's CSV
+    does not escape a quote inside a line: ``float("-inf")`` comes as ``float(-inf"))"``)."""
+    return line.translate(_LOOSE) == profiled.translate(_LOOSE)
+
+
+_LOOSE = str.maketrans("", "", "\"' \t")
+
+
+def _function_of(cell: dict, candidates: list[Path], cache: dict) -> str:
+    """The function holding a profiled line, in the one candidate file whose line has the
+    profiled text; else why not."""
+    matches = []
+    for path in candidates:
+        if path not in cache:
+            text = path.read_text()
+            cache[path] = (text.splitlines(), enclosing_functions(text))
+        rows, funcs = cache[path]
+        if 0 < cell["line"] <= len(rows) and _same(rows[cell["line"] - 1], cell["source"]):
+            matches.append(funcs.get(cell["line"], "(module level)"))
+    if not candidates:
+        return "(source not found)"
+    if len(set(matches)) == 1:
+        return matches[0]
+    return "(source changed)" if not matches else "(ambiguous)"
+
+
+def by_function(lines: list[dict], roots: list[Path] | None = None) -> list[dict]:
+    """The samples summed by (file, function holding the line), most first, with each group's
+    share of all samples and its lines."""
+    roots = source_roots() if roots is None else roots
+    found: dict[str, list[Path]] = {}
+    cache: dict = {}
+    groups: dict[tuple[str, str], dict] = {}
+    total = sum(c["samples"] for c in lines) or 1.0
+    for c in lines:
+        if c["file"] not in found:
+            found[c["file"]] = sorted(p for root in roots for p in root.rglob(c["file"]))
+        key = (c["file"], _function_of(c, found[c["file"]], cache))
+        g = groups.setdefault(key, {"file": key[0], "function": key[1], "samples": 0.0, "lines": 0})
+        g["samples"] += c["samples"]
+        g["lines"] += 1
+    out = sorted(groups.values(), key=lambda g: (-g["samples"], g["file"], g["function"]))
+    for g in out:
+        g["share"] = g["samples"] / total
+    return out
+
+
+def function_markdown(groups: list[dict]) -> str:
+    rows = ["| function | file | share | samples | lines |", "| --- | --- | ---: | ---: | ---: |"]
+    for g in groups:
+        rows.append(f"| {g['function']} | {g['file']} | {100 * g['share']:.1f} % | "
+                    f"{g['samples']:.0f} | {g['lines']} |")  # fmt: skip
+    return "\n".join(rows)
 
 
 def markdown(lines: list[dict], top: int = 20) -> str:
@@ -144,8 +228,11 @@ def main() -> None:
     run = f"{args.preset} {args.variant} batch {args.batch}: {args.kernel}"
     print(f"the saved page {args.summarize}" if args.summarize else run)
     print(markdown(lines, args.top))
+    functions = by_function(lines)
+    print("\nBy the function that holds the line:\n")
+    print(function_markdown(functions))
     meta = {"preset": args.preset, "variant": args.variant, "batch": args.batch,
-            "kernel": args.kernel}  # fmt: skip
+            "kernel": args.kernel, "by_function": functions}  # fmt: skip
     write_results(args.out, meta, lines)
 
 
