@@ -229,9 +229,10 @@ def step_launches(
     ]
     meta, positions = decode_batch(num_reqs, context, width, block_size)
     ids = torch.zeros(num_reqs, dtype=torch.int64)
-    apply_kernel_paths(variant_paths(mode, extras))
-    with variant_switches(extras), captured(sms) as launches, torch.no_grad():
-        model(ids, positions, caches, meta)
+    with variant_switches(extras):  # the paths read some switches (the narrow GEMM's bounds)
+        apply_kernel_paths(variant_paths(mode, extras))
+        with captured(sms) as launches, torch.no_grad():
+            model(ids, positions, caches, meta)
     return launches
 
 

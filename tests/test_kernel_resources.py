@@ -70,6 +70,25 @@ def test_a_decode_steps_launches_are_recorded_as_a_gpu_makes_them(tmp_path, comp
     assert "regs" not in one[0] and "| _mlp_decode_kernel | 96 | 8 | 3 |" in run.stdout
 
 
+def test_the_narrow_gemm_takes_o_and_down_up_to_its_rows_bound(tmp_path, compiling):
+    """``+narrow``: qwen3-0.6b's o and down (1,024 outputs) take the Triton decode GEMM at 8 rows
+    (32 tiles of 32 outputs, K split 4 and 5 ways: one program an SM or more, each split whole
+    steps of 128) and its split reduction, a launch each; at 64 rows only under ``+narrow64``
+    (the rows bound raised: ``NARROW_GEMM`` read when the paths are applied)."""
+    run = run_benchmark(
+        "kernel_resources.py", tmp_path / "n.json", "--preset", "qwen3-0.6b", "--layers", "1",
+        "--batch", "8", "64", "--variant", "plain+pdl+fold+split+narrow",
+        "--variant", "plain+pdl+fold+split+narrow64", "--list", timeout=300,
+    )  # fmt: skip
+    gemms = {(r["variant"], r["batch"], tuple(r["grid"]))
+             for r in run.results if r["kernel"] == "_gemm_decode_kernel"}  # fmt: skip
+    for variant in ("plain+pdl+fold+split+narrow", "plain+pdl+fold+split+narrow64"):
+        assert (variant, 8, (32, 1, 4)) in gemms and (variant, 8, (32, 1, 5)) in gemms
+    wide = {g for g in gemms if g[1] == 64}
+    assert wide == {("plain+pdl+fold+split+narrow64", 64, (32, 1, 4)),
+                    ("plain+pdl+fold+split+narrow64", 64, (32, 1, 5))}  # fmt: skip
+
+
 needs_toolchain = pytest.mark.skipif(
     not nvidia_tool_here("cuobjdump"), reason="needs Triton's NVIDIA backend and its cuobjdump"
 )
