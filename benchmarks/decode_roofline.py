@@ -62,6 +62,7 @@ from mrv2_prof.runner.engine import Engine
 from mrv2_prof.runner.model import (
     attention_split_kv_triton,
     attention_triton,
+    gemm_decode_triton,
     gemv_triton,
     projections_triton,
 )
@@ -355,8 +356,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "narrow", "split", "mink", "keys", "siluw", "ww", "ws", "wr", "ds",
-    "ls", "bk", "lt", "mlp",
+    "pdl", "fold", "gemm", "narrow", "lastred", "split", "mink", "keys", "siluw", "ww", "ws",
+    "wr", "ds", "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -389,13 +390,15 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN]``
-    ``[+wrN][+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras switched on, in order).
+    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN][+keysN]``
+    ``[+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode, the extras
+    switched on, in order).
     ``split``: split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode
     batch split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every
     path they take). ``gemm``: the Triton decode GEMM for the projections of 2-256 rows
     (``runner.decode_gemm``); ``narrow`` / ``narrowN``: only for those of at most 1,024 outputs and
-    16 (N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others. ``minkN``: a
+    16 (N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others; ``lastred``:
+    its split tiles summed by their last split, in one launch (``LAST_SPLIT_REDUCES``). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
@@ -408,8 +411,9 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     mode, *extras = text.split("+")
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN]"
-            "[+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp], MODE one of "
+            f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred]"
+            "[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt]"
+            "[+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
     order = {name: i for i, name in enumerate(VARIANT_EXTRAS)}
@@ -458,6 +462,7 @@ def variant_switches(extras: tuple[str, ...]):
         (attn, "WIDE_DECODE_MAXNREG", extra_int(extras, "wr", attn.WIDE_DECODE_MAXNREG)),
         (attn, "DECODE_STAGES", extra_int(extras, "ds", attn.DECODE_STAGES)),
         (proj, "NARROW_GEMM", narrow_gemm(extras)),
+        (gemm_decode_triton, "LAST_SPLIT_REDUCES", "lastred" in extras),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
     blas = torch.backends.cuda.preferred_blas_library()
@@ -512,10 +517,11 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
+        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
         "[+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
-        " triton (narrow: narrow, for projections of at most 1,024 outputs and 16 or N rows),"
+        " triton (narrow: narrow, for projections of at most 1,024 outputs and 16 or N rows;"
+        " lastred: its split tiles summed by their last split, one launch),"
         " runner.split_kv (or N forced"
         " splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "

@@ -255,6 +255,7 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     roofline = load_benchmark("decode_roofline", monkeypatch)
     from mrv2_prof.runner.model import attention_split_kv_triton as split
     from mrv2_prof.runner.model import attention_triton as attn
+    from mrv2_prof.runner.model import gemm_decode_triton as gemm
     from mrv2_prof.runner.model import gemv_triton as gemv
     from mrv2_prof.runner.model import projections_triton as proj
 
@@ -262,25 +263,14 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
              (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
              (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
-             (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM")]  # fmt: skip
+             (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM"),
+             (gemm, "LAST_SPLIT_REDUCES")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64"
+    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64+lastred"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        assert [getattr(m, n) for m, n in names] == [
-            3,
-            32,
-            32,
-            96,
-            2,
-            4,
-            512,
-            8,
-            1,
-            5,
-            128,
-            (1024, 64),
-        ]
+        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, 64), True]
+        assert [getattr(m, n) for m, n in names] == want
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was

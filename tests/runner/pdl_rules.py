@@ -249,11 +249,15 @@ def _decode_rope(splits: int = 0) -> None:
         paged_decode_rope_triton(*args)
 
 
-def _gemm(split: int) -> None:
-    from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles, gemm_decode_triton
+def _gemm(split: int, last: bool = False) -> None:
+    from mrv2_prof.runner.model import gemm_decode_triton as module
 
     x, w, b, r = _randn(4, 256), _randn(96, 256), _randn(96), _randn(4, 96)
-    gemm_decode_triton(x, w, b, r, tiles=DecodeGemmTiles(16, 32, 64, split))
+    before, module.LAST_SPLIT_REDUCES = module.LAST_SPLIT_REDUCES, last
+    try:
+        module.gemm_decode_triton(x, w, b, r, tiles=module.DecodeGemmTiles(16, 32, 64, split))
+    finally:
+        module.LAST_SPLIT_REDUCES = before
 
 
 def _rope() -> None:
@@ -330,6 +334,10 @@ CASES = {
     ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
+    "gemm_decode_split_last": (
+        lambda: _gemm(2, last=True),
+        {"x_ptr", "out_ptr", "ws_ptr", "counter_ptr"},
+    ),
     "split_kv_fused": (lambda: _decode(2), _SPLIT | {"counter_ptr", "out_ptr"}),
     "split_kv_two_kernels": (lambda: _decode(2, fused=False), _SPLIT | {"out_ptr"}),
 }

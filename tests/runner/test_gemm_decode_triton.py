@@ -139,6 +139,33 @@ def test_bad_shapes_raise_value_error():
         gemm_decode_triton(x, w, tiles=DecodeGemmTiles(8, 16, 32))
 
 
+@pytest.mark.parametrize("epilogue", ["none", "bias", "residual", "both"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_last_split_of_a_tile_reduces_it_in_one_launch(monkeypatch, dtype, epilogue):
+    """``LAST_SPLIT_REDUCES``: a split GEMM is one launch (the reduction kernel never runs), it
+    equals the reference and has the two-launch form's bits (both add the splits in order, then
+    the bias, then the residual), and it leaves its tile counters at zero, so a second launch
+    over the same counters gives the same bits again."""
+    from mrv2_prof.runner.model import gemm_decode_triton as module
+
+    x, w, b, r = operands(17, 40, 72, dtype, bias=epilogue in ("bias", "both"),
+                          residual=epilogue in ("residual", "both"), seed=11)  # fmt: skip
+    two = gemm_decode_triton(x, w, b, None if r is None else r.clone(), tiles=tiles(3))
+
+    class Refused:
+        def __getitem__(self, grid):
+            raise AssertionError("the split reduction kernel was launched")
+
+    monkeypatch.setattr(module, "LAST_SPLIT_REDUCES", True)
+    monkeypatch.setattr(module, "_gemm_decode_splitk_reduce_kernel", Refused())
+    one = assert_matches(x, w, b, r, tiles=tiles(3))
+    torch.testing.assert_close(one, two, atol=0, rtol=0)
+    (counters,) = module.COUNTERS.buffers(DEVICE)
+    assert counters.numel() >= 3 * 2 and not counters.any()  # 3 x 2 tiles of 16, all reset
+    again = gemm_decode_triton(x, w, b, None if r is None else r.clone(), tiles=tiles(3))
+    torch.testing.assert_close(again, two, atol=0, rtol=0)
+
+
 def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
     """``pdl.LAUNCH_PDL`` on: CPU tensors (the interpreter) launch as ever, same values."""
     x, w, b, r = operands(3, 40, 72, torch.float32, bias=True, residual=True, seed=6)
@@ -151,7 +178,7 @@ def test_pdl_off_the_gpu_is_the_ordinary_launch(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(INTERPRET, reason="needs CUDA")
 @pytest.mark.parametrize("proj", ["qkv", "o", "gate_up", "down"])
-def test_gpu_llama_1b_projections_at_batch_64(proj):
+def test_gpu_llama_1b_projections_at_batch_64(proj, monkeypatch):
     a = PRESETS["llama-1b"]
     q_out = a.num_attention_heads * a.head_dim
     n, k = {
@@ -166,6 +193,12 @@ def test_gpu_llama_1b_projections_at_batch_64(proj):
     assert_matches(x, w, r=r)
     for split_k in (1, 4):
         assert_matches(x, w, r=r, tiles=DecodeGemmTiles(64, 64, 64, split_k))
+    from mrv2_prof.runner.model import gemm_decode_triton as module
+
+    two = gemm_decode_triton(x, w, residual=r.clone(), tiles=DecodeGemmTiles(64, 64, 64, 4))
+    monkeypatch.setattr(module, "LAST_SPLIT_REDUCES", True)  # one launch at real sizes
+    one = assert_matches(x, w, r=r, tiles=DecodeGemmTiles(64, 64, 64, 4))
+    torch.testing.assert_close(one, two, atol=0, rtol=0)  # the same bits
 
 
 @pytest.mark.parametrize("max_features", [None, 64])
@@ -195,7 +228,7 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch, ma
     class Counted:  # the GEMM's launches, with the rows each served
         def __getitem__(self, grid):
             def launch(*a, **k):
-                rows.append(a[5])  # M
+                rows.append(a[6])  # M (after x, w, bias, out, ws, counters)
                 return kernel[grid](*a, **k)
 
             return launch

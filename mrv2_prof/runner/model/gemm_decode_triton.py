@@ -15,8 +15,11 @@ With ``split_k == 1`` the program finishes the tile itself: optional bias, optio
 ``addmm_`` does), rounded once to the output dtype. With ``split_k > 1`` each program writes its
 float32 partial sums into a workspace ``[split_k, M, N]`` and a second small kernel adds the
 splits in a fixed order (deterministic, no atomics), then the bias and the residual, and rounds
-once. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` operands as their raw
-bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
+once. With ``LAST_SPLIT_REDUCES`` there is no second kernel: each split counts itself done on
+its output tile's counter (``COUNTERS``, a ``KernelWorkspace``), and the tile's last split adds
+the tile's partials in split order (the same sums on every run), finishes the tile and resets
+the counter. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` operands as their
+raw bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
 (exact: the products are those of the tensor cores, accumulated in float32 as there).
 
 Programmatic dependent launch (``pdl.py``): both kernels keep its rules. The GEMM program reads
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
@@ -50,6 +54,10 @@ TARGET_SMS = 132  # the H100's / H200's SMs: what a split aims to fill
 MAX_SPLIT_K = 16
 MIN_STEPS_PER_SPLIT = 2  # BLOCK_K steps each split walks at least
 REDUCE_BLOCK = 1024  # output elements per program of the split reduction
+# A split GEMM in one launch: each output tile's last split to finish (a counter per tile) sums
+# the tile's partials in split order and writes it, instead of the reduction kernel after the
+# GEMM. Off: built and checked against the reference, not yet timed on a GPU.
+LAST_SPLIT_REDUCES = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,15 @@ class DecodeGemmTiles:
     split_k: int = 1  # ranges of K, each its own program; > 1: a reduction kernel after
     num_warps: int = 4
     num_stages: int = 3
+
+
+def _make_counters(device: torch.device, tiles: int) -> tuple[torch.Tensor]:
+    return (torch.zeros(tiles, dtype=torch.int32, device=device),)
+
+
+COUNTERS = KernelWorkspace(
+    "the decode GEMM's tile counters", "run a decode step eagerly", _make_counters
+)
 
 
 def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -125,6 +142,7 @@ def _gemm_decode_kernel(
     b_ptr,  # [N] or a dummy
     out_ptr,  # [M, N]: written; or read and written (RESIDUAL); unused with SPLIT
     ws_ptr,  # [split_k, M, N] float32 partial sums (SPLIT) or a dummy
+    counter_ptr,  # [>= output tiles] int32, zero between launches (LAST_REDUCES) or a dummy
     M,
     N,
     K,
@@ -140,6 +158,7 @@ def _gemm_decode_kernel(
     RESIDUAL: tl.constexpr,  # out += x @ w.T
     DOT_F32: tl.constexpr = False,  # the interpreter: bfloat16 operands widened (exact) first
     USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
+    LAST_REDUCES: tl.constexpr = False,  # SPLIT: a tile's last split sums the tile (one launch)
 ):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -174,15 +193,34 @@ def _gemm_decode_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     ok = row_ok[:, None] & col_ok[None, :]
     if SPLIT:
-        part = ws_ptr + (pid_k * M + rows.to(tl.int64))[:, None] * N + cols[None, :]
-        tl.store(part, acc, mask=ok)
+        part = (rows.to(tl.int64))[:, None] * N + cols[None, :]  # this tile in a split's [M, N]
+        tl.store(ws_ptr + pid_k * M * N + part, acc, mask=ok)
+        if LAST_REDUCES:  # count this split done on its tile; the tile's last split sums it
+            tl.debug_barrier()  # every thread's partial stores before the release below
+            tile = pid_m * tl.num_programs(0) + pid_n
+            done = tl.atomic_add(counter_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if done == tl.num_programs(2) - 1:  # every split's partial is visible
+                y = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+                for s in range(tl.num_programs(2)):  # a fixed order: the same sums every run
+                    y += tl.load(
+                        ws_ptr + s * M * N + part, mask=ok, other=0.0, cache_modifier=".cg"
+                    )
+                _epilogue(y, b_ptr, out_ptr, rows, cols, col_ok, ok, out_stride, HAS_BIAS, RESIDUAL)
+                tl.store(counter_ptr + tile, 0)  # ready for the next launch
     else:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-        out = out_ptr + rows.to(tl.int64)[:, None] * out_stride + cols[None, :]
-        if RESIDUAL:
-            acc += tl.load(out, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=ok)
+        _epilogue(acc, b_ptr, out_ptr, rows, cols, col_ok, ok, out_stride, HAS_BIAS, RESIDUAL)
+
+
+@triton.jit
+def _epilogue(acc, b_ptr, out_ptr, rows, cols, col_ok, ok, out_stride,
+              HAS_BIAS: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+    """A tile's float32 sums plus the bias, plus the residual read, rounded once and stored."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    out = out_ptr + rows.to(tl.int64)[:, None] * out_stride + cols[None, :]
+    if RESIDUAL:
+        acc += tl.load(out, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -253,9 +291,9 @@ def gemm_decode_triton(
     *,
     tiles: DecodeGemmTiles | None = None,
 ) -> torch.Tensor:
-    """``gemm_decode_ref`` in one launch (two with ``split_k > 1``). With ``residual`` the sum is
-    written into it (in place) and it is returned; otherwise a new [M, N] tensor of ``x``'s
-    dtype."""
+    """``gemm_decode_ref`` in one launch (two with ``split_k > 1``, unless ``LAST_SPLIT_REDUCES``).
+    With ``residual`` the sum is written into it (in place) and it is returned; otherwise a new
+    [M, N] tensor of ``x``'s dtype."""
     _check(x, weight, bias, residual)
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     t = tiles or pick_gemm_tiles(m, n, k)
@@ -267,12 +305,15 @@ def gemm_decode_triton(
         ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     pdl = launch_options(use_pdl(x.device))
     grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), splits)
+    last = splits > 1 and LAST_SPLIT_REDUCES
+    counters = COUNTERS.get(x.device, grid[0] * grid[1])[0] if last else ws
     _gemm_decode_kernel[grid](
         x,
         weight,
         bias if bias is not None else weight,
         out,
         ws,
+        counters,
         m,
         n,
         k,
@@ -287,11 +328,12 @@ def gemm_decode_triton(
         HAS_BIAS=bias is not None,
         RESIDUAL=residual is not None,
         DOT_F32=x.device.type == "cpu" and x.dtype == torch.bfloat16,
+        LAST_REDUCES=last,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **pdl,
     )
-    if splits > 1:
+    if splits > 1 and not last:
         _gemm_decode_splitk_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
             ws,
             bias if bias is not None else ws,
