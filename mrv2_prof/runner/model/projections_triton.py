@@ -79,7 +79,7 @@ WIDTH_BOUND_MODES = ("plain", "hybrid")  # cuBLAS above PLAIN_MAX_FEATURES outpu
 DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the model's width)
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
-DECODE_GEMM = "cublas"  # the Triton decode GEMM is off until measured on the H200
+DECODE_GEMM = "cublas"  # runner.decode_gemm sets it: triton for its triton and narrow paths
 # With DECODE_GEMM triton, the most output features (None: any) and rows a projection may have to
 # take it; cuBLAS the others (runner.decode_gemm: narrow sets NARROW_GEMM's; kernel_paths.py)
 GEMM_MAX_FEATURES: int | None = None
