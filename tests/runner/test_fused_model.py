@@ -286,12 +286,17 @@ def test_piecewise_segments_writing_the_kv_cache_are_the_forward_pass(pad):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("paths", [{}, DECODE_PATHS], ids=["default-paths", "all-decode-paths"])
+@pytest.mark.parametrize(
+    "paths",
+    [{}, DECODE_PATHS, {**DECODE_PATHS, "decode_gemm": "narrow"}],
+    ids=["default-paths", "all-decode-paths", "narrow-gemm"],
+)
 def test_gpu_triton_model_gives_torch_tokens_in_every_mode(paths):
     """fp32 llama-tiny, a seeded workload with chunked prefill, preemption and aborts: the Triton
     set (fused model ops included) gives the torch set's tokens eagerly and under FULL,
-    PIECEWISE and both kinds of graphs; with the default decode paths and with every path
-    switched on."""
+    PIECEWISE and both kinds of graphs; with the default decode paths, with every path
+    switched on, and with the decode GEMM held to its narrow bounds (llama-tiny's projections
+    all under 1,024 outputs: the Triton GEMM up to 16 rows, cuBLAS above)."""
     _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
     for mode in ("none", "full", "piecewise", "full_and_piecewise"):
         engine, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode, **paths)

@@ -201,13 +201,16 @@ def test_gpu_llama_1b_projections_at_batch_64(proj, monkeypatch):
     torch.testing.assert_close(one, two, atol=0, rtol=0)  # the same bits
 
 
-@pytest.mark.parametrize("max_features", [None, 64])
-def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch, max_features):
+@pytest.mark.parametrize(("max_features", "max_rows"), [(None, 256), (64, 256), (64, 16)])
+def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(
+    monkeypatch, max_features, max_rows
+):
     """llama-tiny in float32 with the Triton ops: three prompts prefilled, then four decode
     steps of three rows, with ``DECODE_GEMM`` triton against cublas (``F.linear``/``addmm_``):
     the same logits, and the decode GEMM did serve the projections of more than one row: all
     four of a layer, or with ``GEMM_MAX_FEATURES`` 64 (llama-tiny's hidden size) the two of 64
-    outputs, o and down (QKV has 128, gate/up 256)."""
+    outputs, o and down (QKV has 128, gate/up 256); with ``GEMM_MAX_ROWS`` 16 not the prefill's
+    20 rows."""
     from test_attention_decode_rope import _decode_logits
 
     from mrv2_prof.runner.config import ModelSpec
@@ -235,13 +238,16 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(monkeypatch, ma
 
     monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
     monkeypatch.setattr(projections_triton, "GEMM_MAX_FEATURES", max_features)
+    monkeypatch.setattr(projections_triton, "GEMM_MAX_ROWS", max_rows)
     monkeypatch.setattr(module, "_gemm_decode_kernel", Counted())
     got, _ = _decode_logits(model, args, prompts, steps=4)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert torch.equal(got.argmax(-1), want.argmax(-1))
     # per layer: QKV, o, gate/up, down (or o, down); the prefill (20 rows), four decodes of three
     per_layer = 4 if max_features is None else 2
-    assert sorted(set(rows)) == [3, 20] and len(rows) == 5 * per_layer * args.num_hidden_layers
+    passes = 5 if max_rows >= 20 else 4  # the prefill (20 rows) and four decodes of three
+    assert sorted(set(rows)) == ([3, 20] if max_rows >= 20 else [3])
+    assert len(rows) == passes * per_layer * args.num_hidden_layers
 
 
 def test_row_classes_name_one_row_count_per_launch_variant():
