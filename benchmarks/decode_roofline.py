@@ -517,13 +517,12 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN]"
-        "[+dsN][+lsN][+bkN][+lt][+mlp]:"
+        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN]"
+        "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton (narrow: narrow, for projections of at most 1,024 outputs and 16 or N rows;"
         " lastred: its split tiles summed by their last split, one launch),"
-        " runner.split_kv (or N forced"
-        " splits), at least N keys of a context a split "
+        " runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
         "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "

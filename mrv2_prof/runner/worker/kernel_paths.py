@@ -184,12 +184,11 @@ def apply_kernel_paths(paths: dict[str, object]) -> None:
         pdl,
         projections_triton,
     )
-    from mrv2_prof.runner.model.gemm_decode_triton import GEMM_DECODE_MAX_ROWS
 
     projections_triton.DECODE_GEMV = paths["decode_gemv"]
     gemm = paths["decode_gemm"]
     projections_triton.DECODE_GEMM = "cublas" if gemm == "cublas" else "triton"
-    features, rows = (None, GEMM_DECODE_MAX_ROWS)
+    features, rows = (None, projections_triton.GEMM_DECODE_MAX_ROWS)
     if gemm == "narrow":
         features, rows = projections_triton.NARROW_GEMM
     projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_MAX_ROWS = features, rows
