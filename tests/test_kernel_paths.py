@@ -172,6 +172,23 @@ def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
     assert kernel_paths.kernel_path_notes(off, "torch", is_cuda=True) == []  # off asks nothing
 
 
+def test_auto_decode_gemm_is_narrow_where_pdl_can_run_whatever_pdl_is_set_to(monkeypatch):
+    """``decode_gemm: auto``: ``narrow`` with the Triton kernels on a GPU of compute capability
+    9.0 or more, with ``pdl`` on or off (so that PDL on and off serve the same kernels, and the
+    same bits); ``cublas`` below 9.0, on the CPU and with the torch ops; never a note."""
+    config = RunnerConfig(device="cuda", decode_gemm="auto")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert kernel_paths.resolved_paths(config, "triton", is_cuda=True)["decode_gemm"] == "narrow"
+    no_pdl = RunnerConfig(device="cuda", decode_gemm="auto", pdl=False)
+    assert kernel_paths.resolved_paths(no_pdl, "triton", is_cuda=True)["decode_gemm"] == "narrow"
+    assert kernel_paths.resolved_paths(config, "torch", is_cuda=True)["decode_gemm"] == "cublas"
+    assert kernel_paths.kernel_path_notes(config, "triton", is_cuda=True) == []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert kernel_paths.resolved_paths(config, "triton", is_cuda=True)["decode_gemm"] == "cublas"
+    cpu = RunnerConfig(device="cpu", decode_gemm="auto")
+    assert kernel_paths.resolved_paths(cpu, "triton", is_cuda=False)["decode_gemm"] == "cublas"
+
+
 def test_auto_decode_gemv_takes_the_one_pass_gemvs_on_a_narrow_model_on_a_gpu(monkeypatch):
     """``decode_gemv: auto`` (the default): ``fused_onepass`` with the Triton kernels on a GPU
     for a model of at most 768 hidden features (SmolLM2-135M's 576), ``plain`` for a wider one

@@ -27,7 +27,8 @@ Device = Literal["auto", "cuda", "cpu"]
 Kernels = Literal["triton", "torch"]
 # projections_triton.DECODE_GEMV; auto: kernel_paths.resolved_paths picks by the model's width
 DecodeGemv = Literal["auto", "plain", "fused", "fused_onepass", "hybrid", "off"]
-DecodeGemm = Literal["cublas", "triton", "narrow"]  # worker/kernel_paths.py
+# worker/kernel_paths.py; auto: narrow where PDL can run (resolved_paths), else cublas
+DecodeGemm = Literal["auto", "cublas", "triton", "narrow"]
 PiecewiseCapture = Literal["auto", "startup", "first_use"]
 CudagraphMode = Literal["full", "piecewise", "full_and_piecewise", "none"]
 

@@ -106,8 +106,17 @@ def test_pick_gemm_tiles_uses_host_ints_only(monkeypatch):
     assert t == pick_gemm_tiles(64, 2048, 2048) and hash(t) == hash(pick_gemm_tiles(64, 2048, 2048))
     with pytest.raises(AttributeError):
         t.split_k = 1  # frozen: a graph key's launch cannot be changed under it
-    programs = -(-2048 // t.block_n) * -(-64 // t.block_m) * t.split_k
-    assert programs >= 132
+
+    def programs(t, m, n):
+        return -(-n // t.block_n) * -(-m // t.block_m) * t.split_k
+
+    assert programs(pick_gemm_tiles(16, 2048, 2048), 16, 2048) >= 132  # 4+ programs an SM
+    for n, k in ((1024, 3072), (1024, 2048), (2048, 2048), (576, 1536)):
+        # 33-64 rows (one program an SM): one wave, the split the largest that fits it
+        t = pick_gemm_tiles(64, n, k)
+        most = min(132 // (n // t.block_n), k // t.block_k // 2)  # two K steps a split at least
+        assert t.split_k == most and programs(t, 64, n) <= 132
+    assert pick_gemm_tiles(64, 1024, 3072).split_k == 4  # qwen3-0.6b's down: 128 programs
     for m in (1, 2, 8, 17, 64, 100, 256):
         for n, k in ((2048, 2048), (3072, 2048), (2048, 8192), (28672, 4096)):
             t = pick_gemm_tiles(m, n, k)

@@ -90,7 +90,9 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     """Tiles for M rows against an [n, k] weight, from host ints only. ``block_m`` covers the
     batch (16 to 128 rows). Up to 64 rows: 32 output features a program, 128-element steps of K,
     4 stages, and where the tiles are fewer than the SMs, K split so that the programs number at
-    least one per SM (each split walking at least ``MIN_STEPS_PER_SPLIT`` steps): the winners of
+    least one per SM (each split walking at least ``MIN_STEPS_PER_SPLIT`` steps; at 33-64 rows,
+    where a program's 120 KiB of shared memory leaves an SM one, at most one per SM, so the
+    programs run in one wave): the winners of
     ``benchmarks/decode_gemm.py``'s sweep at qwen3-0.6b's shapes and 16 / 64 rows on an H100
     (RESULTS.md, twenty-second round). Above 64 rows, untuned: 64 features, 64-element steps,
     about two programs per SM, 3 stages."""
@@ -103,6 +105,8 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     if tiles < TARGET_SMS:
         most = max(1, triton.cdiv(k, block_k) // MIN_STEPS_PER_SPLIT)
         want = triton.cdiv(TARGET_SMS if narrow else 2 * TARGET_SMS, tiles)
+        if block_m == 64:  # 120 KiB of shared memory: one program an SM, so at most one wave
+            want = max(1, TARGET_SMS // tiles)
         split_k = max(1, min(want, most, MAX_SPLIT_K))
         split_k = effective_split(k, block_k, split_k)[0]
     num_stages = 4 if narrow else 3

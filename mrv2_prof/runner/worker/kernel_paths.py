@@ -90,8 +90,9 @@ def one_pass_max_hidden() -> int:
 def resolved_paths(
     config: RunnerConfig, kernels: str, is_cuda: bool, hidden_size: int | None = None
 ) -> dict[str, object]:
-    """The five paths this run takes, by setting name: ``auto`` (None, or ``decode_gemv``'s
-    "auto", which reads the model's ``hidden_size``; unknown: plain) resolved, and every path
+    """The six paths this run takes, by setting name: ``auto`` (None, or ``decode_gemv``'s
+    "auto", which reads the model's ``hidden_size``, unknown: plain; or ``decode_gemm``'s,
+    ``narrow`` on a GPU that takes PDL, whether or not ``pdl`` is on) resolved, and every path
     off with the torch kernels (the model's torch ops have none of them)."""
     if kernels != "triton":
         return dict(OFF)
@@ -99,6 +100,8 @@ def resolved_paths(
     if paths["decode_gemv"] == "auto":
         narrow = is_cuda and hidden_size is not None and hidden_size <= one_pass_max_hidden()
         paths["decode_gemv"] = "fused_onepass" if narrow else "plain"
+    if paths["decode_gemm"] == "auto":  # by the device, not by runner.pdl: the same bits
+        paths["decode_gemm"] = "narrow" if _pdl_capable(is_cuda) else "cublas"
     if paths["pdl"] is None:
         paths["pdl"] = _pdl_capable(is_cuda)
     elif paths["pdl"] and not _pdl_capable(is_cuda):
