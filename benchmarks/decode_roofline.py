@@ -397,8 +397,9 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     batch split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every
     path they take). ``gemm``: the Triton decode GEMM for the projections of 2-256 rows
     (``runner.decode_gemm``); ``narrow`` / ``narrowN``: only for those of at most 1,024 outputs and
-    16 (N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others; ``lastred``:
-    its split tiles summed by their last split, in one launch (``LAST_SPLIT_REDUCES``). ``minkN``: a
+    2-16 or 33-64 (2-N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others;
+    ``lastred``: its split tiles summed by their last split, in one launch
+    (``LAST_SPLIT_REDUCES``). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
@@ -425,10 +426,11 @@ def extra_int(extras: tuple[str, ...], name: str, default: int) -> int:
     return next((int(e[len(name) :]) for e in extras if _extra(e) == name), default)
 
 
-def narrow_gemm(extras: tuple[str, ...]) -> tuple[int, int]:
-    """``NARROW_GEMM`` of a variant: its rows bound N where it names ``narrowN``."""
+def narrow_gemm(extras: tuple[str, ...]) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """``NARROW_GEMM`` of a variant: its rows 2-N where it names ``narrowN``."""
     features, rows = projections_triton.NARROW_GEMM
-    return features, next((int(e[6:]) for e in extras if e.startswith("narrow") and e[6:]), rows)
+    n = next((int(e[6:]) for e in extras if e.startswith("narrow") and e[6:]), None)
+    return features, rows if n is None else ((2, n),)
 
 
 def split_switches(extras: tuple[str, ...]) -> tuple[bool, int | None]:
@@ -520,7 +522,8 @@ def main() -> None:
         help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN]"
         "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
-        " triton (narrow: narrow, for projections of at most 1,024 outputs and 16 or N rows;"
+        " triton (narrow: narrow, for projections of at most 1,024 outputs and 2-16 or 33-64"
+        " (2-N) rows;"
         " lastred: its split tiles summed by their last split, one launch),"
         " runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "

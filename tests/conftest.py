@@ -192,7 +192,7 @@ def _kernel_path_switches():
     from mrv2_prof.runner.model import pdl, projections_triton
 
     switches = [(projections_triton, "DECODE_GEMV"), (projections_triton, "DECODE_GEMM"),
-                (projections_triton, "GEMM_MAX_FEATURES"), (projections_triton, "GEMM_MAX_ROWS"),
+                (projections_triton, "GEMM_MAX_FEATURES"), (projections_triton, "GEMM_ROWS"),
                 (projections_triton, "FUSED_MLP"), (pdl, "LAUNCH_PDL")]  # fmt: skip
     try:
         from mrv2_prof.runner.model import attention_decode_rope_triton, attention_split_kv_triton

@@ -269,7 +269,7 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64+lastred"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, 64), True]
+        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, ((2, 64),)), True]
         assert [getattr(m, n) for m, n in names] == want
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before

@@ -122,25 +122,32 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
 
 @pytest.mark.parametrize(
     ("path", "want"),
-    [("cublas", ("cublas", None, 256)), ("triton", ("triton", None, 256)),
-     ("narrow", ("triton", 1024, 16))],
+    [("cublas", ("cublas", None, ((2, 256),))), ("triton", ("triton", None, ((2, 256),))),
+     ("narrow", ("triton", 1024, ((2, 16), (33, 64))))],
 )  # fmt: skip
 def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
     """``decode_gemm: narrow`` is the Triton GEMM held to projections of at most 1,024 outputs
-    and 16 rows; ``triton`` takes every projection of 2-256 rows; ``cublas`` none."""
+    and 2-16 or 33-64 rows (not 17-32, where its tile lost); ``triton`` takes every projection
+    of 2-256 rows; ``cublas`` none. A warm-up runs the most rows of each launch variant's class
+    that the GEMM serves (40 at a 40-token budget: 33-40 of the 33-64 class)."""
     pytest.importorskip("triton")
     from mrv2_prof.runner.model import projections_triton as proj
 
     config = RunnerConfig(device="cpu", decode_gemm=path)
     kernel_paths.apply_kernel_paths(kernel_paths.resolved_paths(config, "triton", False))
-    got = (proj.DECODE_GEMM, proj.GEMM_MAX_FEATURES, proj.GEMM_MAX_ROWS)
+    got = (proj.DECODE_GEMM, proj.GEMM_MAX_FEATURES, proj.GEMM_ROWS)
     assert got == want
     x, narrow, wide = torch.zeros(16, 8), torch.zeros(1024, 8), torch.zeros(1025, 8)
     assert proj._gemm(x, narrow) is (path != "cublas")
     assert proj._gemm(x, wide) is (path == "triton")
-    assert proj._gemm(torch.zeros(17, 8), narrow) is (path == "triton")
+    for rows, narrow_takes in ((1, False), (2, True), (17, False), (32, False), (33, True),
+                               (64, True), (65, False), (256, False), (257, False)):  # fmt: skip
+        takes = {"cublas": False, "triton": 1 < rows <= 256, "narrow": narrow_takes}[path]
+        assert proj._gemm(torch.zeros(rows, 8), narrow) is takes, rows
     assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 32, 64, 128, 256],
-                                   "narrow": [16]}[path]  # fmt: skip
+                                   "narrow": [16, 64]}[path]  # fmt: skip
+    assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 32, 40], "narrow": [16, 40]}[path]
+    assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16]}[path]
 
 
 def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):

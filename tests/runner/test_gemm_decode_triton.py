@@ -218,7 +218,7 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(
     steps of three rows, with ``DECODE_GEMM`` triton against cublas (``F.linear``/``addmm_``):
     the same logits, and the decode GEMM did serve the projections of more than one row: all
     four of a layer, or with ``GEMM_MAX_FEATURES`` 64 (llama-tiny's hidden size) the two of 64
-    outputs, o and down (QKV has 128, gate/up 256); with ``GEMM_MAX_ROWS`` 16 not the prefill's
+    outputs, o and down (QKV has 128, gate/up 256); with ``GEMM_ROWS`` 2-16 not the prefill's
     20 rows."""
     from test_attention_decode_rope import _decode_logits
 
@@ -247,7 +247,7 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(
 
     monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
     monkeypatch.setattr(projections_triton, "GEMM_MAX_FEATURES", max_features)
-    monkeypatch.setattr(projections_triton, "GEMM_MAX_ROWS", max_rows)
+    monkeypatch.setattr(projections_triton, "GEMM_ROWS", ((2, max_rows),))
     monkeypatch.setattr(module, "_gemm_decode_kernel", Counted())
     got, _ = _decode_logits(model, args, prompts, steps=4)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

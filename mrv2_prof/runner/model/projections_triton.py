@@ -42,7 +42,7 @@ runner is built: ``runner/worker/kernel_paths.py``; ``benchmarks/decode_roofline
 ``DECODE_GEMM`` selects the path of the other projections of up to ``GEMM_DECODE_MAX_ROWS`` rows
 (decode batches of 2-256; ``runner.decode_gemm``): ``cublas`` or ``triton``, the split-K
 weight-streaming GEMM of ``gemm_decode_triton.py`` (its residual epilogue for the down
-projection). ``GEMM_MAX_FEATURES`` and ``GEMM_MAX_ROWS`` keep it to the narrower projections of
+projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower projections of
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
@@ -66,8 +66,8 @@ import torch.nn.functional as F
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
 from mrv2_prof.runner.model.gemm_decode_triton import (
     GEMM_DECODE_MAX_ROWS,
+    ROW_CLASSES,
     gemm_decode_triton,
-    row_classes,
 )
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
 from mrv2_prof.runner.model.mlp_decode_triton import mlp_decode_triton
@@ -80,11 +80,14 @@ DECODE_GEMV = "plain"  # runner.decode_gemv sets it (kernel_paths: auto by the m
 PLAIN_MAX_FEATURES = 8192  # where the GEMV alone beats cuBLAS (benchmarks/gemv.py)
 DECODE_GEMM_MODES = ("cublas", "triton")
 DECODE_GEMM = "cublas"  # runner.decode_gemm sets it: triton for its triton and narrow paths
-# With DECODE_GEMM triton, the most output features (None: any) and rows a projection may have to
-# take it; cuBLAS the others (runner.decode_gemm: narrow sets NARROW_GEMM's; kernel_paths.py)
+# With DECODE_GEMM triton, the most output features (None: any) and the ranges of rows a
+# projection must have to take it; cuBLAS the others (runner.decode_gemm: narrow sets
+# NARROW_GEMM's; kernel_paths.py)
 GEMM_MAX_FEATURES: int | None = None
-GEMM_MAX_ROWS = GEMM_DECODE_MAX_ROWS
-NARROW_GEMM = (1024, 16)  # (features, rows) of runner.decode_gemm: narrow
+GEMM_ROWS: tuple[tuple[int, int], ...] = ((2, GEMM_DECODE_MAX_ROWS),)
+# (features, row ranges) of runner.decode_gemm: narrow. Not 17-32 rows: there the 32-row tile
+# lost to cuBLAS in two invocations on an H100 (benchmarks/RESULTS.md, twenty-third round).
+NARROW_GEMM = (1024, ((2, 16), (33, 64)))
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
@@ -103,16 +106,29 @@ def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
         DECODE_GEMM == "triton"
         and (GEMM_MAX_FEATURES is None or weight.shape[0] <= GEMM_MAX_FEATURES)
         and x.dim() == 2
-        and 1 < x.shape[0] <= min(GEMM_MAX_ROWS, GEMM_DECODE_MAX_ROWS)
+        and gemm_serves(x.shape[0])
         and x.dtype == weight.dtype
         and x.stride(-1) == 1
     )
 
 
+def gemm_serves(rows: int) -> bool:
+    """Whether a projection of ``rows`` rows is in ``GEMM_ROWS`` (and the GEMM's 2-256)."""
+    ok = 1 < rows <= GEMM_DECODE_MAX_ROWS
+    return ok and any(lo <= rows <= hi for lo, hi in GEMM_ROWS)
+
+
 def warm_rows(max_rows: int) -> list[int]:
     """Row counts a warm-up must run so that every projection kernel variant a step of up to
-    ``max_rows`` tokens can launch is compiled: the decode GEMM's classes when it is on."""
-    return row_classes(min(max_rows, GEMM_MAX_ROWS)) if DECODE_GEMM == "triton" else []
+    ``max_rows`` tokens can launch is compiled: when the decode GEMM is on, the most rows of
+    each of its classes (``gemm_decode_triton.ROW_CLASSES``, a launch variant each) that it
+    serves."""
+    if DECODE_GEMM != "triton":
+        return []
+    top = min(max_rows, GEMM_DECODE_MAX_ROWS)
+    classes = [range(lo, min(hi, top) + 1) for lo, hi in ROW_CLASSES]
+    served = [max((r for r in rows if gemm_serves(r)), default=0) for rows in classes]
+    return [r for r in served if r]
 
 
 def _one_pass() -> bool:

@@ -39,13 +39,17 @@ HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 5
 tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
 warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
 Triton GEMM for every projection (``triton``) lost at every batch. ``narrow`` keeps it to
-projections of at most 1,024 outputs and 2-16 rows (``projections_triton.NARROW_GEMM``), where
-under PDL it reads its first weight tile while the kernel before it runs and cuBLAS fills few
-SMs: on an H100 (``decode_roofline.py --variant ...+narrow256``, one invocation) it took
-qwen3-0.6b's step 4.5-5.5 % shorter at batch 2, 8 and 16 (its o and down, 1,024 outputs) and
-lost 3.6 % at 32; on llama-1b's 2,048-output o and down it was even at batch 2-8 and lost 6-10 %
-at 16-64, hence the bounds. Not yet the default: its GPU tests ran in part (the engine's tokens
-with every decode path, the no-compile check), not the speculative-decoding ones, and no H200
+projections of at most 1,024 outputs and 2-16 or 33-64 rows (``projections_triton.NARROW_GEMM``),
+where under PDL it reads its first weight tile while the kernel before it runs and cuBLAS fills
+few SMs: on an H100 (``decode_roofline.py``, two invocations) it took qwen3-0.6b's step 2.5-5.5 %
+shorter at batch 2, 8 and 16 (its o and down, 1,024 outputs), 4.7-6.3 % at 64 once its split
+stopped at one wave (one invocation), and lost 3.6-5 % at 32 (both), hence the gap; on
+llama-1b's 2,048-output o and down it was even at batch 2-8 and lost 6-10 % at 16-64, hence the
+width. ``auto`` takes ``narrow`` on a GPU that takes PDL (by the device, not by ``pdl``, so that
+PDL on and off run the same kernels and serve the same bits). Not yet the default: with ``auto``
+as the default, the GEMM's, PDL's, speculative decoding's, the sampler's and graph capture's GPU
+tests and three warmed scenarios' no-compile checks passed on an H100, but not the whole suite,
+and neither SmolLM2-135M's step (its QKV, o and down are all under 1,024 outputs) nor an H200
 measured it. ``fused_mlp: false`` is the default, and no ``auto`` takes it:
 on an H100 (``decode_roofline.py --variant ...+mlp``, one invocation) it took SmolLM2-135M from
 0.508-0.520 to 0.494-0.496 ms a step, but lost 5-7 % on qwen3-0.6b and 17-20 % on llama-1b (its
@@ -191,10 +195,10 @@ def apply_kernel_paths(paths: dict[str, object]) -> None:
     projections_triton.DECODE_GEMV = paths["decode_gemv"]
     gemm = paths["decode_gemm"]
     projections_triton.DECODE_GEMM = "cublas" if gemm == "cublas" else "triton"
-    features, rows = (None, projections_triton.GEMM_DECODE_MAX_ROWS)
+    features, rows = (None, ((2, projections_triton.GEMM_DECODE_MAX_ROWS),))
     if gemm == "narrow":
         features, rows = projections_triton.NARROW_GEMM
-    projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_MAX_ROWS = features, rows
+    projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_ROWS = features, rows
     pdl.LAUNCH_PDL = paths["pdl"]
     attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]
     attention_split_kv_triton.SPLIT_KV_ENABLED = paths["split_kv"]
