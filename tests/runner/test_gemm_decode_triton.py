@@ -22,7 +22,6 @@ from mrv2_prof.runner.model.gemm_decode_triton import (
     gemm_decode_ref,
     gemm_decode_triton,
     pick_gemm_tiles,
-    row_classes,
 )
 
 INTERPRET = not torch.cuda.is_available()
@@ -259,7 +258,7 @@ def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(
     assert len(rows) == passes * per_layer * args.num_hidden_layers
 
 
-def test_row_classes_name_one_row_count_per_launch_variant():
+def test_row_classes_name_one_row_count_per_launch_variant(monkeypatch):
     """Every row count 2..256 launches the tiles of its class's representative (so warming the
     representatives compiles every variant), at the presets' projection shapes; the
     representatives are cut to the largest row count a step can have."""
@@ -268,6 +267,9 @@ def test_row_classes_name_one_row_count_per_launch_variant():
         for m in range(2, 257):
             (rep,) = [hi for lo, hi in ROW_CLASSES if lo <= m <= hi]
             assert pick_gemm_tiles(m, n, k) == pick_gemm_tiles(rep, n, k), (m, n, k)
-    assert row_classes(256) == [16, 32, 64, 128, 256]
-    assert row_classes(40) == [16, 32, 40] and row_classes(1) == []
-    assert row_classes(a.max_position_embeddings) == [16, 32, 64, 128, 256]
+    from mrv2_prof.runner.model import projections_triton as proj
+
+    monkeypatch.setattr(proj, "DECODE_GEMM", "triton")
+    assert proj.warm_rows(256) == [16, 32, 64, 128, 256]
+    assert proj.warm_rows(40) == [16, 32, 40] and proj.warm_rows(1) == []
+    assert proj.warm_rows(a.max_position_embeddings) == [16, 32, 64, 128, 256]

@@ -75,6 +75,20 @@ def test_with_the_decode_gemm_each_of_its_row_classes_is_run(monkeypatch, tokens
     assert all(n <= budget for n, _ in runs)
 
 
+@pytest.mark.parametrize(("tokens", "want"), [(8192, [16, 64]), (40, [16, 40]), (24, [16])])
+def test_with_the_narrow_decode_gemm_its_served_classes_are_run(monkeypatch, tokens, want):
+    """``runner.decode_gemm: narrow`` (2-16 and 33-64 rows): the warm-up runs the most rows of
+    each class the GEMM serves within the budget, none of 17-32 (cuBLAS serves those) and none
+    above 64."""
+    from mrv2_prof.runner.model import projections_triton
+
+    base = _shapes(monkeypatch, 4, tokens, 4096)
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    monkeypatch.setattr(projections_triton, "GEMM_ROWS", projections_triton.NARROW_GEMM[1])
+    runs = _shapes(monkeypatch, 4, tokens, 4096)
+    assert runs == list(dict.fromkeys(base + [(n, 1) for n in want]))
+
+
 @pytest.mark.parametrize(("seqs", "model_len", "unsplit"), [(256, 4096, 17), (8, 4096, None)])
 def test_with_split_kv_a_decode_batch_it_leaves_unsplit_is_run(monkeypatch, seqs, model_len,
                                                               unsplit):  # fmt: skip

@@ -114,15 +114,9 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=num_stages)
 
 
-ROW_CLASSES = ((2, 16), (17, 32), (33, 64), (65, 128), (129, 256))  # rows with one variant
-
-
-def row_classes(max_rows: int) -> list[int]:
-    """One row count per launch variant of up to ``max_rows`` rows: the largest of each class
-    of ``ROW_CLASSES`` (one ``block_m``, and so one split and stage count, per class of
-    ``pick_gemm_tiles``), so a warm-up that runs these compiles every variant a step can hit."""
-    top = min(max_rows, GEMM_DECODE_MAX_ROWS)
-    return [min(hi, top) for lo, hi in ROW_CLASSES if lo <= top]
+# rows with one launch variant (one block_m, and so one split and stage count, of
+# pick_gemm_tiles): a warm-up that runs one count of each compiles every variant a step can hit
+ROW_CLASSES = ((2, 16), (17, 32), (33, 64), (65, 128), (129, 256))
 
 
 def gemm_decode_ref(
