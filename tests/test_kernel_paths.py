@@ -129,7 +129,7 @@ def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
     """``decode_gemm: narrow`` is the Triton GEMM held to projections of at most 1,024 outputs
     and 2-16 or 33-64 rows (not 17-32, where its tile lost); ``triton`` takes every projection
     of 2-256 rows; ``cublas`` none. A warm-up runs the most rows of each launch variant's class
-    that the GEMM serves (40 at a 40-token budget: 33-40 of the 33-64 class)."""
+    that the GEMM serves (40 at a 40-token budget: 33-40 of the 17-64 class)."""
     pytest.importorskip("triton")
     from mrv2_prof.runner.model import projections_triton as proj
 
@@ -144,9 +144,9 @@ def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
                                (64, True), (65, False), (256, False), (257, False)):  # fmt: skip
         takes = {"cublas": False, "triton": 1 < rows <= 256, "narrow": narrow_takes}[path]
         assert proj._gemm(torch.zeros(rows, 8), narrow) is takes, rows
-    assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 32, 64, 128, 256],
+    assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 64, 128, 256],
                                    "narrow": [16, 64]}[path]  # fmt: skip
-    assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 32, 40], "narrow": [16, 40]}[path]
+    assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 40], "narrow": [16, 40]}[path]
     assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16]}[path]
 
 

@@ -31,7 +31,7 @@ def test_the_fold_compiles_for_every_head_layout(report):
 
 def test_the_gemm_compiles_for_every_row_class_split_or_not(report):
     gemms = [r for r in report if r["kernel"] == "_gemm_decode_kernel"]
-    for block_m in (16, 32, 64, 128):  # the row classes' tiles
+    for block_m in (16, 64, 128):  # the row classes' tiles (17-64 rows: 64, wgmma's)
         for split in (True, False):
             want = (f"'BLOCK_M': {block_m},", f"'SPLIT': {split}")
             assert any(all(w in r["constexprs"] for w in want) for r in gemms), want

@@ -89,15 +89,18 @@ def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
 
 def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     """Tiles for M rows against an [n, k] weight, from host ints only. ``block_m`` covers the
-    batch (16 to 128 rows). Up to 64 rows: 32 output features a program, 128-element steps of K,
-    4 stages, and where the tiles are fewer than the SMs, K split so that the programs number at
-    least one per SM (each split walking at least ``MIN_STEPS_PER_SPLIT`` steps; at 33-64 rows,
-    where a program's 120 KiB of shared memory leaves an SM one, at most one per SM, so the
-    programs run in one wave): the winners of
-    ``benchmarks/decode_gemm.py``'s sweep at qwen3-0.6b's shapes and 16 / 64 rows on an H100
-    (RESULTS.md, twenty-second round). Above 64 rows, untuned: 64 features, 64-element steps,
-    about two programs per SM, 3 stages."""
-    block_m = min(128, max(16, triton.next_power_of_2(m)))
+    batch: 16 rows up to 16, 64 at 17-64 (for sm_90 Triton compiles a 16- or 32-row tile's dot
+    to ``mma.sync`` and a 64-row one to ``wgmma``; on an H100 the 32-row tile took qwen3-0.6b's
+    o 45 % longer than the 64-row one at twice the rows; the 64-row tile at 17-32 rows is not
+    yet timed: RESULTS.md, twenty-third round), 128 above. Up to 64
+    rows: 32 output features a program, 128-element steps of K, 4 stages, and where the tiles
+    are fewer than the SMs, K split so that the programs number at least one per SM (each split
+    walking at least ``MIN_STEPS_PER_SPLIT`` steps; at 17-64 rows, where a program's 120 KiB of
+    shared memory leaves an SM one, at most one per SM, so the programs run in one wave): the
+    winners of ``benchmarks/decode_gemm.py``'s sweep at qwen3-0.6b's shapes and 16 / 64 rows on
+    an H100 (RESULTS.md, twenty-second round). Above 64 rows, untuned: 64 features, 64-element
+    steps, about two programs per SM, 3 stages."""
+    block_m = 16 if m <= 16 else 64 if m <= 64 else 128
     narrow = block_m <= 64
     block_n = 32 if narrow else 64
     block_k = 128 if narrow else 64
@@ -116,7 +119,7 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
 
 # rows with one launch variant (one block_m, and so one split and stage count, of
 # pick_gemm_tiles): a warm-up that runs one count of each compiles every variant a step can hit
-ROW_CLASSES = ((2, 16), (17, 32), (33, 64), (65, 128), (129, 256))
+ROW_CLASSES = ((2, 16), (17, 64), (65, 128), (129, 256))
 
 
 def gemm_decode_ref(
