@@ -83,8 +83,9 @@ DECODE_GEMM = "cublas"  # runner.decode_gemm sets it: triton for its triton and 
 # With DECODE_GEMM triton, the most output features (None: any) and the ranges of rows a
 # projection must have to take it; cuBLAS the others (runner.decode_gemm: narrow sets
 # NARROW_GEMM's; kernel_paths.py)
-GEMM_MAX_FEATURES: int | None = None
-GEMM_ROWS: tuple[tuple[int, int], ...] = ((2, GEMM_DECODE_MAX_ROWS),)
+EVERY_GEMM = (None, ((2, GEMM_DECODE_MAX_ROWS),))  # (features, row ranges) of triton / cublas
+GEMM_MAX_FEATURES: int | None = EVERY_GEMM[0]
+GEMM_ROWS: tuple[tuple[int, int], ...] = EVERY_GEMM[1]
 # (features, row ranges) of runner.decode_gemm: narrow. Not 17-32 rows: there the 32-row tile
 # lost to cuBLAS in two invocations on an H100 (benchmarks/RESULTS.md, twenty-third round).
 NARROW_GEMM = (1024, ((2, 16), (33, 64)))

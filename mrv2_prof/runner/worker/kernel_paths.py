@@ -195,10 +195,8 @@ def apply_kernel_paths(paths: dict[str, object]) -> None:
     projections_triton.DECODE_GEMV = paths["decode_gemv"]
     gemm = paths["decode_gemm"]
     projections_triton.DECODE_GEMM = "cublas" if gemm == "cublas" else "triton"
-    features, rows = (None, ((2, projections_triton.GEMM_DECODE_MAX_ROWS),))
-    if gemm == "narrow":
-        features, rows = projections_triton.NARROW_GEMM
-    projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_ROWS = features, rows
+    bounds = projections_triton.NARROW_GEMM if gemm == "narrow" else projections_triton.EVERY_GEMM
+    projections_triton.GEMM_MAX_FEATURES, projections_triton.GEMM_ROWS = bounds
     pdl.LAUNCH_PDL = paths["pdl"]
     attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION = paths["rope_in_attention"]
     attention_split_kv_triton.SPLIT_KV_ENABLED = paths["split_kv"]
