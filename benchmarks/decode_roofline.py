@@ -397,7 +397,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     batch split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every
     path they take). ``gemm``: the Triton decode GEMM for the projections of 2-256 rows
     (``runner.decode_gemm``); ``narrow`` / ``narrowN``: only for those of at most 1,024 outputs and
-    2-16 or 33-64 (2-N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others;
+    2-64 (2-N) rows (``runner.decode_gemm: narrow``, ``NARROW_GEMM``), cuBLAS the others;
     ``lastred``: its split tiles summed by their last split, in one launch
     (``LAST_SPLIT_REDUCES``). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
@@ -522,7 +522,7 @@ def main() -> None:
         help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+split|+splitN][+minkN]"
         "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
-        " triton (narrow: narrow, for projections of at most 1,024 outputs and 2-16 or 33-64"
+        " triton (narrow: narrow, for projections of at most 1,024 outputs and 2-64"
         " (2-N) rows;"
         " lastred: its split tiles summed by their last split, one launch),"
         " runner.split_kv (or N forced splits), at least N keys of a context a split "

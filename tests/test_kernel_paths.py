@@ -123,13 +123,13 @@ def test_the_runner_sets_the_kernel_switches_from_its_config():
 @pytest.mark.parametrize(
     ("path", "want"),
     [("cublas", ("cublas", None, ((2, 256),))), ("triton", ("triton", None, ((2, 256),))),
-     ("narrow", ("triton", 1024, ((2, 16), (33, 64))))],
+     ("narrow", ("triton", 1024, ((2, 64),)))],
 )  # fmt: skip
 def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
     """``decode_gemm: narrow`` is the Triton GEMM held to projections of at most 1,024 outputs
-    and 2-16 or 33-64 rows (not 17-32, where its tile lost); ``triton`` takes every projection
-    of 2-256 rows; ``cublas`` none. A warm-up runs the most rows of each launch variant's class
-    that the GEMM serves (40 at a 40-token budget: 33-40 of the 17-64 class)."""
+    and 2-64 rows; ``triton`` takes every projection of 2-256 rows; ``cublas`` none. A warm-up
+    runs the most rows of each launch variant's class that the GEMM serves (40 at a 40-token
+    budget: 17-40 of the 17-64 class)."""
     pytest.importorskip("triton")
     from mrv2_prof.runner.model import projections_triton as proj
 
@@ -140,14 +140,15 @@ def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
     x, narrow, wide = torch.zeros(16, 8), torch.zeros(1024, 8), torch.zeros(1025, 8)
     assert proj._gemm(x, narrow) is (path != "cublas")
     assert proj._gemm(x, wide) is (path == "triton")
-    for rows, narrow_takes in ((1, False), (2, True), (17, False), (32, False), (33, True),
+    for rows, narrow_takes in ((1, False), (2, True), (17, True), (32, True), (33, True),
                                (64, True), (65, False), (256, False), (257, False)):  # fmt: skip
         takes = {"cublas": False, "triton": 1 < rows <= 256, "narrow": narrow_takes}[path]
         assert proj._gemm(torch.zeros(rows, 8), narrow) is takes, rows
     assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 64, 128, 256],
                                    "narrow": [16, 64]}[path]  # fmt: skip
     assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 40], "narrow": [16, 40]}[path]
-    assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16]}[path]
+    assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16, 20]}[path]
+    assert proj.warm_rows(12) == {"cublas": [], "triton": [12], "narrow": [12]}[path]
 
 
 def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
@@ -160,7 +161,7 @@ def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     hopper = kernel_paths.resolved_paths(auto, "triton", is_cuda=True)
     assert hopper == {
-        "decode_gemv": "plain", "decode_gemm": "cublas", "pdl": True, "rope_in_attention": True,
+        "decode_gemv": "plain", "decode_gemm": "narrow", "pdl": True, "rope_in_attention": True,
         "split_kv": True, "fused_mlp": False,  # off until measured
     }  # fmt: skip
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
@@ -173,16 +174,19 @@ def test_auto_takes_pdl_the_fold_and_split_kv_where_the_run_can(monkeypatch):
     assert kernel_paths.resolved_paths(auto, "torch", is_cuda=True) == kernel_paths.OFF
     cpu = kernel_paths.resolved_paths(RunnerConfig(device="cpu"), "triton", is_cuda=False)
     assert (cpu["pdl"], cpu["rope_in_attention"], cpu["split_kv"]) == (False, False, False)
-    off = RunnerConfig(device="cuda", pdl=False, rope_in_attention=False, split_kv=False)
+    off = RunnerConfig(device="cuda", decode_gemm="cublas", pdl=False, rope_in_attention=False,
+                       split_kv=False)  # fmt: skip
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert kernel_paths.resolved_paths(off, "triton", is_cuda=True) == kernel_paths.OFF
     assert kernel_paths.kernel_path_notes(off, "torch", is_cuda=True) == []  # off asks nothing
 
 
 def test_auto_decode_gemm_is_narrow_where_pdl_can_run_whatever_pdl_is_set_to(monkeypatch):
-    """``decode_gemm: auto``: ``narrow`` with the Triton kernels on a GPU of compute capability
-    9.0 or more, with ``pdl`` on or off (so that PDL on and off serve the same kernels, and the
-    same bits); ``cublas`` below 9.0, on the CPU and with the torch ops; never a note."""
+    """``decode_gemm: auto`` (the default): ``narrow`` with the Triton kernels on a GPU of
+    compute capability 9.0 or more, with ``pdl`` on or off (so that PDL on and off serve the
+    same kernels, and the same bits); ``cublas`` below 9.0, on the CPU and with the torch ops;
+    never a note."""
+    assert RunnerConfig().decode_gemm == "auto"
     config = RunnerConfig(device="cuda", decode_gemm="auto")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     assert kernel_paths.resolved_paths(config, "triton", is_cuda=True)["decode_gemm"] == "narrow"

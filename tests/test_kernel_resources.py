@@ -73,22 +73,20 @@ def test_a_decode_steps_launches_are_recorded_as_a_gpu_makes_them(tmp_path, comp
 def test_the_narrow_gemm_takes_o_and_down_up_to_its_rows_bound(tmp_path, compiling):
     """``+narrow``: qwen3-0.6b's o and down (1,024 outputs) take the Triton decode GEMM at 8 rows
     (32 tiles of 32 outputs, K split 4 and 5 ways: one program an SM or more, each split whole
-    steps of 128) and its split reduction, a launch each, and at 64 rows (64-row tiles split 4
-    ways: one 120 KiB program an SM, one wave); not at 32 (``NARROW_GEMM``'s rows skip 17-32),
-    but under ``+narrow32`` (2-32 rows: the bound read when the paths are applied), there with
-    the 64-row tile (its dot ``wgmma``) and so the same split."""
+    steps of 128) and its split reduction, a launch each, and at 32 and 64 rows (``NARROW_GEMM``'s
+    2-64: the 64-row tile, its dot ``wgmma``, split 4 ways: one 120 KiB program an SM, one wave);
+    under ``+narrow16`` (2-16 rows: the bound read when the paths are applied) at 8 rows only."""
     run = run_benchmark(
         "kernel_resources.py", tmp_path / "n.json", "--preset", "qwen3-0.6b", "--layers", "1",
         "--batch", "8", "32", "64", "--variant", "plain+pdl+fold+split+narrow",
-        "--variant", "plain+pdl+fold+split+narrow32", "--list", timeout=300,
+        "--variant", "plain+pdl+fold+split+narrow16", "--list", timeout=300,
     )  # fmt: skip
     gemms = {(r["variant"], r["batch"], tuple(r["grid"]))
              for r in run.results if r["kernel"] == "_gemm_decode_kernel"}  # fmt: skip
-    narrow, narrow32 = "plain+pdl+fold+split+narrow", "plain+pdl+fold+split+narrow32"
+    narrow, narrow16 = "plain+pdl+fold+split+narrow", "plain+pdl+fold+split+narrow16"
     assert {g for g in gemms if g[1] == 8} == {
-        (v, 8, (32, 1, s)) for v in (narrow, narrow32) for s in (4, 5)}  # fmt: skip
-    assert {g for g in gemms if g[1] == 32} == {(narrow32, 32, (32, 1, 4))}
-    assert {g for g in gemms if g[1] == 64} == {(narrow, 64, (32, 1, 4))}
+        (v, 8, (32, 1, s)) for v in (narrow, narrow16) for s in (4, 5)}  # fmt: skip
+    assert {g for g in gemms if g[1] > 8} == {(narrow, 32, (32, 1, 4)), (narrow, 64, (32, 1, 4))}
 
 
 needs_toolchain = pytest.mark.skipif(

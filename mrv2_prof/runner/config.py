@@ -287,7 +287,7 @@ class RunnerConfig:
     kernels: Kernels = "triton"
     # the Triton bundle's decode paths (worker/kernel_paths.py; docs/roofline.md)
     decode_gemv: DecodeGemv = "auto"  # batch-1 projections
-    decode_gemm: DecodeGemm = "cublas"  # projections of 2-256 rows
+    decode_gemm: DecodeGemm = "auto"  # projections of 2-256 rows
     # None (auto): on where the run can take it (kernel_paths.resolved_paths; measured in
     # benchmarks/RESULTS.md, "Closer to the limit")
     pdl: bool | None = setting(None, auto=True)  # programmatic dependent launch (Hopper+)

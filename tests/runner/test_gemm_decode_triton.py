@@ -209,6 +209,22 @@ def test_gpu_llama_1b_projections_at_batch_64(proj, monkeypatch):
     torch.testing.assert_close(one, two, atol=0, rtol=0)  # the same bits
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("m", [17, 24, 32, 48])
+def test_gpu_narrow_projections_on_the_64_row_tile(m):
+    """qwen3-0.6b's o and down (1,024 outputs, the ``narrow`` path's) at 17-48 rows: the picked
+    tile is the 64-row one, its rows past M masked, and it gives the reference's result, with
+    the down projection's residual epilogue."""
+    a = PRESETS["qwen3-0.6b"]
+    q_out = a.num_attention_heads * a.head_dim
+    for n, k in ((a.hidden_size, q_out), (a.hidden_size, a.intermediate_size)):
+        assert pick_gemm_tiles(m, n, k).block_m == 64
+        x, w, _, r = operands(m, n, k, torch.bfloat16, residual=True, seed=m)
+        assert_matches(x, w)
+        assert_matches(x, w, r=r)
+
+
 @pytest.mark.parametrize(("max_features", "max_rows"), [(None, 256), (64, 256), (64, 16)])
 def test_a_model_on_the_decode_gemm_gives_the_cublas_path_logits(
     monkeypatch, max_features, max_rows

@@ -86,9 +86,9 @@ DECODE_GEMM = "cublas"  # runner.decode_gemm sets it: triton for its triton and 
 EVERY_GEMM = (None, ((2, GEMM_DECODE_MAX_ROWS),))  # (features, row ranges) of triton / cublas
 GEMM_MAX_FEATURES: int | None = EVERY_GEMM[0]
 GEMM_ROWS: tuple[tuple[int, int], ...] = EVERY_GEMM[1]
-# (features, row ranges) of runner.decode_gemm: narrow. Not 17-32 rows: there the 32-row tile
-# lost to cuBLAS in two invocations on an H100 (benchmarks/RESULTS.md, twenty-third round).
-NARROW_GEMM = (1024, ((2, 16), (33, 64)))
+# (features, row ranges) of runner.decode_gemm: narrow: 2-64 rows, 17-32 included since they
+# take the 64-row (wgmma) tile (benchmarks/RESULTS.md, twenty-third and twenty-fourth rounds).
+NARROW_GEMM = (1024, ((2, 64),))
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 

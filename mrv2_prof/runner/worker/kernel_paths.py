@@ -37,20 +37,19 @@ step is launches, and the fused path has six a layer against nine. So the width 
 HBM3", ``ONE_PASS_WIDER``), in five invocations on three machines, they won at 576 (6-7 %),
 1,024 (2-3 %) and 2,048 (3.6-6.8 %) and lost at 4,096 (2.6 %), so there it is 2,048. Its GPU
 tests (SmolLM2's greedy tokens against the torch path and transformers, no compile after
-warm-up) passed with every decode path on. ``decode_gemm: cublas`` stays the default: the
-Triton GEMM for every projection (``triton``) lost at every batch. ``narrow`` keeps it to
-projections of at most 1,024 outputs and 2-16 or 33-64 rows (``projections_triton.NARROW_GEMM``),
-where under PDL it reads its first weight tile while the kernel before it runs and cuBLAS fills
-few SMs: on an H100 (``decode_roofline.py``, two invocations) it took qwen3-0.6b's step 2.5-5.5 %
-shorter at batch 2, 8 and 16 (its o and down, 1,024 outputs), 4.7-6.3 % at 64 once its split
-stopped at one wave (one invocation), and lost 3.6-5 % at 32 (both), hence the gap; on
-llama-1b's 2,048-output o and down it was even at batch 2-8 and lost 6-10 % at 16-64, hence the
-width. ``auto`` takes ``narrow`` on a GPU that takes PDL (by the device, not by ``pdl``, so that
-PDL on and off run the same kernels and serve the same bits). Not yet the default: with ``auto``
-as the default, the GEMM's, PDL's, speculative decoding's, the sampler's and graph capture's GPU
-tests and three warmed scenarios' no-compile checks passed on an H100, but not the whole suite,
-and neither SmolLM2-135M's step (its QKV, o and down are all under 1,024 outputs) nor an H200
-measured it. ``fused_mlp: false`` is the default, and no ``auto`` takes it:
+warm-up) passed with every decode path on. ``decode_gemm`` defaults to ``auto``: ``narrow`` on a
+GPU that takes PDL (by the device, not by ``pdl``, so that PDL on and off run the same kernels
+and serve the same bits), ``cublas`` elsewhere. The Triton GEMM for every projection
+(``triton``) lost at every batch. ``narrow`` keeps it to projections of at most 1,024 outputs and
+2-64 rows (``projections_triton.NARROW_GEMM``), where under PDL it reads its first weight tile
+while the kernel before it runs and cuBLAS fills few SMs: on an H100 (``decode_roofline.py``,
+one invocation each) it took qwen3-0.6b's step (its o and down, 1,024 outputs) 2.5-5.5 %
+shorter at batch 2-16, 5-7 % at 24-32 once those rows took the 64-row tile (the 32-row one had
+lost 3.6-5 % there) and 4-6 % at 48-64, and SmolLM2-135M's (QKV, o and down) 6-9 % shorter at
+batch 2-64; on llama-1b's 2,048-output o and down it was even at batch 2-8 and lost 6-10 % at
+16-64, hence the width. With ``auto`` the default (and ``narrow`` then at 2-16 and 33-64 rows),
+the whole GPU suite passed on an H100 (benchmarks/RESULTS.md, twenty-fourth round).
+``fused_mlp: false`` is the default, and no ``auto`` takes it:
 on an H100 (``decode_roofline.py --variant ...+mlp``, one invocation) it took SmolLM2-135M from
 0.508-0.520 to 0.494-0.496 ms a step, but lost 5-7 % on qwen3-0.6b and 17-20 % on llama-1b (its
 96-256 programs stream the weights at 43-63 % of the roof against the GEMVs' 62-91 %), and its
