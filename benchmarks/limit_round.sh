@@ -14,6 +14,9 @@
 #                                       # the fold off, and the Triton decode GEMM, llama-1b and
 #                                       # qwen3-0.6b
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
+#   benchmarks/limit_round.sh narrow    # the Triton decode GEMM's rows (runner.decode_gemm:
+#                                       # narrow, the default on Hopper) against cuBLAS, qwen3-0.6b
+#                                       # and smollm2-135m (the staged GGUF) at batch 2-64
 #   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
@@ -61,7 +64,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
+part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|narrow|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -106,10 +109,23 @@ batch1 | batch1-8b)
 batches | batches-8b)
     presets=(--preset llama-1b --preset qwen3-0.6b)
     [ "$part" = batches-8b ] && presets=(--preset llama-3-8b)
-    # the defaults (plain+pdl+fold+split) against each path off, and the Triton decode GEMM
+    # the defaults (plain+pdl+fold+split+narrow on Hopper) against each path off, cuBLAS for
+    # every projection, and the Triton decode GEMM for every projection
     $py benchmarks/decode_roofline.py --batches 8 64 256 "${presets[@]}" \
         --variant plain --variant plain+pdl --variant plain+pdl+fold+split \
-        --variant plain+pdl+fold+gemm+split --out "$out/$part.json" 2>&1 | tee "$log"
+        --variant plain+pdl+fold+split+narrow --variant plain+pdl+fold+gemm+split \
+        --out "$out/$part.json" 2>&1 | tee "$log"
+    ;;
+narrow)
+    # runner.decode_gemm's narrow rows (NARROW_GEMM, 2-64): cuBLAS / the Triton GEMM / cuBLAS,
+    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows and SmolLM2-135M (QKV, o, down)
+    {
+        for pv in qwen3-0.6b:plain smollm2-135m:fused_onepass; do
+            v=${pv#*:}+pdl+fold+split
+            $py benchmarks/decode_roofline.py --preset "${pv%:*}" --batches 2 8 16 24 32 48 64 \
+                --variant $v --variant $v+narrow --variant $v --out "$out/narrow-${pv%:*}.json"
+        done
+    } 2>&1 | tee "$log"
     ;;
 kernels)
     {
@@ -230,7 +246,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, kernels, gemm,
+    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, narrow, kernels, gemm,
     startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, stalls, ops)" >&2
     exit 2
     ;;
