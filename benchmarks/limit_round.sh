@@ -16,7 +16,8 @@
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
 #   benchmarks/limit_round.sh narrow    # the Triton decode GEMM's rows (runner.decode_gemm:
 #                                       # narrow, the default on Hopper) against cuBLAS, qwen3-0.6b
-#                                       # and smollm2-135m (the staged GGUF) at batch 2-64
+#                                       # and smollm2-135m (the staged GGUF) at batch 2-64, and
+#                                       # SmolLM2's GEMMs without their split reductions
 #   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
@@ -118,13 +119,17 @@ batches | batches-8b)
     ;;
 narrow)
     # runner.decode_gemm's narrow rows (NARROW_GEMM, 2-64): cuBLAS / the Triton GEMM / cuBLAS,
-    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows and SmolLM2-135M (QKV, o, down)
+    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows; SmolLM2-135M (QKV, o, down: 5-12
+    # steps of K) the same, and with the GEMM's split reductions gone: no split (ms64), or the
+    # last split summing its tile (lastred), one launch a projection either way
+    r=($py benchmarks/decode_roofline.py --batches 2 8 16 24 32 48 64)
+    q=plain+pdl+fold+split s=fused_onepass+pdl+fold+split
     {
-        for pv in qwen3-0.6b:plain smollm2-135m:fused_onepass; do
-            v=${pv#*:}+pdl+fold+split
-            $py benchmarks/decode_roofline.py --preset "${pv%:*}" --batches 2 8 16 24 32 48 64 \
-                --variant $v --variant $v+narrow --variant $v --out "$out/narrow-${pv%:*}.json"
-        done
+        "${r[@]}" --preset qwen3-0.6b --variant $q --variant $q+narrow --variant $q \
+            --out "$out/narrow-qwen3.json"
+        "${r[@]}" --preset smollm2-135m --variant $s --variant $s+narrow \
+            --variant $s+narrow+ms64 --variant $s+narrow+lastred --variant $s \
+            --out "$out/narrow-smollm2.json"
     } 2>&1 | tee "$log"
     ;;
 kernels)

@@ -239,11 +239,14 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
     assert roofline.variant_paths(mode, extras)["decode_gemm"] == "narrow"
     assert roofline.variant_paths(mode, ("gemm",))["decode_gemm"] == "triton"
     assert roofline.variant_paths("plain", ("pdl",))["decode_gemm"] == "cublas"  # never auto
+    extras = roofline.parse_variant("plain+ms64+narrow+pdl")[1]  # a module switch, not a path
+    assert extras == ("pdl", "narrow", "ms64") and roofline.extra_int(extras, "ms", 2) == 64
     for bad in ("plain+split0", "plain+splitx", "plain+turbo", "fast+pdl", "plain+keys48",
                 "plain+keys8", "plain+mink0", "plain+minkx", "plain+siluw3",
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws7", "plain+ls1",
                 "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7", "plain+wr",
-                "plain+wr100", "plain+narrow0", "plain+narrowx", "plain+gemm64"):  # fmt: skip
+                "plain+wr100", "plain+narrow0", "plain+narrowx", "plain+gemm64", "plain+ms",
+                "plain+ms0", "plain+ms65", "plain+msx"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 
@@ -264,12 +267,12 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
              (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
              (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM"),
-             (gemm, "LAST_SPLIT_REDUCES")]  # fmt: skip
+             (gemm, "LAST_SPLIT_REDUCES"), (gemm, "MIN_STEPS_PER_SPLIT")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64+lastred"
+    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128+narrow64+lastred+ms9"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, ((2, 64),)), True]
+        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, ((2, 64),)), True, 9]
         assert [getattr(m, n) for m, n in names] == want
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before

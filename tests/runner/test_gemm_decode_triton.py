@@ -123,6 +123,14 @@ def test_pick_gemm_tiles_uses_host_ints_only(monkeypatch):
             assert t.block_m >= min(m, 128)
             assert effective_split(k, t.block_k, t.split_k)[0] == t.split_k  # no empty split
     assert pick_gemm_tiles(256, 28672, 4096).split_k == 1  # 448+ tiles: no split needed
+    # SmolLM2-135M's o ([576, 576]) at 16 rows: 18 tiles want 8 splits, but its 5 steps of K
+    # give 2 of at least 2 steps; at least 5 steps a split (MIN_STEPS_PER_SPLIT): no split
+    from mrv2_prof.runner.model import gemm_decode_triton as module
+
+    assert pick_gemm_tiles(16, 576, 576).split_k == 2
+    monkeypatch.setattr(module, "MIN_STEPS_PER_SPLIT", 5)
+    assert pick_gemm_tiles(16, 576, 576).split_k == 1
+    assert pick_gemm_tiles(16, 576, 1536).split_k == 2  # down: 12 steps, two splits of 6
 
 
 def test_bad_shapes_raise_value_error():

@@ -91,8 +91,9 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     """Tiles for M rows against an [n, k] weight, from host ints only. ``block_m`` covers the
     batch: 16 rows up to 16, 64 at 17-64 (for sm_90 Triton compiles a 16- or 32-row tile's dot
     to ``mma.sync`` and a 64-row one to ``wgmma``; on an H100 the 32-row tile took qwen3-0.6b's
-    o 45 % longer than the 64-row one at twice the rows; the 64-row tile at 17-32 rows is not
-    yet timed: RESULTS.md, twenty-third round), 128 above. Up to 64
+    o 45 % longer than the 64-row one at twice the rows, and the 64-row tile at 24 and 32 rows
+    beat cuBLAS where the 32-row one had lost: RESULTS.md, twenty-third and twenty-fourth
+    rounds), 128 above. Up to 64
     rows: 32 output features a program, 128-element steps of K, 4 stages, and where the tiles
     are fewer than the SMs, K split so that the programs number at least one per SM (each split
     walking at least ``MIN_STEPS_PER_SPLIT`` steps; at 17-64 rows, where a program's 120 KiB of
