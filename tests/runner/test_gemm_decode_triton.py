@@ -74,6 +74,27 @@ def test_epilogues(dtype, epilogue, split_k):
         assert not torch.allclose(got, gemm_decode_ref(x, w, b), atol=0.1)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_silu_mul_prologue_gives_the_two_launch_bits(monkeypatch, dtype, split_k):
+    """``silu_mul``: x is a gate/up [M, 2K] (K = 72: a masked last step); the GEMM equals the
+    reference on ``silu_and_mul_ref(x)`` and has the bits of ``silu_and_mul_triton`` then the
+    GEMM (the same roundings, the same dot inputs), the residual added in place."""
+    from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
+
+    gate_up, w, _, r = operands(17, 40, 144, dtype, residual=True, seed=13)
+    w = w[:, :72].contiguous()
+    want = gemm_decode_ref(gate_up, w, None, r.clone(), silu_mul=True)
+    got = gemm_decode_triton(gate_up, w, residual=r.clone(), tiles=tiles(split_k), silu_mul=True)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+    two = gemm_decode_triton(silu_and_mul_triton(gate_up), w, residual=r.clone(),
+                             tiles=tiles(split_k))  # fmt: skip
+    torch.testing.assert_close(got, two, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="does not fit"):  # gate/up must be twice K wide
+        gemm_decode_triton(gate_up[:, :72].contiguous(), w, silu_mul=True)
+
+
 def test_residual_sum_in_float32_against_exact_arithmetic():
     """Split partials summed in float32, the bias and the residual added, rounded once: within
     float32 roundings of float64 arithmetic on the same inputs."""
@@ -231,6 +252,25 @@ def test_gpu_narrow_projections_on_the_64_row_tile(m):
         x, w, _, r = operands(m, n, k, torch.bfloat16, residual=True, seed=m)
         assert_matches(x, w)
         assert_matches(x, w, r=r)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("m", [2, 24, 64])
+def test_gpu_silu_mul_prologue_at_qwen3_down(m):
+    """qwen3-0.6b's down ([1,024, 3,072]) on its picked tiles with the SiLU-and-mul prologue:
+    the reference's result, and the two-launch form's bits."""
+    from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
+
+    a = PRESETS["qwen3-0.6b"]
+    gate_up, w, _, r = operands(m, a.hidden_size, 2 * a.intermediate_size, torch.bfloat16,
+                                residual=True, seed=m)  # fmt: skip
+    w = w[:, : a.intermediate_size].contiguous()
+    want = gemm_decode_ref(gate_up, w, None, r.clone(), silu_mul=True)
+    got = gemm_decode_triton(gate_up, w, residual=r.clone(), silu_mul=True)
+    torch.testing.assert_close(got, want, atol=TOL[torch.bfloat16][0], rtol=TOL[torch.bfloat16][1])
+    two = gemm_decode_triton(silu_and_mul_triton(gate_up), w, residual=r.clone())
+    torch.testing.assert_close(got, two, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize(("max_features", "max_rows"), [(None, 256), (64, 256), (64, 16)])

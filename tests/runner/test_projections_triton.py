@@ -162,3 +162,32 @@ def test_add_norm_mlp_is_add_norm_linear_then_mlp_down(m, dtype, fused_mlp, monk
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(got, want, atol=2 * atol, rtol=rtol)
     assert len(launched) == (1 if fused_mlp and m == 1 else 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_down_silu_mul_on_the_decode_gemm_is_one_launch_with_the_same_bits(monkeypatch, dtype):
+    """``DOWN_SILU_MUL`` with the decode GEMM serving three rows: the down projection is the
+    GEMM alone with SiLU-and-mul as its prologue (``silu_and_mul_triton`` never runs), adding
+    into the residual stream in place, with the bits of the two launches it replaces."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    t = tensors(3, dtype, seed=21)
+    two = mlp_down_triton(t["x"].clone(), t["gate_up"], t["w_down"])
+    silu_mul = projections_triton.silu_and_mul_triton
+    launched = []
+
+    def refused(x):
+        launched.append(x.shape)
+        return silu_mul(x)
+
+    monkeypatch.setattr(projections_triton, "silu_and_mul_triton", refused)
+    mlp_down_triton(t["x"].clone(), t["gate_up"], t["w_down"])
+    assert launched == [(3, 2 * INTER)]  # off: the SiLU-and-mul launch, then the GEMM
+    launched.clear()
+    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
+    x = t["x"].clone()
+    one = mlp_down_triton(x, t["gate_up"], t["w_down"])
+    assert one is x and launched == []
+    torch.testing.assert_close(one, two, atol=0, rtol=0)
+    atol, rtol = TOL[dtype]
+    want = mlp_down_ref(t["x"], t["gate_up"], t["w_down"])
+    torch.testing.assert_close(one, want, atol=atol, rtol=rtol)

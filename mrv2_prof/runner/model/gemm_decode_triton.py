@@ -22,6 +22,10 @@ the counter. Triton's interpreter (CPU tensors) multiplies bfloat16 ``tl.dot`` o
 raw bits (triton 3.9, triton-lang/triton#11584), so there the operands are widened to float32 first
 (exact: the products are those of the tensor cores, accumulated in float32 as there).
 
+With ``silu_mul`` the input is a gate/up ``[M, 2K]``: each step makes its slice of
+``silu(gate) * up`` as it reads it, rounded where ``silu_and_mul_triton`` rounds, so the down
+projection needs no launch before it and gives the same bits.
+
 Programmatic dependent launch (``pdl.py``): both kernels keep its rules. The GEMM program reads
 its first step's weight tile (the model's), then waits (``gdc_wait``), then reads that step's
 ``x`` and walks the rest of its K range: the first step is peeled off the loop, as the GEMV's
@@ -45,6 +49,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
 from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -128,8 +133,11 @@ def gemm_decode_ref(
     weight: torch.Tensor,  # [N, K]
     bias: torch.Tensor | None = None,  # [N]
     residual: torch.Tensor | None = None,  # [M, N]: returned as residual + x @ weight.T
+    silu_mul: bool = False,  # x is gate/up [M, 2K]: silu_and_mul_ref(x) is the input
 ) -> torch.Tensor:
     """``x @ weight.T (+ bias)``, plus ``residual`` rounded once in float32 where given."""
+    if silu_mul:
+        x = silu_and_mul_ref(x)
     y = F.linear(x, weight, bias)
     if residual is None:
         return y
@@ -140,7 +148,7 @@ def gemm_decode_ref(
 # trigger a compile in the middle of a run; only BLOCK_M and the split, constexprs, do).
 @triton.jit(do_not_specialize=["M"])
 def _gemm_decode_kernel(
-    x_ptr,  # [M, K]
+    x_ptr,  # [M, K]; or [M, 2K] gate/up (SILU_MUL)
     w_ptr,  # [N, K]
     b_ptr,  # [N] or a dummy
     out_ptr,  # [M, N]: written; or read and written (RESIDUAL); unused with SPLIT
@@ -162,6 +170,7 @@ def _gemm_decode_kernel(
     DOT_F32: tl.constexpr = False,  # the interpreter: bfloat16 operands widened (exact) first
     USE_GDC: tl.constexpr = False,  # launched with PDL: wait for the previous grid before x
     LAST_REDUCES: tl.constexpr = False,  # SPLIT: a tile's last split sums the tile (one launch)
+    SILU_MUL: tl.constexpr = False,  # x is gate/up: silu(gate) * up, rounded as silu_and_mul's
 ):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -180,7 +189,7 @@ def _gemm_decode_kernel(
     w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
     if USE_GDC:
         tl.extra.cuda.gdc_wait()
-    x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+    x = _load_x(x_rows, k, row_ok[:, None] & k_ok[None, :], K, SILU_MUL)
     if DOT_F32:
         x, w = x.to(tl.float32), w.to(tl.float32)
     acc = tl.dot(x, w, tl.zeros([BLOCK_M, BLOCK_N], tl.float32), input_precision="ieee")
@@ -188,7 +197,7 @@ def _gemm_decode_kernel(
         k = k0 + ks
         k_ok = k < k_end
         w = tl.load(w_cols + k[:, None], mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        x = tl.load(x_rows + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        x = _load_x(x_rows, k, row_ok[:, None] & k_ok[None, :], K, SILU_MUL)
         if DOT_F32:
             x, w = x.to(tl.float32), w.to(tl.float32)
         acc = tl.dot(x, w, acc, input_precision="ieee")  # ignored for 16-bit inputs
@@ -212,6 +221,19 @@ def _gemm_decode_kernel(
                 tl.store(counter_ptr + tile, 0)  # ready for the next launch
     else:
         _epilogue(acc, b_ptr, out_ptr, rows, cols, col_ok, ok, out_stride, HAS_BIAS, RESIDUAL)
+
+
+@triton.jit
+def _load_x(x_rows, k, mask, K, SILU_MUL: tl.constexpr):
+    """A step's ``[BLOCK_M, BLOCK_K]`` slice of x; with ``SILU_MUL`` of ``silu(gate) * up`` from
+    a gate/up row, rounded where ``activation_triton``'s kernel rounds (the same bits)."""
+    x = tl.load(x_rows + k[None, :], mask=mask, other=0.0)
+    if SILU_MUL:
+        up = tl.load(x_rows + K + k[None, :], mask=mask, other=0.0)
+        g = x.to(tl.float32)
+        silu = (g / (1.0 + tl.exp(-g))).to(x.dtype).to(tl.float32)
+        x = (silu * up.to(tl.float32)).to(x.dtype)
+    return x
 
 
 @triton.jit
@@ -260,8 +282,8 @@ def _gemm_decode_splitk_reduce_kernel(
     tl.store(out, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def _check(x, weight, bias, residual) -> None:
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+def _check(x, weight, bias, residual, silu_mul: bool = False) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1] * (1 + silu_mul):
         shapes = f"x {tuple(x.shape)} does not fit weight {tuple(weight.shape)}"
         raise ValueError(f"gemm_decode: {shapes}")
     if x.stride(-1) != 1 or weight.stride(-1) != 1:
@@ -293,11 +315,13 @@ def gemm_decode_triton(
     residual: torch.Tensor | None = None,
     *,
     tiles: DecodeGemmTiles | None = None,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
     """``gemm_decode_ref`` in one launch (two with ``split_k > 1``, unless ``LAST_SPLIT_REDUCES``).
     With ``residual`` the sum is written into it (in place) and it is returned; otherwise a new
-    [M, N] tensor of ``x``'s dtype."""
-    _check(x, weight, bias, residual)
+    [M, N] tensor of ``x``'s dtype. With ``silu_mul`` x is a gate/up [M, 2K] and the GEMM's
+    input ``silu(gate) * up``, made as each step reads it (no ``silu_and_mul`` launch)."""
+    _check(x, weight, bias, residual, silu_mul)
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     t = tiles or pick_gemm_tiles(m, n, k)
     _check_tiles(t)
@@ -332,6 +356,7 @@ def gemm_decode_triton(
         RESIDUAL=residual is not None,
         DOT_F32=x.device.type == "cpu" and x.dtype == torch.bfloat16,
         LAST_REDUCES=last,
+        SILU_MUL=silu_mul,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
         **pdl,

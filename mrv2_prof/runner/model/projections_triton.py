@@ -89,6 +89,9 @@ GEMM_ROWS: tuple[tuple[int, int], ...] = EVERY_GEMM[1]
 # (features, row ranges) of runner.decode_gemm: narrow: 2-64 rows, 17-32 included since they
 # take the 64-row (wgmma) tile (benchmarks/RESULTS.md, twenty-third and twenty-fourth rounds).
 NARROW_GEMM = (1024, ((2, 64),))
+# The down projection on the decode GEMM makes its input silu(gate) * up as it reads it (one
+# launch, the same bits as silu_and_mul then the GEMM). Off: not yet timed on a GPU.
+DOWN_SILU_MUL = False
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
@@ -180,6 +183,8 @@ def mlp_down_triton(
 ) -> torch.Tensor:  # x
     if _gemv(gate_up, weight):
         return gemv_triton(gate_up, weight, residual=x, silu_mul=True)
+    if DOWN_SILU_MUL and _gemm(gate_up, weight):
+        return gemm_decode_triton(gate_up, weight, residual=x, silu_mul=True)
     h = silu_and_mul_triton(gate_up)
     if _gemv(h, weight, fused=False):
         return gemv_triton(h, weight, residual=x)
