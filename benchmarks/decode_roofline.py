@@ -356,8 +356,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "narrow", "lastred", "ms", "gsilu", "split", "mink", "keys", "siluw",
-    "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
+    "pdl", "fold", "gemm", "narrow", "lastred", "ms", "gsilu", "oan", "split", "mink", "keys",
+    "siluw", "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -392,7 +392,7 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+split|+splitN]``
+    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan][+split|+splitN]``
     ``[+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]`` -> (GEMV mode,
     the extras switched on, in order).
     ``split``: split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode
@@ -404,7 +404,8 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     (``LAST_SPLIT_REDUCES``); ``msN``: each of its splits walks at least N steps of K
     (``MIN_STEPS_PER_SPLIT``, default 2; a large N: no split, no reduction launch); ``gsilu``:
     the down projection on it makes ``silu(gate) * up`` as it reads it, no SiLU-and-mul launch
-    (``projections_triton.DOWN_SILU_MUL``). ``minkN``: a
+    (``projections_triton.DOWN_SILU_MUL``); ``oan``: the o projection on it summed, added into the
+    residual stream and normalised by one kernel after it (``O_ADD_NORM``). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
@@ -418,6 +419,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu]"
+            "[+oan]"
             "[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt]"
             "[+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
@@ -454,7 +456,8 @@ def variant_switches(extras: tuple[str, ...]):
     and restored after it: forced splits, the decode kernels' key tiles (narrow and wide grids),
     split-KV's fewest keys a split, the batch-1 GEMV's SiLU-and-mul warps, loop stages and step
     of K, the wide grid's warps and stages, the decode GEMM's rows, its one-launch splits,
-    fewest steps of K a split and SiLU-and-mul prologue, and torch's BLAS library."""
+    fewest steps of K a split, SiLU-and-mul prologue and add + norm epilogue kernel, and torch's
+    BLAS library."""
     split, attn, gemv = attention_split_kv_triton, attention_triton, gemv_triton
     proj, gemm = projections_triton, gemm_decode_triton
     switches = [  # (module, name, the variant's value)
@@ -473,6 +476,7 @@ def variant_switches(extras: tuple[str, ...]):
         (gemm, "LAST_SPLIT_REDUCES", "lastred" in extras),
         (gemm, "MIN_STEPS_PER_SPLIT", extra_int(extras, "ms", gemm.MIN_STEPS_PER_SPLIT)),
         (proj, "DOWN_SILU_MUL", "gsilu" in extras),
+        (proj, "O_ADD_NORM", "oan" in extras),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
     blas = torch.backends.cuda.preferred_blas_library()
@@ -527,7 +531,8 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+split|+splitN]"
+        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan]"
+        "[+split|+splitN]"
         "[+minkN]"
         "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
@@ -535,7 +540,7 @@ def main() -> None:
         " (2-N) rows;"
         " lastred: its split tiles summed by their last split, one launch; msN: each split at"
         " least N steps of K, default 2; gsilu: the down projection's SiLU-and-mul as its"
-        " prologue),"
+        " prologue; oan: the o projection's reduction, residual add and norm one kernel),"
         " runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "

@@ -249,15 +249,24 @@ def _decode_rope(splits: int = 0) -> None:
         paged_decode_rope_triton(*args)
 
 
-def _gemm(split: int, last: bool = False) -> None:
+def _gemm(split: int, last: bool = False, silu_mul: bool = False) -> None:
     from mrv2_prof.runner.model import gemm_decode_triton as module
 
-    x, w, b, r = _randn(4, 256), _randn(96, 256), _randn(96), _randn(4, 96)
+    x, w, b, r = _randn(4, 512 if silu_mul else 256), _randn(96, 256), _randn(96), _randn(4, 96)
     before, module.LAST_SPLIT_REDUCES = module.LAST_SPLIT_REDUCES, last
     try:
-        module.gemm_decode_triton(x, w, b, r, tiles=module.DecodeGemmTiles(16, 32, 64, split))
+        tiles = module.DecodeGemmTiles(16, 32, 64, split)
+        module.gemm_decode_triton(x, w, b, r, tiles=tiles, silu_mul=silu_mul)
     finally:
         module.LAST_SPLIT_REDUCES = before
+
+
+def _gemm_add_norm(split: int) -> None:
+    from mrv2_prof.runner.model.gemm_add_norm_triton import gemm_add_norm_triton
+    from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles
+
+    attn, w, b, x = _randn(4, 256), _randn(96, 256), _randn(96), _randn(4, 96)
+    gemm_add_norm_triton(attn, w, b, x, _randn(96), 1e-6, tiles=DecodeGemmTiles(16, 32, 64, split))
 
 
 def _rope() -> None:
@@ -334,6 +343,8 @@ CASES = {
     ),  # fmt: skip
     "gemm_decode": (lambda: _gemm(1), {"x_ptr", "out_ptr"}),
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
+    "gemm_decode_silu_mul": (lambda: _gemm(2, silu_mul=True), {"x_ptr", "out_ptr", "ws_ptr"}),
+    "gemm_add_norm": (lambda: _gemm_add_norm(2), {"x_ptr", "ws_ptr", "res_ptr", "out_ptr"}),
     "gemm_decode_split_last": (
         lambda: _gemm(2, last=True),
         {"x_ptr", "out_ptr", "ws_ptr", "counter_ptr"},

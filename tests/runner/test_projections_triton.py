@@ -191,3 +191,33 @@ def test_down_silu_mul_on_the_decode_gemm_is_one_launch_with_the_same_bits(monke
     atol, rtol = TOL[dtype]
     want = mlp_down_ref(t["x"], t["gate_up"], t["w_down"])
     torch.testing.assert_close(one, want, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_o_add_norm_on_the_decode_gemm_replaces_the_add_norm_launch(monkeypatch, dtype):
+    """``O_ADD_NORM`` with the decode GEMM serving three rows: the o projection, the residual
+    add and the norm are the GEMM's partials and one kernel (``fused_add_rmsnorm_triton`` never
+    runs); the residual stream and gate/up have the bits of the launches they replace."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    t = tensors(3, dtype, seed=22)
+    args = (t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
+    two_x = t["x"].clone()
+    two_gu, _ = add_norm_linear_triton(two_x, *args)
+    add_norm = projections_triton.fused_add_rmsnorm_triton
+    launched = []
+
+    def counted(*a):
+        launched.append(a[0].shape)
+        return add_norm(*a)
+
+    monkeypatch.setattr(projections_triton, "fused_add_rmsnorm_triton", counted)
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    x = t["x"].clone()
+    got_gu, got_x = add_norm_linear_triton(x, *args)
+    assert got_x is x and launched == []
+    torch.testing.assert_close(got_x, two_x, atol=0, rtol=0)
+    torch.testing.assert_close(got_gu, two_gu, atol=0, rtol=0)
+    want_gu, want_x = add_norm_linear_ref(t["x"], *args)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_gu, want_gu, atol=atol, rtol=rtol)

@@ -330,10 +330,50 @@ def gemm_decode_triton(
     ws = out
     if splits > 1:
         ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-    pdl = launch_options(use_pdl(x.device))
-    grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), splits)
     last = splits > 1 and LAST_SPLIT_REDUCES
+    grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), splits)
     counters = COUNTERS.get(x.device, grid[0] * grid[1])[0] if last else ws
+    pdl = launch_options(use_pdl(x.device))
+    _launch(x, weight, bias, out, ws, counters, t, per_split, splits > 1, residual is not None,
+            last, silu_mul)  # fmt: skip
+    if splits > 1 and not last:
+        _gemm_decode_splitk_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
+            ws,
+            bias if bias is not None else ws,
+            out,
+            m,
+            n,
+            out.stride(0),
+            SPLIT_K=splits,
+            HAS_BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            BLOCK=REDUCE_BLOCK,
+            num_warps=4,
+            **pdl,
+        )
+    return out
+
+
+def gemm_decode_partials(
+    x: torch.Tensor, weight: torch.Tensor, *, tiles: DecodeGemmTiles | None = None
+) -> torch.Tensor:
+    """``x @ weight.T`` as float32 partial sums ``[splits, M, N]``, one a split of K (one, where
+    K is not split), in one launch, for a kernel after it to sum in split order (as the split
+    reduction does: ``gemm_add_norm_triton``)."""
+    _check(x, weight, None, None)
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    t = tiles or pick_gemm_tiles(m, n, k)
+    _check_tiles(t)
+    splits, per_split = effective_split(k, t.block_k, t.split_k)
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
+    _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, False)
+    return ws
+
+
+def _launch(x, weight, bias, out, ws, counters, t, per_split, split, residual, last, silu_mul):
+    """The GEMM kernel over every output tile and split of K."""
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), triton.cdiv(k, per_split))
     _gemm_decode_kernel[grid](
         x,
         weight,
@@ -351,29 +391,13 @@ def gemm_decode_triton(
         BLOCK_M=t.block_m,
         BLOCK_N=t.block_n,
         BLOCK_K=t.block_k,
-        SPLIT=splits > 1,
+        SPLIT=split,
         HAS_BIAS=bias is not None,
-        RESIDUAL=residual is not None,
+        RESIDUAL=residual,
         DOT_F32=x.device.type == "cpu" and x.dtype == torch.bfloat16,
         LAST_REDUCES=last,
         SILU_MUL=silu_mul,
         num_warps=t.num_warps,
         num_stages=t.num_stages,
-        **pdl,
+        **launch_options(use_pdl(x.device)),
     )
-    if splits > 1 and not last:
-        _gemm_decode_splitk_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
-            ws,
-            bias if bias is not None else ws,
-            out,
-            m,
-            n,
-            out.stride(0),
-            SPLIT_K=splits,
-            HAS_BIAS=bias is not None,
-            RESIDUAL=residual is not None,
-            BLOCK=REDUCE_BLOCK,
-            num_warps=4,
-            **pdl,
-        )
-    return out

@@ -72,7 +72,7 @@ def _rmsnorm_kernel(
     tl.store(out_ptr + row * out_stride + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _launch_settings(n_cols: int) -> tuple[int, int]:
+def row_launch_settings(n_cols: int) -> tuple[int, int]:
     """(BLOCK, num_warps) for a row of ``n_cols``: the whole row in one block."""
     block = triton.next_power_of_2(n_cols)
     num_warps = 4 if block < 2048 else 8 if block < 8192 else 16 if block < 32768 else 32
@@ -93,7 +93,7 @@ def _launch(x, residual, out, weight, eps) -> None:
     n_rows, hidden = x.shape
     if n_rows == 0:
         return
-    block, num_warps = _launch_settings(hidden)
+    block, num_warps = row_launch_settings(hidden)
     res = residual if residual is not None else x
     _rmsnorm_kernel[(n_rows,)](
         x,

@@ -46,6 +46,11 @@ projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower pro
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
+Two switches take launches out of a layer on it, both off until timed on a GPU, both with the
+bits of the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
+``silu(gate) * up`` as it reads it, no SiLU-and-mul launch) and ``O_ADD_NORM`` (the o
+projection's partials summed, added into the residual stream and normalised by one kernel,
+``gemm_add_norm_triton``, no split reduction or add + norm launch).
 
 ``FUSED_MLP`` (``runner.fused_mlp``, off by default: faster only on narrow models, and its
 atomics' order makes the bits vary from run to run; ``kernel_paths.py`` has the measurements)
@@ -64,6 +69,7 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_triton
+from mrv2_prof.runner.model.gemm_add_norm_triton import gemm_add_norm_triton
 from mrv2_prof.runner.model.gemm_decode_triton import (
     GEMM_DECODE_MAX_ROWS,
     ROW_CLASSES,
@@ -92,6 +98,10 @@ NARROW_GEMM = (1024, ((2, 64),))
 # The down projection on the decode GEMM makes its input silu(gate) * up as it reads it (one
 # launch, the same bits as silu_and_mul then the GEMM). Off: not yet timed on a GPU.
 DOWN_SILU_MUL = False
+# The o projection on the decode GEMM sums its partials, adds them into the residual stream and
+# normalises in one kernel after the GEMM (gemm_add_norm_triton: the same bits as the split
+# reduction and the add + norm kernel it replaces). Off: not yet timed on a GPU.
+O_ADD_NORM = False
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
@@ -171,6 +181,9 @@ def add_norm_linear_triton(
     if _gemv(attn, o_weight) and _gemv(x, weight):
         gemv_triton(attn, o_weight, o_bias, residual=x)
         return gemv_triton(x, weight, None, norm=(norm_weight, eps), one_pass=_one_pass()), x
+    if O_ADD_NORM and _gemm(attn, o_weight):
+        return _linear(gemm_add_norm_triton(attn, o_weight, o_bias, x, norm_weight, eps), weight,
+                       None), x  # fmt: skip
     o = _linear(attn, o_weight, o_bias)
     h, x = fused_add_rmsnorm_triton(o, x, norm_weight, eps)
     return _linear(h, weight, None), x

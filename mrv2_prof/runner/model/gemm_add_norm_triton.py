@@ -1,0 +1,123 @@
+"""The o projection with the residual add and RMSNorm after it, at decode batches of 2-64, in two
+launches beside its torch reference.
+
+On the decode GEMM (``gemm_decode_triton.py``) a layer's o projection is the GEMM, the split
+reduction where K is split, then ``fused_add_rmsnorm_triton``: the o rows added into the
+residual stream and the sum normalised for gate/up. Here the GEMM writes its float32 partial
+sums (``gemm_decode_partials``: one a split of K, one where K is not split) and a single kernel,
+one program a row, sums them in split order, adds the bias, rounds where the split reduction
+rounds (the o projection's output), adds that into the residual row in place and writes the
+normalised row, rounded where the add + norm kernel rounds: the same bits as the launches it
+replaces, with one launch a layer fewer (two where K is split). A row is one block, so the
+norm's sum of squares needs no second pass.
+
+PDL (``pdl.py``): the kernel reads the norm's weight and the bias (the model's) before it waits,
+then the partials and the residual row.
+
+``gemm_add_norm_ref`` is the torch arithmetic it replaces (``F.linear``, then
+``fused_add_rmsnorm_ref``), the oracle of the tests. ``projections_triton.O_ADD_NORM`` puts the
+decoder's o projection on it (off: not yet timed on a GPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles, gemm_decode_partials
+from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_ref, row_launch_settings
+from mrv2_prof.runner.model.optional_triton import tl, triton
+from mrv2_prof.runner.model.pdl import launch_options, use_pdl
+
+
+def gemm_add_norm_ref(
+    attn: torch.Tensor,  # [M, K]
+    o_weight: torch.Tensor,  # [H, K]
+    o_bias: torch.Tensor | None,
+    x: torch.Tensor,  # [M, H]: the residual stream
+    norm_weight: torch.Tensor,  # [H]
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rmsnorm(x + o), x + o), o = ``attn @ o_weight.T (+ o_bias)``; new tensors."""
+    return fused_add_rmsnorm_ref(F.linear(attn, o_weight, o_bias), x, norm_weight, eps)
+
+
+@triton.jit
+def _splits_add_rmsnorm_kernel(
+    ws_ptr,  # [SPLITS, M, H] float32 partial sums of the o projection
+    b_ptr,  # [H] or a dummy
+    res_ptr,  # [M, H]: the residual rows, updated to residual + o
+    res_stride,
+    out_ptr,  # [M, H]: the normalised rows
+    out_stride,
+    w_ptr,  # [H]: the norm's weight
+    M,
+    n_cols,  # H
+    eps,
+    SPLITS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    USE_GDC: tl.constexpr = False,  # launched with PDL (pdl.py): the weights first, then wait
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    bias = tl.zeros([BLOCK], tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+    y = tl.zeros([BLOCK], tl.float32)
+    for s in tl.static_range(SPLITS):  # the split reduction's order: the same sums
+        y += tl.load(ws_ptr + (s * M + row) * n_cols + cols, mask=mask, other=0.0)
+    if USE_GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    o = (y + bias).to(res_ptr.dtype.element_ty)  # the o projection's output, rounded once
+    r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
+    x = (o.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
+    tl.store(res_ptr + row * res_stride + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
+    h = (xf * rstd).to(x.dtype).to(tl.float32)  # the norm kernel's cast back before the weight
+    tl.store(out_ptr + row * out_stride + cols, (h * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def gemm_add_norm_triton(
+    attn: torch.Tensor,
+    o_weight: torch.Tensor,
+    o_bias: torch.Tensor | None,
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    *,
+    tiles: DecodeGemmTiles | None = None,
+) -> torch.Tensor:
+    """``gemm_add_norm_ref`` in two launches: ``x`` updated in place, the normalised rows
+    returned (a new [M, H] tensor)."""
+    m, h = attn.shape[0], o_weight.shape[0]
+    if x.dim() != 2 or tuple(x.shape) != (m, h) or x.stride(-1) != 1:
+        raise ValueError(f"gemm_add_norm: residual {tuple(x.shape)} is not [{m}, {h}]")
+    if tuple(norm_weight.shape) != (h,) or (o_bias is not None and tuple(o_bias.shape) != (h,)):
+        raise ValueError(f"gemm_add_norm: the norm's weight and the bias must be [{h}]")
+    ws = gemm_decode_partials(attn, o_weight, tiles=tiles)
+    out = torch.empty((m, h), dtype=x.dtype, device=x.device)
+    block, num_warps = row_launch_settings(h)
+    _splits_add_rmsnorm_kernel[(m,)](
+        ws,
+        o_bias if o_bias is not None else ws,
+        x,
+        x.stride(0),
+        out,
+        out.stride(0),
+        norm_weight,
+        m,
+        h,
+        eps,
+        SPLITS=ws.shape[0],
+        HAS_BIAS=o_bias is not None,
+        BLOCK=block,
+        num_warps=num_warps,
+        **launch_options(use_pdl(x.device)),
+    )
+    return out

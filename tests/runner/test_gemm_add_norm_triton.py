@@ -1,0 +1,95 @@
+"""The o projection with the residual add and RMSNorm after it (``gemm_add_norm_triton.py``)
+against its torch reference and against the launches it replaces (the decode GEMM with its split
+reduction, then ``fused_add_rmsnorm_triton``): the same bits.
+
+Without CUDA the kernels run on CPU tensors in Triton's interpreter at small shapes whose H and K
+are not multiples of the tiles; the ``gpu`` test uses qwen3-0.6b's o projection.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_gemv_triton import operands  # the GEMV tests' seeded x, w, bias and residual
+
+from mrv2_prof.runner.model import PRESETS
+from mrv2_prof.runner.model.gemm_add_norm_triton import gemm_add_norm_ref, gemm_add_norm_triton
+from mrv2_prof.runner.model.gemm_decode_triton import (
+    DecodeGemmTiles,
+    gemm_decode_partials,
+    gemm_decode_triton,
+)
+from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton
+
+INTERPRET = not torch.cuda.is_available()
+DEVICE = torch.device("cpu" if INTERPRET else "cuda")
+TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 2e-2)}
+
+
+def case(m, h, k, dtype, bias, seed):
+    attn, w, b, x = operands(m, h, k, dtype, bias=bias, residual=True, seed=seed)
+    gen = torch.Generator(DEVICE).manual_seed(seed + 1)
+    norm = (1 + 0.3 * torch.randn(h, generator=gen, device=DEVICE)).to(dtype)
+    return attn, w, b, 3 * x, norm
+
+
+def assert_matches(attn, w, b, x, norm, tiles=None):
+    """The reference within the dtype's tolerance, and the unfused launches' bits."""
+    want_h, want_x = gemm_add_norm_ref(attn, w, b, x, norm, 1e-5)
+    two_x = x.clone()
+    o = gemm_decode_triton(attn, w, b, tiles=tiles)
+    two_h, _ = fused_add_rmsnorm_triton(o, two_x, norm, 1e-5)
+    got_x = x.clone()
+    got_h = gemm_add_norm_triton(attn, w, b, got_x, norm, 1e-5, tiles=tiles)
+    atol, rtol = TOL[attn.dtype]
+    torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_h, want_h, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_x, two_x, atol=0, rtol=0)
+    torch.testing.assert_close(got_h, two_h, atol=0, rtol=0)
+    return got_h, got_x
+
+
+# H = 40 (a masked row block and a masked last tile of H), K = 72 (a masked last step of K)
+@pytest.mark.parametrize("bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_matches_the_reference_and_the_launches_it_replaces(dtype, split_k, bias):
+    attn, w, b, x, norm = case(5, 40, 72, dtype, bias, seed=split_k)
+    got_h, got_x = assert_matches(attn, w, b, x, norm, DecodeGemmTiles(16, 16, 32, split_k))
+    assert not torch.allclose(got_x, x)  # the residual stream did change, in place
+
+
+def test_partials_are_one_a_split_and_sum_to_the_product():
+    """``gemm_decode_partials``: [splits, M, N] float32, the splits of K each its own product
+    (hand-checked: split s is x[:, Ks] @ w[:, Ks].T), one where K is not split."""
+    attn, w, _, _ = operands(3, 40, 96, torch.float32, seed=5)
+    ws = gemm_decode_partials(attn, w, tiles=DecodeGemmTiles(16, 16, 32, 3))
+    assert ws.shape == (3, 3, 40) and ws.dtype == torch.float32
+    for s in range(3):
+        part = attn[:, 32 * s : 32 * (s + 1)] @ w[:, 32 * s : 32 * (s + 1)].T
+        torch.testing.assert_close(ws[s], part, atol=1e-5, rtol=1e-5)
+    one = gemm_decode_partials(attn, w, tiles=DecodeGemmTiles(16, 16, 32, 1))
+    assert one.shape == (1, 3, 40)
+    torch.testing.assert_close(one[0], attn @ w.T, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_shapes_raise_value_error():
+    attn, w, b, x, norm = case(3, 40, 72, torch.float32, True, seed=2)
+    with pytest.raises(ValueError, match=r"residual \(3, 39\) is not \[3, 40\]"):
+        gemm_add_norm_triton(attn, w, b, x[:, :39].contiguous(), norm, 1e-5)
+    with pytest.raises(ValueError, match="must be"):
+        gemm_add_norm_triton(attn, w, b, x, norm[:39], 1e-5)
+    with pytest.raises(ValueError, match="does not fit"):
+        gemm_add_norm_triton(attn[:, :71], w, b, x, norm, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("m", [2, 16, 24, 64])
+def test_gpu_qwen3_o_projection(m):
+    """qwen3-0.6b's o ([1,024, 2,048]) on its picked tiles in bfloat16: the reference's values
+    and the unfused launches' bits."""
+    a = PRESETS["qwen3-0.6b"]
+    attn, w, _, x, norm = case(m, a.hidden_size, a.num_attention_heads * a.head_dim,
+                               torch.bfloat16, False, seed=m)  # fmt: skip
+    assert_matches(attn, w, None, x, norm)
