@@ -6,6 +6,7 @@
 #                                       # serially, a pytest process per group; the same in four
 #                                       # parts of one call each: tests-runner, tests-compiles,
 #                                       # tests-shipped, tests-rest
+#   benchmarks/limit_round.sh tests-gemm # the decode GEMM's GPU tests alone (about a minute)
 #   benchmarks/limit_round.sh batch1    # batch-1 decode, six variants of the projection path
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
@@ -65,7 +66,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|narrow|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
+part="${1:?usage: limit_round.sh tests|tests-gemm|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|narrow|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -73,6 +74,13 @@ cd "$(dirname "$0")/.." || exit 2
 log="$out/$part.log"
 
 case "$part" in
+tests-gemm)
+    # the decode GEMM's GPU tests alone (its tiles, prologue and add + norm kernel at real
+    # sizes, bit for bit against the launches they replace; the engine's tokens with them on)
+    $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider \
+        tests/runner/test_gemm_decode_triton.py tests/runner/test_gemm_add_norm_triton.py \
+        tests/runner/test_projections_triton.py 2>&1 | tee "$log" | tail -n 40
+    ;;
 tests | tests-runner | tests-compiles | tests-shipped | tests-rest)
     # One pytest process per group, serially (engines on one GPU under xdist each size their
     # KV cache from the same free memory): a device-side assert leaves its process's CUDA
@@ -253,7 +261,7 @@ print(*(r[0] for r in con.execute('SELECT run_id FROM runs ORDER BY started_ns')
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "limit_round.sh: unknown part '$part' (tests, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, narrow, kernels, gemm,
+    echo "limit_round.sh: unknown part '$part' (tests, tests-gemm, tests-runner, tests-compiles, tests-shipped, tests-rest, batch1, batch1-8b, batches, batches-8b, narrow, kernels, gemm,
     startup, split, tiles, mink, short-split, wide, gemv-auto, gemv-pipeline, stalls, ops)" >&2
     exit 2
     ;;

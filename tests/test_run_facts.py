@@ -43,7 +43,7 @@ def test_the_scenario_as_run_says_what_ran_and_round_trips(run_in_process):
     assert ran["runner"] | {} == given["runner"] | {
         "device": "cpu", "kernels": "torch", "cudagraph_mode": "none", "uva": False,
         "num_kv_blocks": 512, "pdl": False, "rope_in_attention": False,  # auto: off on the CPU
-        "split_kv": False, "decode_gemv": "plain",
+        "split_kv": False, "decode_gemv": "plain", "decode_gemm": "cublas",
     }  # fmt: skip
     assert ran["model"]["dtype"] == "float32"
     assert ran["probes"]["cuda_events"] is False  # a CPU run records no GPU timeline

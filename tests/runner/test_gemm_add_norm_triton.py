@@ -93,3 +93,68 @@ def test_gpu_qwen3_o_projection(m):
     attn, w, _, x, norm = case(m, a.hidden_size, a.num_attention_heads * a.head_dim,
                                torch.bfloat16, False, seed=m)  # fmt: skip
     assert_matches(attn, w, None, x, norm)
+
+
+def test_the_row_count_is_not_specialised():
+    """A decode batch's rows change from step to step: neither kernel of the pair is compiled
+    again for a new count (which would be a compile in the middle of a run)."""
+    from test_triton_launch import jit_of
+
+    from mrv2_prof.runner.model.gemm_add_norm_triton import _splits_add_rmsnorm_kernel
+    from mrv2_prof.runner.model.gemm_decode_triton import _gemm_decode_kernel
+
+    for kernel in (_splits_add_rmsnorm_kernel, _gemm_decode_kernel):
+        (m,) = [p for p in jit_of(kernel).params if p.name == "M"]
+        assert m.do_not_specialize, kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_model_with_both_switches_decodes_with_the_same_bits(monkeypatch, dtype):
+    """llama-tiny with the Triton ops and every projection of 2+ rows on the decode GEMM:
+    three prompts prefilled (20 rows), then four decode steps of three, with
+    ``DOWN_SILU_MUL`` and ``O_ADD_NORM`` on and off: the same logits, bit for bit, and neither
+    a SiLU-and-mul nor an add + norm launch with them on."""
+    from test_attention_decode_rope import _decode_logits
+
+    from mrv2_prof.runner.config import ModelSpec
+    from mrv2_prof.runner.model import projections_triton
+    from mrv2_prof.runner.model.loader import load_model
+    from mrv2_prof.runner.model.model_kernels import triton_model_kernels
+
+    model, args = load_model(ModelSpec(preset="llama-tiny"), DEVICE, dtype,
+                             kernels=triton_model_kernels())  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, args.vocab_size, (n,), generator=gen) for n in (7, 3, 10)]
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    monkeypatch.setattr(projections_triton, "GEMM_MAX_FEATURES", None)
+    monkeypatch.setattr(projections_triton, "GEMM_ROWS", ((2, 256),))
+    want, _ = _decode_logits(model, args, prompts, steps=4)
+    launched = []
+    for name in ("silu_and_mul_triton", "fused_add_rmsnorm_triton"):
+        kernel = getattr(projections_triton, name)
+        counted = lambda *a, _k=kernel, _n=name: launched.append(_n) or _k(*a)  # noqa: E731
+        monkeypatch.setattr(projections_triton, name, counted)
+    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    got, _ = _decode_logits(model, args, prompts, steps=4)
+    assert launched == []
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+def test_gpu_engine_with_both_switches_gives_the_torch_tokens(monkeypatch):
+    """fp32 llama-tiny, the seeded workload of the fused-model tests (chunked prefill,
+    preemption, aborts), ``decode_gemm: narrow`` with ``DOWN_SILU_MUL`` and ``O_ADD_NORM`` on:
+    the torch set's tokens eagerly and under FULL and PIECEWISE graphs."""
+    from test_async_scheduling import assert_same_tokens, run_drive
+
+    from mrv2_prof.runner.model import projections_triton
+
+    _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
+    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    for mode in ("none", "full", "piecewise"):
+        _, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode,
+                           decode_gemm="narrow", pdl=True)  # fmt: skip
+        assert_same_tokens(got, want)

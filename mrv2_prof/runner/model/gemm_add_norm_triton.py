@@ -42,7 +42,7 @@ def gemm_add_norm_ref(
     return fused_add_rmsnorm_ref(F.linear(attn, o_weight, o_bias), x, norm_weight, eps)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # the batch changes from step to step: no recompile
 def _splits_add_rmsnorm_kernel(
     ws_ptr,  # [SPLITS, M, H] float32 partial sums of the o projection
     b_ptr,  # [H] or a dummy
