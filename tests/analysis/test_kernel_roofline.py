@@ -99,6 +99,21 @@ def test_the_folded_attention_and_the_decode_gemm_are_put_with_their_ops():
     assert [(k.op, k.layer) for k in ops[-2:]] == [("norm", None), ("lm_head", None)]
 
 
+def test_the_gemm_switches_kernels_are_put_with_their_ops():
+    """A decode layer with ``O_ADD_NORM`` (the o GEMM's partials, then one kernel that sums
+    them, adds and normalises) and ``DOWN_SILU_MUL`` (no SiLU-and-mul launch): that kernel is the
+    layer's add + norm, and the four GEMMs keep their slots."""
+    layer = ["_rmsnorm_kernel", "_gemm_decode_kernel", "_paged_decode_rope_kernel",
+             "_gemm_decode_kernel", "_splits_add_rmsnorm_kernel", "nvjet_gate_up",
+             "_gemm_decode_kernel", "_gemm_decode_splitk_reduce_kernel"]  # fmt: skip
+    ops, why = attribute_step(layer * 2 + ["_rmsnorm_kernel", "nvjet_lm_head"], layers=2)
+    assert why is None
+    assert [(k.op, k.layer, k.joins) for k in ops[8:16]] == [
+        ("norm", 1, False), ("qkv", 1, False), ("attention", 1, False), ("o", 1, False),
+        ("add_norm", 1, False), ("gate_up", 1, False), ("down", 1, False), ("down", 1, True),
+    ]  # fmt: skip
+
+
 def test_the_fused_mlp_takes_the_gate_up_and_down_slots_as_one_op(tmp_path):
     """A batch-1 layer with the MLP in one launch (o GEMV into the residual, then the MLP
     kernel): the kernel is the op ``mlp`` of its layer, counted as two GEMM slots, and its bytes
