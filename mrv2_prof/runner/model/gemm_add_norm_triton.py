@@ -25,7 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles, gemm_decode_partials
-from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_ref, row_launch_settings
+from mrv2_prof.runner.model.norm_triton import (
+    add_rmsnorm_row,
+    fused_add_rmsnorm_ref,
+    row_launch_settings,
+)
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
@@ -74,13 +78,8 @@ def _splits_add_rmsnorm_kernel(
     if USE_GDC:
         tl.extra.cuda.gdc_launch_dependents()
     o = (y + bias).to(res_ptr.dtype.element_ty)  # the o projection's output, rounded once
-    r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
-    x = (o.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
-    tl.store(res_ptr + row * res_stride + cols, x, mask=mask)
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
-    h = (xf * rstd).to(x.dtype).to(tl.float32)  # the norm kernel's cast back before the weight
-    tl.store(out_ptr + row * out_stride + cols, (h * w).to(out_ptr.dtype.element_ty), mask=mask)
+    add_rmsnorm_row(o, res_ptr + row * res_stride, out_ptr + row * out_stride, w, cols, mask,
+                    n_cols, eps, True)  # fmt: skip
 
 
 def gemm_add_norm_triton(

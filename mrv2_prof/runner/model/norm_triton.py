@@ -62,14 +62,24 @@ def _rmsnorm_kernel(
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
+    add_rmsnorm_row(x, res_ptr + row * res_stride, out_ptr + row * out_stride, w, cols, mask,
+                    n_cols, eps, HAS_RESIDUAL)  # fmt: skip
+
+
+@triton.jit
+def add_rmsnorm_row(x, res_row, out_row, w, cols, mask, n_cols, eps, HAS_RESIDUAL: tl.constexpr):
+    """A row ``x`` (plus the residual row, rounded and stored back as the new residual, where
+    ``HAS_RESIDUAL``) normalised and scaled by ``w`` (float32), stored at ``out_row``, rounded
+    where the references round; shared with the kernels that end in a norm
+    (``gemm_add_norm_triton``), so that they give this kernel's bits."""
     if HAS_RESIDUAL:
-        r = tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0)
-        x = (x.to(tl.float32) + r.to(tl.float32)).to(res_ptr.dtype.element_ty)
-        tl.store(res_ptr + row * res_stride + cols, x, mask=mask)
+        r = tl.load(res_row + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(res_row.dtype.element_ty)
+        tl.store(res_row + cols, x, mask=mask)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, axis=0) / n_cols + eps)
     y = (xf * rstd).to(x.dtype).to(tl.float32)  # the reference's cast back before the weight
-    tl.store(out_ptr + row * out_stride + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_row + cols, (y * w).to(out_row.dtype.element_ty), mask=mask)
 
 
 def row_launch_settings(n_cols: int) -> tuple[int, int]:
