@@ -127,18 +127,20 @@ batches | batches-8b)
     ;;
 narrow)
     # runner.decode_gemm's narrow rows (NARROW_GEMM, 2-64): cuBLAS / the Triton GEMM / cuBLAS,
-    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows, and with two launches fewer a layer
-    # (gsilu: the down projection's SiLU-and-mul as its prologue; oan: the o projection's
-    # reduction, residual add and norm one kernel); SmolLM2-135M (QKV, o, down: 5-12 steps of
-    # K) the same, then with no split either (ms64), and the last split summing its tile
-    # (lastred)
+    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows, and with launches taken out of a
+    # layer (gsilu: the down projection's SiLU-and-mul as its prologue; oan: the o projection's
+    # reduction, residual add and norm one kernel; dan: the down projection's with the next
+    # layer's input norm); SmolLM2-135M (QKV, o, down: 5-12 steps of K) the same, then with no
+    # split either (ms64), and the last split summing its tile (lastred)
     r=($py benchmarks/decode_roofline.py --batches 2 8 16 24 32 48 64)
     q=plain+pdl+fold+split s=fused_onepass+pdl+fold+split
     {
         "${r[@]}" --preset qwen3-0.6b --variant $q --variant $q+narrow \
-            --variant $q+narrow+gsilu+oan --variant $q --out "$out/narrow-qwen3.json"
+            --variant $q+narrow+gsilu+oan --variant $q+narrow+gsilu+oan+dan --variant $q \
+            --out "$out/narrow-qwen3.json"
         "${r[@]}" --preset smollm2-135m --variant $s --variant $s+narrow \
-            --variant $s+narrow+gsilu+oan --variant $s+narrow+gsilu+oan+ms64 \
+            --variant $s+narrow+gsilu+oan --variant $s+narrow+gsilu+oan+dan \
+            --variant $s+narrow+gsilu+oan+dan+ms64 \
             --variant $s+narrow+lastred --variant $s --out "$out/narrow-smollm2.json"
     } 2>&1 | tee "$log"
     ;;

@@ -268,13 +268,14 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
              (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
              (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM"),
              (gemm, "LAST_SPLIT_REDUCES"), (gemm, "MIN_STEPS_PER_SPLIT"),
-             (proj, "DOWN_SILU_MUL"), (proj, "O_ADD_NORM")]  # fmt: skip
+             (proj, "DOWN_SILU_MUL"), (proj, "O_ADD_NORM"), (proj, "DOWN_ADD_NORM")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
     variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128"
-    variant += "+narrow64+lastred+ms9+gsilu+oan"
+    variant += "+narrow64+lastred+ms9+gsilu+oan+dan"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
-        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, (1024, ((2, 64),)), True, 9, True, True]
+        narrow = (1024, ((2, 64),))
+        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, narrow, True, 9, True, True, True]
         assert [getattr(m, n) for m, n in names] == want
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before

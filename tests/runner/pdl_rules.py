@@ -261,12 +261,14 @@ def _gemm(split: int, last: bool = False, silu_mul: bool = False) -> None:
         module.LAST_SPLIT_REDUCES = before
 
 
-def _gemm_add_norm(split: int) -> None:
+def _gemm_add_norm(split: int, down: bool = False) -> None:
     from mrv2_prof.runner.model.gemm_add_norm_triton import gemm_add_norm_triton
     from mrv2_prof.runner.model.gemm_decode_triton import DecodeGemmTiles
 
-    attn, w, b, x = _randn(4, 256), _randn(96, 256), _randn(96), _randn(4, 96)
-    gemm_add_norm_triton(attn, w, b, x, _randn(96), 1e-6, tiles=DecodeGemmTiles(16, 32, 64, split))
+    attn, w, b, x = _randn(4, 512 if down else 256), _randn(96, 256), _randn(96), _randn(4, 96)
+    tiles = DecodeGemmTiles(16, 32, 64, split)
+    gemm_add_norm_triton(attn, w, None if down else b, x, _randn(96), 1e-6, tiles=tiles,
+                         silu_mul=down, round_first=not down)  # fmt: skip
 
 
 def _rope() -> None:
@@ -345,6 +347,10 @@ CASES = {
     "gemm_decode_split": (lambda: _gemm(2), {"x_ptr", "out_ptr", "ws_ptr"}),
     "gemm_decode_silu_mul": (lambda: _gemm(2, silu_mul=True), {"x_ptr", "out_ptr", "ws_ptr"}),
     "gemm_add_norm": (lambda: _gemm_add_norm(2), {"x_ptr", "ws_ptr", "res_ptr", "out_ptr"}),
+    "gemm_add_norm_down": (
+        lambda: _gemm_add_norm(2, down=True),
+        {"x_ptr", "ws_ptr", "res_ptr", "out_ptr"},
+    ),
     "gemm_decode_split_last": (
         lambda: _gemm(2, last=True),
         {"x_ptr", "out_ptr", "ws_ptr", "counter_ptr"},

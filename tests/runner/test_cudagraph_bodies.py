@@ -49,3 +49,39 @@ def test_the_full_body_is_the_forward_pass_and_the_lm_head():
     full_body(model, kv_caches, batch.input_ids, batch.positions, meta, logits)
     hidden = model(batch.input_ids, batch.positions, kv_caches, meta)
     assert torch.equal(logits, model.compute_logits(hidden))
+
+
+def test_the_piecewise_segments_carry_the_down_projections_norm_across_layers(monkeypatch):
+    """The Triton bundle with every projection of 2+ rows on the decode GEMM and its switches
+    on (``DOWN_ADD_NORM``: a layer's down projection makes the next layer's input norm, the
+    last one's the final norm): the segments give the forward pass's hidden states, and the
+    bits of the forward with the switches off."""
+    from mrv2_prof.runner.model import projections_triton as proj
+    from mrv2_prof.runner.model.model_kernels import triton_model_kernels
+
+    model, kv_caches, batch = model_and_batch(num_tokens=11, num_reqs=3)
+    triton_model, _ = load_model(ModelSpec(preset="llama-tiny"), CPU, torch.float32,
+                                 kernels=triton_model_kernels())  # fmt: skip
+    triton_model.load_state_dict(model.state_dict())
+    meta = batch.attn_metadata(BLOCK_SIZE)
+    for name, value in (("DECODE_GEMM", "triton"), ("GEMM_MAX_FEATURES", None),
+                        ("GEMM_ROWS", ((2, 256),))):  # fmt: skip
+        monkeypatch.setattr(proj, name, value)
+    want = triton_model(batch.input_ids, batch.positions, kv_caches, meta)
+    for name in ("DOWN_SILU_MUL", "O_ADD_NORM", "DOWN_ADD_NORM"):
+        monkeypatch.setattr(proj, name, True)
+    fused, kernel = [], proj.gemm_add_norm_triton
+
+    def counted(*a, **k):
+        fused.append("o" if k.get("round_first", True) else "down")
+        return kernel(*a, **k)
+
+    monkeypatch.setattr(proj, "gemm_add_norm_triton", counted)
+    body = PiecewiseBody(triton_model, kv_caches, max_tokens=16)
+    input_ids = torch.zeros(16, dtype=torch.int64)
+    positions = torch.zeros(16, dtype=torch.int64)
+    input_ids[:11], positions[:11] = batch.input_ids, batch.positions
+    hidden = body.run(body.segments(input_ids, positions, 11), 11, meta)
+    assert fused == ["o", "down"] * model.args.num_hidden_layers  # each layer's two, once
+    assert torch.equal(hidden, triton_model(batch.input_ids, batch.positions, kv_caches, meta))
+    assert torch.equal(hidden, want)

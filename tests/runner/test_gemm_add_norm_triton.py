@@ -59,6 +59,31 @@ def test_matches_the_reference_and_the_launches_it_replaces(dtype, split_k, bias
     assert not torch.allclose(got_x, x)  # the residual stream did change, in place
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_down_projections_form_has_the_gemm_and_norm_kernels_bits(dtype, split_k):
+    """``round_first=False, silu_mul=True`` (the down projection): the residual added to the
+    float32 sum and rounded once, then the norm; the reference's values, and the bits of the
+    GEMM with its SiLU-and-mul prologue adding into the residual, then ``rmsnorm_triton``."""
+    from mrv2_prof.runner.model.norm_triton import rmsnorm_triton
+
+    gate_up, w, _, x, norm = case(5, 40, 144, dtype, False, seed=7 + split_k)
+    w = w[:, :72].contiguous()
+    tiles = DecodeGemmTiles(16, 16, 32, split_k)
+    want_h, want_x = gemm_add_norm_ref(gate_up, w, None, x, norm, 1e-5, silu_mul=True,
+                                       round_first=False)  # fmt: skip
+    two_x = gemm_decode_triton(gate_up, w, residual=x.clone(), tiles=tiles, silu_mul=True)
+    two_h = rmsnorm_triton(two_x, norm, 1e-5)
+    got_x = x.clone()
+    got_h = gemm_add_norm_triton(gate_up, w, None, got_x, norm, 1e-5, tiles=tiles,
+                                 silu_mul=True, round_first=False)  # fmt: skip
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_h, want_h, atol=atol, rtol=rtol)
+    torch.testing.assert_close(got_x, two_x, atol=0, rtol=0)
+    torch.testing.assert_close(got_h, two_h, atol=0, rtol=0)
+
+
 def test_partials_are_one_a_split_and_sum_to_the_product():
     """``gemm_decode_partials``: [splits, M, N] float32, the splits of K each its own product
     (hand-checked: split s is x[:, Ks] @ w[:, Ks].T), one where K is not split."""
@@ -109,11 +134,12 @@ def test_the_row_count_is_not_specialised():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_a_model_with_both_switches_decodes_with_the_same_bits(monkeypatch, dtype):
-    """llama-tiny with the Triton ops and every projection of 2+ rows on the decode GEMM:
-    three prompts prefilled (20 rows), then four decode steps of three, with
-    ``DOWN_SILU_MUL`` and ``O_ADD_NORM`` on and off: the same logits, bit for bit, and neither
-    a SiLU-and-mul nor an add + norm launch with them on."""
+def test_a_model_with_the_switches_decodes_with_the_same_bits(monkeypatch, dtype):
+    """llama-tiny (two layers) with the Triton ops and every projection of 2+ rows on the
+    decode GEMM: three prompts prefilled (20 rows), then four decode steps of three, with
+    ``DOWN_SILU_MUL``, ``O_ADD_NORM`` and ``DOWN_ADD_NORM`` on and off: the same logits, bit
+    for bit; with them on no SiLU-and-mul and no add + norm launch, and of the input norms
+    only the first layer's (each down projection makes the next norm, the last the final)."""
     from test_attention_decode_rope import _decode_logits
 
     from mrv2_prof.runner.config import ModelSpec
@@ -130,23 +156,24 @@ def test_a_model_with_both_switches_decodes_with_the_same_bits(monkeypatch, dtyp
     monkeypatch.setattr(projections_triton, "GEMM_ROWS", ((2, 256),))
     want, _ = _decode_logits(model, args, prompts, steps=4)
     launched = []
-    for name in ("silu_and_mul_triton", "fused_add_rmsnorm_triton"):
+    for name in ("silu_and_mul_triton", "fused_add_rmsnorm_triton", "rmsnorm_triton"):
         kernel = getattr(projections_triton, name)
         counted = lambda *a, _k=kernel, _n=name: launched.append(_n) or _k(*a)  # noqa: E731
         monkeypatch.setattr(projections_triton, name, counted)
     monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
     monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    monkeypatch.setattr(projections_triton, "DOWN_ADD_NORM", True)
     got, _ = _decode_logits(model, args, prompts, steps=4)
-    assert launched == []
+    assert args.num_hidden_layers == 2 and launched == ["rmsnorm_triton"] * 5  # 5 forwards
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(INTERPRET, reason="needs CUDA")
-def test_gpu_engine_with_both_switches_gives_the_torch_tokens(monkeypatch):
+def test_gpu_engine_with_the_switches_gives_the_torch_tokens(monkeypatch):
     """fp32 llama-tiny, the seeded workload of the fused-model tests (chunked prefill,
-    preemption, aborts), ``decode_gemm: narrow`` with ``DOWN_SILU_MUL`` and ``O_ADD_NORM`` on:
-    the torch set's tokens eagerly and under FULL and PIECEWISE graphs."""
+    preemption, aborts), ``decode_gemm: narrow`` with ``DOWN_SILU_MUL``, ``O_ADD_NORM`` and
+    ``DOWN_ADD_NORM`` on: the torch set's tokens eagerly and under FULL and PIECEWISE graphs."""
     from test_async_scheduling import assert_same_tokens, run_drive
 
     from mrv2_prof.runner.model import projections_triton
@@ -154,6 +181,7 @@ def test_gpu_engine_with_both_switches_gives_the_torch_tokens(monkeypatch):
     _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
     monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
     monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    monkeypatch.setattr(projections_triton, "DOWN_ADD_NORM", True)
     for mode in ("none", "full", "piecewise"):
         _, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=mode,
                            decode_gemm="narrow", pdl=True)  # fmt: skip

@@ -62,10 +62,14 @@ class LlamaForCausalLM(nn.Module):
         attn_metadata: AttentionMetadata,
     ) -> torch.Tensor:
         x, rope = self.embed(input_ids, positions)
-        for i, layer in enumerate(self.model.layers):
+        layers, normed = self.model.layers, None
+        for i, layer in enumerate(layers):
             kv_cache = kv_caches[i] if kv_caches is not None else None
-            x = layer(x, rope, kv_cache, attn_metadata)
-        return self.model.norm(x)  # [T, H]
+            # the norm after the layer: where the bundle makes it with the down projection
+            # (ModelKernels.fuses_down_norm), the next layer takes it as its input norm
+            after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.model.norm
+            x, normed = layer.step(x, rope, kv_cache, attn_metadata, normed, after)
+        return normed if normed is not None else self.model.norm(x)  # [T, H]
 
     def embed(
         self, input_ids: torch.Tensor, positions: torch.Tensor

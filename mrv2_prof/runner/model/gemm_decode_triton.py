@@ -355,18 +355,22 @@ def gemm_decode_triton(
 
 
 def gemm_decode_partials(
-    x: torch.Tensor, weight: torch.Tensor, *, tiles: DecodeGemmTiles | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    tiles: DecodeGemmTiles | None = None,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
     """``x @ weight.T`` as float32 partial sums ``[splits, M, N]``, one a split of K (one, where
     K is not split), in one launch, for a kernel after it to sum in split order (as the split
-    reduction does: ``gemm_add_norm_triton``)."""
-    _check(x, weight, None, None)
+    reduction does: ``gemm_add_norm_triton``); ``silu_mul`` as ``gemm_decode_triton``'s."""
+    _check(x, weight, None, None, silu_mul)
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     t = tiles or pick_gemm_tiles(m, n, k)
     _check_tiles(t)
     splits, per_split = effective_split(k, t.block_k, t.split_k)
     ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-    _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, False)
+    _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, silu_mul)
     return ws
 
 

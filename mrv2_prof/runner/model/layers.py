@@ -161,14 +161,18 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor | None = None,
         slot_mapping: torch.Tensor | None = None,
         norm: RMSNorm | None = None,
+        normed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(``norm``, the layer's input norm, where given, fused with the GEMM by the bundle) the
         QKV GEMM, then q/k norm (Qwen3) + RoPE: q [T, h, d], k and v [T, kvh, d] (views of the
         GEMM's output in the Triton path). With ``kv_cache``, k and v are also written at
-        ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two)."""
+        ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two). ``normed``:
+        ``norm(x)``, already made by the layer before (``DecoderLayer.step``)."""
         T, d = x.shape[0], self.head_dim
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        if norm is not None:
+        if normed is not None:
+            qkv = self.kernels.linear(normed, w, b)
+        elif norm is not None:
             qkv = self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
         else:
             qkv = F.linear(x, w, b)
@@ -188,13 +192,23 @@ class Attention(nn.Module):
         return q, k, v
 
     def rope_attend(
-        self, x: torch.Tensor, rope: RopeTables, kv_cache: torch.Tensor, meta, norm: RMSNorm
+        self,
+        x: torch.Tensor,
+        rope: RopeTables,
+        kv_cache: torch.Tensor,
+        meta,
+        norm: RMSNorm,
+        normed: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The input norm and QKV GEMM, then QK-norm + RoPE, the KV write and attention in the
-        bundle's one launch (``rope_attend``): [T, h, d]."""
+        """The input norm (unless ``normed`` has it) and QKV GEMM, then QK-norm + RoPE, the KV
+        write and attention in the bundle's one launch (``rope_attend``): [T, h, d]."""
         T, d = x.shape[0], self.head_dim
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q, k, v = self.qkv_proj.split(self.kernels.norm_linear(x, norm.weight, norm.eps, w, b))
+        if normed is not None:
+            qkv = self.kernels.linear(normed, w, b)
+        else:
+            qkv = self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
+        q, k, v = self.qkv_proj.split(qkv)
         weights: tuple = (None, None, 1e-6)
         if self.q_norm is not None and self.k_norm is not None:
             weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
@@ -265,11 +279,27 @@ class DecoderLayer(nn.Module):
     ) -> torch.Tensor:
         """One layer of a forward pass; the KV write happens inside QK-norm + RoPE where the
         bundle fuses it, and both inside attention where it folds them (a decode batch)."""
+        return self.step(x, rope, kv_cache, meta)[0]
+
+    def step(
+        self,
+        x: torch.Tensor,
+        rope: RopeTables,
+        kv_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+        normed: torch.Tensor | None = None,
+        after: RMSNorm | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` with ``normed`` (this layer's input norm of ``x``, made by the layer
+        before, or None) and ``after`` (the norm after this layer: the next layer's input norm
+        or the final norm): (x, ``after(x)`` where the bundle made it with the down projection,
+        else None)."""
         if self.kernels.folds_rope(x.shape[0], meta, kv_cache):
-            attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm)
-            return self.post_attention(x, attn)
-        q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping)
-        return self.post_attention(x, self.self_attn.attend(q, k, v, kv_cache, meta))
+            attn = self.self_attn.rope_attend(x, rope, kv_cache, meta, self.input_layernorm,
+                                              normed)  # fmt: skip
+            return self.post_attention_norm(x, attn, after)
+        q, k, v = self.pre_attention(x, rope, kv_cache, meta.slot_mapping, normed)
+        return self.post_attention_norm(x, self.self_attn.attend(q, k, v, kv_cache, meta), after)
 
     def pre_attention(
         self,
@@ -277,18 +307,32 @@ class DecoderLayer(nn.Module):
         rope: RopeTables,
         kv_cache: torch.Tensor | None = None,
         slot_mapping: torch.Tensor | None = None,
+        normed: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """RMSNorm, QKV, QK-norm + RoPE; with ``kv_cache`` also the KV write (then only
-        ``self_attn.attend`` is left before ``post_attention``, else ``self_attn.attention``)."""
-        return self.self_attn.qkv(x, rope, kv_cache, slot_mapping, norm=self.input_layernorm)
+        """RMSNorm (unless ``normed`` has it), QKV, QK-norm + RoPE; with ``kv_cache`` also the KV
+        write (then only ``self_attn.attend`` is left before ``post_attention``, else
+        ``self_attn.attention``)."""
+        norm = self.input_layernorm
+        return self.self_attn.qkv(x, rope, kv_cache, slot_mapping, norm=norm, normed=normed)
 
     def post_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + output projection, then residual + MLP; ``attn`` is [T, h, d]. The Triton
         path updates ``x`` in place (and returns it)."""
+        return self.post_attention_norm(x, attn, None)[0]  # [T, H]
+
+    def post_attention_norm(
+        self, x: torch.Tensor, attn: torch.Tensor, after: RMSNorm | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``post_attention``, and ``after(x)`` where the bundle makes it with the down
+        projection (``fuses_down_norm``), else None."""
         o_proj, norm = self.self_attn.o_proj, self.post_attention_layernorm
         args = (x, attn.reshape(x.shape[0], -1), o_proj.weight, o_proj.bias, norm.weight,
                 norm.eps, self.mlp.gate_up_proj.weight)  # fmt: skip
+        down = self.mlp.down_proj.weight
+        if after is not None and self.kernels.fuses_down_norm(x, down):
+            gate_up, x = self.kernels.add_norm_linear(*args)
+            return x, self.kernels.mlp_down_norm(x, gate_up, down, after.weight, after.eps)
         if self.kernels.add_norm_mlp is not None:
-            return self.kernels.add_norm_mlp(*args, self.mlp.down_proj.weight)
+            return self.kernels.add_norm_mlp(*args, down), None
         gate_up, x = self.kernels.add_norm_linear(*args)
-        return self.mlp.down(x, gate_up)  # [T, H]
+        return self.mlp.down(x, gate_up), None

@@ -16,7 +16,10 @@ torch bundle is the reference path (the CPU path, the oracles of the kernels): t
 decoder's arithmetic, one op at a time, with new tensors.
 
 The Triton bundle mutates the residual stream in place (``add_norm_linear`` and ``mlp_down``): a
-decoder layer's ``post_attention(x, attn)`` may update ``x``.
+decoder layer's ``post_attention(x, attn)`` may update ``x``. Where it makes the norm after a
+layer with that layer's down projection (``fuses_down_norm``, ``mlp_down_norm``), the layer
+hands the normalised rows to the next (``DecoderLayer.step``; ``linear``: its QKV without the
+norm), and after the last layer they are the final norm's.
 """
 
 from __future__ import annotations
@@ -83,6 +86,14 @@ class ModelKernels:
     # bundle has its own (the Triton one: the batch-1 MLP in one launch where it is on); None:
     # add_norm_linear, then mlp_down
     add_norm_mlp: Callable | None = None
+    # (x, down_w) -> whether mlp_down_norm serves the rows (host ints only); where it does,
+    # (x, gate_up, down_w, next_norm_w, eps) -> the next norm's rows, x updated in place: the
+    # down projection and the next layer's input norm (or the final norm) from the same
+    # launches (the Triton bundle: projections_triton.DOWN_ADD_NORM); else mlp_down, then the
+    # next norm as ever
+    fuses_down_norm: Callable[..., bool] = lambda x, down_weight: False  # noqa: E731
+    mlp_down_norm: Callable | None = None
+    linear: Callable = F.linear  # (x, w, b) -> x @ w.T + b: QKV of rows already normalised
 
     def with_attention(
         self, write_kv: WriteKV | None = None, attend: Attend | None = None
@@ -124,6 +135,9 @@ def triton_model_kernels() -> ModelKernels:
     from mrv2_prof.runner.model.projections_triton import (
         add_norm_linear_triton,
         add_norm_mlp_triton,
+        fuses_down_norm,
+        linear_triton,
+        mlp_down_norm_triton,
         mlp_down_triton,
         norm_linear_triton,
     )
@@ -143,4 +157,7 @@ def triton_model_kernels() -> ModelKernels:
         folds_rope=folds_rope,
         rope_attend=rope_attend,
         add_norm_mlp=add_norm_mlp_triton,
+        fuses_down_norm=fuses_down_norm,
+        mlp_down_norm=mlp_down_norm_triton,
+        linear=linear_triton,
     )

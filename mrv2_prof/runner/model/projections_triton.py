@@ -46,11 +46,13 @@ projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower pro
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
-Two switches take launches out of a layer on it, both off until timed on a GPU, both with the
+Three switches take launches out of a layer on it, all off until timed on a GPU, all with the
 bits of the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
-``silu(gate) * up`` as it reads it, no SiLU-and-mul launch) and ``O_ADD_NORM`` (the o
+``silu(gate) * up`` as it reads it, no SiLU-and-mul launch), ``O_ADD_NORM`` (the o
 projection's partials summed, added into the residual stream and normalised by one kernel,
-``gemm_add_norm_triton``, no split reduction or add + norm launch).
+``gemm_add_norm_triton``, no split reduction or add + norm launch) and ``DOWN_ADD_NORM`` (the
+down projection the same, with the SiLU-and-mul prologue, its norm the next layer's input norm
+or the final norm, which the decoder then skips: ``fuses_down_norm``, ``mlp_down_norm_triton``).
 
 ``FUSED_MLP`` (``runner.fused_mlp``, off by default: faster only on narrow models, and its
 atomics' order makes the bits vary from run to run; ``kernel_paths.py`` has the measurements)
@@ -102,6 +104,11 @@ DOWN_SILU_MUL = False
 # normalises in one kernel after the GEMM (gemm_add_norm_triton: the same bits as the split
 # reduction and the add + norm kernel it replaces). Off: not yet timed on a GPU.
 O_ADD_NORM = False
+# The down projection on the decode GEMM adds into the residual stream and normalises for the
+# next layer (or the final norm) in one kernel after the GEMM, and that layer's QKV takes the
+# normalised rows (gemm_add_norm_triton, round_first=False: the GEMM's and the norm kernel's
+# bits). Off: not yet timed on a GPU.
+DOWN_ADD_NORM = False
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
 
@@ -147,6 +154,14 @@ def warm_rows(max_rows: int) -> list[int]:
 
 def _one_pass() -> bool:
     return DECODE_GEMV in ("fused_onepass", "hybrid")
+
+
+def linear_triton(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ weight.T + bias`` on the GEMV, the decode GEMM or cuBLAS (rows already normalised:
+    the QKV projection after ``mlp_down_norm_triton``)."""
+    return _linear(x, weight, bias)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -204,6 +219,27 @@ def mlp_down_triton(
     if _gemm(h, weight):
         return gemm_decode_triton(h, weight, residual=x)
     return x.addmm_(h, weight.t())
+
+
+def fuses_down_norm(x: torch.Tensor, down_weight: torch.Tensor) -> bool:
+    """Whether ``mlp_down_norm_triton`` serves the rows ``x`` [T, H] (host ints only):
+    ``DOWN_ADD_NORM`` and the decode GEMM taking the down projection (gate/up has x's rows and
+    dtype)."""
+    return DOWN_ADD_NORM and _gemm(x, down_weight)
+
+
+def mlp_down_norm_triton(
+    x: torch.Tensor,  # [T, H]: the residual stream, updated in place
+    gate_up: torch.Tensor,  # [T, 2I]
+    weight: torch.Tensor,  # [H, I]
+    norm_weight: torch.Tensor,  # [H]: the next norm's (the next layer's input norm, or the final)
+    eps: float,
+) -> torch.Tensor:  # [T, H]: the next norm of the new residual rows
+    """``mlp_down_triton`` into ``x`` and the next norm of the new rows, from the GEMM (with the
+    SiLU-and-mul prologue) and one kernel after it (``gemm_add_norm_triton``), where
+    ``fuses_down_norm``."""
+    return gemm_add_norm_triton(gate_up, weight, None, x, norm_weight, eps, silu_mul=True,
+                                round_first=False)  # fmt: skip
 
 
 def fuses_mlp(attn: torch.Tensor, o_weight: torch.Tensor) -> bool:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
-from mrv2_prof.runner.model.model_kernels import ModelKernels
+from mrv2_prof.runner.model.model_kernels import TORCH_MODEL_KERNELS, ModelKernels
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_ref
 
 
@@ -103,4 +103,5 @@ def tp_kernels(base: ModelKernels, tp: TPGroup) -> ModelKernels:
     return replace(
         base, name=f"{base.name}+tp{tp.world}", add_norm_linear=add_norm_linear,
         mlp_down=mlp_down, add_norm_mlp=None,  # the two ops above, each with its all-reduce
+        fuses_down_norm=TORCH_MODEL_KERNELS.fuses_down_norm,  # its norm would skip the all-reduce
     )  # fmt: skip

@@ -100,15 +100,20 @@ class PiecewiseBody:
 
         def middle(i: int) -> Callable[[], None]:
             def run() -> None:
-                x = layers[i - 1].post_attention(self.x[:size], self.attn[:size])
+                x, normed = layers[i - 1].post_attention_norm(
+                    self.x[:size], self.attn[:size], layers[i].input_layernorm
+                )
                 self.x[:size].copy_(x)
-                self._store_qkv(size, layers[i].pre_attention(x, self._rope[size], *kv(i)))
+                qkv = layers[i].pre_attention(x, self._rope[size], *kv(i), normed=normed)
+                self._store_qkv(size, qkv)
 
             return run
 
         def last() -> None:
-            x = layers[-1].post_attention(self.x[:size], self.attn[:size])
-            self.hidden[:size].copy_(m.model.norm(x))
+            x, normed = layers[-1].post_attention_norm(
+                self.x[:size], self.attn[:size], m.model.norm
+            )
+            self.hidden[:size].copy_(normed if normed is not None else m.model.norm(x))
 
         return [first, *(middle(i) for i in range(1, len(layers))), last]
 
