@@ -43,10 +43,17 @@ def _silu_and_mul_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     gate = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0)
     up = tl.load(x_ptr + row * x_stride + n_cols + cols, mask=mask, other=0.0)
-    g = gate.to(tl.float32)
-    silu = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
-    out = silu * up.to(tl.float32)
+    out = silu_mul(gate.to(tl.float32), up.to(tl.float32), gate.dtype)
     tl.store(out_ptr + row * out_stride + cols, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def silu_mul(gate, up, dtype: tl.constexpr):
+    """``silu(gate) * up`` from float32 ``gate`` and ``up``, rounded where ``silu_and_mul_ref``
+    rounds in ``dtype`` (silu, then the product); shared by every kernel that makes it (this
+    one, and the GEMV's, the decode GEMM's and the fused MLP's prologues), so all give its bits."""
+    silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+    return (silu * up).to(dtype)
 
 
 def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref, silu_mul
 from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -226,13 +226,11 @@ def _gemm_decode_kernel(
 @triton.jit
 def _load_x(x_rows, k, mask, K, SILU_MUL: tl.constexpr):
     """A step's ``[BLOCK_M, BLOCK_K]`` slice of x; with ``SILU_MUL`` of ``silu(gate) * up`` from
-    a gate/up row, rounded where ``activation_triton``'s kernel rounds (the same bits)."""
+    a gate/up row (``activation_triton.silu_mul``: the SiLU-and-mul kernel's bits)."""
     x = tl.load(x_rows + k[None, :], mask=mask, other=0.0)
     if SILU_MUL:
         up = tl.load(x_rows + K + k[None, :], mask=mask, other=0.0)
-        g = x.to(tl.float32)
-        silu = (g / (1.0 + tl.exp(-g))).to(x.dtype).to(tl.float32)
-        x = (silu * up.to(tl.float32)).to(x.dtype)
+        x = silu_mul(x.to(tl.float32), up.to(tl.float32), x.dtype)
     return x
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref, silu_mul
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
@@ -154,9 +154,7 @@ def _x_tile(x_rows, norm_ptr, k, k_ok, row_ok, K, rstd, sum_sq, io_dtype,
         x = (g.to(tl.float32)[None, :] * x.to(tl.float32)).to(io_dtype)
     if PROLOGUE == 2:  # silu_and_mul_ref's roundings: silu(gate), then the product
         up = tl.load(x_rows + K + k[None, :], mask=x_mask, other=0.0)
-        g = x.to(tl.float32)
-        x = (g / (1.0 + tl.exp(-g))).to(io_dtype)
-        x = (x.to(tl.float32) * up.to(tl.float32)).to(io_dtype)
+        x = silu_mul(x.to(tl.float32), up.to(tl.float32), io_dtype)
     return x.to(tl.float32), sum_sq
 
 

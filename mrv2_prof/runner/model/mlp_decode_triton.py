@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref
+from mrv2_prof.runner.model.activation_triton import silu_and_mul_ref, silu_mul
 from mrv2_prof.runner.model.kernel_workspace import KernelWorkspace
 from mrv2_prof.runner.model.norm_triton import rmsnorm_ref
 from mrv2_prof.runner.model.optional_triton import tl, triton
@@ -141,8 +141,7 @@ def _mlp_decode_kernel(
     rstd = tl.rsqrt(sum_sq / H + eps)  # [1]
     gate = (gate * rstd).to(io_dtype).to(tl.float32)  # the gate/up GEMV's rounding
     up = (up * rstd).to(io_dtype).to(tl.float32)
-    a = (gate / (1.0 + tl.exp(-gate))).to(io_dtype).to(tl.float32)  # silu_and_mul_ref's
-    a = tl.where(i_ok, (a * up).to(io_dtype).to(tl.float32), 0.0)
+    a = tl.where(i_ok, silu_mul(gate, up, io_dtype).to(tl.float32), 0.0)  # silu_and_mul_ref's
     _down_partial(wd0, a, sum_ptr, hs, hs < H)
     for h0 in range(BLOCK_H, H, BLOCK_H):
         h = h0 + hs
