@@ -320,17 +320,15 @@ def gemm_decode_triton(
     [M, N] tensor of ``x``'s dtype. With ``silu_mul`` x is a gate/up [M, 2K] and the GEMM's
     input ``silu(gate) * up``, made as each step reads it (no ``silu_and_mul`` launch)."""
     _check(x, weight, bias, residual, silu_mul)
-    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
-    t = tiles or pick_gemm_tiles(m, n, k)
-    _check_tiles(t)
+    m, n = x.shape[0], weight.shape[0]
+    t, splits, per_split = _tiles(x, weight, tiles)
     out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
-    splits, per_split = effective_split(k, t.block_k, t.split_k)
     ws = out
     if splits > 1:
         ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
     last = splits > 1 and LAST_SPLIT_REDUCES
-    grid = (triton.cdiv(n, t.block_n), triton.cdiv(m, t.block_m), splits)
-    counters = COUNTERS.get(x.device, grid[0] * grid[1])[0] if last else ws
+    output_tiles = triton.cdiv(n, t.block_n) * triton.cdiv(m, t.block_m)
+    counters = COUNTERS.get(x.device, output_tiles)[0] if last else ws
     pdl = launch_options(use_pdl(x.device))
     _launch(x, weight, bias, out, ws, counters, t, per_split, splits > 1, residual is not None,
             last, silu_mul)  # fmt: skip
@@ -363,13 +361,18 @@ def gemm_decode_partials(
     K is not split), in one launch, for a kernel after it to sum in split order (as the split
     reduction does: ``gemm_add_norm_triton``); ``silu_mul`` as ``gemm_decode_triton``'s."""
     _check(x, weight, None, None, silu_mul)
+    t, splits, per_split = _tiles(x, weight, tiles)
+    ws = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
+    _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, silu_mul)
+    return ws
+
+
+def _tiles(x, weight, tiles: DecodeGemmTiles | None) -> tuple[DecodeGemmTiles, int, int]:
+    """(the tiles, checked, the splits launched, K elements a split) of a checked launch."""
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     t = tiles or pick_gemm_tiles(m, n, k)
     _check_tiles(t)
-    splits, per_split = effective_split(k, t.block_k, t.split_k)
-    ws = torch.empty((splits, m, n), dtype=torch.float32, device=x.device)
-    _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, silu_mul)
-    return ws
+    return t, *effective_split(k, t.block_k, t.split_k)
 
 
 def _launch(x, weight, bias, out, ws, counters, t, per_split, split, residual, last, silu_mul):
