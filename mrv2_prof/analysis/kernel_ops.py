@@ -17,10 +17,11 @@ of ``runner/model/step_cost.py``'s ``ops``:
   ``mlp``: both weights).
 * **Our Triton kernels by name** (``TRITON_OPS``): RMSNorm, QK-norm + RoPE, the KV write, paged
   attention (prefill and decode; the decode kernel with RoPE and the KV write folded in counts
-  as attention), SiLU-and-mul, the o projection's reduction with the add + norm (counted as the
-  norm: one kernel does both). Their layer is the layer of the next GEMM slot
-  (each feeds the projection after it); an RMSNorm before ``gate_up`` is the residual add with
-  the post-attention norm (``add_norm``), one before ``lm_head`` the final norm (layer None).
+  as attention), SiLU-and-mul, the o or down projection's reduction with the residual add and
+  the norm after it (counted as that norm: one kernel does both). Their layer is the layer of
+  the next GEMM slot (each feeds the projection after it); an RMSNorm before ``gate_up`` is the
+  residual add with the post-attention norm (``add_norm``), one before ``lm_head`` the final
+  norm (layer None).
 * **Everything else is ``other``**: input preparation, sampling, the state advance, copies and
   fills, torch's embedding lookup and elementwise kernels (the torch kernel bundle's norms
   included: only the Triton bundle's ops are named).
@@ -49,8 +50,9 @@ TRITON_OPS = {
     "_split_kv_reduce_kernel": "attention",
     "_split_kv_decode_rope_kernel": "attention",  # split-KV with the RoPE fold's prologue
     "_silu_and_mul_kernel": "silu_mul",
-    # the o projection's split reduction with the residual add and norm after it, in one kernel
-    # (gemm_add_norm_triton.py): counted as the add + norm, the reduction's share with it
+    # the o (or down) projection's split reduction with the residual add and the norm after it,
+    # in one kernel (gemm_add_norm_triton.py): counted as that norm (after o the add + norm,
+    # after down the next layer's input norm or the final norm), the reduction's share with it
     "_splits_add_rmsnorm_kernel": "norm",
 }
 FUSED_MLP_KERNEL = "_mlp_decode_kernel"  # gate_up and down in one launch: the op "mlp"

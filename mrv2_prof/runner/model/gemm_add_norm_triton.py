@@ -60,19 +60,19 @@ def gemm_add_norm_ref(
     round_first: bool = True,  # o rounded, then added (False: added in float32, rounded once)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(x + o), x + o), o = ``attn @ o_weight.T (+ o_bias)``; new tensors."""
-    if not round_first:
-        new_x = gemm_decode_ref(attn, o_weight, o_bias, x, silu_mul=silu_mul)
-        return rmsnorm_ref(new_x, norm_weight, eps), new_x
     if silu_mul:
-        return gemm_add_norm_ref(silu_and_mul_ref(attn), o_weight, o_bias, x, norm_weight, eps)
+        attn = silu_and_mul_ref(attn)
+    if not round_first:
+        new_x = gemm_decode_ref(attn, o_weight, o_bias, x)
+        return rmsnorm_ref(new_x, norm_weight, eps), new_x
     return fused_add_rmsnorm_ref(F.linear(attn, o_weight, o_bias), x, norm_weight, eps)
 
 
 @triton.jit(do_not_specialize=["M"])  # the batch changes from step to step: no recompile
 def _splits_add_rmsnorm_kernel(
-    ws_ptr,  # [SPLITS, M, H] float32 partial sums of the o projection
+    ws_ptr,  # [SPLITS, M, H] float32 partial sums of the projection (o or down)
     b_ptr,  # [H] or a dummy
-    res_ptr,  # [M, H]: the residual rows, updated to residual + o
+    res_ptr,  # [M, H]: the residual rows, updated to residual + the projection
     res_stride,
     out_ptr,  # [M, H]: the normalised rows
     out_stride,

@@ -159,12 +159,8 @@ def _one_pass() -> bool:
 def linear_triton(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``x @ weight.T + bias`` on the GEMV, the decode GEMM or cuBLAS (rows already normalised:
-    the QKV projection after ``mlp_down_norm_triton``)."""
-    return _linear(x, weight, bias)
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight.T + bias`` on the GEMV, the decode GEMM or cuBLAS (the projections here, and
+    the QKV projection of rows already normalised: after ``mlp_down_norm_triton``)."""
     if _gemv(x, weight, fused=False):
         return gemv_triton(x, weight, bias)
     if _gemm(x, weight):
@@ -181,7 +177,7 @@ def norm_linear_triton(
 ) -> torch.Tensor:  # [T, N]
     if _gemv(x, weight):
         return gemv_triton(x, weight, bias, norm=(norm_weight, eps), one_pass=_one_pass())
-    return _linear(rmsnorm_triton(x, norm_weight, eps), weight, bias)
+    return linear_triton(rmsnorm_triton(x, norm_weight, eps), weight, bias)
 
 
 def add_norm_linear_triton(
@@ -197,11 +193,11 @@ def add_norm_linear_triton(
         gemv_triton(attn, o_weight, o_bias, residual=x)
         return gemv_triton(x, weight, None, norm=(norm_weight, eps), one_pass=_one_pass()), x
     if O_ADD_NORM and _gemm(attn, o_weight):
-        return _linear(gemm_add_norm_triton(attn, o_weight, o_bias, x, norm_weight, eps), weight,
-                       None), x  # fmt: skip
-    o = _linear(attn, o_weight, o_bias)
+        h = gemm_add_norm_triton(attn, o_weight, o_bias, x, norm_weight, eps)
+        return linear_triton(h, weight), x
+    o = linear_triton(attn, o_weight, o_bias)
     h, x = fused_add_rmsnorm_triton(o, x, norm_weight, eps)
-    return _linear(h, weight, None), x
+    return linear_triton(h, weight, None), x
 
 
 def mlp_down_triton(
