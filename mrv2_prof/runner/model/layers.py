@@ -169,14 +169,7 @@ class Attention(nn.Module):
         ``slot_mapping`` (by the RoPE kernel itself where the bundle fuses the two). ``normed``:
         ``norm(x)``, already made by the layer before (``DecoderLayer.step``)."""
         T, d = x.shape[0], self.head_dim
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        if normed is not None:
-            qkv = self.kernels.linear(normed, w, b)
-        elif norm is not None:
-            qkv = self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
-        else:
-            qkv = F.linear(x, w, b)
-        q, k, v = self.qkv_proj.split(qkv)
+        q, k, v = self.qkv_proj.split(self.project_qkv(x, norm, normed))
         q, k, v = q.view(T, -1, d), k.view(T, -1, d), v.view(T, -1, d)
         args = (q, k, *rope)
         if self.q_norm is not None and self.k_norm is not None:
@@ -191,6 +184,19 @@ class Attention(nn.Module):
             self.kernels.write_kv(k, v, kv_cache, slot_mapping)
         return q, k, v
 
+    def project_qkv(
+        self, x: torch.Tensor, norm: RMSNorm | None, normed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The QKV GEMM's output [T, q + k + v]: of ``normed`` where given (``norm(x)`` made by
+        the layer before), else of ``norm(x)`` (fused with the GEMM by the bundle), else of
+        ``x``."""
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        if normed is not None:
+            return self.kernels.linear(normed, w, b)
+        if norm is not None:
+            return self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
+        return F.linear(x, w, b)
+
     def rope_attend(
         self,
         x: torch.Tensor,
@@ -203,12 +209,7 @@ class Attention(nn.Module):
         """The input norm (unless ``normed`` has it) and QKV GEMM, then QK-norm + RoPE, the KV
         write and attention in the bundle's one launch (``rope_attend``): [T, h, d]."""
         T, d = x.shape[0], self.head_dim
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        if normed is not None:
-            qkv = self.kernels.linear(normed, w, b)
-        else:
-            qkv = self.kernels.norm_linear(x, norm.weight, norm.eps, w, b)
-        q, k, v = self.qkv_proj.split(qkv)
+        q, k, v = self.qkv_proj.split(self.project_qkv(x, norm, normed))
         weights: tuple = (None, None, 1e-6)
         if self.q_norm is not None and self.k_norm is not None:
             weights = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps)
