@@ -5,7 +5,8 @@ the CPU: what an H200 run with ``runner.rope_in_attention`` and ``runner.decode_
 Run as ``python -m tests.runner.sm90_real_sizes`` (without ``TRITON_INTERPRET``, as
 ``pdl_rules``): the RoPE-folded decode attention for each preset's head layout, and the decode
 GEMM (with its split-K reduction) at every tile choice ``pick_gemm_tiles`` makes for the presets'
-projections and row classes, are recorded and compiled; it prints per variant the kernel, its
+projections and row classes, and the GEMM with the SiLU-and-mul prologue (``DOWN_ADD_NORM``'s
+down projection) in bf16 and float32, are recorded and compiled; it prints per variant the kernel, its
 constexprs and its shared memory as JSON (``test_sm90_real_sizes.py`` checks it fits an H200's
 227 KiB a block). The kernels' arguments are CPU tensors of the real shapes, never filled (a
 recorded launch reads nothing).
@@ -79,6 +80,23 @@ def _gemm(m: int, n: int, k: int, bias: bool, residual: bool) -> None:
                        empty(m, n) if residual else None)  # fmt: skip
 
 
+def _prologue(m: int, dtype_name: str) -> None:
+    """qwen3-0.6b's down projection as ``DOWN_ADD_NORM`` launches it (the SiLU-and-mul prologue,
+    float32 partials), in bf16 and in float32 (the engine tests' dtype)."""
+    import torch
+
+    from mrv2_prof.runner.model import PRESETS
+    from mrv2_prof.runner.model.gemm_decode_triton import gemm_decode_partials
+
+    a, dtype = PRESETS["qwen3-0.6b"], getattr(torch, dtype_name)
+    gate_up = torch.empty(m, 2 * a.intermediate_size, dtype=dtype)
+    gemm_decode_partials(gate_up, torch.empty(a.hidden_size, a.intermediate_size, dtype=dtype),
+                         silu_mul=True)  # fmt: skip
+
+
+PROLOGUE_CASES = ((64, "bfloat16"), (64, "float32"), (16, "float32"))
+
+
 def _constexprs(jit, kwargs: dict[str, Any]) -> dict[str, Any]:
     names = {p.name for p in jit.params if p.is_constexpr}
     return {k: v for k, v in kwargs.items() if k in names or k.startswith("num_")}
@@ -99,6 +117,10 @@ def main() -> None:
             _gemm(*args)
         calls_by_case.append((f"gemm m={args[0]} n={args[1]} k={args[2]} bias={args[3]} "
                               f"residual={args[4]}", calls))  # fmt: skip
+    for m, dtype_name in PROLOGUE_CASES:
+        with recorded_launches() as calls:
+            _prologue(m, dtype_name)
+        calls_by_case.append((f"prologue m={m} {dtype_name}", calls))
     report = []
     for case, calls in calls_by_case:
         for jit, args, kwargs in calls:

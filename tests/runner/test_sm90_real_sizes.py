@@ -38,3 +38,18 @@ def test_the_gemm_compiles_for_every_row_class_split_or_not(report):
     assert all(r["shared"] > 0 for r in gemms)  # a pipelined dot: the compile did size it
     reduces = [r for r in report if r["kernel"] == "_gemm_decode_splitk_reduce_kernel"]
     assert reduces and {"'RESIDUAL': True" in r["constexprs"] for r in reduces} == {True, False}
+
+
+def test_the_gemm_with_the_silu_mul_prologue_fits_in_float32_too(report):
+    """The down projection's SiLU-and-mul prologue at 64 rows reads gate and up tiles: at bf16's
+    4 stages a float32 launch needed 272 KiB and failed to launch on an H100
+    (``bounded_stages`` gives it 2); bf16 keeps its 4."""
+    from tests.runner.sm90_real_sizes import PROLOGUE_CASES
+
+    rows = {r["case"]: r for r in report if r["case"].startswith("prologue")}
+    assert sorted(rows) == sorted(f"prologue m={m} {d}" for m, d in PROLOGUE_CASES)
+    assert all("'SILU_MUL': True" in r["constexprs"] for r in rows.values())
+    assert "'num_stages': 4" in rows["prologue m=64 bfloat16"]["constexprs"]
+    assert "'num_stages': 2" in rows["prologue m=64 float32"]["constexprs"]
+    assert "'num_stages': 4" in rows["prologue m=16 float32"]["constexprs"]
+    assert max(r["shared"] for r in rows.values()) <= H200_SHARED

@@ -92,7 +92,9 @@ def effective_split(k: int, block_k: int, split_k: int) -> tuple[int, int]:
     return triton.cdiv(k, per_split), per_split
 
 
-def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
+def pick_gemm_tiles(
+    m: int, n: int, k: int, elem_bytes: int = 2, silu_mul: bool = False
+) -> DecodeGemmTiles:
     """Tiles for M rows against an [n, k] weight, from host ints only. ``block_m`` covers the
     batch: 16 rows up to 16, 64 at 17-64 (for sm_90 Triton compiles a 16- or 32-row tile's dot
     to ``mma.sync`` and a 64-row one to ``wgmma``; on an H100 the 32-row tile took qwen3-0.6b's
@@ -105,7 +107,8 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
     shared memory leaves an SM one, at most one per SM, so the programs run in one wave): the
     winners of ``benchmarks/decode_gemm.py``'s sweep at qwen3-0.6b's shapes and 16 / 64 rows on
     an H100 (RESULTS.md, twenty-second round). Above 64 rows, untuned: 64 features, 64-element
-    steps, about two programs per SM, 3 stages."""
+    steps, about two programs per SM, 3 stages. The stages are then bounded by shared memory
+    (``bounded_stages``: float32 with the SiLU-and-mul prologue at 64 rows takes 2)."""
     block_m = 16 if m <= 16 else 64 if m <= 64 else 128
     narrow = block_m <= 64
     block_n = 32 if narrow else 64
@@ -119,8 +122,26 @@ def pick_gemm_tiles(m: int, n: int, k: int) -> DecodeGemmTiles:
             want = max(1, TARGET_SMS // tiles)
         split_k = max(1, min(want, most, MAX_SPLIT_K))
         split_k = effective_split(k, block_k, split_k)[0]
-    num_stages = 4 if narrow else 3
-    return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=num_stages)
+    stages = bounded_stages(4 if narrow else 3, block_m, block_n, block_k, elem_bytes, silu_mul)
+    return DecodeGemmTiles(block_m, block_n, block_k, split_k, num_warps=4, num_stages=stages)
+
+
+SHARED_BOUND = 211 * 1024  # an H100's / H200's 227 KiB a block, less a 16 KiB margin
+
+
+def bounded_stages(
+    stages: int, block_m: int, block_n: int, block_k: int, elem_bytes: int, silu_mul: bool
+) -> int:
+    """The most stages, up to ``stages`` (at least 2), whose input tiles fit ``SHARED_BOUND``:
+    ``stages`` x (the row tile, twice with the SiLU-and-mul prologue (gate and up), + the
+    weight tile) x ``elem_bytes``. An upper bound of what Triton 3.6 allocates for sm_90
+    (compiled on the CPU: bf16 at 64 rows, 4 stages 120 KiB, 136 with the prologue; float32
+    with it 272 KiB at 4 stages, 192 with a spill at 3, 112 at 2: RESULTS.md, twenty-fifth
+    round), so bf16 keeps its stages and float32 with the prologue at 64 rows takes 2."""
+    per_stage = (block_m * block_k * (2 if silu_mul else 1) + block_n * block_k) * elem_bytes
+    while stages > 2 and stages * per_stage > SHARED_BOUND:
+        stages -= 1
+    return stages
 
 
 # rows with one launch variant (one block_m, and so one split and stage count, of
@@ -321,7 +342,7 @@ def gemm_decode_triton(
     input ``silu(gate) * up``, made as each step reads it (no ``silu_and_mul`` launch)."""
     _check(x, weight, bias, residual, silu_mul)
     m, n = x.shape[0], weight.shape[0]
-    t, splits, per_split = _tiles(x, weight, tiles)
+    t, splits, per_split = _tiles(x, weight, tiles, silu_mul)
     out = residual if residual is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
     ws = out
     if splits > 1:
@@ -361,16 +382,18 @@ def gemm_decode_partials(
     K is not split), in one launch, for a kernel after it to sum in split order (as the split
     reduction does: ``gemm_add_norm_triton``); ``silu_mul`` as ``gemm_decode_triton``'s."""
     _check(x, weight, None, None, silu_mul)
-    t, splits, per_split = _tiles(x, weight, tiles)
+    t, splits, per_split = _tiles(x, weight, tiles, silu_mul)
     ws = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
     _launch(x, weight, None, ws, ws, ws, t, per_split, True, False, False, silu_mul)
     return ws
 
 
-def _tiles(x, weight, tiles: DecodeGemmTiles | None) -> tuple[DecodeGemmTiles, int, int]:
+def _tiles(
+    x, weight, tiles: DecodeGemmTiles | None, silu_mul: bool
+) -> tuple[DecodeGemmTiles, int, int]:
     """(the tiles, checked, the splits launched, K elements a split) of a checked launch."""
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
-    t = tiles or pick_gemm_tiles(m, n, k)
+    t = tiles or pick_gemm_tiles(m, n, k, x.element_size(), silu_mul)
     _check_tiles(t)
     return t, *effective_split(k, t.block_k, t.split_k)
 

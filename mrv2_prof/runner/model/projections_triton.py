@@ -46,8 +46,9 @@ projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower pro
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
-Three switches take launches out of a layer on it, all off until timed on a GPU, all with the
-bits of the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
+Three switches take launches out of a layer on it, all off (timed on an H100: the prologue
+loses, the o projection's add + norm wins 1-3 % but is not yet warmed), all with the bits of
+the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
 ``silu(gate) * up`` as it reads it, no SiLU-and-mul launch), ``O_ADD_NORM`` (the o
 projection's partials summed, added into the residual stream and normalised by one kernel,
 ``gemm_add_norm_triton``, no split reduction or add + norm launch) and ``DOWN_ADD_NORM`` (the
@@ -98,16 +99,19 @@ GEMM_ROWS: tuple[tuple[int, int], ...] = EVERY_GEMM[1]
 # take the 64-row (wgmma) tile (benchmarks/RESULTS.md, twenty-third and twenty-fourth rounds).
 NARROW_GEMM = (1024, ((2, 64),))
 # The down projection on the decode GEMM makes its input silu(gate) * up as it reads it (one
-# launch, the same bits as silu_and_mul then the GEMM). Off: not yet timed on a GPU.
+# launch, the same bits as silu_and_mul then the GEMM). Off: on an H100 (qwen3-0.6b, batch
+# 2-64) the down GEMM with it took 300-550 us a step against 160-177, the step 7-25 % longer.
 DOWN_SILU_MUL = False
 # The o projection on the decode GEMM sums its partials, adds them into the residual stream and
 # normalises in one kernel after the GEMM (gemm_add_norm_triton: the same bits as the split
-# reduction and the add + norm kernel it replaces). Off: not yet timed on a GPU.
+# reduction and the add + norm kernel it replaces). Off: 1-3 % shorter steps on an H100
+# (qwen3-0.6b, batch 2-64), but with it on a warmed shipped scenario (all decode paths) compiled
+# the add + norm kernel after warm-up, the o projection no longer compiling it (RESULTS.md).
 O_ADD_NORM = False
 # The down projection on the decode GEMM adds into the residual stream and normalises for the
 # next layer (or the final norm) in one kernel after the GEMM, and that layer's QKV takes the
 # normalised rows (gemm_add_norm_triton, round_first=False: the GEMM's and the norm kernel's
-# bits). Off: not yet timed on a GPU.
+# bits). Off: it takes DOWN_SILU_MUL's prologue, and with both on the step was longer.
 DOWN_ADD_NORM = False
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
