@@ -6,10 +6,10 @@ Run as ``python -m tests.runner.sm90_real_sizes`` (without ``TRITON_INTERPRET``,
 ``pdl_rules``): the RoPE-folded decode attention for each preset's head layout, and the decode
 GEMM (with its split-K reduction) at every tile choice ``pick_gemm_tiles`` makes for the presets'
 projections and row classes, and the GEMM with the SiLU-and-mul prologue (``DOWN_ADD_NORM``'s
-down projection) in bf16 and float32, are recorded and compiled; it prints per variant the kernel, its
-constexprs and its shared memory as JSON (``test_sm90_real_sizes.py`` checks it fits an H200's
-227 KiB a block). The kernels' arguments are CPU tensors of the real shapes, never filled (a
-recorded launch reads nothing).
+down projection) in bf16 and float32, are recorded and compiled; it prints per variant the
+kernel, its constexprs and its shared memory as JSON (``test_sm90_real_sizes.py`` checks it
+fits an H200's 227 KiB a block). The kernels' arguments are CPU tensors of the real shapes,
+never filled (a recorded launch reads nothing).
 """
 
 from __future__ import annotations
