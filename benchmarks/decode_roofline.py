@@ -356,8 +356,8 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 
 VARIANT_EXTRAS = (
-    "pdl", "fold", "gemm", "narrow", "lastred", "ms", "gsilu", "oan", "dan", "split", "mink",
-    "keys", "siluw", "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
+    "pdl", "fold", "gemm", "narrow", "lastred", "ms", "gsilu", "oan", "xoan", "dan", "split",
+    "mink", "keys", "siluw", "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -392,7 +392,7 @@ def _extra(e: str) -> str | None:
 
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
-    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan][+dan]``
+    """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan|+xoan][+dan]``
     ``[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]``
     -> (GEMV mode, the extras switched on, in order).
     ``split``: split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode
@@ -405,7 +405,8 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     (``MIN_STEPS_PER_SPLIT``, default 2; a large N: no split, no reduction launch); ``gsilu``:
     the down projection on it makes ``silu(gate) * up`` as it reads it, no SiLU-and-mul launch
     (``projections_triton.DOWN_SILU_MUL``); ``oan``: the o projection on it summed, added into the
-    residual stream and normalised by one kernel after it (``O_ADD_NORM``); ``dan``: the down
+    residual stream and normalised by one kernel after it (``O_ADD_NORM``, on by default),
+    ``xoan`` the same off (the split reduction, then the add + norm kernel); ``dan``: the down
     projection on it the same, normalised for the next layer (``DOWN_ADD_NORM``). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
@@ -420,7 +421,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu]"
-            "[+oan][+dan]"
+            "[+oan|+xoan][+dan]"
             "[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt]"
             "[+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
@@ -477,7 +478,7 @@ def variant_switches(extras: tuple[str, ...]):
         (gemm, "LAST_SPLIT_REDUCES", "lastred" in extras),
         (gemm, "MIN_STEPS_PER_SPLIT", extra_int(extras, "ms", gemm.MIN_STEPS_PER_SPLIT)),
         (proj, "DOWN_SILU_MUL", "gsilu" in extras),
-        (proj, "O_ADD_NORM", "oan" in extras),
+        (proj, "O_ADD_NORM", "oan" in extras or (proj.O_ADD_NORM and "xoan" not in extras)),
         (proj, "DOWN_ADD_NORM", "dan" in extras),
     ]
     before = [(module, name, getattr(module, name)) for module, name, _ in switches]
@@ -533,7 +534,7 @@ def main() -> None:
         "--variant",
         action="append",
         type=parse_variant,
-        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan][+dan]"
+        help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan|+xoan][+dan]"
         "[+split|+splitN]"
         "[+minkN]"
         "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
@@ -542,7 +543,8 @@ def main() -> None:
         " (2-N) rows;"
         " lastred: its split tiles summed by their last split, one launch; msN: each split at"
         " least N steps of K, default 2; gsilu: the down projection's SiLU-and-mul as its"
-        " prologue; oan: the o projection's reduction, residual add and norm one kernel; dan:"
+        " prologue; oan: the o projection's reduction, residual add and norm one kernel (the"
+        " default; xoan: two launches); dan:"
         " the down projection's, with the next layer's input norm),"
         " runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "

@@ -281,6 +281,14 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was
         assert [getattr(m, n) for m, n in names] == before
+    for default in (False, True):  # xoan: the o add + norm off whatever the default
+        with monkeypatch.context() as m:
+            m.setattr(proj, "O_ADD_NORM", default)
+            with roofline.variant_switches(roofline.parse_variant("plain+narrow+xoan")[1]):
+                assert proj.O_ADD_NORM is False
+            with roofline.variant_switches(roofline.parse_variant("plain+narrow+oan")[1]):
+                assert proj.O_ADD_NORM is True
+            assert proj.O_ADD_NORM is default
 
 
 def test_the_tile_benchmark_reads_each_key_once_and_times_distinct_caches(monkeypatch):

@@ -144,8 +144,8 @@ def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
                                (64, True), (65, False), (256, False), (257, False)):  # fmt: skip
         takes = {"cublas": False, "triton": 1 < rows <= 256, "narrow": narrow_takes}[path]
         assert proj._gemm(torch.zeros(rows, 8), narrow) is takes, rows
-    assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 64, 128, 256],
-                                   "narrow": [16, 64]}[path]  # fmt: skip
+    assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 64, 128, 256, 257],
+                                   "narrow": [16, 64, 65]}[path]  # fmt: skip
     assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 40], "narrow": [16, 40]}[path]
     assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16, 20]}[path]
     assert proj.warm_rows(12) == {"cublas": [], "triton": [12], "narrow": [12]}[path]

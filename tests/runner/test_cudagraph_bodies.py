@@ -67,6 +67,7 @@ def test_the_piecewise_segments_carry_the_down_projections_norm_across_layers(mo
     for name, value in (("DECODE_GEMM", "triton"), ("GEMM_MAX_FEATURES", None),
                         ("GEMM_ROWS", ((2, 256),))):  # fmt: skip
         monkeypatch.setattr(proj, name, value)
+    monkeypatch.setattr(proj, "O_ADD_NORM", False)  # the baseline: the three switches off
     want = triton_model(batch.input_ids, batch.positions, kv_caches, meta)
     for name in ("DOWN_SILU_MUL", "O_ADD_NORM", "DOWN_ADD_NORM"):
         monkeypatch.setattr(proj, name, True)

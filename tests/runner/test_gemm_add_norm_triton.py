@@ -154,6 +154,7 @@ def test_a_model_with_the_switches_decodes_with_the_same_bits(monkeypatch, dtype
     monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
     monkeypatch.setattr(projections_triton, "GEMM_MAX_FEATURES", None)
     monkeypatch.setattr(projections_triton, "GEMM_ROWS", ((2, 256),))
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", False)  # the baseline: all three off
     want, _ = _decode_logits(model, args, prompts, steps=4)
     launched = []
     for name in ("silu_and_mul_triton", "fused_add_rmsnorm_triton", "rmsnorm_triton"):

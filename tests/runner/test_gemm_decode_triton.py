@@ -336,4 +336,4 @@ def test_row_classes_name_one_row_count_per_launch_variant(monkeypatch):
     monkeypatch.setattr(proj, "DECODE_GEMM", "triton")
     assert proj.warm_rows(256) == [16, 64, 128, 256]
     assert proj.warm_rows(40) == [16, 40] and proj.warm_rows(1) == []
-    assert proj.warm_rows(a.max_position_embeddings) == [16, 64, 128, 256]
+    assert proj.warm_rows(a.max_position_embeddings) == [16, 64, 128, 256, 257]

@@ -199,6 +199,7 @@ def test_o_add_norm_on_the_decode_gemm_replaces_the_add_norm_launch(monkeypatch,
     add and the norm are the GEMM's partials and one kernel (``fused_add_rmsnorm_triton`` never
     runs); the residual stream and gate/up have the bits of the launches they replace."""
     monkeypatch.setattr(projections_triton, "DECODE_GEMM", "triton")
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", False)  # the two launches it replaces
     t = tensors(3, dtype, seed=22)
     args = (t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
     two_x = t["x"].clone()

@@ -168,3 +168,21 @@ def test_the_kernels_off_until_measured_launch_nothing_new_either(monkeypatch, d
     assert projections_triton.DECODE_GEMM == "triton"
     assert attention_decode_rope_triton.ROPE_IN_DECODE_ATTENTION
     _assert_none(new)
+
+
+def test_a_prompt_past_the_decode_gemms_rows_launches_nothing_new(monkeypatch):
+    """With the decode GEMM serving 2-256 rows, the batch-1 GEMV's one-pass path and the o
+    projection's add + norm after the GEMM, no warm shape under 257 rows launches the add +
+    norm kernel (the GEMV serves one row, the GEMM two to 256): a prompt of 260 tokens alone
+    does, so the warm-up runs the fewest rows the GEMM does not serve
+    (``projections_triton.warm_rows``)."""
+    from mrv2_prof.runner.model import projections_triton
+
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    config = dataclasses.replace(
+        BASE, max_num_seqs=1, max_num_batched_tokens=264, max_model_len=272,
+        decode_gemv="fused_onepass", decode_gemm="triton",
+    )  # fmt: skip
+    new, _, _ = _serve(monkeypatch, config, [[(list(range(5, 265)), GREEDY)]])
+    assert "_splits_add_rmsnorm_kernel" in interpreter_census.specializations()  # the switch is on
+    _assert_none(new)

@@ -24,7 +24,8 @@ then the partials and the residual row.
 ``gemm_add_norm_ref`` is the torch arithmetic it replaces (``F.linear``, then
 ``fused_add_rmsnorm_ref``; for the down projection ``gemm_decode_ref`` with the residual, then
 ``rmsnorm_ref``), the oracle of the tests. ``projections_triton.O_ADD_NORM`` and
-``DOWN_ADD_NORM`` put the decoder's projections on it (off: ``projections_triton`` says why).
+``DOWN_ADD_NORM`` put the decoder's projections on it (the first on, the second off:
+``projections_triton`` says why).
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower pro
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
-Three switches take launches out of a layer on it, all off (timed on an H100: the prologue
-loses, the o projection's add + norm wins 1-3 % but is not yet warmed), all with the bits of
-the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
+Three switches take launches out of a layer on it (timed on an H100: the prologue loses, so it
+and ``DOWN_ADD_NORM``, which needs it, are off; the o projection's add + norm wins 1-3 % and is
+on), all with the bits of the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
 ``silu(gate) * up`` as it reads it, no SiLU-and-mul launch), ``O_ADD_NORM`` (the o
 projection's partials summed, added into the residual stream and normalised by one kernel,
 ``gemm_add_norm_triton``, no split reduction or add + norm launch) and ``DOWN_ADD_NORM`` (the
@@ -104,10 +104,10 @@ NARROW_GEMM = (1024, ((2, 64),))
 DOWN_SILU_MUL = False
 # The o projection on the decode GEMM sums its partials, adds them into the residual stream and
 # normalises in one kernel after the GEMM (gemm_add_norm_triton: the same bits as the split
-# reduction and the add + norm kernel it replaces). Off: 1-3 % shorter steps on an H100
-# (qwen3-0.6b, batch 2-64), but with it on a warmed shipped scenario (all decode paths) compiled
-# the add + norm kernel after warm-up, the o projection no longer compiling it (RESULTS.md).
-O_ADD_NORM = False
+# reduction and the add + norm kernel it replaces): 1-3 % shorter steps on an H100 (qwen3-0.6b,
+# batch 2-64; RESULTS.md, twenty-fifth round). The add + norm kernel is then launched only past
+# the GEMM's rows, which the warm-up runs for it (warm_rows).
+O_ADD_NORM = True
 # The down projection on the decode GEMM adds into the residual stream and normalises for the
 # next layer (or the final norm) in one kernel after the GEMM, and that layer's QKV takes the
 # normalised rows (gemm_add_norm_triton, round_first=False: the GEMM's and the norm kernel's
@@ -147,13 +147,16 @@ def warm_rows(max_rows: int) -> list[int]:
     """Row counts a warm-up must run so that every projection kernel variant a step of up to
     ``max_rows`` tokens can launch is compiled: when the decode GEMM is on, the most rows of
     each of its classes (``gemm_decode_triton.ROW_CLASSES``, a launch variant each) that it
-    serves."""
+    serves, then the fewest rows over one that it does not serve (where a step can have them),
+    whose projections launch what the GEMM's replace (with ``O_ADD_NORM``, the o projection's
+    add + norm kernel: no other warm shape launches it when the GEMM serves 2-256 rows)."""
     if DECODE_GEMM != "triton":
         return []
     top = min(max_rows, GEMM_DECODE_MAX_ROWS)
     classes = [range(lo, min(hi, top) + 1) for lo, hi in ROW_CLASSES]
     served = [max((r for r in rows if gemm_serves(r)), default=0) for rows in classes]
-    return [r for r in served if r]
+    unserved = next((r for r in range(2, max_rows + 1) if not gemm_serves(r)), None)
+    return [r for r in served if r] + ([unserved] if unserved else [])
 
 
 def _one_pass() -> bool:

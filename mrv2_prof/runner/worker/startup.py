@@ -210,8 +210,8 @@ def warm_forward(runner: ModelRunner) -> None:
     - the longest prefill chunk up to 256 tokens, cut to a multiple of 16 (a count % 16 == 0);
     - an odd count over two requests (a run's first step, typically: the draft model's
       catch-up too) with the prefill tiles;
-    - with the Triton decode GEMM on, one token count per class of its variants (one prefill
-      request each: ``projections_triton.warm_rows``);
+    - with the Triton decode GEMM on, one token count per class of its variants and the fewest
+      rows it does not serve (one prefill request each: ``projections_triton.warm_rows``);
     - with split-KV attention on (``runner.split_kv``), which splits the small decode batches,
       the smallest decode batch it leaves unsplit, so both decode kernels are compiled;
     - the smallest decode batch with more requests x kv heads than SMs, whose decode attention
