@@ -146,6 +146,9 @@ def test_decode_gemm_sets_the_gemm_and_its_bounds(path, want):
         assert proj._gemm(torch.zeros(rows, 8), narrow) is takes, rows
     assert proj.warm_rows(512) == {"cublas": [], "triton": [16, 64, 128, 256, 257],
                                    "narrow": [16, 64, 65]}[path]  # fmt: skip
+    # a warm shape of rows the GEMM does not serve (narrow: 256) takes the unserved count's place
+    assert proj.warm_rows(512, (1, 4, 256)) == {"cublas": [], "triton": [16, 64, 128, 256, 257],
+                                                "narrow": [16, 64]}[path]  # fmt: skip
     assert proj.warm_rows(40) == {"cublas": [], "triton": [16, 40], "narrow": [16, 40]}[path]
     assert proj.warm_rows(20) == {"cublas": [], "triton": [16, 20], "narrow": [16, 20]}[path]
     assert proj.warm_rows(12) == {"cublas": [], "triton": [12], "narrow": [12]}[path]

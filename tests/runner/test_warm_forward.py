@@ -71,6 +71,8 @@ def test_with_the_decode_gemm_each_of_its_row_classes_is_run(monkeypatch, tokens
     runs = _shapes(monkeypatch, 4, tokens, model_len)
     budget = min(tokens, model_len - 1)
     want = [min(hi, budget) for lo, hi in ROW_CLASSES if lo <= budget]
+    if budget > 256:  # every shape above is the GEMM's: the fewest rows it does not serve too
+        want.append(257)
     assert runs == list(dict.fromkeys(base + [(n, 1) for n in want]))  # a shape runs once
     assert all(n <= budget for n, _ in runs)
 
@@ -78,7 +80,8 @@ def test_with_the_decode_gemm_each_of_its_row_classes_is_run(monkeypatch, tokens
 @pytest.mark.parametrize(("tokens", "want"), [(8192, [16, 64]), (40, [16, 40]), (24, [16, 24])])
 def test_with_the_narrow_decode_gemm_its_served_classes_are_run(monkeypatch, tokens, want):
     """``runner.decode_gemm: narrow`` (2-64 rows): the warm-up runs the most rows of each class
-    the GEMM serves within the budget (2-16 and 17-64, a launch variant each), none above 64."""
+    the GEMM serves within the budget (2-16 and 17-64, a launch variant each), none above 64
+    (the prefill shapes of more than 64 rows launch what the GEMM's replace)."""
     from mrv2_prof.runner.model import projections_triton
 
     base = _shapes(monkeypatch, 4, tokens, 4096)

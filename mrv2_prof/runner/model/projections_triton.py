@@ -143,20 +143,24 @@ def gemm_serves(rows: int) -> bool:
     return ok and any(lo <= rows <= hi for lo, hi in GEMM_ROWS)
 
 
-def warm_rows(max_rows: int) -> list[int]:
+def warm_rows(max_rows: int, warmed: tuple[int, ...] = ()) -> list[int]:
     """Row counts a warm-up must run so that every projection kernel variant a step of up to
     ``max_rows`` tokens can launch is compiled: when the decode GEMM is on, the most rows of
     each of its classes (``gemm_decode_triton.ROW_CLASSES``, a launch variant each) that it
     serves, then the fewest rows over one that it does not serve (where a step can have them),
     whose projections launch what the GEMM's replace (with ``O_ADD_NORM``, the o projection's
-    add + norm kernel: no other warm shape launches it when the GEMM serves 2-256 rows)."""
+    add + norm kernel: no warm shape launches it when the GEMM serves 2-256 rows), unless one of
+    the row counts ``warmed`` (the warm-up's other shapes) is such a count."""
     if DECODE_GEMM != "triton":
         return []
     top = min(max_rows, GEMM_DECODE_MAX_ROWS)
     classes = [range(lo, min(hi, top) + 1) for lo, hi in ROW_CLASSES]
-    served = [max((r for r in rows if gemm_serves(r)), default=0) for rows in classes]
+    served = [r for r in (max((r for r in rows if gemm_serves(r)), default=0) for rows in classes)
+              if r]  # fmt: skip
+    if any(1 < r <= max_rows and not gemm_serves(r) for r in warmed):
+        return served
     unserved = next((r for r in range(2, max_rows + 1) if not gemm_serves(r)), None)
-    return [r for r in served if r] + ([unserved] if unserved else [])
+    return served + ([unserved] if unserved else [])
 
 
 def _one_pass() -> bool:

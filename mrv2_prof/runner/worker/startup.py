@@ -210,8 +210,9 @@ def warm_forward(runner: ModelRunner) -> None:
     - the longest prefill chunk up to 256 tokens, cut to a multiple of 16 (a count % 16 == 0);
     - an odd count over two requests (a run's first step, typically: the draft model's
       catch-up too) with the prefill tiles;
-    - with the Triton decode GEMM on, one token count per class of its variants and the fewest
-      rows it does not serve (one prefill request each: ``projections_triton.warm_rows``);
+    - with the Triton decode GEMM on, one token count per class of its variants and, where no
+      shape above has one, the fewest rows it does not serve (one prefill request each:
+      ``projections_triton.warm_rows``);
     - with split-KV attention on (``runner.split_kv``), which splits the small decode batches,
       the smallest decode batch it leaves unsplit, so both decode kernels are compiled;
     - the smallest decode batch with more requests x kv heads than SMs, whose decode attention
@@ -229,7 +230,7 @@ def warm_forward(runner: ModelRunner) -> None:
     if c.max_num_seqs > 1 and prefill > 2:
         shapes.append((prefill - 1 if prefill % 2 == 0 else prefill, 2))
     if runner.model.kernels.name == "triton":
-        shapes += [(rows, 1) for rows in warm_rows(budget)]
+        shapes += [(rows, 1) for rows in warm_rows(budget, tuple(n for n, _ in shapes))]
         kv_heads = runner.kv_caches[0].shape[3]  # this rank's (tensor parallelism splits them)
         unsplit = smallest_unsplit_batch(
             kv_heads, c.max_num_blocks_per_req * c.block_size, runner.device,
