@@ -407,7 +407,8 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     (``projections_triton.DOWN_SILU_MUL``); ``oan``: the o projection on it summed, added into the
     residual stream and normalised by one kernel after it (``O_ADD_NORM``, on by default),
     ``xoan`` the same off (the split reduction, then the add + norm kernel); ``dan``: the down
-    projection on it the same, normalised for the next layer (``DOWN_ADD_NORM``). ``minkN``: a
+    projection on it the same, normalised for the next layer (``DOWN_ADD_NORM``; its input from
+    ``gsilu``'s prologue, or without it from the SiLU-and-mul launch). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
     GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N

@@ -3,6 +3,7 @@ between them, and the FULL body, each equal to the model's own forward pass."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mrv2_prof.runner.config import ModelSpec
@@ -51,11 +52,14 @@ def test_the_full_body_is_the_forward_pass_and_the_lm_head():
     assert torch.equal(logits, model.compute_logits(hidden))
 
 
-def test_the_piecewise_segments_carry_the_down_projections_norm_across_layers(monkeypatch):
+@pytest.mark.parametrize("prologue", [True, False], ids=["prologue", "no-prologue"])
+def test_the_piecewise_segments_carry_the_down_projections_norm_across_layers(
+    monkeypatch, prologue
+):
     """The Triton bundle with every projection of 2+ rows on the decode GEMM and its switches
     on (``DOWN_ADD_NORM``: a layer's down projection makes the next layer's input norm, the
-    last one's the final norm): the segments give the forward pass's hidden states, and the
-    bits of the forward with the switches off."""
+    last one's the final norm; ``DOWN_SILU_MUL`` or not): the segments give the forward pass's
+    hidden states, and the bits of the forward with the switches off."""
     from mrv2_prof.runner.model import projections_triton as proj
     from mrv2_prof.runner.model.model_kernels import triton_model_kernels
 
@@ -70,7 +74,7 @@ def test_the_piecewise_segments_carry_the_down_projections_norm_across_layers(mo
     monkeypatch.setattr(proj, "O_ADD_NORM", False)  # the baseline: the three switches off
     want = triton_model(batch.input_ids, batch.positions, kv_caches, meta)
     for name in ("DOWN_SILU_MUL", "O_ADD_NORM", "DOWN_ADD_NORM"):
-        monkeypatch.setattr(proj, name, True)
+        monkeypatch.setattr(proj, name, prologue or name != "DOWN_SILU_MUL")
     fused, kernel = [], proj.gemm_add_norm_triton
 
     def counted(*a, **k):

@@ -133,13 +133,15 @@ def test_the_row_count_is_not_specialised():
         assert m.do_not_specialize, kernel
 
 
+@pytest.mark.parametrize("prologue", [True, False], ids=["prologue", "no-prologue"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_a_model_with_the_switches_decodes_with_the_same_bits(monkeypatch, dtype):
+def test_a_model_with_the_switches_decodes_with_the_same_bits(monkeypatch, dtype, prologue):
     """llama-tiny (two layers) with the Triton ops and every projection of 2+ rows on the
     decode GEMM: three prompts prefilled (20 rows), then four decode steps of three, with
-    ``DOWN_SILU_MUL``, ``O_ADD_NORM`` and ``DOWN_ADD_NORM`` on and off: the same logits, bit
-    for bit; with them on no SiLU-and-mul and no add + norm launch, and of the input norms
-    only the first layer's (each down projection makes the next norm, the last the final)."""
+    ``O_ADD_NORM`` and ``DOWN_ADD_NORM`` (and ``DOWN_SILU_MUL``, or not) on and off: the same
+    logits, bit for bit; with them on no add + norm launch, a SiLU-and-mul launch a layer only
+    without the prologue, and of the input norms only the first layer's (each down projection
+    makes the next norm, the last the final)."""
     from test_attention_decode_rope import _decode_logits
 
     from mrv2_prof.runner.config import ModelSpec
@@ -161,26 +163,29 @@ def test_a_model_with_the_switches_decodes_with_the_same_bits(monkeypatch, dtype
         kernel = getattr(projections_triton, name)
         counted = lambda *a, _k=kernel, _n=name: launched.append(_n) or _k(*a)  # noqa: E731
         monkeypatch.setattr(projections_triton, name, counted)
-    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
+    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", prologue)
     monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
     monkeypatch.setattr(projections_triton, "DOWN_ADD_NORM", True)
     got, _ = _decode_logits(model, args, prompts, steps=4)
-    assert args.num_hidden_layers == 2 and launched == ["rmsnorm_triton"] * 5  # 5 forwards
+    forward = ["rmsnorm_triton"] + ([] if prologue else ["silu_and_mul_triton"] * 2)
+    assert args.num_hidden_layers == 2 and launched == forward * 5  # 5 forwards
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(INTERPRET, reason="needs CUDA")
-def test_gpu_engine_with_the_switches_gives_the_torch_tokens(monkeypatch):
+@pytest.mark.parametrize("prologue", [True, False], ids=["prologue", "no-prologue"])
+def test_gpu_engine_with_the_switches_gives_the_torch_tokens(monkeypatch, prologue):
     """fp32 llama-tiny, the seeded workload of the fused-model tests (chunked prefill,
-    preemption, aborts), ``decode_gemm: narrow`` with ``DOWN_SILU_MUL``, ``O_ADD_NORM`` and
-    ``DOWN_ADD_NORM`` on: the torch set's tokens eagerly and under FULL and PIECEWISE graphs."""
+    preemption, aborts), ``decode_gemm: narrow`` with ``O_ADD_NORM`` and ``DOWN_ADD_NORM`` (and
+    ``DOWN_SILU_MUL``, or not) on: the torch set's tokens eagerly and under FULL and PIECEWISE
+    graphs."""
     from test_async_scheduling import assert_same_tokens, run_drive
 
     from mrv2_prof.runner.model import projections_triton
 
     _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
-    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", True)
+    monkeypatch.setattr(projections_triton, "DOWN_SILU_MUL", prologue)
     monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
     monkeypatch.setattr(projections_triton, "DOWN_ADD_NORM", True)
     for mode in ("none", "full", "piecewise"):

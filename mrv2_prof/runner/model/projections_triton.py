@@ -46,14 +46,14 @@ projection). ``GEMM_MAX_FEATURES`` and ``GEMM_ROWS`` keep it to the narrower pro
 the smaller batches: ``runner.decode_gemm: narrow`` (``NARROW_GEMM``), where under PDL it reads
 its first weight tiles while the kernel before it runs and cuBLAS fills few SMs with a small
 weight (qwen3-0.6b's o and down, 1,024 outputs; ``kernel_paths.py`` has the measurements).
-Three switches take launches out of a layer on it (timed on an H100: the prologue loses, so it
-and ``DOWN_ADD_NORM``, which needs it, are off; the o projection's add + norm wins 1-3 % and is
-on), all with the bits of the launches they replace: ``DOWN_SILU_MUL`` (the down projection makes
-``silu(gate) * up`` as it reads it, no SiLU-and-mul launch), ``O_ADD_NORM`` (the o
-projection's partials summed, added into the residual stream and normalised by one kernel,
-``gemm_add_norm_triton``, no split reduction or add + norm launch) and ``DOWN_ADD_NORM`` (the
-down projection the same, with the SiLU-and-mul prologue, its norm the next layer's input norm
-or the final norm, which the decoder then skips: ``fuses_down_norm``, ``mlp_down_norm_triton``).
+Three switches take launches out of a layer on it (timed on an H100: the prologue loses and is
+off; the o projection's add + norm wins 1-3 % and is on; the down projection's is off, not yet
+timed without the prologue), all with the bits of the launches they replace: ``DOWN_SILU_MUL``
+(the down projection makes ``silu(gate) * up`` as it reads it, no SiLU-and-mul launch),
+``O_ADD_NORM`` (the o projection's partials summed, added into the residual stream and
+normalised by one kernel, ``gemm_add_norm_triton``, no split reduction or add + norm launch) and
+``DOWN_ADD_NORM`` (the down projection the same, its norm the next layer's input norm or the
+final norm, which the decoder then skips: ``fuses_down_norm``, ``mlp_down_norm_triton``).
 
 ``FUSED_MLP`` (``runner.fused_mlp``, off by default: faster only on narrow models, and its
 atomics' order makes the bits vary from run to run; ``kernel_paths.py`` has the measurements)
@@ -111,7 +111,8 @@ O_ADD_NORM = True
 # The down projection on the decode GEMM adds into the residual stream and normalises for the
 # next layer (or the final norm) in one kernel after the GEMM, and that layer's QKV takes the
 # normalised rows (gemm_add_norm_triton, round_first=False: the GEMM's and the norm kernel's
-# bits). Off: it takes DOWN_SILU_MUL's prologue, and with both on the step was longer.
+# bits); its input from the SiLU-and-mul launch, or from DOWN_SILU_MUL's prologue. Off: with the
+# prologue the step was longer on an H100; without it, not yet timed.
 DOWN_ADD_NORM = False
 FUSED_MLP = False  # the batch-1 MLP in one launch (mlp_decode_triton): runner.fused_mlp sets it
 
@@ -243,10 +244,13 @@ def mlp_down_norm_triton(
     eps: float,
 ) -> torch.Tensor:  # [T, H]: the next norm of the new residual rows
     """``mlp_down_triton`` into ``x`` and the next norm of the new rows, from the GEMM (with the
-    SiLU-and-mul prologue) and one kernel after it (``gemm_add_norm_triton``), where
-    ``fuses_down_norm``."""
-    return gemm_add_norm_triton(gate_up, weight, None, x, norm_weight, eps, silu_mul=True,
-                                round_first=False)  # fmt: skip
+    SiLU-and-mul prologue where ``DOWN_SILU_MUL``, else after the SiLU-and-mul launch) and one
+    kernel after it (``gemm_add_norm_triton``), where ``fuses_down_norm``."""
+    if DOWN_SILU_MUL:
+        return gemm_add_norm_triton(gate_up, weight, None, x, norm_weight, eps, silu_mul=True,
+                                    round_first=False)  # fmt: skip
+    h = silu_and_mul_triton(gate_up)
+    return gemm_add_norm_triton(h, weight, None, x, norm_weight, eps, round_first=False)
 
 
 def fuses_mlp(attn: torch.Tensor, o_weight: torch.Tensor) -> bool:
