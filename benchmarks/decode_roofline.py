@@ -419,7 +419,7 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     (``torch.backends.cuda.preferred_blas_library``), the wide batches' projections. ``mlp``: the
     batch-1 MLP in one launch (``runner.fused_mlp``, ``mlp_decode_triton.py``)."""
     mode, *extras = text.split("+")
-    if mode not in DECODE_GEMV_MODES or None in map(_extra, extras):
+    if mode not in DECODE_GEMV_MODES or None in map(_extra, extras) or {"oan", "xoan"} <= {*extras}:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu]"
             "[+oan|+xoan][+dan]"

@@ -16,9 +16,10 @@
 #                                       # qwen3-0.6b
 #   benchmarks/limit_round.sh batches-8b # the same for llama-3-8b
 #   benchmarks/limit_round.sh narrow    # the Triton decode GEMM's rows (runner.decode_gemm:
-#                                       # narrow, the default on Hopper) against cuBLAS, qwen3-0.6b
-#                                       # and smollm2-135m (the staged GGUF) at batch 2-64, and
-#                                       # SmolLM2's GEMMs without their split reductions
+#                                       # narrow, the default on Hopper) against cuBLAS, the o and
+#                                       # down projections' add + norm kernels off and on,
+#                                       # qwen3-0.6b and smollm2-135m (the staged GGUF) at batch
+#                                       # 2-64, and SmolLM2's GEMMs without their split reductions
 #   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
@@ -126,21 +127,20 @@ batches | batches-8b)
         --out "$out/$part.json" 2>&1 | tee "$log"
     ;;
 narrow)
-    # runner.decode_gemm's narrow rows (NARROW_GEMM, 2-64): cuBLAS / the Triton GEMM / cuBLAS,
-    # qwen3-0.6b (o and down, 1,024 outputs) at 2-64 rows, and with launches taken out of a
-    # layer (gsilu: the down projection's SiLU-and-mul as its prologue; oan: the o projection's
-    # reduction, residual add and norm one kernel; dan: the down projection's with the next
-    # layer's input norm); SmolLM2-135M (QKV, o, down: 5-12 steps of K) the same, then with no
-    # split either (ms64), and the last split summing its tile (lastred)
+    # runner.decode_gemm's narrow rows (NARROW_GEMM, 2-64): cuBLAS / the Triton GEMM without
+    # the o projection's reduction, residual add and norm in one kernel (xoan; O_ADD_NORM, on by
+    # default) / as shipped / with the down projection's add + norm and the next layer's input
+    # norm in one kernel too (dan, after the SiLU-and-mul launch) / cuBLAS, qwen3-0.6b (o and
+    # down, 1,024 outputs) at 2-64 rows; SmolLM2-135M (QKV, o, down: 5-12 steps of K) the same,
+    # then with no split either (ms64), and the last split summing its tile (lastred)
     r=($py benchmarks/decode_roofline.py --batches 2 8 16 24 32 48 64)
     q=plain+pdl+fold+split s=fused_onepass+pdl+fold+split
     {
-        "${r[@]}" --preset qwen3-0.6b --variant $q --variant $q+narrow \
-            --variant $q+narrow+gsilu+oan --variant $q+narrow+gsilu+oan+dan --variant $q \
+        "${r[@]}" --preset qwen3-0.6b --variant $q --variant $q+narrow+xoan \
+            --variant $q+narrow --variant $q+narrow+dan --variant $q \
             --out "$out/narrow-qwen3.json"
-        "${r[@]}" --preset smollm2-135m --variant $s --variant $s+narrow \
-            --variant $s+narrow+gsilu+oan --variant $s+narrow+gsilu+oan+dan \
-            --variant $s+narrow+gsilu+oan+dan+ms64 \
+        "${r[@]}" --preset smollm2-135m --variant $s --variant $s+narrow+xoan \
+            --variant $s+narrow --variant $s+narrow+dan --variant $s+narrow+dan+ms64 \
             --variant $s+narrow+lastred --variant $s --out "$out/narrow-smollm2.json"
     } 2>&1 | tee "$log"
     ;;

@@ -281,6 +281,8 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     assert [getattr(m, n) for m, n in names] == before
     with roofline.variant_switches(("pdl",)):  # named nothing: every switch as it was
         assert [getattr(m, n) for m, n in names] == before
+    with pytest.raises(argparse.ArgumentTypeError):
+        roofline.parse_variant("plain+narrow+oan+xoan")  # on and off at once
     for default in (False, True):  # xoan: the o add + norm off whatever the default
         with monkeypatch.context() as m:
             m.setattr(proj, "O_ADD_NORM", default)
