@@ -357,7 +357,7 @@ def markdown(rows: list[dict], bandwidth: float, gib: float) -> str:
 
 VARIANT_EXTRAS = (
     "pdl", "fold", "gemm", "narrow", "lastred", "ms", "gsilu", "oan", "xoan", "dan", "split",
-    "mink", "keys", "siluw", "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
+    "mink", "keys", "siluw", "gv", "ww", "ws", "wr", "ds", "ls", "bk", "lt", "mlp",
 )  # fmt: skip
 
 
@@ -382,6 +382,8 @@ def _extra(e: str) -> str | None:
         return e[:2] if e[2:] in ("1", "2", "3", "4", "5", "6") else None
     if e.startswith("wr"):  # the wide decode grid's register cap (WIDE_DECODE_MAXNREG)
         return "wr" if e[2:] in ("64", "80", "96", "128", "168") else None
+    if e.startswith("gv"):  # the most rows the decode path gives the GEMV (gemv_triton.GEMV_ROWS)
+        return "gv" if e[2:] in ("1", "2", "3", "4") else None
     if e.startswith("ls"):  # the batch-1 GEMV's pipelined walk of K (gemv_triton.LOOP_STAGES)
         return "ls" if e[2:] in ("2", "3", "4", "5", "6") else None
     if e.startswith("bk"):  # the batch-1 GEMV's step of K (gemv_triton.M1_BLOCK_K)
@@ -393,7 +395,8 @@ def _extra(e: str) -> str | None:
 
 def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     """``MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan|+xoan][+dan]``
-    ``[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]``
+    ``[+split|+splitN][+minkN][+keysN][+siluwN][+gvN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt]``
+    ``[+mlp]``
     -> (GEMV mode, the extras switched on, in order).
     ``split``: split-KV decode attention's policy on (``runner.split_kv``); ``splitN``: every decode
     batch split N ways (``FORCED_SPLITS``). Without either, split-KV is off (the variants name every
@@ -410,7 +413,9 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
     projection on it the same, normalised for the next layer (``DOWN_ADD_NORM``; its input from
     ``gsilu``'s prologue, or without it from the SiLU-and-mul launch). ``minkN``: a
     split takes at least N keys of a request's context (``MIN_CHUNK_KEYS``). ``siluwN``: the batch-1
-    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``wwN`` /
+    GEMV with the SiLU-and-mul prologue launched with N warps (``SILU_MUL_WARPS``). ``gvN``: the
+    decode path's GEMV (and its prologues) for projections of up to N rows, 1-4 (``GEMV_ROWS``,
+    default 1: cuBLAS or the decode GEMM above one row). ``wwN`` /
     ``wsN``: the folded decode attention on a wide grid (more programs than SMs) launched with N
     warps / N pipeline stages, ``wrN`` at most N registers a thread (``WIDE_DECODE_MAXNREG``,
     ptxas's ``maxnreg``); ``dsN``: on a narrow grid with N stages (``DECODE_STAGES``). ``lsN``: the
@@ -423,7 +428,8 @@ def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu]"
             "[+oan|+xoan][+dan]"
-            "[+split|+splitN][+minkN][+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt]"
+            "[+split|+splitN][+minkN][+keysN][+siluwN][+gvN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN]"
+            "[+lt]"
             "[+mlp], MODE one of "
             f"{', '.join(DECODE_GEMV_MODES)}"
         )
@@ -469,6 +475,7 @@ def variant_switches(extras: tuple[str, ...]):
         (attn, "WIDE_DECODE_KEYS", extra_int(extras, "keys", attn.WIDE_DECODE_KEYS)),
         (split, "MIN_CHUNK_KEYS", extra_int(extras, "mink", split.MIN_CHUNK_KEYS)),
         (gemv, "SILU_MUL_WARPS", extra_int(extras, "siluw", gemv.SILU_MUL_WARPS)),
+        (gemv, "GEMV_ROWS", extra_int(extras, "gv", gemv.GEMV_ROWS)),
         (gemv, "LOOP_STAGES", extra_int(extras, "ls", gemv.LOOP_STAGES)),
         (gemv, "M1_BLOCK_K", extra_int(extras, "bk", gemv.M1_BLOCK_K)),
         (attn, "WIDE_DECODE_WARPS", extra_int(extras, "ww", attn.WIDE_DECODE_WARPS)),
@@ -538,7 +545,7 @@ def main() -> None:
         help="MODE[+pdl][+fold][+gemm|+narrow|+narrowN][+lastred][+msN][+gsilu][+oan|+xoan][+dan]"
         "[+split|+splitN]"
         "[+minkN]"
-        "[+keysN][+siluwN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
+        "[+keysN][+siluwN][+gvN][+wwN][+wsN][+wrN][+dsN][+lsN][+bkN][+lt][+mlp]:"
         " runner.decode_gemv MODE, with runner.pdl, runner.rope_in_attention, runner.decode_gemm:"
         " triton (narrow: narrow, for projections of at most 1,024 outputs and 2-64"
         " (2-N) rows;"
@@ -550,7 +557,8 @@ def main() -> None:
         " runner.split_kv (or N forced splits), at least N keys of a context a split "
         "(default: one key tile), N keys a step in the decode attention kernels (default: 128 "
         "where requests x kv heads fit the SMs, else 64) and/or N warps in the batch-1 GEMV with "
-        "SiLU-and-mul (default 8), N warps / N stages in the folded decode attention on a wide "
+        "SiLU-and-mul (default 8), the decode GEMV for up to N rows (gv, 1-4, default 1), "
+        "N warps / N stages in the folded decode attention on a wide "
         "grid (default 2 / 3) and at most N registers a thread there (wr, default uncapped), N "
         "stages on a narrow one (ds, default 3), N loop stages / N "
         "elements of K a step in the batch-1 GEMV (default unpipelined / 1,024), torch's "

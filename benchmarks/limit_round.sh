@@ -6,7 +6,7 @@
 #                                       # serially, a pytest process per group; the same in four
 #                                       # parts of one call each: tests-runner, tests-compiles,
 #                                       # tests-shipped, tests-rest
-#   benchmarks/limit_round.sh tests-gemm # the decode GEMM's GPU tests alone (about a minute)
+#   benchmarks/limit_round.sh tests-gemm # the decode GEMM's and the GEMV's GPU tests (about a minute)
 #   benchmarks/limit_round.sh batch1    # batch-1 decode, six variants of the projection path
 #                                       # (plain / fused_onepass), PDL and the RoPE fold, for
 #                                       # llama-1b, qwen3-0.6b, smollm2-135m (the staged GGUF)
@@ -20,6 +20,9 @@
 #                                       # down projections' add + norm kernels off and on,
 #                                       # qwen3-0.6b and smollm2-135m (the staged GGUF) at batch
 #                                       # 2-64, and SmolLM2's GEMMs without their split reductions
+#   benchmarks/limit_round.sh gemv-rows # the decode GEMV for 2-4 rows (GEMV_ROWS, +gvN) against
+#                                       # the shipped paths at batch 1-4, SmolLM2-135M (the staged
+#                                       # GGUF), qwen3-0.6b and llama-1b
 #   benchmarks/limit_round.sh kernels   # GEMV, split-KV attention, the RoPE fold and the decode
 #                                       # attention's launch shapes against their alternatives
 #                                       # (cuBLAS, the unsplit kernel, two launches)
@@ -67,7 +70,7 @@
 # Each part prints its tables and writes <part>.log and its JSON files under $OUT (default
 # ./limit-round). Set PYTHON to the interpreter (default python3).
 set -uo pipefail
-part="${1:?usage: limit_round.sh tests|tests-gemm|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|narrow|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
+part="${1:?usage: limit_round.sh tests|tests-gemm|tests-runner|tests-compiles|tests-shipped|tests-rest|batch1|batch1-8b|batches|batches-8b|narrow|gemv-rows|kernels|gemm|startup|split|tiles|mink|short-split|wide|gemv-auto|gemv-pipeline|stalls|ops}"
 out="${OUT:-limit-round}"
 py="${PYTHON:-python3}"
 mkdir -p "$out"
@@ -77,10 +80,12 @@ log="$out/$part.log"
 case "$part" in
 tests-gemm)
     # the decode GEMM's GPU tests alone (its tiles, prologue and add + norm kernel at real
-    # sizes, bit for bit against the launches they replace; the engine's tokens with them on)
+    # sizes, bit for bit against the launches they replace; the engine's tokens with them on),
+    # and the GEMV's (real sizes; the engine's tokens with it at up to four rows)
     $py -m pytest -m gpu -v -rfEs --tb=short -p no:cacheprovider \
         tests/runner/test_gemm_decode_triton.py tests/runner/test_gemm_add_norm_triton.py \
-        tests/runner/test_projections_triton.py 2>&1 | tee "$log" | tail -n 40
+        tests/runner/test_projections_triton.py tests/runner/test_gemv_triton.py 2>&1 \
+        | tee "$log" | tail -n 40
     ;;
 tests | tests-runner | tests-compiles | tests-shipped | tests-rest)
     # One pytest process per group, serially (engines on one GPU under xdist each size their
@@ -142,6 +147,21 @@ narrow)
         "${r[@]}" --preset smollm2-135m --variant $s --variant $s+narrow+xoan \
             --variant $s+narrow --variant $s+narrow+dan --variant $s+narrow+dan+ms64 \
             --variant $s+narrow+lastred --variant $s --out "$out/narrow-smollm2.json"
+    } 2>&1 | tee "$log"
+    ;;
+gemv-rows)
+    # the decode GEMV (and its prologues: no norm, add + norm or SiLU-and-mul launch with the
+    # one-pass path) for projections of up to 2 / 4 rows (gemv_triton.GEMV_ROWS) against the
+    # shipped paths (cuBLAS and the narrow decode GEMM above one row), batch 1-4, in order
+    # default / gv2 / gv4 / default: SmolLM2-135M (the staged GGUF) on the one-pass GEMVs,
+    # qwen3-0.6b and llama-1b on the plain ones (decode_gemv auto's choices on an H200)
+    r=($py benchmarks/decode_roofline.py --batches 1 2 3 4)
+    {
+        for pm in smollm2-135m:fused_onepass qwen3-0.6b:plain llama-1b:plain; do
+            v=${pm#*:}+pdl+fold+split+narrow
+            "${r[@]}" --preset "${pm%%:*}" --variant $v --variant $v+gv2 --variant $v+gv4 \
+                --variant $v --out "$out/gemv-rows-${pm%%:*}.json"
+        done
     } 2>&1 | tee "$log"
     ;;
 kernels)

@@ -246,7 +246,8 @@ def test_a_variant_names_its_paths_and_split_switches(monkeypatch):
                 "plain+siluw", "plain+ww3", "plain+ws", "plain+ws7", "plain+ls1",
                 "plain+ls", "plain+bk100", "plain+bk", "plain+ds", "plain+ds7", "plain+wr",
                 "plain+wr100", "plain+narrow0", "plain+narrowx", "plain+gemm64", "plain+ms",
-                "plain+ms0", "plain+ms65", "plain+msx"):  # fmt: skip
+                "plain+ms0", "plain+ms65", "plain+msx", "plain+gv", "plain+gv0", "plain+gv5",
+                "plain+oan+xoan"):  # fmt: skip
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             roofline.parse_variant(bad)
 
@@ -263,19 +264,20 @@ def test_a_variants_module_switches_hold_inside_the_block_and_are_restored_after
     from mrv2_prof.runner.model import projections_triton as proj
 
     names = [(split, "FORCED_SPLITS"), (attn, "DECODE_KEYS"), (attn, "WIDE_DECODE_KEYS"),
-             (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "LOOP_STAGES"),
+             (split, "MIN_CHUNK_KEYS"), (gemv, "SILU_MUL_WARPS"), (gemv, "GEMV_ROWS"),
+             (gemv, "LOOP_STAGES"),
              (gemv, "M1_BLOCK_K"), (attn, "WIDE_DECODE_WARPS"),
              (attn, "WIDE_DECODE_STAGES"), (attn, "DECODE_STAGES"),
              (attn, "WIDE_DECODE_MAXNREG"), (proj, "NARROW_GEMM"),
              (gemm, "LAST_SPLIT_REDUCES"), (gemm, "MIN_STEPS_PER_SPLIT"),
              (proj, "DOWN_SILU_MUL"), (proj, "O_ADD_NORM"), (proj, "DOWN_ADD_NORM")]  # fmt: skip
     before = [getattr(m, n) for m, n in names]
-    variant = "plain+split3+keys32+mink96+siluw2+ls4+bk512+ww8+ws1+ds5+wr128"
+    variant = "plain+split3+keys32+mink96+siluw2+gv3+ls4+bk512+ww8+ws1+ds5+wr128"
     variant += "+narrow64+lastred+ms9+gsilu+oan+dan"
     extras = roofline.parse_variant(variant)[1]
     with pytest.raises(RuntimeError, match="in the block"), roofline.variant_switches(extras):
         narrow = (1024, ((2, 64),))
-        want = [3, 32, 32, 96, 2, 4, 512, 8, 1, 5, 128, narrow, True, 9, True, True, True]
+        want = [3, 32, 32, 96, 2, 3, 4, 512, 8, 1, 5, 128, narrow, True, 9, True, True, True]
         assert [getattr(m, n) for m, n in names] == want
         raise RuntimeError("in the block")
     assert [getattr(m, n) for m, n in names] == before

@@ -167,6 +167,30 @@ def test_strided_rows_and_errors():
         gemv_triton(x, torch.randn(64, 16, device=DEVICE).t())
 
 
+def test_the_decode_path_gives_the_gemv_up_to_gemv_rows_and_warms_each_variant(monkeypatch):
+    """``prefers_gemv`` takes 1 to ``GEMV_ROWS`` rows (1 by default); ``row_classes`` names one
+    row count of each launch variant above one row (M's power of two: 2, then 3-4), cut to the
+    rows a step can have."""
+    from mrv2_prof.runner.model.gemv_triton import prefers_gemv, row_classes
+
+    assert gemv_triton_module.GEMV_ROWS == 1 and row_classes(256) == []
+    assert prefers_gemv(1, 2048) and not prefers_gemv(2, 2048) and not prefers_gemv(0, 2048)
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 4)
+    assert [m for m in range(8) if prefers_gemv(m, 2048)] == [1, 2, 3, 4]
+    assert not prefers_gemv(2, gemv_triton_module.GEMV_MAX_FEATURES + 1)
+    assert row_classes(256) == [2, 4] and row_classes(3) == [2, 3] and row_classes(1) == []
+    from mrv2_prof.runner.model import projections_triton as proj
+
+    monkeypatch.setattr(proj, "DECODE_GEMV", "plain")  # the warm-up runs them (not run before)
+    assert proj.warm_rows(256) == [2, 4] and proj.warm_rows(256, (1, 4, 8)) == [2]
+    monkeypatch.setattr(proj, "DECODE_GEMV", "off")
+    assert proj.warm_rows(256) == []
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 3)
+    assert row_classes(256) == [2, 3]
+    for rows in ((2,), (3, 4)):  # each class is one tile choice (and one BLOCK_M)
+        assert len({pick_tiles(m, 2048, 2048) for m in rows}) == 1
+
+
 def test_pick_tiles_bounds_the_partial_products():
     for m in range(1, GEMV_MAX_ROWS + 1):
         for n in (64, 2048, 3072, 16384, 128256):
@@ -285,3 +309,53 @@ def test_gpu_pdl_gemv_waits_for_the_kernel_that_writes_its_input(monkeypatch, on
     monkeypatch.setattr(pdl, "LAUNCH_PDL", False)
     torch.testing.assert_close(got, chain(1), atol=0, rtol=0)
     torch.testing.assert_close(replayed, chain(2), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["plain", "fused_onepass"])
+def test_a_model_with_the_gemv_at_three_rows_decodes_as_on_cublas(monkeypatch, mode):
+    """llama-tiny in float32 with the Triton ops: three prompts prefilled, then four decode steps
+    of three rows, with ``GEMV_ROWS`` 4 (each decode step's projections on the GEMV, its
+    prologues too) and 1 (cuBLAS and the separate norm / SiLU-and-mul launches): the same greedy
+    tokens and logits within float32's reordering of the sums."""
+    from test_attention_decode_rope import _decode_logits
+
+    from mrv2_prof.runner.config import ModelSpec
+    from mrv2_prof.runner.model import projections_triton
+    from mrv2_prof.runner.model.loader import load_model
+    from mrv2_prof.runner.model.model_kernels import triton_model_kernels
+
+    model, args = load_model(ModelSpec(preset="llama-tiny"), DEVICE, torch.float32,
+                             kernels=triton_model_kernels())  # fmt: skip
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, args.vocab_size, (n,), generator=gen) for n in (7, 3, 10)]
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", mode)
+    want, _ = _decode_logits(model, args, prompts, steps=4)
+    rows, kernel = [], projections_triton.gemv_triton
+
+    def gemv(x, *a, **k):
+        rows.append(x.shape[0])
+        return kernel(x, *a, **k)
+
+    monkeypatch.setattr(projections_triton, "gemv_triton", gemv)
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 4)
+    got, _ = _decode_logits(model, args, prompts, steps=4)
+    assert set(rows) == {3}  # the decode steps' projections (the prefill's 20 rows stay off it)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(INTERPRET, reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["plain", "fused_onepass"])
+def test_gpu_engine_with_the_gemv_at_up_to_four_rows_gives_the_torch_tokens(monkeypatch, mode):
+    """fp32 llama-tiny, the seeded workload of the fused-model tests (chunked prefill,
+    preemption, aborts; decode batches of 1-4 among others) with ``GEMV_ROWS`` 4: the torch
+    set's tokens eagerly and under FULL and PIECEWISE graphs."""
+    from test_async_scheduling import assert_same_tokens, run_drive
+
+    _, want = run_drive("cuda", "float32", kernels="torch", cudagraph_mode="none")
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 4)
+    for graphs in ("none", "full", "piecewise"):
+        _, got = run_drive("cuda", "float32", kernels="triton", cudagraph_mode=graphs,
+                           decode_gemv=mode, pdl=True)  # fmt: skip
+        assert_same_tokens(got, want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mrv2_prof.runner.model import gemv_triton as gemv_triton_module
 from mrv2_prof.runner.model import projections_triton
 from mrv2_prof.runner.model.gemv_triton import prefers_gemv
 from mrv2_prof.runner.model.model_kernels import (
@@ -52,12 +53,16 @@ def tensors(m: int, dtype: torch.dtype, seed: int = 0) -> dict[str, torch.Tensor
 CASES = [(1, torch.float32), (1, torch.bfloat16), (3, torch.float32), (3, torch.bfloat16)]
 
 
+@pytest.mark.parametrize("gemv_rows", [1, 4])
 @pytest.mark.parametrize("mode", projections_triton.DECODE_GEMV_MODES)
 @pytest.mark.parametrize(("m", "dtype"), CASES, ids=lambda c: str(c))
-def test_projection_ops_match_their_references(m, dtype, mode, monkeypatch):
-    """Every batch-1 path (fused GEMV, plain GEMV, cuBLAS) gives the references' values."""
+def test_projection_ops_match_their_references(m, dtype, mode, gemv_rows, monkeypatch):
+    """Every batch-1 path (fused GEMV, plain GEMV, cuBLAS) gives the references' values, and so
+    does each at three rows where the decode path gives the GEMV up to four
+    (``gemv_triton.GEMV_ROWS``)."""
     monkeypatch.setattr(projections_triton, "DECODE_GEMV", mode)
-    assert prefers_gemv(m, QKV) == (m == 1)  # both paths are covered
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", gemv_rows)
+    assert prefers_gemv(m, QKV) == (m <= gemv_rows)  # both paths are covered
     t = tensors(m, dtype, seed=m)
     atol, rtol = TOL[dtype]
 
@@ -222,3 +227,32 @@ def test_o_add_norm_on_the_decode_gemm_replaces_the_add_norm_launch(monkeypatch,
     atol, rtol = TOL[dtype]
     torch.testing.assert_close(got_x, want_x, atol=atol, rtol=rtol)
     torch.testing.assert_close(got_gu, want_gu, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("mode", ["plain", "fused_onepass"])
+def test_gemv_rows_put_three_rows_on_the_gemv_with_its_prologues(mode, monkeypatch):
+    """With ``GEMV_ROWS`` 4 a layer's projections of three rows take the GEMV as one row's do:
+    (fused_onepass) QKV with the input norm, o into the residual stream, gate/up with the norm,
+    down with SiLU-and-mul into the residual: no norm, add + norm or SiLU-and-mul launch; (plain)
+    the GEMV for every projection, those launches between. Five rows stay off it, and the batch-1
+    MLP kernel (one row) is never taken at three."""
+    monkeypatch.setattr(projections_triton, "DECODE_GEMV", mode)
+    monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 4)
+    monkeypatch.setattr(projections_triton, "FUSED_MLP", True)
+    launches = []
+    for name in ("gemv_triton", "rmsnorm_triton", "fused_add_rmsnorm_triton",
+                 "silu_and_mul_triton"):  # fmt: skip
+        kernel = getattr(projections_triton, name)
+        counted = lambda *a, _k=kernel, _n=name, **kw: launches.append(_n) or _k(*a, **kw)  # noqa: E731
+        monkeypatch.setattr(projections_triton, name, counted)
+    t = tensors(3, torch.float32, seed=5)
+    assert not projections_triton.fuses_mlp(t["attn"], t["w_o"])
+    norm_linear_triton(t["x"], t["norm"], 1e-5, t["w_qkv"], t["b_qkv"])
+    x = t["x"].clone()
+    add_norm_linear_triton(x, t["attn"], t["w_o"], None, t["norm"], 1e-5, t["w_gate_up"])
+    mlp_down_triton(x, t["gate_up"], t["w_down"])
+    fused = ["gemv_triton"] * 4
+    plain = ["rmsnorm_triton", "gemv_triton", "gemv_triton", "fused_add_rmsnorm_triton",
+             "gemv_triton", "silu_and_mul_triton", "gemv_triton"]  # fmt: skip
+    assert launches == (fused if mode == "fused_onepass" else plain)
+    assert not prefers_gemv(5, QKV) and prefers_gemv(4, QKV)

@@ -186,3 +186,36 @@ def test_a_prompt_past_the_decode_gemms_rows_launches_nothing_new(monkeypatch):
     new, _, _ = _serve(monkeypatch, config, [[(list(range(5, 265)), GREEDY)]])
     assert "_splits_add_rmsnorm_kernel" in interpreter_census.specializations()  # the switch is on
     _assert_none(new)
+
+
+def test_the_gemv_at_two_to_four_rows_launches_nothing_new(monkeypatch):
+    """With the decode path giving the GEMV up to four rows (``gemv_triton.GEMV_ROWS``, the
+    one-pass prologues) beside the decode GEMM: a greedy wave of three finishing one after the
+    other (decode batches of 3, 2 and 1) launches no GEMV variant the warm-up did not (its 2-row
+    shape; 3 rows take the 4-row variant, which its 4-token shape compiles)."""
+    from mrv2_prof.runner.model import gemv_triton
+
+    monkeypatch.setattr(gemv_triton, "GEMV_ROWS", 4)
+    config = dataclasses.replace(
+        BASE, max_num_batched_tokens=80, max_model_len=96,
+        decode_gemv="fused_onepass", decode_gemm="triton",
+    )  # fmt: skip
+    step_rows, serving, kernel = [], [], gemv_triton.gemv_triton
+
+    def gemv(x, *a, **k):
+        if serving:
+            step_rows.append(x.shape[0])
+        return kernel(x, *a, **k)
+
+    add_request = Engine.add_request
+    monkeypatch.setattr("mrv2_prof.runner.model.projections_triton.gemv_triton", gemv)
+    monkeypatch.setattr(
+        Engine, "add_request", lambda *a, **k: serving.append(1) or add_request(*a, **k)
+    )
+    wave = [
+        (p, dataclasses.replace(GREEDY, max_tokens=n))
+        for p, n in zip(_prompts(3), (6, 4, 2), strict=True)
+    ]
+    new, _, _ = _serve(monkeypatch, config, [wave])
+    assert {1, 2, 3} <= set(step_rows), sorted(set(step_rows))  # the decode batches took it
+    _assert_none(new)

@@ -57,6 +57,12 @@ from mrv2_prof.runner.model.optional_triton import tl, triton
 from mrv2_prof.runner.model.pdl import launch_options, use_pdl
 
 GEMV_MAX_ROWS = 4  # the kernel's limit (its partial products grow with M)
+# The most rows the decode path gives the kernel (``prefers_gemv``): 1. Projection by projection
+# cuBLAS's tensor-core tiles win at 2+ rows on the H200 (the docstring there); a small model's
+# step at 2-4 rows may still be shorter here, with the prologues' launches saved (a layer of
+# SmolLM2-135M is 5 launches at batch 1 and 11 at batch 2: RESULTS.md, twenty-fourth round).
+# ``decode_roofline.py``'s ``+gvN`` times N rows (2-4); not yet measured.
+GEMV_ROWS = 1
 GEMV_MAX_FEATURES = 32768  # ``prefers_gemv``: the LM head (128k+ features) stays on cuBLAS
 NO_PROLOGUE, RMSNORM, SILU_MUL = 0, 1, 2
 # Warps at M = 1 with the SiLU-and-mul prologue (its exp and the gate/up loads of every K step):
@@ -91,6 +97,14 @@ class GemvTiles:
     loop_stages: int = 0  # > 1: K's walk software-pipelined (the loop's own num_stages)
 
 
+def row_classes(max_rows: int) -> list[int]:
+    """Row counts, 2 to ``max_rows``, one of each launch variant the decode path's GEMV can take
+    above one row (``BLOCK_M``, M's power of two, picks the tiles): the most rows of each."""
+    rows = range(2, min(max_rows, GEMV_ROWS, GEMV_MAX_ROWS) + 1)
+    return sorted({max(r for r in rows if triton.next_power_of_2(r) == triton.next_power_of_2(m))
+                   for m in rows})  # fmt: skip
+
+
 def pick_tiles(m: int, n: int, k: int, prologue: int = NO_PROLOGUE) -> GemvTiles:
     """Tiles for M rows against an [n, k] weight: the float32 partial products of a program
     (``block_m * block_n * block_k``) held to 4096, and enough programs to fill the SMs; at
@@ -111,8 +125,8 @@ def prefers_gemv(m: int, n: int) -> bool:
     on the QKV, o and down projections of llama-1b, qwen3-0.6b and llama-3-8b (cuBLAS's GEMM
     tiles, some with a split-K reduction kernel, reach 0.3-3.6 TB/s there) and within 1-8 % of it
     on the gate/up weights, where its RMSNorm prologue saves a launch; at M >= 2 cuBLAS's
-    tensor-core tiles win."""
-    return m == 1 and n <= GEMV_MAX_FEATURES
+    tensor-core tiles win. So M up to ``GEMV_ROWS`` (1 unless a benchmark sets it)."""
+    return 1 <= m <= min(GEMV_ROWS, GEMV_MAX_ROWS) and n <= GEMV_MAX_FEATURES
 
 
 def gemv_ref(

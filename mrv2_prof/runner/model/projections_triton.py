@@ -79,6 +79,7 @@ from mrv2_prof.runner.model.gemm_decode_triton import (
     gemm_decode_triton,
 )
 from mrv2_prof.runner.model.gemv_triton import gemv_triton, prefers_gemv
+from mrv2_prof.runner.model.gemv_triton import row_classes as gemv_row_classes
 from mrv2_prof.runner.model.mlp_decode_triton import mlp_decode_triton
 from mrv2_prof.runner.model.norm_triton import fused_add_rmsnorm_triton, rmsnorm_triton
 
@@ -146,22 +147,25 @@ def gemm_serves(rows: int) -> bool:
 
 def warm_rows(max_rows: int, warmed: tuple[int, ...] = ()) -> list[int]:
     """Row counts a warm-up must run so that every projection kernel variant a step of up to
-    ``max_rows`` tokens can launch is compiled: when the decode GEMM is on, the most rows of
-    each of its classes (``gemm_decode_triton.ROW_CLASSES``, a launch variant each) that it
-    serves, then the fewest rows over one that it does not serve (where a step can have them),
-    whose projections launch what the GEMM's replace (with ``O_ADD_NORM``, the o projection's
-    add + norm kernel: no warm shape launches it when the GEMM serves 2-256 rows), unless one of
-    the row counts ``warmed`` (the warm-up's other shapes) is such a count."""
+    ``max_rows`` tokens can launch is compiled: where the decode path gives the GEMV more than
+    one row (``gemv_triton.GEMV_ROWS``), one count of each of its launch variants
+    (``gemv_triton.row_classes``); when the decode GEMM is on, the most rows of each of its
+    classes (``gemm_decode_triton.ROW_CLASSES``, a launch variant each) that it serves, then the
+    fewest rows over one that it does not serve (where a step can have them), whose projections
+    launch what the GEMM's replace (with ``O_ADD_NORM``, the o projection's add + norm kernel: no
+    warm shape launches it when the GEMM serves 2-256 rows), unless one of the row counts
+    ``warmed`` (the warm-up's other shapes) is such a count."""
+    gemv = [r for r in gemv_row_classes(max_rows) if r not in warmed and DECODE_GEMV != "off"]
     if DECODE_GEMM != "triton":
-        return []
+        return gemv
     top = min(max_rows, GEMM_DECODE_MAX_ROWS)
     classes = [range(lo, min(hi, top) + 1) for lo, hi in ROW_CLASSES]
     served = [r for r in (max((r for r in rows if gemm_serves(r)), default=0) for rows in classes)
               if r]  # fmt: skip
     if any(1 < r <= max_rows and not gemm_serves(r) for r in warmed):
-        return served
+        return gemv + served
     unserved = next((r for r in range(2, max_rows + 1) if not gemm_serves(r)), None)
-    return served + ([unserved] if unserved else [])
+    return gemv + served + ([unserved] if unserved else [])
 
 
 def _one_pass() -> bool:
@@ -254,8 +258,9 @@ def mlp_down_norm_triton(
 
 
 def fuses_mlp(attn: torch.Tensor, o_weight: torch.Tensor) -> bool:
-    """Whether ``add_norm_mlp_triton`` runs the batch's MLP as one launch (host ints only)."""
-    return FUSED_MLP and _gemv(attn, o_weight, fused=False)
+    """Whether ``add_norm_mlp_triton`` runs the batch's MLP as one launch (host ints only; the
+    MLP kernel takes one row)."""
+    return FUSED_MLP and attn.shape[0] == 1 and _gemv(attn, o_weight, fused=False)
 
 
 def add_norm_mlp_triton(
