@@ -229,14 +229,19 @@ def test_o_add_norm_on_the_decode_gemm_replaces_the_add_norm_launch(monkeypatch,
     torch.testing.assert_close(got_gu, want_gu, atol=atol, rtol=rtol)
 
 
+@pytest.mark.parametrize("gemm", ["cublas", "triton"])
 @pytest.mark.parametrize("mode", ["plain", "fused_onepass"])
-def test_gemv_rows_put_three_rows_on_the_gemv_with_its_prologues(mode, monkeypatch):
+def test_gemv_rows_put_three_rows_on_the_gemv_with_its_prologues(mode, gemm, monkeypatch):
     """With ``GEMV_ROWS`` 4 a layer's projections of three rows take the GEMV as one row's do:
     (fused_onepass) QKV with the input norm, o into the residual stream, gate/up with the norm,
     down with SiLU-and-mul into the residual: no norm, add + norm or SiLU-and-mul launch; (plain)
-    the GEMV for every projection, those launches between. Five rows stay off it, and the batch-1
-    MLP kernel (one row) is never taken at three."""
+    the GEMV for every projection, those launches between. The decode GEMM's switches for o and
+    down (on) do not take rows the GEMV takes. Five rows stay off it, and the batch-1 MLP kernel
+    (one row) is never taken at three."""
     monkeypatch.setattr(projections_triton, "DECODE_GEMV", mode)
+    monkeypatch.setattr(projections_triton, "DECODE_GEMM", gemm)
+    monkeypatch.setattr(projections_triton, "O_ADD_NORM", True)
+    monkeypatch.setattr(projections_triton, "DOWN_ADD_NORM", True)
     monkeypatch.setattr(gemv_triton_module, "GEMV_ROWS", 4)
     monkeypatch.setattr(projections_triton, "FUSED_MLP", True)
     launches = []
@@ -255,4 +260,5 @@ def test_gemv_rows_put_three_rows_on_the_gemv_with_its_prologues(mode, monkeypat
     plain = ["rmsnorm_triton", "gemv_triton", "gemv_triton", "fused_add_rmsnorm_triton",
              "gemv_triton", "silu_and_mul_triton", "gemv_triton"]  # fmt: skip
     assert launches == (fused if mode == "fused_onepass" else plain)
+    assert not projections_triton.fuses_down_norm(x, t["w_down"])
     assert not prefers_gemv(5, QKV) and prefers_gemv(4, QKV)
