@@ -128,9 +128,12 @@ def _gemv(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> bool:
 
 
 def _gemm(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether a projection of ``x`` (not taking the GEMV) takes the Triton decode GEMM."""
+    """Whether a projection of ``x`` takes the Triton decode GEMM: the rows it serves that the
+    GEMV does not take (``linear_triton`` tries the GEMV first; the o and down projections'
+    switches on the GEMM leave it its rows too, ``GEMV_ROWS`` above 1 included)."""
     return (
         DECODE_GEMM == "triton"
+        and not _gemv(x, weight, fused=False)
         and (GEMM_MAX_FEATURES is None or weight.shape[0] <= GEMM_MAX_FEATURES)
         and x.dim() == 2
         and gemm_serves(x.shape[0])
@@ -208,7 +211,7 @@ def add_norm_linear_triton(
     if _gemv(attn, o_weight) and _gemv(x, weight):
         gemv_triton(attn, o_weight, o_bias, residual=x)
         return gemv_triton(x, weight, None, norm=(norm_weight, eps), one_pass=_one_pass()), x
-    if O_ADD_NORM and not _gemv(attn, o_weight, fused=False) and _gemm(attn, o_weight):
+    if O_ADD_NORM and _gemm(attn, o_weight):
         h = gemm_add_norm_triton(attn, o_weight, o_bias, x, norm_weight, eps)
         return linear_triton(h, weight), x
     o = linear_triton(attn, o_weight, o_bias)
@@ -236,8 +239,8 @@ def mlp_down_triton(
 def fuses_down_norm(x: torch.Tensor, down_weight: torch.Tensor) -> bool:
     """Whether ``mlp_down_norm_triton`` serves the rows ``x`` [T, H] (host ints only):
     ``DOWN_ADD_NORM`` and the decode GEMM taking the down projection (gate/up has x's rows and
-    dtype; the GEMV not taking it)."""
-    return DOWN_ADD_NORM and not _gemv(x, down_weight, fused=False) and _gemm(x, down_weight)
+    dtype)."""
+    return DOWN_ADD_NORM and _gemm(x, down_weight)
 
 
 def mlp_down_norm_triton(
